@@ -1,0 +1,143 @@
+"""An nbgrader course folder for this lab, and running nbgrader in it.
+
+The course folder (default: ./course, or --course DIR) holds what nbgrader accumulates: submitted/,
+autograded/, feedback/, gradebook.db, and the nbgrader_config.py written here. The source notebooks
+stay in the repository's solutions/ and the release in notebooks/; the config points nbgrader at them
+with absolute paths, so one checkout can serve several course folders (one per Slurm task, say).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from lab_src.registry import ASSIGNMENT, EXERCISES
+
+from . import RELEASE, ROOT, SOURCE
+
+COURSE_ID = "pipeline-lab"
+
+# Files a run of a notebook leaves beside it, which must never ship or be collected as part of the release.
+IGNORE = [".ipynb_checkpoints", "*.pyc", "__pycache__", "answers", "runs", "feedback", ".*", "*.log"]
+
+CONFIG = '''\
+# Written by grader/course.py; edit that file instead, this one is rewritten on every grader command.
+c = get_config()
+c.CourseDirectory.course_id = {course_id!r}
+c.CourseDirectory.root = {root!r}
+c.CourseDirectory.source_directory = {source!r}
+c.CourseDirectory.release_directory = {release!r}
+c.CourseDirectory.db_url = {db_url!r}
+c.CourseDirectory.ignore = {ignore!r}
+# A student's deleted or edited test cell is restored from the source notebook and scored.
+c.OverwriteCells.add_missing_cells = True
+# Per-cell limit while autograding; a hung cell fails, the notebook goes on.
+c.Execute.timeout = {cell_timeout}
+c.Execute.interrupt_on_timeout = True
+c.Execute.allow_errors = True
+# Huge outputs (a student printing megabytes) are cut down in the autograded notebook.
+c.LimitOutput.max_lines = 200
+c.LimitOutput.max_traceback = 60
+# Feedback shows each hidden-test verdict, never the hidden tests' code.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]
+c.ClearHiddenTests.enforce_metadata = False
+# nbgrader zip_collect: archives whose entries are <student>/<notebook>.ipynb
+c.ZipCollectApp.collector_plugin = "nbgrader.plugins.zipcollect.FileNameCollector"
+c.FileNameCollector.named_regexp = r".*/(?P<student_id>[A-Za-z0-9_.@-]+)/(?P<file_id>q[0-9][0-9]_[a-z_]+\\.ipynb)$"
+'''
+
+
+def tool_env() -> dict:
+    """PATH and PYTHONPATH for tools run from this interpreter's environment (nbgrader calls `alembic`
+    and starts kernels by name, so the environment's bin/ must come first on PATH, activated or not)."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {"PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+class Course:
+    def __init__(self, root: Path | str = "course", cell_timeout: int = 120):
+        self.root = Path(root).resolve()
+        self.cell_timeout = cell_timeout
+
+    # ---- layout --------------------------------------------------------------------------
+    @property
+    def db_path(self) -> Path:
+        return self.root / "gradebook.db"
+
+    def submitted(self, student: str = "") -> Path:
+        return self.root / "submitted" / student / ASSIGNMENT if student else self.root / "submitted"
+
+    def autograded(self, student: str) -> Path:
+        return self.root / "autograded" / student / ASSIGNMENT
+
+    def feedback(self, student: str) -> Path:
+        return self.root / "feedback" / student / ASSIGNMENT
+
+    def students(self) -> list[str]:
+        base = self.root / "submitted"
+        return sorted(p.name for p in base.iterdir() if (p / ASSIGNMENT).is_dir()) if base.exists() else []
+
+    # ---- nbgrader ------------------------------------------------------------------------
+    def write_config(self) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / "nbgrader_config.py"
+        path.write_text(CONFIG.format(course_id=COURSE_ID, root=str(self.root), source=str(SOURCE),
+                                      release=str(RELEASE), db_url=f"sqlite:///{self.db_path}",
+                                      ignore=IGNORE, cell_timeout=self.cell_timeout))
+        return path
+
+    def nbgrader(self, *args: str, timeout: float | None = None, check: bool = True,
+                 env: dict | None = None) -> subprocess.CompletedProcess:
+        """Run `nbgrader <args>` in the course folder with this interpreter's environment."""
+        self.write_config()
+        full_env = {**os.environ, **tool_env(), **(env or {})}
+        proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=self.root, env=full_env,
+                              capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"nbgrader {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}"
+                               f"\n{proc.stderr[-5000:]}")
+        return proc
+
+    def ensure_assignment(self) -> None:
+        """Record the assignment, its notebooks and grade cells in the gradebook (idempotent)."""
+        from nbgrader.api import Gradebook
+        with Gradebook(f"sqlite:///{self.db_path}", COURSE_ID) as gb:
+            known = {a.name for a in gb.assignments}
+        if ASSIGNMENT not in known or not self._release_matches_db():
+            self.generate_release()
+
+    def _release_matches_db(self) -> bool:
+        from nbgrader.api import Gradebook
+        with Gradebook(f"sqlite:///{self.db_path}", COURSE_ID) as gb:
+            names = {nb.name for nb in gb.find_assignment(ASSIGNMENT).notebooks}
+        return names == {Path(e.notebook).stem for e in EXERCISES.values()}
+
+    def generate_release(self) -> Path:
+        """nbgrader generate_assignment: solutions/ -> notebooks/ (and the gradebook's record of it)."""
+        self.nbgrader("generate_assignment", ASSIGNMENT, "--force")
+        return RELEASE / ASSIGNMENT
+
+    def add_students(self, students: list[str]) -> None:
+        from nbgrader.api import Gradebook
+        with Gradebook(f"sqlite:///{self.db_path}", COURSE_ID) as gb:
+            for s in students:
+                gb.update_or_create_student(s)
+
+
+def hidden_points() -> dict[str, float]:
+    """{qid: points of its hidden-test cell}, read from the source notebooks (their nbgrader metadata)."""
+    points = {}
+    for ex in EXERCISES.values():
+        nb = json.loads((SOURCE / ASSIGNMENT / ex.notebook).read_text())
+        for cell in nb["cells"]:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("grade_id") == ex.hidden_cell:
+                points[ex.id] = float(meta["points"])
+    return points

@@ -1,0 +1,150 @@
+"""The exercise API: one function per exercise, with its contract (signature and docstring).
+
+The bodies here are never run. Calling `lab_src.distribute_layers(...)` finds the answer to q05 (the
+student's, or the reference when the grader says so, see `answers.py`) and calls it; with no answer
+it raises `NotImplementedError` naming the notebook to finish. Everything else in lab_src, and the
+students' own later answers, call exercises only through these names, so each exercise can be swapped
+independently.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+
+from . import answers
+from .registry import exercise
+
+_caller: list[str] = []
+_checked: set[int] = set()
+
+
+@contextlib.contextmanager
+def running_for(qid: str):
+    """Name the exercise on whose behalf code runs, for the message of a missing earlier answer."""
+    _caller.append(qid)
+    try:
+        yield
+    finally:
+        _caller.pop()
+
+
+def _exercise_api(qid: str):
+    def wrap(contract):
+        ex = exercise(qid)
+
+        @functools.wraps(contract)
+        def dispatch(*args, **kwargs):
+            fn = answers.load(qid)
+            caller = _caller[-1] if _caller else None
+            if fn is None:
+                raise answers.StubCalled(answers.stub_message(qid, caller))
+            if id(fn) not in _checked:
+                answers.check_signature(qid, fn, contract)
+                _checked.add(id(fn))
+            try:
+                return fn(*args, **kwargs)
+            except NotImplementedError as e:
+                if str(e):
+                    raise
+                raise answers.StubCalled(
+                    f"{ex.id} {ex.function}() is still the stub from the release "
+                    f"(raise NotImplementedError()): replace it with your code in {ex.notebook}"
+                    + (f" before running the {caller} check" if caller and caller != qid else "")) from None
+
+        dispatch.exercise = ex
+        dispatch.contract = contract
+        return dispatch
+    return wrap
+
+
+@_exercise_api("q02")
+def check_args(num_layers, num_stages, global_batch_size, num_microbatches, allow_uneven_layers=False):
+    """Validate a pipeline configuration and return the micro-batch size.
+
+    Raise ValueError (not assert: `python -O` strips asserts) with a message that names the problem when
+    - `num_stages` or `num_microbatches` is smaller than 1;
+    - the layers do not divide evenly into the stages (unless `allow_uneven_layers`; even then every
+      stage needs at least one layer);
+    - the global batch does not divide evenly into `num_microbatches` micro-batches.
+    Otherwise return `global_batch_size // num_microbatches`.
+    """
+
+
+@_exercise_api("q03")
+def activation_shape(cfg, micro_batch_size):
+    """The shape of the tensor one stage sends to the next for one micro-batch, as a tuple of ints.
+
+    `cfg` is a `LabConfig` (num_layers, hidden_size, num_heads, seq_len, vocab_size, ...). The receiving
+    stage allocates a buffer of exactly this shape before the data arrives; gradients travel back
+    with the same shape.
+    """
+
+
+@_exercise_api("q04")
+def baseline_step(model, dataloader, device):
+    """One forward and backward pass of the whole (unsharded) model on one batch.
+
+    Fetch the first batch from `dataloader`, move it to `device`, run `model` on it, use the mean of
+    the output as the (fake) loss and run backward. Return `(output, loss)`.
+    """
+
+
+@_exercise_api("q05")
+def distribute_layers(num_layers, pp_rank, pp_size):
+    """The indices of the transformer blocks that stage `pp_rank` of `pp_size` owns, in order.
+
+    Consecutive stages own consecutive blocks; together they own every block exactly once. When the
+    blocks do not divide evenly, the earlier stages take one extra block each.
+    """
+
+
+@_exercise_api("q06")
+def needs_dataloader(pp_rank, pp_size):
+    """True when stage `pp_rank` of `pp_size` must read batches from the training dataloader."""
+
+
+@_exercise_api("q07")
+def pipeline_communicate(operation, stage, tensor=None, microbatch=0):
+    """Carry out one point-to-point operation of `stage`, or nothing where the operation does not apply.
+
+    `operation` is one of "recv_forward", "send_forward", "recv_backward", "send_backward". Use
+    `stage.send(tensor, dst=..., operation=..., microbatch=...)` and
+    `stage.recv(src=..., shape=..., operation=..., microbatch=...)`; peers are pipeline ranks.
+    Return the received tensor for a receive, and None for a send or when there is nothing to do.
+    """
+
+
+@_exercise_api("q08")
+def afab_step(stage, data_iter, num_microbatches):
+    """One All-Forward-All-Backward training step of `stage` over `num_microbatches` micro-batches.
+
+    `data_iter` yields micro-batches of tokens on the stages that need the dataloader (None elsewhere).
+    Use `pipeline_communicate`, `stage.forward` and `stage.backward`. The loss of a micro-batch is
+    the mean of the last stage's output, scaled so that the gradients equal the full-batch baseline's.
+    Return `(outputs, loss)`: on the last stage the list of each micro-batch's output (detached) and
+    the total loss as a float; on other stages `([], None)`.
+    """
+
+
+@_exercise_api("q09")
+def check_outputs(outputs, baseline_output, stage):
+    """Compare the pipelined outputs with the baseline's on the stage that holds them.
+
+    `outputs` is what `afab_step` returned on this stage; `baseline_output` is the unsharded model's
+    output for the whole batch. Return True after a successful comparison, False on a stage that has
+    nothing to compare; raise AssertionError (torch.testing.assert_close) when they differ.
+    """
+
+
+@_exercise_api("q10")
+def check_gradients(stage, baseline_grads):
+    """Compare the gradient of every parameter this stage owns with the baseline's.
+
+    `baseline_grads` maps full-model parameter names (e.g. "blocks.5.up.weight") to gradients.
+    Raise AssertionError when a gradient differs or is missing; return the names checked.
+    """
+
+
+API = {f.exercise.id: f for f in (check_args, activation_shape, baseline_step, distribute_layers,
+                                   needs_dataloader, pipeline_communicate, afab_step, check_outputs,
+                                   check_gradients)}

@@ -1,0 +1,126 @@
+"""What torchrun runs on every rank: the cases of one spec file, one after the other.
+
+    python -m torch.distributed.run --standalone --nproc-per-node N -m lab_src.worker SPEC.json
+
+For each case, ranks 0..p-1 of a p-stage case run it in their pipeline group, with the answers the
+case names (`answers.use_answers`), and save what they observed to obs/c<index>.rank<r>.pt. All ranks
+then agree, through the world group, on whether any rank failed; after a failure every pipeline group
+is rebuilt, so that a message left in flight cannot leak into the next case. The journal
+(journal.rank<r>.log) marks where each case starts and ends and each operation, for the report on a
+run that had to be stopped.
+"""
+from __future__ import annotations
+
+import ctypes
+import io
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+
+class CappedWriter(io.TextIOBase):
+    """A stream that keeps the first `limit` characters and drops the rest (a student may print a lot)."""
+
+    def __init__(self, stream, limit: int):
+        self.stream, self.limit, self.written, self.dropped = stream, limit, 0, False
+
+    def write(self, s: str) -> int:
+        room = self.limit - self.written
+        if room > 0:
+            self.stream.write(s[:room])
+            self.written += min(len(s), room)
+        if len(s) > room and not self.dropped:
+            self.dropped = True
+            self.stream.write(f"\n[output beyond {self.limit} characters dropped]\n")
+        return len(s)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _redirect_output(path: Path, limit: int) -> None:
+    f = open(path, "a", buffering=1, errors="replace")
+    os.dup2(f.fileno(), 1)
+    os.dup2(f.fileno(), 2)
+    sys.stdout = sys.stderr = CappedWriter(f, limit)
+
+
+def _die_with_parent() -> None:
+    """If torchrun is killed, the kernel kills this worker too (Linux only)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _describe(e: BaseException, tracer) -> dict:
+    frames = traceback.extract_tb(e.__traceback__)
+    # keep the frames that help a student: their answers and lab_src, not torch's insides
+    keep = [f for f in frames if "/torch/" not in f.filename and "/lib/python3" not in f.filename
+            and not f.filename.endswith(("worker.py", "contextlib.py"))]
+    return {"type": type(e).__name__, "message": str(e)[:2000],
+            "where": [[Path(f.filename).name, f.lineno, f.name, f.line] for f in keep][-6:],
+            "pending": tracer.pending if tracer is not None else None}
+
+
+def main(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    run_dir = Path(spec["run_dir"])
+    rank = int(os.environ["RANK"])
+    _redirect_output(run_dir / f"rank{rank}.log", spec.get("log_limit", 200_000))
+    _die_with_parent()
+
+    import torch
+    import torch.distributed as dist
+
+    from . import data, distributed, model, trace
+    from .answers import use_answers
+    from .cases import KINDS
+    from .exercises import running_for
+
+    ctx = distributed.init(spec["timeout_s"])
+    groups = distributed.PipeGroups(ctx)
+    journal = open(run_dir / f"journal.rank{rank}.log", "a", buffering=1)
+    obs_dir = run_dir / "obs"
+    obs_dir.mkdir(exist_ok=True)
+    sync = torch.cuda.synchronize if ctx.device.type == "cuda" else None
+
+    for case in spec["cases"]:
+        index, stages = case["index"], case["stages"]
+        pipe = groups.get(stages)
+        journal.write(f"0 C start {index}\n")
+        failed = 0
+        if rank < stages:
+            model.reset_instrumentation()
+            data.CREATED["dataloaders"] = 0
+            tracer = trace.Tracer(rank, journal, sync, label=str(index))
+            obs = {"kind": case["kind"], "rank": rank, "stages": stages, "error": None}
+            try:
+                with use_answers(case.get("answers", {})), running_for(case.get("for", "")), trace.tracing(tracer):
+                    KINDS[case["kind"]](case, ctx, pipe, tracer, obs)
+            except Exception as e:  # noqa: BLE001 - a failing case is an observation, the run goes on
+                obs["error"] = _describe(e, tracer)
+                failed = 1
+            tmp = obs_dir / f".c{index}.rank{rank}.tmp"
+            torch.save(obs, tmp)
+            os.replace(tmp, obs_dir / f"c{index}.rank{rank}.pt")
+        flag = torch.tensor([failed], device=ctx.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item():
+            groups.fresh()
+        journal.write(f"0 C end {index}\n")
+    dist.barrier()
+    dist.destroy_process_group()
+    journal.close()
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1])
+    # Skip the interpreter's teardown of torch (about a second per launch); every file is closed.
+    os._exit(code)
