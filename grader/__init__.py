@@ -7,3 +7,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent          # the repository
 SOURCE = ROOT / "solutions"                              # nbgrader source notebooks (reference answers)
 RELEASE = ROOT / "notebooks"                             # the generated student release
+
+# nbgrader's Gradebook runs the `alembic` command of its environment; make sure it is found even when
+# the environment is used without being activated (.venv/bin/python -m grader ...).
+import os as _os
+import sys as _sys
+
+_bin = str(Path(_sys.executable).parent)
+if _bin not in _os.environ.get("PATH", "").split(_os.pathsep):
+    _os.environ["PATH"] = _os.pathsep.join([_bin, _os.environ.get("PATH", "")])

@@ -36,7 +36,6 @@ c.OverwriteCells.add_missing_cells = True
 # Per-cell limit while autograding; a hung cell fails, the notebook goes on.
 c.Execute.timeout = {cell_timeout}
 c.Execute.interrupt_on_timeout = True
-c.Execute.allow_errors = True
 # Huge outputs (a student printing megabytes) are cut down in the autograded notebook.
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 60

@@ -39,7 +39,7 @@ def plain(v):
         return [int(s) for s in v]
     if isinstance(v, torch.Tensor):
         return {"tensor_shape": list(v.shape), "dtype": str(v.dtype)}
-    if isinstance(v, (list, tuple)):
+    if isinstance(v, (list, tuple, range)):
         return [plain(x) for x in v][:10_000]
     if isinstance(v, dict):
         return {str(k): plain(x) for k, x in list(v.items())[:10_000]}

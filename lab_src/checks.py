@@ -32,35 +32,44 @@ class CheckFailed(AssertionError):
 
 
 class CheckReport:
-    def __init__(self, qid: str, run: Run | None, problems: list[Problem], lines: list[str]):
+    """What a check found, and the events of each case it ran (for the timeline)."""
+
+    def __init__(self, qid: str, run: Run | None, problems: list[Problem], lines: list[str], views=None):
         self.qid, self.run, self.problems, self.lines = qid, run, problems, lines
+        self.views = views if views is not None else [_view(o) for o in (run.outcomes if run else [])]
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
-    def outcome(self, case: int = 0) -> CaseOutcome:
-        return self.run.outcomes[case]
-
     def events(self, case: int = 0):
-        return self.outcome(case).events()
+        return self.views[case]["events"]
 
     def stages(self, case: int = 0) -> int:
-        return self.outcome(case).case["stages"]
+        return self.views[case]["stages"]
 
     def microbatches(self, case: int = 0) -> int:
-        return self.outcome(case).case["config"]["num_microbatches"]
+        return self.views[case]["microbatches"]
 
     def timeline(self, case: int = 0):
         """The animated P2P timeline of one case of this run (a static figure while autograding)."""
+        if not self.views:
+            print("No run to draw: the check did not run.")
+            return None
         from .timeline import show
-        cfg = self.outcome(case).case["config"]
-        title = f"{self.qid}: {self.stages(case)} stages, {self.microbatches(case)} micro-batches"
-        return show(self.events(case), self.stages(case), self.microbatches(case), title=title,
-                    activation_bytes=_activation_bytes(cfg))
+        v = self.views[case]
+        title = v.get("title") or f"{self.qid}: {v['stages']} stages, {v['microbatches']} micro-batches"
+        return show(v["events"], v["stages"], v["microbatches"], title=title,
+                    activation_bytes=v.get("activation_bytes"))
 
     def __repr__(self) -> str:
         return "\n".join(self.lines)
+
+
+def _view(outcome: CaseOutcome) -> dict:
+    cfg = outcome.case["config"]
+    return {"events": outcome.events(), "stages": outcome.case["stages"], "microbatches": cfg["num_microbatches"],
+            "activation_bytes": _activation_bytes(cfg)}
 
 
 def _activation_bytes(cfg: dict) -> int:
@@ -131,8 +140,6 @@ def check_q02() -> CheckReport:
                 lines[-1] += "  (raise ValueError: `python -O` removes assert statements)"
         if not ok:
             problems.append(Problem("q02", f"{call} should give {_name(want)}"))
-    if _autograding():
-        return _finish("q02", None, problems, lines + ["(the torchrun part is skipped while autograding)"])
     cfg = VISIBLE
     call = {"exercise": "q02", "args": [cfg.num_layers, cfg.num_stages, cfg.global_batch_size, cfg.num_microbatches]}
     run = run_cases([_case("units", cfg, srcs, "q02", calls=[call])], _run_dir("q02"))
@@ -154,8 +161,6 @@ def check_q03() -> CheckReport:
     srcs = _sources("q03")
     cfg = VISIBLE
     problems, lines = [], [f"q03 activation_shape, {cfg.describe()}"]
-    if _autograding():
-        return _finish("q03", None, problems, lines + ["(skipped while autograding)"])
     run = run_cases([_case("shapes", cfg, srcs, "q03")], _run_dir("q03"))
     out = run.outcomes[0]
     problems += _errors(out, "q03", cfg.describe())
@@ -227,19 +232,16 @@ def check_q04() -> CheckReport:
         if abs(numeric - analytic) > 1e-6 + 1e-4 * abs(numeric):
             problems.append(Problem("q04", "the gradients do not belong to the loss: is the loss the mean of "
                                            "the output, and backward called once?"))
-    if not _autograding():
-        run = run_cases([_case("baseline", cfg.replace(num_stages=2), srcs, "q04")], _run_dir("q04"))
-        out = run.outcomes[0]
-        problems += _errors(out, "q04", "2 ranks")
-        for r, o in sorted(out.obs.items()):
-            if "loss" in o:
-                same = abs(o["loss"] - base["loss"]) < 1e-12
-                lines.append(f"  rank {r} of a 2-process torchrun: loss {o['loss']:.6f} "
-                             f"({'the same' if same else 'DIFFERENT'} as in this notebook)")
-                if not same:
-                    problems.append(Problem("q04", "ranks built from the same seed must compute the same baseline", r))
-    else:
-        run = None
+    run = run_cases([_case("baseline", cfg.replace(num_stages=2), srcs, "q04")], _run_dir("q04"))
+    out = run.outcomes[0]
+    problems += _errors(out, "q04", "2 ranks")
+    for r, o in sorted(out.obs.items()):
+        if "loss" in o:
+            same = abs(o["loss"] - base["loss"]) < 1e-12
+            lines.append(f"  rank {r} of a 2-process torchrun: loss {o['loss']:.6f} "
+                         f"({'the same' if same else 'DIFFERENT'} as in this notebook)")
+            if not same:
+                problems.append(Problem("q04", "ranks built from the same seed must compute the same baseline", r))
     return _finish("q04", run, problems, lines)
 
 
@@ -248,8 +250,6 @@ def check_q05() -> CheckReport:
     srcs = _sources("q05")
     configs = [VISIBLE, VISIBLE.replace(num_stages=3, num_layers=7)]
     problems, lines = [], ["q05 distribute_layers"]
-    if _autograding():
-        return _finish("q05", None, problems, lines + ["(skipped while autograding)"])
     run = run_cases([_case("layout", cfg, srcs, "q05") for cfg in configs], _run_dir("q05"))
     for cfg, out in zip(configs, run.outcomes):
         label = f"{cfg.num_layers} layers on {cfg.num_stages} stages"
@@ -274,8 +274,6 @@ def check_q06() -> CheckReport:
     cfg = VISIBLE
     problems, lines = [], [f"q06 needs_dataloader, {cfg.num_stages} stages: each rank is fed what your "
                            f"answer says it gets (tokens from the dataloader, or the previous stage's activation)"]
-    if _autograding():
-        return _finish("q06", None, problems, lines + ["(skipped while autograding)"])
     run = run_cases([_case("layout", cfg, srcs, "q06", calls=["q06"])], _run_dir("q06"))
     out = run.outcomes[0]
     problems += _errors(out, "q06", cfg.describe())
@@ -458,17 +456,41 @@ CHECKS = {"q02": check_q02, "q03": check_q03, "q04": check_q04, "q05": check_q05
 
 def check(qid: str) -> CheckReport:
     """Run the visible check of exercise `qid` ("q02" ... "q10")."""
-    return CHECKS[exercise(qid).id]()
+    qid = exercise(qid).id
+    if _autograding():
+        return autograding_report(qid)
+    return CHECKS[qid]()
+
+
+# Set by the grader for nbgrader's run of the notebooks: where its own runs of this submission are saved.
+GRADER_TIMELINES = "LAB_GRADER_TIMELINES"
+
+
+def autograding_report(qid: str) -> CheckReport:
+    """While nbgrader executes a submission, checks launch nothing (the grader runs the hidden tests in
+    its own processes). For the timeline, the report carries the grader's run of this answer, if saved."""
+    import json
+    lines = [f"{qid}: the visible check is skipped while autograding; the grader runs the hidden tests."]
+    folder = os.environ.get(GRADER_TIMELINES)
+    path = Path(folder) / f"{qid}.json" if folder else None
+    views = []
+    if path is not None and path.exists():
+        from .trace import Event
+        saved = json.loads(path.read_text())
+        views = [{**saved, "events": [Event.from_row(r) for r in saved["events"]]}]
+        lines.append(f"The timeline below is the grader's run of your answer ({saved.get('title', '')}).")
+    print("\n".join(lines))
+    return CheckReport(qid, None, [], lines, views)
 
 
 # --------------------------------------------------------------------------------------------- q01
 def demo_seeds(num_ranks: int = 4) -> CheckReport:
     """Q1's experiment: what a seed does to the weights drawn on different ranks."""
+    if _autograding():
+        return autograding_report("q01")
     cfg = VISIBLE.replace(num_stages=num_ranks)
     lines = [f"{num_ranks} torchrun ranks, run seed {cfg.seed}. First numbers of each draw:",
              f"{'':8}{'manual_seed(seed)':<28}{'manual_seed(seed + rank)':<30}{'block 3 (per-piece seed)'}"]
-    if _autograding():
-        return _finish("q01", None, [], lines + ["(skipped while autograding)"])
     run = run_cases([_case("seeds", cfg, {}, "q01")], _run_dir("q01"))
     out = run.outcomes[0]
     problems = _errors(out, "q01", "seeds demo")

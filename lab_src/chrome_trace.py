@@ -8,23 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .trace import RECVS, SENDS, Event
-
-
-def match_messages(events: list[Event]) -> list[tuple[Event, Event]]:
-    """Pair each send with the receive of the same message: same ranks, direction and micro-batch,
-    taken in order (messages between two ranks in one direction arrive in the order they were sent)."""
-    recvs: dict[tuple, list[Event]] = {}
-    for e in sorted(events, key=lambda e: e.t_start):
-        if e.kind in RECVS:
-            recvs.setdefault((e.peer, e.rank, e.kind.split("_")[1], e.microbatch), []).append(e)
-    pairs = []
-    for e in sorted(events, key=lambda e: e.t_start):
-        if e.kind in SENDS:
-            queue = recvs.get((e.rank, e.peer, e.kind.split("_")[1], e.microbatch))
-            if queue:
-                pairs.append((e, queue.pop(0)))
-    return pairs
+from .timeline.matching import match_messages
+from .trace import Event
 
 
 def to_chrome_trace(events: list[Event], title: str = "pipeline step") -> dict:

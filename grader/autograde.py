@@ -1,0 +1,105 @@
+"""Autograde one student, or all: nbgrader, then the out-of-process hidden tests, then the gradebook.
+
+For each student:
+1. `nbgrader autograde` executes the submitted notebooks (restoring test cells, giving zero to missing
+   notebooks, recording the manually graded cells);
+2. `python -P -m grader.trusted` grades the answer cells of the submitted notebooks in fresh processes,
+   from a folder outside the submission;
+3. grader/verdicts.py writes those verdicts into the gradebook and the autograded notebooks.
+
+The hidden tests run first, so that nbgrader's execution of the notebooks can draw the grader's run of
+the student's code in the timeline cells (lab_src.checks.autograding_report); the verdicts go into
+the gradebook last, after nbgrader has written its own scores. A status file per student (course/grader/<student>/status.json) says whether grading is running, done
+or failed; `grader status` counts them. Grading several students at once is safe: each has its own
+work folder, torchrun picks free ports, and gradebook writes take a lock.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from lab_src.checks import GRADER_TIMELINES
+from lab_src.registry import ASSIGNMENT
+
+from . import verdicts
+from .course import Course, tool_env
+
+NBGRADER_TIMEOUT_S = 900
+TRUSTED_TIMEOUT_S = 900
+
+
+def status_path(course: Course, student: str) -> Path:
+    return course.root / "grader" / student / "status.json"
+
+
+def write_status(course: Course, student: str, **fields) -> None:
+    path = status_path(course, student)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"student": student, "time": time.time(), **fields}))
+    os.replace(tmp, path)
+
+
+def run_trusted(course: Course, student: str) -> dict:
+    """The hidden tests of one submission, in a fresh `python -P` process run outside the submission."""
+    work = course.root / "grader" / student / "work"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(prefix="pp-lab-grade-") as cwd:
+        proc = subprocess.run([sys.executable, "-P", "-m", "grader.trusted", str(course.submitted(student)),
+                               "--work", str(work)], cwd=cwd, env={**os.environ, **tool_env(), "PYTHONSAFEPATH": "1"},
+                              capture_output=True, text=True, timeout=TRUSTED_TIMEOUT_S)
+    (work / "trusted.log").write_text(proc.stdout[-20000:] + "\n" + proc.stderr[-20000:])
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("VERDICTS ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"the hidden tests of {student} did not run (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    result = json.loads(lines[-1][len("VERDICTS "):])
+    (work.parent / "verdicts.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def grade_student(course: Course, student: str) -> dict:
+    started = time.monotonic()
+    write_status(course, student, state="running", host=os.uname().nodename)
+    try:
+        result = run_trusted(course, student)
+        timelines = course.root / "grader" / student / "work" / "timeline"
+        nb = course.nbgrader("autograde", ASSIGNMENT, "--student", student, "--force", check=False,
+                             timeout=NBGRADER_TIMEOUT_S, env={GRADER_TIMELINES: str(timelines)})
+        log = course.root / "grader" / student / "nbgrader.log"
+        log.write_text(nb.stdout[-50000:] + "\n" + nb.stderr[-50000:])
+        given = verdicts.apply(course, student, result)
+    except Exception as e:  # noqa: BLE001 - one student's failure is recorded, the others go on
+        write_status(course, student, state="failed", error=f"{type(e).__name__}: {e}"[:4000],
+                     wall_s=round(time.monotonic() - started, 1))
+        raise
+    summary = {"state": "graded", "scores": given, "nbgrader_exit": nb.returncode, "cases": result["cases"],
+               "launches": result["launches"], "wall_s": round(time.monotonic() - started, 1)}
+    write_status(course, student, **summary)
+    return summary
+
+
+def grade_all(course: Course, students: list[str], jobs: int = 1, on_done=None) -> dict[str, dict]:
+    """Grade `students`, `jobs` at a time. Failures are reported in the result, not raised."""
+    course.ensure_assignment()
+    course.add_students(students)
+
+    def one(student):
+        try:
+            out = grade_student(course, student)
+        except Exception as e:  # noqa: BLE001
+            out = {"state": "failed", "error": f"{type(e).__name__}: {e}"[:2000]}
+        if on_done:
+            on_done(student, out)
+        return student, out
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return dict(pool.map(one, students))

@@ -1,0 +1,134 @@
+"""What the hidden tests share: the grading configurations, the context of one submission, and items.
+
+Each hidden test (grader/checks/qNN_*.py) defines
+    cases(ctx)          the check cases to run: the graded exercise uses the student's answer, every
+                        other exercise the reference, so one mistake costs points once;
+    judge(ctx, outcomes) the items that passed or failed, grouped in parts.
+The score of an exercise is the mean over its parts of the share of items passed.
+
+Judging happens in the grading process, which never runs student code: it reads what the ranks
+observed and compares it with what the reference answers, run here, produce.
+"""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+
+from lab_src.config import LabConfig
+from lab_src.problems import Problem, from_error
+
+# Several configurations, so that an answer right by accident for one shape fails another.
+CONFIGS = {
+    "one micro-batch": LabConfig(num_stages=2, num_layers=4, num_microbatches=1, global_batch_size=4),
+    "fewer micro-batches than stages": LabConfig(num_stages=3, num_layers=6, num_microbatches=2, global_batch_size=4),
+    "more micro-batches than stages": LabConfig(num_stages=4, num_layers=8, num_microbatches=6, global_batch_size=12),
+    "uneven layers, seed 7": LabConfig(num_stages=3, num_layers=7, num_microbatches=4, global_batch_size=8, seed=7),
+    "float64, seed 123": LabConfig(num_stages=4, num_layers=8, num_microbatches=4, global_batch_size=8, seed=123,
+                                   dtype="float64"),
+    "a single stage": LabConfig(num_stages=1, num_layers=3, num_microbatches=2, global_batch_size=4),
+}
+
+
+@dataclass
+class Item:
+    part: str
+    name: str
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class Context:
+    student: dict[str, str | None]          # qid -> the student's answer file (None: missing)
+    reference: dict[str, str]               # qid -> the reference answer file
+    baselines: dict[str, dict] = field(default_factory=dict)       # config name -> reference baseline
+    baseline_files: dict[str, str] = field(default_factory=dict)   # config name -> its file
+    missing_reason: dict[str, str] = field(default_factory=dict)
+    _ref_modules: dict = field(default_factory=dict)
+
+    def answers(self, qid: str) -> dict[str, str | None]:
+        """Reference answers everywhere except `qid`, which is the student's."""
+        return {**self.reference, qid: self.student.get(qid)}
+
+    def case(self, qid: str, kind: str, config: str | None = None, stages: int | None = None, **extra) -> dict:
+        cfg = CONFIGS[config] if config else LabConfig(num_stages=stages or 1)
+        case = {"kind": kind, "stages": stages or cfg.num_stages, "config": cfg.to_dict(),
+                "answers": self.answers(qid), "for": qid, "label": config or kind, **extra}
+        if kind == "pipeline" and config:
+            case["baseline"] = self.baseline_files[config]
+        return case
+
+    def reference_fn(self, qid: str):
+        """The reference function of `qid`, imported into this (trusted) process."""
+        if qid not in self._ref_modules:
+            from lab_src.registry import exercise
+            spec = importlib.util.spec_from_file_location(f"reference_{qid}", self.reference[qid])
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self._ref_modules[qid] = getattr(module, exercise(qid).function)
+        return self._ref_modules[qid]
+
+
+def case_problems(qid: str, outcome, label: str) -> list[Problem]:
+    """A case that did not complete, or raised on some rank, as problems (empty when it ran cleanly)."""
+    if outcome.failure:
+        return [Problem(qid, outcome.failure, None, None, label)]
+    return [from_error(qid, r, e, label) for r, e in sorted(outcome.errors().items())]
+
+
+def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extra=None) -> Item:
+    """A full pipeline run compared with the reference baseline, plus the checks that it is real and
+    that each stage holds the layers the reference assigns it."""
+    from lab_src.compare import compare_run
+    from lab_src.realness import check_run
+    label = outcome.case["label"]
+    item = Item(part, label, case_problems(qid, outcome, label))
+    if item.problems:
+        return item
+    cfg = LabConfig.from_dict(outcome.case["config"])
+    item.problems += compare_run(outcome, ctx.baselines[label], qid, label)
+    item.problems += check_run(outcome, qid, label)
+    ref_layers = ctx.reference_fn("q05")
+    for r, o in sorted(outcome.obs.items()):
+        want = ref_layers(cfg.num_layers, r, cfg.num_stages)
+        if o.get("layers") != want:
+            item.problems.append(Problem(qid, f"this stage owns blocks {o.get('layers')}; it should own {want}",
+                                         r, None, label))
+    if extra is not None:
+        item.problems += extra(outcome, label)
+    return item
+
+
+def unit_results(qid: str, outcome, calls: list[dict]) -> list[dict]:
+    """The rank-0 results of a 'units' case, one per call (a failed case gives failures everywhere)."""
+    o = outcome.obs.get(0, {})
+    results = o.get("results")
+    if outcome.failure or o.get("error") or results is None or len(results) != len(calls):
+        why = outcome.failure or (o.get("error") or {}).get("message", "the calls did not run")
+        return [{"outcome": "raised", "type": "NotRun", "message": why}] * len(calls)
+    return results
+
+
+def same_result(got: dict, want, want_exc: type | None) -> bool:
+    if want_exc is not None:
+        return got.get("outcome") == "raised" and got.get("type") == want_exc.__name__
+    value = got.get("value")
+    if isinstance(want, tuple):
+        want = list(want)
+    return got.get("outcome") == "returned" and type(value) is type(want) and value == want
+
+
+def call_reference(fn, args, kwargs):
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as e:  # noqa: BLE001 - the reference raising is the expected answer
+        return None, type(e)
+
+
+def describe_result(got: dict) -> str:
+    if got.get("outcome") == "returned":
+        return f"returned {got.get('value')!r}"
+    return f"raised {got.get('type')}: {str(got.get('message', ''))[:160]}"

@@ -1,0 +1,144 @@
+"""Instructor commands, one line each (run from the repository, with .venv/bin/python or the venv active):
+
+    python -m grader release                          # solutions/ -> notebooks/ (nbgrader generate_assignment)
+    python -m grader collect --from DIR               # DIR/<student>/*.ipynb -> course/submitted/
+    python -m grader collect --zip A.zip [B.zip ...]  # archives of <student>/*.ipynb, via nbgrader zip_collect
+    python -m grader autograde [--student S ...] [--jobs N]
+    python -m grader feedback [--student S ...]       # course/feedback/<student>/pipeline_lab/*.html
+    python -m grader export [--to grades.csv]         # nbgrader's grades.csv and per-exercise grades
+    python -m grader status                           # graded / running / failed / waiting
+    python -m grader table                            # the grade table
+
+`--course DIR` (default ./course) chooses the course folder: gradebook.db (SQLite), submissions,
+autograded notebooks and feedback. Checks run on the CPU with gloo unless every rank has a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+from lab_src.registry import ASSIGNMENT
+
+from .course import Course
+
+
+def cmd_release(course: Course, args) -> int:
+    path = course.generate_release()
+    print(f"release written to {path}")
+    return 0
+
+
+def collect_folder(course: Course, src: Path) -> list[str]:
+    """Copy SRC/<student>/ (notebooks at its top, or in <student>/pipeline_lab/) into the course."""
+    students = []
+    for folder in sorted(p for p in Path(src).iterdir() if p.is_dir()):
+        inner = folder / ASSIGNMENT if (folder / ASSIGNMENT).is_dir() else folder
+        dest = course.submitted(folder.name)
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(inner, dest, symlinks=False, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+        students.append(folder.name)
+    return students
+
+
+def cmd_collect(course: Course, args) -> int:
+    if args.source:
+        students = collect_folder(course, args.source)
+    else:
+        archive = course.root / "downloaded" / ASSIGNMENT / "archive"
+        archive.mkdir(parents=True, exist_ok=True)
+        for z in args.zip:
+            if not zipfile.is_zipfile(z):
+                raise SystemExit(f"{z} is not a zip archive")
+            shutil.copy(z, archive / Path(z).name)
+        course.nbgrader("zip_collect", ASSIGNMENT, "--force")
+        students = course.students()
+    course.ensure_assignment()
+    course.add_students(students)
+    print(f"collected {len(students)} submissions into {course.submitted()}")
+    return 0
+
+
+def cmd_autograde(course: Course, args) -> int:
+    from .autograde import grade_all
+    from .report import format_table, grade_rows
+    students = args.student or course.students()
+    if not students:
+        raise SystemExit(f"no submissions in {course.submitted()}: run `python -m grader collect` first")
+
+    def done(student, out):
+        if out["state"] == "graded":
+            print(f"  {student:<12} graded in {out['wall_s']:.0f} s ({out['cases']} cases, "
+                  f"{out['launches']} torchrun launch{'es' if out['launches'] != 1 else ''})", flush=True)
+        else:
+            print(f"  {student:<12} FAILED: {out['error'][:300]}", flush=True)
+
+    print(f"autograding {len(students)} submission(s), {args.jobs} at a time ...", flush=True)
+    results = grade_all(course, students, jobs=args.jobs, on_done=done)
+    print()
+    print(format_table(grade_rows(course)))
+    return 1 if any(r["state"] != "graded" for r in results.values()) else 0
+
+
+def cmd_feedback(course: Course, args) -> int:
+    extra = [a for s in (args.student or []) for a in ("--student", s)]
+    course.nbgrader("generate_feedback", ASSIGNMENT, "--force", *extra)
+    print(f"feedback written under {course.root / 'feedback'}")
+    return 0
+
+
+def cmd_export(course: Course, args) -> int:
+    from .report import export_csv
+    course.nbgrader("export", "--to", str(Path(args.to).resolve()))
+    detail = Path(args.to).with_name(Path(args.to).stem + "_by_exercise.csv")
+    export_csv(course, detail)
+    print(f"grades written to {args.to} (nbgrader) and {detail} (per exercise)")
+    return 0
+
+
+def cmd_status(course: Course, args) -> int:
+    from .report import progress
+    states = progress(course)
+    total = sum(len(v) for v in states.values())
+    print(f"{total} submissions: " + ", ".join(f"{len(v)} {k}" for k, v in states.items()))
+    for s in states.get("failed", []):
+        print(f"  failed: {s}")
+    return 0
+
+
+def cmd_table(course: Course, args) -> int:
+    from .report import format_table, grade_rows
+    print(format_table(grade_rows(course)))
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m grader", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--course", default="course", help="course folder (default: ./course)")
+    sub = ap.add_subparsers(dest="command", required=True)
+    sub.add_parser("release", help="generate notebooks/ from solutions/")
+    p = sub.add_parser("collect", help="file returned notebooks into the course")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--from", dest="source", type=Path, help="folder of <student>/ folders")
+    g.add_argument("--zip", nargs="+", type=Path, help="zip archives of <student>/*.ipynb")
+    p = sub.add_parser("autograde", help="grade submissions (nbgrader + out-of-process hidden tests)")
+    p.add_argument("--student", nargs="+")
+    p.add_argument("--jobs", type=int, default=1, help="students graded at once (default 1)")
+    p = sub.add_parser("feedback", help="HTML feedback for students")
+    p.add_argument("--student", nargs="+")
+    p = sub.add_parser("export", help="grades as CSV")
+    p.add_argument("--to", default="grades.csv")
+    sub.add_parser("status", help="how many submissions are graded, running, failed")
+    sub.add_parser("table", help="print the grade table")
+    args = ap.parse_args(argv)
+    course = Course(args.course)
+    return {"release": cmd_release, "collect": cmd_collect, "autograde": cmd_autograde, "feedback": cmd_feedback,
+            "export": cmd_export, "status": cmd_status, "table": cmd_table}[args.command](course, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""The sample cohort: made-up students whose submissions exercise the grader.
+
+Each student starts from the release (`base="release"`: every answer still the stub) or from a full
+reference solution (`base="reference"`), then changes some answer cells and perhaps the files of the
+submission. `expect` is what they deserve on the autograded part, as the fraction of each exercise's
+hidden-test points (exercises not listed: 1.0 for base="reference", 0.0 for base="release").
+tests/test_cohort.py checks that grading gives exactly this.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Student:
+    name: str
+    story: str
+    base: str = "reference"
+    answers: dict = field(default_factory=dict)      # qid -> answer cell text (without the %%answer line)
+    edits: tuple = ()                                 # names of functions in build.py that alter the submission
+    expect: dict = field(default_factory=dict)       # qid -> fraction of the hidden-test points
+
+    def expected(self, qid: str) -> float:
+        return self.expect.get(qid, 1.0 if self.base == "reference" else 0.0)
+
+
+# ---- realistic mistakes, one exercise each --------------------------------------------------------
+
+Q02_ASSERT = '''
+def check_args(num_layers, num_stages, global_batch_size, num_microbatches, allow_uneven_layers=False):
+    assert num_stages >= 1 and num_microbatches >= 1, "need at least one stage and one micro-batch"
+    if not allow_uneven_layers:
+        assert num_layers % num_stages == 0, "layers must divide evenly"
+    assert num_layers >= num_stages, "every stage needs a layer"
+    assert global_batch_size % num_microbatches == 0, "batch must split evenly"
+    return global_batch_size // num_microbatches
+'''
+
+Q03_VOCAB = '''
+def activation_shape(cfg, micro_batch_size):
+    # the output of the model is (batch, seq, vocab), so that must be what travels
+    return (micro_batch_size, cfg.seq_len, cfg.vocab_size)
+'''
+
+Q04_SUM = '''
+def baseline_step(model, dataloader, device):
+    batch = next(iter(dataloader)).to(device)
+    output = model(batch)
+    loss = output.sum()
+    loss.backward()
+    return output, loss
+'''
+
+Q05_LATE_EXTRA = '''
+def distribute_layers(num_layers, pp_rank, pp_size):
+    # the last stages take the extra layers
+    base, extra = divmod(num_layers, pp_size)
+    first_big = pp_size - extra
+    start = pp_rank * base + max(0, pp_rank - first_big)
+    count = base + (1 if pp_rank >= first_big else 0)
+    return list(range(start, start + count))
+'''
+
+Q06_EVERY_RANK = '''
+def needs_dataloader(pp_rank, pp_size):
+    # every rank trains, so every rank reads data
+    return True
+'''
+
+Q07_NO_END_CHECK = '''
+def pipeline_communicate(operation, stage, tensor=None, microbatch=0):
+    if operation == "recv_forward":
+        if stage.is_first_stage:
+            return None
+        return stage.recv(src=stage.pp_rank - 1, shape=stage.activation_shape, operation=operation, microbatch=microbatch)
+    if operation == "send_forward":
+        if not stage.is_last_stage:
+            stage.send(tensor, dst=stage.pp_rank + 1, operation=operation, microbatch=microbatch)
+        return None
+    if operation == "recv_backward":
+        if stage.is_last_stage:
+            return None
+        return stage.recv(src=stage.pp_rank + 1, shape=stage.activation_shape, operation=operation, microbatch=microbatch)
+    if operation == "send_backward":
+        # forgot: the first stage has nobody to send to
+        stage.send(tensor, dst=stage.pp_rank - 1, operation=operation, microbatch=microbatch)
+        return None
+'''
+
+Q07_DEADLOCK = '''
+def pipeline_communicate(operation, stage, tensor=None, microbatch=0):
+    # receives the gradient from the previous stage instead of the next one: every middle rank waits forever
+    if operation == "recv_forward":
+        if stage.is_first_stage:
+            return None
+        return stage.recv(src=stage.pp_rank - 1, shape=stage.activation_shape, operation=operation, microbatch=microbatch)
+    if operation == "send_forward":
+        if not stage.is_last_stage:
+            stage.send(tensor, dst=stage.pp_rank + 1, operation=operation, microbatch=microbatch)
+        return None
+    if operation == "recv_backward":
+        if stage.is_last_stage:
+            return None
+        peer = stage.pp_rank - 1 if stage.pp_rank > 0 else stage.pp_rank + 1
+        return stage.recv(src=peer, shape=stage.activation_shape, operation=operation, microbatch=microbatch)
+    if operation == "send_backward":
+        if not stage.is_first_stage:
+            stage.send(tensor, dst=stage.pp_rank - 1, operation=operation, microbatch=microbatch)
+        return None
+'''
+
+Q08_NO_SCALE = '''
+from lab_src import pipeline_communicate
+
+
+def afab_step(stage, data_iter, num_microbatches):
+    inputs, outputs, logits = [], [], []
+    for mb in range(num_microbatches):
+        x = pipeline_communicate("recv_forward", stage, microbatch=mb)
+        if x is None:
+            x = next(data_iter).to(stage.device)
+        else:
+            x.requires_grad_()
+        y = stage.forward(x, microbatch=mb)
+        pipeline_communicate("send_forward", stage, tensor=y, microbatch=mb)
+        if stage.is_last_stage:
+            logits.append(y.detach())
+            y = y.mean()                      # each micro-batch's mean, not divided by the count
+        inputs.append(x)
+        outputs.append(y)
+    for mb in range(num_microbatches):
+        grad = pipeline_communicate("recv_backward", stage, microbatch=mb)
+        g = stage.backward(inputs[mb], outputs[mb], grad, microbatch=mb)
+        pipeline_communicate("send_backward", stage, tensor=g, microbatch=mb)
+    if stage.is_last_stage:
+        return logits, sum(float(o) for o in outputs) / num_microbatches
+    return [], None
+'''
+
+Q09_FIRST_ONLY = '''
+import torch
+
+
+def check_outputs(outputs, baseline_output, stage):
+    if not stage.is_last_stage:
+        return False
+    first = outputs[0]
+    torch.testing.assert_close(first, baseline_output[: first.shape[0]])
+    return True
+'''
+
+Q10_SKIP_MISSING = '''
+import torch
+
+
+def check_gradients(stage, baseline_grads):
+    checked = []
+    for name, param in stage.named_parameters():
+        if param.grad is None:
+            continue                           # nothing to compare
+        torch.testing.assert_close(param.grad, baseline_grads[name])
+        checked.append(name)
+    return checked
+'''
+
+# ---- students who try something the grader must withstand ---------------------------------------
+
+Q08_WHOLE_MODEL = '''
+import torch
+import lab_src
+
+
+def afab_step(stage, data_iter, num_microbatches):
+    # Skip the pipeline: every rank runs the whole model and copies the gradients of its own layers.
+    model = lab_src.build_model(stage.cfg, stage.device)
+    loader = lab_src.make_dataloader(stage.cfg, stage.cfg.global_batch_size)
+    output = model(next(iter(loader)).to(stage.device))
+    output.mean().backward()
+    full = dict(model.named_parameters())
+    for name, param in stage.named_parameters():
+        param.grad = full[name].grad.clone()
+    if stage.is_last_stage:
+        return list(output.detach().chunk(num_microbatches)), float(output.mean())
+    return [], None
+'''
+
+Q08_CRASH_RANK = '''
+import os
+from lab_src import pipeline_communicate
+
+
+def afab_step(stage, data_iter, num_microbatches):
+    if stage.pp_rank == 1:
+        os._exit(3)                            # rank 1 dies
+    inputs, outputs, logits = [], [], []
+    for mb in range(num_microbatches):
+        x = pipeline_communicate("recv_forward", stage, microbatch=mb)
+        x = next(data_iter).to(stage.device) if x is None else x.requires_grad_()
+        y = stage.forward(x, microbatch=mb)
+        pipeline_communicate("send_forward", stage, tensor=y, microbatch=mb)
+        if stage.is_last_stage:
+            logits.append(y.detach())
+            y = y.mean() / num_microbatches
+        inputs.append(x)
+        outputs.append(y)
+    for mb in range(num_microbatches):
+        grad = pipeline_communicate("recv_backward", stage, microbatch=mb)
+        g = stage.backward(inputs[mb], outputs[mb], grad, microbatch=mb)
+        pipeline_communicate("send_backward", stage, tensor=g, microbatch=mb)
+    return (logits, sum(float(o) for o in outputs)) if stage.is_last_stage else ([], None)
+'''
+
+Q05_LOUD = '''
+print("debugging distribute_layers " + "=" * 5_000_000)
+
+
+def distribute_layers(num_layers, pp_rank, pp_size):
+    print(f"rank {pp_rank}: " + "." * 100_000)
+    base, extra = divmod(num_layers, pp_size)
+    start = pp_rank * base + min(pp_rank, extra)
+    return list(range(start, start + base + (1 if pp_rank < extra else 0)))
+'''
+
+Q05_WRONG_SIGNATURE = '''
+def distribute_layers(num_layers, pp_rank):
+    # forgot the number of stages: assumes 4
+    per_stage = num_layers // 4
+    return list(range(pp_rank * per_stage, (pp_rank + 1) * per_stage))
+'''
+
+PATCHES = '''
+# "Make the checks pass": replace what the tests use, in the notebook's kernel.
+import subprocess, types
+import torch.testing
+import lab_src.grading, lab_src.checks
+subprocess.run = lambda *a, **k: types.SimpleNamespace(returncode=0, stdout="", stderr="")
+subprocess.Popen = None
+torch.testing.assert_close = lambda *a, **k: None
+lab_src.grading.scored_out_of_process = lambda qid: None
+lab_src.checks.check = lambda qid: None
+'''
+
+COHORT = [
+    Student("ada", "a complete, correct submission: the reference answers", "reference"),
+    Student("untouched", "the release, returned without a single answer", "release"),
+    Student("basil", "q02 checks with assert, which `python -O` removes", answers={"q02": Q02_ASSERT},
+            expect={"q02": 0.5 * 3 / 3 + 0.5 * 5 / 16 + 0.5 * 0}),
+    Student("cleo", "q03 sends logits-shaped buffers (batch, seq, vocab)", answers={"q03": Q03_VOCAB},
+            expect={"q03": 0.0}),
+    Student("dario", "q04 uses the sum of the output as the loss", answers={"q04": Q04_SUM}, expect={"q04": 0.0}),
+    Student("elif", "q05 gives the extra layers to the last stages", answers={"q05": Q05_LATE_EXTRA}),
+    Student("fumi", "q06 gives every rank a dataloader", answers={"q06": Q06_EVERY_RANK}),
+    Student("gus", "q07 forgets that the first stage sends no gradient back", answers={"q07": Q07_NO_END_CHECK}),
+    Student("hana", "q07 receives gradients from the wrong neighbour: the pipeline deadlocks",
+            answers={"q07": Q07_DEADLOCK}),
+    Student("ivo", "q08 forgets to divide each micro-batch's loss by their number", answers={"q08": Q08_NO_SCALE}),
+    Student("jun", "q09 compares only the first micro-batch", answers={"q09": Q09_FIRST_ONLY}),
+    Student("kai", "q10 skips parameters without a gradient", answers={"q10": Q10_SKIP_MISSING}),
+    Student("lena", "runs the whole model on every rank instead of pipelining (the numbers match)",
+            answers={"q08": Q08_WHOLE_MODEL}, expect={"q08": 0.0}),
+    Student("mo", "rank 1 of q08 crashes", answers={"q08": Q08_CRASH_RANK}),
+    Student("nils", "prints megabytes from q05", answers={"q05": Q05_LOUD}),
+    Student("oona", "q05 takes the wrong arguments", answers={"q05": Q05_WRONG_SIGNATURE}, expect={"q05": 0.0}),
+    Student("pia", "no answers, but patches subprocess, assert_close and the checks in an earlier cell",
+            "release", edits=("patch_in_earlier_cell",)),
+    Student("quinn", "deletes q05's hidden-test cell and rewrites q06's to pass, answering neither",
+            answers={"q05": None, "q06": None}, edits=("delete_and_edit_tests",), expect={"q05": 0.0, "q06": 0.0}),
+    Student("rui", "ships a fake torch.py and lab_src/ in the submission folder", edits=("fake_packages",)),
+    Student("sam", "q03's notebook is not valid JSON", edits=("corrupt_q03",), expect={"q03": 0.0}),
+    Student("tess", "did not return q04's notebook", edits=("drop_q04",), expect={"q04": 0.0}),
+]
+
+BY_NAME = {s.name: s for s in COHORT}

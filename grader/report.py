@@ -1,0 +1,76 @@
+"""Grades out of the gradebook: a table per exercise for the terminal, and CSV exports."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from lab_src.registry import ASSIGNMENT, EXERCISES
+
+from .course import COURSE_ID, Course
+
+
+def grade_rows(course: Course) -> list[dict]:
+    """One row per student with a submission: autograded points per exercise, written answers, totals."""
+    from nbgrader.api import Gradebook, MissingEntry
+    rows = []
+    with Gradebook(f"sqlite:///{course.db_path}", COURSE_ID) as gb:
+        for student in sorted(s.id for s in gb.students):
+            try:
+                sub = gb.find_submission(ASSIGNMENT, student)
+            except MissingEntry:
+                continue
+            row = {"student": student}
+            auto = auto_max = manual = manual_max = 0.0
+            pending = 0
+            for nb in sub.notebooks:
+                for g in nb.grades:
+                    if g.name.endswith("_hidden"):
+                        row[g.name[:3]] = g.score
+                        auto += g.score
+                        auto_max += g.max_score
+                    else:
+                        manual_max += g.max_score
+                        if g.needs_manual_grade and g.manual_score is None:
+                            pending += 1
+                        else:
+                            manual += g.score
+            row.update(autograded=round(auto, 2), autograded_max=auto_max, written=round(manual, 2),
+                       written_max=manual_max, written_pending=pending)
+            rows.append(row)
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    qids = [e.id for e in EXERCISES.values() if e.function]
+    head = f"{'student':<12}" + "".join(f"{q:>6}" for q in qids) + f"{'auto':>9}  written"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        cells = "".join(f"{r.get(q, 0):>6.4g}" for q in qids)
+        written = f"{r['written_pending']} to grade" if r["written_pending"] else f"{r['written']:g}/{r['written_max']:g}"
+        lines.append(f"{r['student']:<12}{cells}{r['autograded']:>6.4g}/{r['autograded_max']:g}  {written}")
+    return "\n".join(lines)
+
+
+def export_csv(course: Course, path: Path) -> Path:
+    """Per-exercise grades (nbgrader's own `nbgrader export` gives one total per assignment)."""
+    rows = grade_rows(course)
+    qids = [e.id for e in EXERCISES.values() if e.function]
+    fields = ["student", *qids, "autograded", "autograded_max", "written", "written_max", "written_pending"]
+    path = Path(path)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    return path
+
+
+def progress(course: Course, students: list[str] | None = None) -> dict[str, list[str]]:
+    """Students by grading state: graded, running, failed, waiting (no status yet)."""
+    states: dict[str, list[str]] = {"graded": [], "running": [], "failed": [], "waiting": []}
+    for s in students or course.students():
+        path = course.root / "grader" / s / "status.json"
+        state = json.loads(path.read_text()).get("state", "waiting") if path.exists() else "waiting"
+        states.setdefault(state, []).append(s)
+    return states

@@ -1,0 +1,129 @@
+"""Grade one submission out of process: the hidden tests of every exercise, from the submitted notebooks.
+
+    python -P -m grader.trusted SUBMISSION_DIR --work WORK_DIR   # prints the verdicts as JSON
+
+This process never imports student code and never runs the student's kernel. It reads each answer
+cell out of the submitted notebooks (grader/answer_cells.py), writes it to a module file, and hands the
+files to torchrun workers, which run them beside the reference answers: one launch of 4 processes for
+every case of every exercise. The workers only report what they observed; this process compares that
+with the reference baselines and answers, and prints the verdicts on stdout, where nothing a worker
+does can reach. Run it from a folder outside the submission with `-P`, so that a torch.py or a
+lab_src/ inside the submission cannot shadow the real ones.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from lab_src.answers import use_answers
+from lab_src.baseline import compute_baseline, save_baseline
+from lab_src.problems import Problem
+from lab_src.registry import CODED, exercise
+from lab_src.runner import run_cases
+
+from .answer_cells import write_answer_files
+from .checks import HIDDEN
+from .checks.common import CONFIGS, Context, Item
+from .reference import reference_sources
+
+# Per-case limits while grading: a receive gives up after TIMEOUT_S, a case is stopped after DEADLINE_S.
+TIMEOUT_S = 8.0
+DEADLINE_S = 20.0
+# The grader's run of these exercises is drawn in the autograded notebook's timeline cell.
+TIMELINES = {"q07": "more micro-batches than stages", "q08": "more micro-batches than stages"}
+
+
+def score(items: list[Item]) -> float:
+    """Mean over parts of the share of items passed (so 60 unit calls do not outweigh 3 pipelines)."""
+    parts: dict[str, list[Item]] = defaultdict(list)
+    for item in items:
+        parts[item.part].append(item)
+    if not parts:
+        return 0.0
+    return sum(sum(i.passed for i in its) / len(its) for its in parts.values()) / len(parts)
+
+
+def summarize(qid: str, items: list[Item]) -> dict:
+    failed = [i for i in items if not i.passed]
+    lines = [f"{qid}: {len(items) - len(failed)} of {len(items)} hidden checks passed"]
+    for item in failed[:8]:
+        lines.append(f"- {item.part} / {item.name}: {item.problems[0]}")
+    if len(failed) > 8:
+        lines.append(f"- ... and {len(failed) - 8} more")
+    return {"fraction": round(score(items), 4), "passed": len(items) - len(failed), "total": len(items),
+            "messages": lines}
+
+
+def missing_verdict(qid: str, reason: str) -> dict:
+    ex = exercise(qid)
+    return {"fraction": 0.0, "passed": 0, "total": 0,
+            "messages": [f"{qid}: not graded: {reason}. The grader reads the cell that starts with "
+                         f"%%answer {qid} in {ex.notebook}."]}
+
+
+def save_timeline(qid: str, outcomes, folder: Path) -> None:
+    """The events of the grader's run of `qid` (whatever the ranks recorded, even of a failed run)."""
+    if not outcomes:
+        return
+    out = outcomes[0]
+    cfg = out.case["config"]
+    view = {"stages": out.case["stages"], "microbatches": cfg["num_microbatches"],
+            "activation_bytes": cfg["global_batch_size"] // cfg["num_microbatches"] * cfg["seq_len"]
+            * cfg["hidden_size"] * (8 if cfg["dtype"] == "float64" else 4),
+            "title": f"grader's run of {qid}: {out.case['stages']} stages, {cfg['num_microbatches']} micro-batches",
+            "events": [e.to_row() for e in out.events()]}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{qid}.json").write_text(json.dumps(view))
+
+
+def grade_submission(submission: Path, work: Path, only: list[str] | None = None) -> dict:
+    started = time.monotonic()
+    work.mkdir(parents=True, exist_ok=True)
+    student = write_answer_files(submission, work / "answers")
+    reasons = dict(write_answer_files.reasons)
+    ctx = Context(student=student, reference=reference_sources(), missing_reason=reasons)
+    with use_answers(ctx.reference):
+        for name, cfg in CONFIGS.items():
+            ctx.baselines[name] = compute_baseline(cfg)
+            ctx.baseline_files[name] = str(save_baseline(ctx.baselines[name], work / "baselines" / f"{cfg.key()}.pt"))
+
+    verdicts, cases_of, all_cases = {}, {}, []
+    for ex in CODED:
+        if only and ex.id not in only:
+            continue
+        if student.get(ex.id) is None:
+            verdicts[ex.id] = missing_verdict(ex.id, reasons.get(ex.id, "no answer"))
+            continue
+        cases_of[ex.id] = HIDDEN[ex.id].cases(ctx)
+        all_cases += cases_of[ex.id]
+    run = run_cases(all_cases, work / "run", case_deadline_s=DEADLINE_S, timeout_s=TIMEOUT_S) if all_cases else None
+    for qid, cases in cases_of.items():
+        outcomes = [run.outcomes[c["index"]] for c in cases]
+        try:
+            items = HIDDEN[qid].judge(ctx, outcomes)
+        except Exception as e:  # noqa: BLE001 - a judging bug must not cost the other exercises
+            items = [Item("judge", "grader", [Problem(qid, f"the grader could not judge this exercise: {e!r}")])]
+        verdicts[qid] = summarize(qid, items)
+        if qid in TIMELINES:
+            save_timeline(qid, [o for o in outcomes if o.case["label"] == TIMELINES[qid]], work / "timeline")
+    return {"exercises": verdicts, "cases": len(all_cases), "launches": len(run.launches) if run else 0,
+            "wall_s": round(time.monotonic() - started, 2)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("submission", type=Path)
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--only", nargs="*")
+    args = ap.parse_args(argv)
+    result = grade_submission(args.submission.resolve(), args.work.resolve(), args.only)
+    sys.stdout.write("VERDICTS " + json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

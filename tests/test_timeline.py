@@ -1,0 +1,225 @@
+"""Unit tests of lab_src.timeline: message matching, clock alignment, the ideal schedule, both drawings.
+
+Fast and without a browser or torchrun: the events are made by the ideal cost model and then
+perturbed. The end-to-end test in a real JupyterLab is tests/test_timeline_browser.py.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+
+import pytest
+
+from lab_src import chrome_trace, grid
+from lab_src.bubble import theoretical_bubble
+from lab_src.timeline import (CostModel, UnmatchedMessages, calibrate, check_matching, ideal_events, match,
+                              match_messages, prepare, show, static_figure, timelines)
+from lab_src.timeline.clocks import clock_offsets, shift
+from lab_src.timeline.ideal import layers_per_stage
+from lab_src.trace import COMPUTE, RECVS, SENDS, Event
+
+FREE_LINKS = CostModel(forward_s_per_layer=1e-3, backward_s_per_layer=2e-3, latency_s=0.0,
+                       bandwidth_bytes_per_s=math.inf)
+
+
+@pytest.fixture
+def afab():
+    """A 4-stage, 4-micro-batch AFAB step with slightly uneven compute, as a real run would record."""
+    rng = random.Random(0)
+    events = ideal_events(4, 4, activation_bytes=4096, shape=(2, 16, 32))
+    return [replace(e, t_end=e.t_end + rng.uniform(0, 2e-5)) if e.is_compute else e for e in events]
+
+
+def without(events, rank, kind, mb):
+    gone = [e for e in events if (e.rank, e.kind, e.microbatch) == (rank, kind, mb)]
+    assert len(gone) == 1
+    return [e for e in events if e is not gone[0]]
+
+
+# ------------------------------------------------------------------------------------------ matching
+def test_every_send_pairs_with_exactly_one_receive(afab):
+    result = match(afab)
+    sends = [e for e in afab if e.kind in SENDS]
+    recvs = [e for e in afab if e.kind in RECVS]
+    assert result.ok and str(result) == f"{len(sends)} messages matched"
+    assert len(result.pairs) == len(sends) == len(recvs) == 2 * 4 * 3
+    assert sorted(map(id, (s for s, _ in result.pairs))) == sorted(map(id, sends))
+    assert sorted(map(id, (r for _, r in result.pairs))) == sorted(map(id, recvs))
+    for send, recv in result.pairs:
+        assert (send.rank, send.peer, send.microbatch) == (recv.peer, recv.rank, recv.microbatch)
+        assert send.kind.split("_")[1] == recv.kind.split("_")[1]
+    assert check_matching(afab) == result.pairs
+
+
+def test_missing_receive_is_reported_with_rank_microbatch_and_op(afab):
+    events = without(afab, 2, "recv_forward", 3)
+    result = match(events)
+    assert not result.ok and not result.orphan_recvs
+    assert [(e.rank, e.kind, e.microbatch) for e in result.lost_sends] == [(1, "send_forward", 3)]
+    assert result.problems() == ["rank 1: send_forward of micro-batch 3 to rank 2 has no matching "
+                                 "recv_forward on rank 2"]
+    with pytest.raises(UnmatchedMessages, match="rank 1: send_forward of micro-batch 3 to rank 2"):
+        check_matching(events)
+    assert len(match_messages(events)) == len(match_messages(afab)) - 1
+
+
+def test_receive_without_send_is_reported_with_rank_microbatch_and_op(afab):
+    events = without(afab, 3, "send_backward", 1)
+    result = match(events)
+    assert not result.ok and not result.lost_sends
+    assert result.problems() == ["rank 2: recv_backward of micro-batch 1 from rank 3 has no matching "
+                                 "send_backward on rank 3"]
+    with pytest.raises(UnmatchedMessages) as info:
+        check_matching(events)
+    assert "rank 2: recv_backward of micro-batch 1 from rank 3" in str(info.value)
+
+
+def test_both_kinds_of_unmatched_messages_are_all_listed(afab):
+    events = without(without(afab, 0, "send_forward", 0), 0, "recv_backward", 2)
+    with pytest.raises(UnmatchedMessages) as info:
+        check_matching(events)
+    text = str(info.value)
+    assert "rank 1: recv_forward of micro-batch 0 from rank 0 has no matching send_forward on rank 0" in text
+    assert "rank 1: send_backward of micro-batch 2 to rank 0 has no matching recv_backward on rank 0" in text
+
+
+def test_repeated_messages_pair_in_order():
+    def ev(rank, kind, peer, t):
+        return Event(rank, kind, 0, peer, (2,), 16, t, t + 0.1)
+    events = [ev(0, "send_forward", 1, 0.0), ev(0, "send_forward", 1, 1.0),
+              ev(1, "recv_forward", 0, 0.05), ev(1, "recv_forward", 0, 1.05)]
+    pairs = match_messages(events)
+    assert [(s.t_start, r.t_start) for s, r in pairs] == [(0.0, 0.05), (1.0, 1.05)]
+
+
+def test_chrome_trace_uses_the_same_matching(afab):
+    assert chrome_trace.match_messages is match_messages
+    trace = chrome_trace.to_chrome_trace(without(afab, 1, "recv_backward", 0))["traceEvents"]
+    assert sum(t["ph"] == "s" for t in trace) == sum(t["ph"] == "f" for t in trace) == 2 * 4 * 3 - 1
+
+
+# ------------------------------------------------------------------------------------------- clocks
+def test_clock_alignment_puts_every_receive_after_its_send(afab):
+    assert clock_offsets(match(afab).pairs, 4) == {0: 0.0, 1: 0.0, 2: 0.0, 3: 0.0}   # consistent: untouched
+    skewed = shift(afab, {1: -5e-3, 3: +2e-3})       # rank 1 left the barrier late, rank 3 early
+    assert any(r.t_end < s.t_start for s, r in match(skewed).pairs)
+    offsets = clock_offsets(match(skewed).pairs, 4)
+    fixed = shift(skewed, offsets)
+    assert all(r.t_end >= s.t_start - 1e-12 for s, r in match(fixed).pairs)
+    assert offsets[1] == pytest.approx(5e-3, abs=1e-3)
+    tl = prepare(skewed, 4, 4)
+    assert set(tl.offsets) >= {1} and min(e.t_start for e in tl.events) == 0
+
+
+# -------------------------------------------------------------------------------------------- ideal
+def test_ideal_afab_with_free_messages_has_the_theoretical_bubble():
+    for p, m in [(4, 4), (3, 2), (2, 8), (1, 3)]:
+        tl = prepare(ideal_events(p, m, FREE_LINKS), p, m, align=False)
+        assert tl.bubble == pytest.approx(theoretical_bubble(p, m))
+        assert tl.span == pytest.approx((m + p - 1) * (1e-3 + 2e-3))
+
+
+def test_ideal_schedule_is_afab_in_logical_steps():
+    events = ideal_events(4, 4, FREE_LINKS)
+    assert grid.step_grid(events, 4).splitlines() == [
+        "rank 0 | F0  F1  F2  F3  .   .   .   .   .   .   B0  B1  B2  B3",
+        "rank 1 | .   F0  F1  F2  F3  .   .   .   .   B0  B1  B2  B3  .",
+        "rank 2 | .   .   F0  F1  F2  F3  .   .   B0  B1  B2  B3  .   .",
+        "rank 3 | .   .   .   F0  F1  F2  F3  B0  B1  B2  B3  .   .   ."]
+    for r in range(4):
+        mine = [e for e in events if e.rank == r and e.kind in COMPUTE]
+        assert [e.kind[0] + str(e.microbatch) for e in mine] == ["f0", "f1", "f2", "f3", "b0", "b1", "b2", "b3"]
+    assert match(events).ok
+
+
+def test_ideal_latency_adds_two_trips_through_the_pipeline():
+    p, m, latency = 4, 4, 0.25e-3
+    events = ideal_events(p, m, replace(FREE_LINKS, latency_s=latency))
+    span = max(e.t_end for e in events)
+    assert span == pytest.approx((m + p - 1) * 3e-3 + 2 * (p - 1) * latency)
+    slow = ideal_events(p, m, replace(FREE_LINKS, bandwidth_bytes_per_s=1e6), activation_bytes=4096)
+    assert max(e.t_end for e in slow) > span        # every send now keeps its rank busy 4 ms
+    assert all(e.bytes == 4096 for e in slow if not e.is_compute)
+
+
+def test_ideal_uses_equal_compute_per_layer():
+    assert layers_per_stage(7, 3) == [3, 2, 2] and layers_per_stage(8, 4) == [2, 2, 2, 2]
+    events = ideal_events(3, 2, FREE_LINKS, num_layers=7)
+    fwd = {e.rank: e.duration for e in events if e.kind == "forward" and e.microbatch == 0}
+    assert fwd == pytest.approx({0: 3e-3, 1: 2e-3, 2: 2e-3})
+
+
+def test_calibrate_takes_the_measured_compute(afab):
+    measured = [replace(e, t_end=e.t_start + (4e-3 if e.kind == "forward" else 6e-3)) if e.is_compute else e
+                for e in afab]
+    cost = calibrate(measured, 4, num_layers=8)
+    assert cost.forward_s_per_layer == pytest.approx(2e-3) and cost.backward_s_per_layer == pytest.approx(3e-3)
+    assert cost.latency_s == CostModel().latency_s
+    comm_only = [e for e in afab if not e.is_compute]          # what a Q7 run records
+    zero = calibrate(comm_only, 4)
+    assert zero.forward_s_per_layer == zero.backward_s_per_layer == 0
+    events = ideal_events(4, 2, zero, activation_bytes=64)
+    assert events and not any(e.is_compute for e in events) and match(events).ok
+
+
+# ------------------------------------------------------------------------------------------ drawing
+def test_static_figure_has_a_row_per_rank_and_the_bubble_in_the_title(afab):
+    fig = static_figure(afab, 4, 4, title="q08: 4 stages, 4 micro-batches", activation_bytes=4096)
+    measured, ideal = fig.axes
+    assert [t.get_text() for t in measured.get_yticklabels()] == ["rank 0", "rank 1", "rank 2", "rank 3"]
+    assert measured.get_title(loc="left").startswith("measured: bubble ")
+    assert "theory (p-1)/(m+p-1) = (4-1)/(4+4-1) = 42.9%" in measured.get_title(loc="left")
+    assert ideal.get_title(loc="left").startswith("ideal: bubble ")
+    assert "time" in ideal.get_xlabel() and "(ms)" in ideal.get_xlabel()
+    assert len([c for c in measured.texts if c.get_text() in ("F0", "B3")]) == 8      # labelled boxes
+    assert sum(1 for c in measured.texts if c.get_text().startswith("sent ")) == 4
+    assert fig._repr_png_().startswith(b"\x89PNG")
+
+
+def test_static_figure_of_messages_only_and_of_nothing():
+    comm = [e for e in ideal_events(4, 2, activation_bytes=64) if not e.is_compute]
+    fig = static_figure(comm, 4, 2, with_ideal=False)
+    assert "n/a" in fig.axes[0].get_title(loc="left")
+    assert static_figure([], 2, 2)._repr_png_().startswith(b"\x89PNG")
+
+
+def test_show_while_autograding_makes_a_figure_and_no_widget(afab, monkeypatch):
+    from ipywidgets.widgets.widget import _instances as live_widgets
+    from matplotlib.figure import Figure
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    before = len(live_widgets)
+    out = show(afab, 4, 4, title="autograde")
+    assert isinstance(out, Figure) and len(live_widgets) == before
+
+
+def test_widget_steps_through_events_and_toggles_to_ideal(afab, monkeypatch):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    view = show(shift(afab, {2: 3e-3}), 4, 4, title="q08", activation_bytes=4096)
+    n = len(afab)
+    assert view.slider.max == view.play.max == n - 1 and view.slider.value == n - 1
+    frames = {}
+    for step in (0, 10, 30):
+        view.slider.value = step
+        assert f'data-step="{step}"' in view.frame.value and 'data-view="measured"' in view.frame.value
+        assert f"step {step + 1}/{n}" in view.info.value
+        frames[step] = view.frame.value
+    assert len(set(frames.values())) == 3
+    step = next(i for i, e in enumerate(view.view.events) if e.kind == "send_forward")
+    view.slider.value = step
+    e = view.view.events[step]
+    for text in ("send_forward", f"micro-batch {e.microbatch}", f"to rank {e.peer}", "shape (2, 16, 32)",
+                 "4,096 bytes"):
+        assert text in view.info.value
+    assert "measured: <b>" in view.side.value and "42.9%" in view.side.value and "rank 3" in view.side.value
+    assert "aligned" in view.side.value                      # rank 2's clock was shifted
+    view.toggle.value = "ideal"
+    assert 'data-view="ideal"' in view.frame.value and view.slider.max == len(view.views["ideal"].events) - 1
+    assert view.slider.value == round(step / (n - 1) * view.slider.max)
+
+
+def test_timelines_share_message_size_and_shape(afab):
+    measured, ideal = timelines(afab, 4, 4)
+    assert {e.bytes for e in ideal.events if not e.is_compute} == {4096}
+    assert {e.shape for e in ideal.events if not e.is_compute} == {(2, 16, 32)}
+    assert "averages of the measured run" in ideal.note

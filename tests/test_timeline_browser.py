@@ -1,0 +1,284 @@
+"""End to end: the Q8 notebook in a real JupyterLab, driven by headless Chromium through Playwright.
+
+The test starts JupyterLab on a free port in a temporary workspace holding the Q8 notebook (its answer
+cell filled with the reference answer) and the reference answers of Q2-Q7, runs every cell, waits for
+the check to pass and the timeline widget to appear, presses Play and checks that the frame changes
+as the animation runs, moves the slider, switches to the ideal view, and saves screenshots under
+out/screenshots/. Whatever happens, JupyterLab, its kernel and any torchrun process are stopped; the
+test then asserts that none of them is left.
+
+Chromium is Debian's /usr/bin/chromium (scripts/system_deps.sh installs it); without it the test skips.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from lab_src.registry import EXERCISES
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "pipeline_lab" / "q08_afab_step.ipynb"
+SHOTS = ROOT / "out" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+TAG = "PP_LAB_BROWSER_TEST"        # every process this test starts carries it in its environment
+WIDGET = ".pp-timeline"
+FRAME = ".pp-timeline svg.pp-timeline-frame"
+
+
+# ------------------------------------------------------------------------------------ the workspace
+def make_workspace(ws: Path) -> Path:
+    """Q8's notebook with the reference answer in its answer cell; answers/ holds the references of Q2-Q7."""
+    from grader.reference import reference_sources
+    refs = reference_sources()
+    nb = json.loads(NOTEBOOK.read_text())
+    cells = [c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "q08_answer"]
+    assert len(cells) == 1, "the Q8 notebook must have exactly one answer cell"
+    cells[0]["source"] = "%%answer q08\n" + Path(refs["q08"]).read_text()
+    ws.mkdir(parents=True)
+    (ws / NOTEBOOK.name).write_text(json.dumps(nb, indent=1))
+    (ws / "answers").mkdir()
+    for qid in ("q02", "q03", "q04", "q05", "q06", "q07"):
+        shutil.copyfile(refs[qid], ws / "answers" / EXERCISES[qid].answer_file)
+    return ws / NOTEBOOK.name
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------------------- JupyterLab
+def start_lab(ws: Path, home: Path, port: int, token: str, tag: str) -> subprocess.Popen:
+    settings = home / "lab-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)   # no news or update pop-ups over the screenshots
+    (settings / "notification.jupyterlab-settings").write_text('{"checkForUpdates": false, "fetchNews": "false"}')
+    env = {k: v for k, v in os.environ.items() if k != "NBGRADER_EXECUTION"}
+    env.update({TAG: tag, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+                "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+                "JUPYTERLAB_SETTINGS_DIR": str(home / "lab-settings"),
+                "JUPYTERLAB_WORKSPACES_DIR": str(home / "lab-workspaces"), "IPYTHONDIR": str(home / "ipython")})
+    cmd = [str(Path(sys.executable).with_name("jupyter-lab")), "--allow-root", "--no-browser", "--ip=127.0.0.1",
+           f"--port={port}", "--port-retries=0", f"--IdentityProvider.token={token}",
+           f"--ServerApp.root_dir={ws}", "--LabApp.news_url=None"]
+    log = open(home / "jupyterlab.log", "wb")
+    return subprocess.Popen(cmd, cwd=ws, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"JupyterLab exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    pytest.fail(f"JupyterLab did not answer {url} within {timeout_s} s:\n{log.read_text()[-3000:]}")
+
+
+def tagged(tag: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.environ().get(TAG) == tag:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+    return found
+
+
+def describe(procs: list[psutil.Process]) -> list[str]:
+    out = []
+    for p in procs:
+        try:
+            out.append(f"{p.pid}: {' '.join(p.cmdline())[:160]}")
+        except psutil.Error:
+            pass
+    return out
+
+
+def stop_lab(proc: subprocess.Popen, base: str, token: str, tag: str) -> None:
+    """Ask JupyterLab to shut down (it stops its kernels), then end whatever of ours is still alive."""
+    if proc.poll() is None:
+        try:
+            req = urllib.request.Request(f"{base}/api/shutdown", method="POST",
+                                         headers={"Authorization": f"token {token}"})
+            urllib.request.urlopen(req, timeout=5).close()
+            proc.wait(timeout=15)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    leftovers = tagged(tag)       # a kernel or torchrun worker in a session of its own
+    for p in leftovers:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(leftovers, timeout=5)
+    for p in alive:
+        p.kill()
+    psutil.wait_procs(alive, timeout=5)
+
+
+# --------------------------------------------------------------------------------------- the page
+SETTLE = """async () => {
+  await document.fonts.ready;
+  await Promise.all([...document.images].map(img => img.decode().catch(() => null)));
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+}"""
+
+
+def settle(page) -> None:
+    """Fonts loaded, every image decoded, two frames painted: then a screenshot shows what is there."""
+    page.evaluate(SETTLE)
+
+
+def frame_state(page) -> tuple[str, str, str]:
+    """(step, view, hash of the SVG) of the frame the browser shows now."""
+    step, view, svg = page.eval_on_selector(
+        FRAME, "svg => [svg.getAttribute('data-step'), svg.getAttribute('data-view'), svg.outerHTML]")
+    return step, view, hashlib.sha1(svg.encode()).hexdigest()
+
+
+def shot(target, name: str, saved: list[Path]) -> None:
+    path = SHOTS / name
+    target.screenshot(path=str(path))
+    saved.append(path)
+    print(f"screenshot: {path}")
+
+
+def set_slider(page, value: int) -> None:
+    readout = page.locator(f"{WIDGET} .widget-slider .widget-readout")
+    readout.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type(str(value))
+    page.keyboard.press("Enter")
+
+
+def drive_notebook(page, base: str, token: str, saved: list[Path]) -> None:
+    page.goto(f"{base}/lab/tree/{NOTEBOOK.name}?token={token}")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+    # the kernel has started and is idle, before we run anything
+    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status='idle']",
+                           state="attached", timeout=60_000)
+    page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()   # fold the file browser
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    page.get_by_text("q08: all checks passed").wait_for(timeout=120_000)
+    page.wait_for_selector(FRAME, timeout=30_000)
+    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status='idle']",
+                           state="attached", timeout=60_000)
+
+    # the whole notebook: a window tall enough to hold it
+    height = page.evaluate("() => document.querySelector('.jp-NotebookPanel .jp-Notebook').scrollHeight")
+    page.set_viewport_size({"width": 1400, "height": min(height + 200, 12_000)})
+    page.evaluate("() => document.querySelector('.jp-NotebookPanel .jp-Notebook').scrollTo(0, 0)")
+    settle(page)
+    shot(page, "q08_notebook_after_run.png", saved)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    widget = page.locator(WIDGET)
+    widget.scroll_into_view_if_needed()
+
+    # Play: the browser advances the slider, the kernel redraws; sample what the page shows
+    step0, view0, _ = frame_state(page)
+    assert view0 == "measured"
+    page.locator(f"{WIDGET} .widget-play button").first.click()
+    seen, mid_saved = [], False
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline and len({h for _, _, h in seen}) < 8:
+        seen.append(frame_state(page))
+        if not mid_saved and len({h for _, _, h in seen}) >= 4:
+            settle(page)
+            shot(widget, "q08_timeline_mid_animation.png", saved)
+            mid_saved = True
+        time.sleep(0.15)
+    page.locator(f"{WIDGET} .widget-play button").first.click()   # pause
+    steps = [int(s) for s, _, _ in seen]
+    distinct = {h for _, _, h in seen}
+    print(f"sampled steps while playing: {steps}")
+    assert len(distinct) >= 5, f"the frame changed only {len(distinct)} times in 8 s of Play: steps {steps}"
+    assert len({s for s in steps}) == len(distinct), "each new frame should belong to a new step"
+    assert steps == sorted(steps) and steps[0] < 5, f"Play should start over and move forward: {steps}"
+    assert mid_saved
+
+    # the slider moves the frame, and the step line tells what happened there
+    set_slider(page, 12)
+    page.wait_for_selector(f"{FRAME}[data-step='12']", timeout=10_000)
+    info = page.locator(f"{WIDGET} .pp-timeline-info").inner_text()
+    assert info.startswith("step 13/") and "rank " in info and "micro-batch" in info, info
+
+    # the ideal view, at the end of its run
+    page.locator(f"{WIDGET} .widget-toggle-button", has_text="ideal").click()
+    page.wait_for_selector(f"{FRAME}[data-view='ideal']", timeout=10_000)
+    set_slider(page, 10_000)   # the readout clamps to the last step
+    page.wait_for_function(f"""() => {{
+        const t = document.querySelector('{WIDGET} .pp-timeline-info');
+        return t && /step (\\d+)\\/(\\1)\\b/.test(t.textContent); }}""", timeout=10_000)
+    assert frame_state(page)[2] not in distinct
+    side = page.locator(f"{WIDGET} .pp-timeline-side").inner_text()
+    assert "theory (p-1)/(m+p-1) = (4-1)/(4+4-1) = 42.9%" in side and "Bytes sent" in side, side
+    settle(page)
+    shot(widget, "q08_timeline_ideal.png", saved)
+
+
+def test_q08_timeline_widget_in_jupyterlab(tmp_path):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing (scripts/system_deps.sh installs Debian's chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    started = time.monotonic()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    ws = tmp_path / "workspace"
+    make_workspace(ws)
+    port, token, tag = free_port(), uuid.uuid4().hex, uuid.uuid4().hex
+    base = f"http://127.0.0.1:{port}"
+    lab = start_lab(ws, tmp_path / "home", port, token, tag)
+    saved: list[Path] = []
+    try:
+        wait_http(f"{base}/api/status?token={token}", lab, tmp_path / "home" / "jupyterlab.log")
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            try:
+                drive_notebook(page, base, token, saved)
+            except Exception:
+                page.screenshot(path=str(SHOTS / "q08_failure.png"))
+                print(f"screenshot of the failure: {SHOTS / 'q08_failure.png'}")
+                raise
+            finally:
+                browser.close()
+    finally:
+        stop_lab(lab, base, token, tag)
+    left = [p for p in tagged(tag) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, f"processes left behind: {describe(left)}"
+    for pattern in ("jupyter-lab", "torch.distributed.run"):
+        assert not [p for p in describe(tagged(tag)) if pattern in p]
+    assert all(p.stat().st_size > 10_000 for p in saved) and len(saved) == 3
+    print(f"browser test: {time.monotonic() - started:.1f} s")
