@@ -61,9 +61,13 @@ def tool_env() -> dict:
 
 
 class Course:
-    def __init__(self, root: Path | str = "course", cell_timeout: int = 120):
+    def __init__(self, root: Path | str = "course", cell_timeout: int = 120, release: Path = RELEASE,
+                 source: Path = SOURCE):
         self.root = Path(root).resolve()
         self.cell_timeout = cell_timeout
+        # where generate_assignment reads and writes (tests point them at temporary folders)
+        self.release = Path(release).resolve()
+        self.source = Path(source).resolve()
 
     # ---- layout --------------------------------------------------------------------------
     @property
@@ -87,8 +91,8 @@ class Course:
     def write_config(self) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / "nbgrader_config.py"
-        path.write_text(CONFIG.format(course_id=COURSE_ID, root=str(self.root), source=str(SOURCE),
-                                      release=str(RELEASE), db_url=f"sqlite:///{self.db_path}",
+        path.write_text(CONFIG.format(course_id=COURSE_ID, root=str(self.root), source=str(self.source),
+                                      release=str(self.release), db_url=f"sqlite:///{self.db_path}",
                                       ignore=IGNORE, cell_timeout=self.cell_timeout))
         return path
 
@@ -121,7 +125,7 @@ class Course:
     def generate_release(self) -> Path:
         """nbgrader generate_assignment: solutions/ -> notebooks/ (and the gradebook's record of it)."""
         self.nbgrader("generate_assignment", ASSIGNMENT, "--force")
-        return RELEASE / ASSIGNMENT
+        return self.release / ASSIGNMENT
 
     def add_students(self, students: list[str]) -> None:
         from nbgrader.api import Gradebook

@@ -89,7 +89,6 @@ def run_pipeline(case, ctx, pipe, tracer, obs) -> None:
         obs["needs_dataloader"] = plain(needs)
         loader = data.make_dataloader(cfg, obs["micro_batch_size"]) if needs else None
         dist.barrier(group=pipe.group)
-        tracer.start_clock()
         returned = exercises.afab_step(stage, iter(loader) if loader is not None else None, cfg.num_microbatches)
         dist.barrier(group=pipe.group)
         outputs, loss = _unpack_step(returned, obs)
@@ -185,7 +184,6 @@ def run_comm(case, ctx, pipe, tracer, obs) -> None:
         stage = _stage(cfg, ctx.rank, ctx, pipe, obs)
         obs["probes"] = {"noop_ends": _probe_noop_ends(stage)}
         dist.barrier(group=pipe.group)
-        tracer.start_clock()
         calls = []
         for phase, recv_op, send_op, sign in (("forward", "recv_forward", "send_forward", 1),
                                               ("backward", "recv_backward", "send_backward", -1)):

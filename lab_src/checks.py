@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import answers, bubble, grid
 from .config import LabConfig
-from .problems import Problem, from_error, summary
+from .problems import Problem, from_errors, summary
 from .realness import check_layers, check_messages, check_run
 from .registry import exercise
 from .runner import CaseOutcome, Run, run_cases
@@ -36,7 +36,7 @@ class CheckReport:
 
     def __init__(self, qid: str, run: Run | None, problems: list[Problem], lines: list[str], views=None):
         self.qid, self.run, self.problems, self.lines = qid, run, problems, lines
-        self.views = views if views is not None else [_view(o) for o in (run.outcomes if run else [])]
+        self.views = views if views is not None else [case_view(o) for o in (run.outcomes if run else [])]
 
     @property
     def ok(self) -> bool:
@@ -60,16 +60,16 @@ class CheckReport:
         v = self.views[case]
         title = v.get("title") or f"{self.qid}: {v['stages']} stages, {v['microbatches']} micro-batches"
         return show(v["events"], v["stages"], v["microbatches"], title=title,
-                    activation_bytes=v.get("activation_bytes"))
+                    activation_bytes=v.get("activation_bytes"), num_layers=v.get("num_layers"))
 
     def __repr__(self) -> str:
         return "\n".join(self.lines)
 
 
-def _view(outcome: CaseOutcome) -> dict:
+def case_view(outcome: CaseOutcome) -> dict:
     cfg = outcome.case["config"]
     return {"events": outcome.events(), "stages": outcome.case["stages"], "microbatches": cfg["num_microbatches"],
-            "activation_bytes": _activation_bytes(cfg)}
+            "num_layers": cfg["num_layers"], "activation_bytes": _activation_bytes(cfg)}
 
 
 def _activation_bytes(cfg: dict) -> int:
@@ -100,7 +100,7 @@ def _case(kind, cfg: LabConfig, srcs, qid, **extra) -> dict:
 def _errors(outcome: CaseOutcome, qid: str, label: str) -> list[Problem]:
     if outcome.failure:
         return [Problem(qid, outcome.failure, None, None, label)]
-    return [from_error(qid, r, e, label) for r, e in sorted(outcome.errors().items())]
+    return from_errors(qid, outcome.errors(), label)
 
 
 def _finish(qid: str, run: Run | None, problems: list[Problem], lines: list[str]) -> CheckReport:

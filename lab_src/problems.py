@@ -34,17 +34,44 @@ def from_error(exercise: str, rank: int, error: dict, case: str = "") -> Problem
     if error.get("pending"):
         _, kind, mb, peer = error["pending"]
         op = f"{kind}(mb={mb})" + (f" with rank {peer}" if peer is not None else "")
-        if "timed out" in error["message"].lower() or "timeout" in error["message"].lower():
+        text = error["message"].lower()
+        if "timed out" in text or "timeout" in text:
             msg = (f"waited in {op} until the timeout: no matching message arrived. Check that every "
                    f"send has a receive on the peer, in the same order ({error['type']})")
+        elif "closed by peer" in text or "connection reset" in text:
+            msg = (f"waited in {op} until the peer gave up (its connection closed, after its own timeout or "
+                   f"crash): no matching message arrived")
         else:
             msg = f"failed in {op}: {msg}"
+        wrong = wrong_peer(rank, kind, peer)
+        if wrong:
+            msg += f"\n    {wrong}"
     where = [w for w in error.get("where", []) if w[0].startswith("q")]  # the student's own files
     if where:
         file, line, fn, text = where[-1]
         msg += f"\n    at {file} line {line}, in {fn}: {text}"
     return Problem(exercise, msg, rank, error.get("pending", [None, None, None])[2] if error.get("pending") else None,
                    case)
+
+
+def from_errors(exercise: str, errors: dict[int, dict], case: str = "") -> list[Problem]:
+    """The exceptions of a case's ranks as problems, the most telling first: a rank talking to the
+    wrong peer is usually the cause, and the others' timeouts the consequence."""
+    problems = [from_error(exercise, r, e, case) for r, e in sorted(errors.items())]
+    return sorted(problems, key=lambda p: "wrong peer" not in p.message)
+
+
+def wrong_peer(rank: int, kind: str, peer) -> str | None:
+    """Why `peer` is the wrong partner for `kind` on `rank`, or None if it is the right one."""
+    if peer is None or kind in ("forward", "backward"):
+        return None
+    want = rank + 1 if kind in ("send_forward", "recv_backward") else rank - 1
+    if peer == want:
+        return None
+    what = {"send_forward": "activations go to", "recv_forward": "activations come from",
+            "send_backward": "gradients go back to", "recv_backward": "gradients come back from"}[kind]
+    where = "the next stage" if want == rank + 1 else "the previous stage"
+    return f"wrong peer: in {kind}, {what} {where}, rank {want}, not rank {peer}"
 
 
 def summary(problems: list[Problem], limit: int = 12) -> str:

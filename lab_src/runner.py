@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import deadlock
@@ -33,8 +33,11 @@ class CaseOutcome:
         return {r: o["error"] for r, o in self.obs.items() if o.get("error")}
 
     def events(self) -> list[Event]:
-        rows = [row for o in self.obs.values() for row in o.get("events", [])]
-        return sorted((Event.from_row(r) for r in rows), key=lambda e: (e.t_start, e.rank))
+        """Every rank's events, on one clock whose zero is the case's first event."""
+        events = [Event.from_row(r) for o in self.obs.values() for r in o.get("events", [])]
+        t0 = min((e.t_start for e in events), default=0.0)
+        events = [replace(e, t_start=e.t_start - t0, t_end=e.t_end - t0) for e in events]
+        return sorted(events, key=lambda e: (e.t_start, e.rank))
 
 
 @dataclass

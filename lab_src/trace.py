@@ -4,8 +4,9 @@ Each rank records one `Event` per forward or backward chunk and per point-to-poi
 
     (rank, kind, microbatch, peer, shape, bytes, t_start, t_end)
 
-`rank` and `peer` are pipeline ranks; times are seconds since the rank's clock was started, right
-after a barrier that all ranks of the run pass together, so the ranks' timelines line up.
+`rank` and `peer` are pipeline ranks. Times are seconds on the host's monotonic clock
+(`time.perf_counter`), which every process of a `torchrun --standalone` run shares, so the ranks'
+timelines line up without any synchronisation; `CaseOutcome.events()` moves a case's first event to 0.
 
 Besides keeping events in memory, a tracer appends one line to a journal file when an operation
 begins and one when it ends. A rank that hangs, or is killed, leaves its journal behind: the deadlock
@@ -67,20 +68,17 @@ class Tracer:
         self.rank = rank
         self.events: list[Event] = []
         self.sync = sync                      # e.g. torch.cuda.synchronize, so GPU times are real
-        self.t0 = time.perf_counter()
         self.label = label                    # which case of a launch this is
         self.pending: list | None = None      # the operation in progress: [label, kind, mb, peer]
         self._journal = journal               # a line-buffered text file, or None
-
-    def start_clock(self) -> None:
-        self.t0 = time.perf_counter()
 
     def note(self, text: str) -> None:
         if self._journal:
             self._journal.write(f"{self.now():.6f} {text}\n")
 
-    def now(self) -> float:
-        return time.perf_counter() - self.t0
+    @staticmethod
+    def now() -> float:
+        return time.perf_counter()
 
     @contextlib.contextmanager
     def span(self, kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0):

@@ -5,7 +5,8 @@
 For each case, ranks 0..p-1 of a p-stage case run it in their pipeline group, with the answers the
 case names (`answers.use_answers`), and save what they observed to obs/c<index>.rank<r>.pt. All ranks
 then agree, through the world group, on whether any rank failed; after a failure every pipeline group
-is rebuilt, so that a message left in flight cannot leak into the next case. The journal
+is rebuilt, so that a message left in flight cannot leak into the next case. Once two cases of one
+exercise have timed out (a deadlock costs a full timeout each time), its remaining cases are skipped. The journal
 (journal.rank<r>.log) marks where each case starts and ends and each operation, for the report on a
 run that had to be stopped.
 """
@@ -67,6 +68,14 @@ def _describe(e: BaseException, tracer) -> dict:
             "pending": tracer.pending if tracer is not None else None}
 
 
+def _is_timeout(error: dict) -> bool:
+    text = error["message"].lower()
+    return "timed out" in text or "closed by peer" in text or "connection reset" in text
+
+
+SKIP_AFTER_TIMEOUTS = 2
+
+
 def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     run_dir = Path(spec["run_dir"])
@@ -89,8 +98,9 @@ def main(spec_path: str) -> int:
     obs_dir.mkdir(exist_ok=True)
     sync = torch.cuda.synchronize if ctx.device.type == "cuda" else None
 
+    timeouts: dict[str, int] = {}
     for case in spec["cases"]:
-        index, stages = case["index"], case["stages"]
+        index, stages, owner = case["index"], case["stages"], case.get("for", "")
         pipe = groups.get(stages)
         journal.write(f"0 C start {index}\n")
         failed = 0
@@ -99,12 +109,16 @@ def main(spec_path: str) -> int:
             data.CREATED["dataloaders"] = 0
             tracer = trace.Tracer(rank, journal, sync, label=str(index))
             obs = {"kind": case["kind"], "rank": rank, "stages": stages, "error": None}
-            try:
-                with use_answers(case.get("answers", {})), running_for(case.get("for", "")), trace.tracing(tracer):
-                    KINDS[case["kind"]](case, ctx, pipe, tracer, obs)
-            except Exception as e:  # noqa: BLE001 - a failing case is an observation, the run goes on
-                obs["error"] = _describe(e, tracer)
-                failed = 1
+            if timeouts.get(owner, 0) >= SKIP_AFTER_TIMEOUTS:
+                obs["error"] = {"type": "NotRun", "pending": None, "where": [],
+                                "message": f"not run: {SKIP_AFTER_TIMEOUTS} earlier cases of {owner} timed out"}
+            else:
+                try:
+                    with use_answers(case.get("answers", {})), running_for(owner), trace.tracing(tracer):
+                        KINDS[case["kind"]](case, ctx, pipe, tracer, obs)
+                except Exception as e:  # noqa: BLE001 - a failing case is an observation, the run goes on
+                    obs["error"] = _describe(e, tracer)
+                    failed = 2 if _is_timeout(obs["error"]) else 1
             tmp = obs_dir / f".c{index}.rank{rank}.tmp"
             torch.save(obs, tmp)
             os.replace(tmp, obs_dir / f"c{index}.rank{rank}.pt")
@@ -112,6 +126,8 @@ def main(spec_path: str) -> int:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag.item():
             groups.fresh()
+        if flag.item() == 2:
+            timeouts[owner] = timeouts.get(owner, 0) + 1
         journal.write(f"0 C end {index}\n")
     dist.barrier()
     dist.destroy_process_group()

@@ -110,6 +110,7 @@ def test_clock_alignment_puts_every_receive_after_its_send(afab):
     assert offsets[1] == pytest.approx(5e-3, abs=1e-3)
     tl = prepare(skewed, 4, 4)
     assert set(tl.offsets) >= {1} and min(e.t_start for e in tl.events) == 0
+    assert "clocks aligned with the messages (rank 1 +" in tl.note
 
 
 # -------------------------------------------------------------------------------------------- ideal
@@ -168,9 +169,10 @@ def test_static_figure_has_a_row_per_rank_and_the_bubble_in_the_title(afab):
     fig = static_figure(afab, 4, 4, title="q08: 4 stages, 4 micro-batches", activation_bytes=4096)
     measured, ideal = fig.axes
     assert [t.get_text() for t in measured.get_yticklabels()] == ["rank 0", "rank 1", "rank 2", "rank 3"]
-    assert measured.get_title(loc="left").startswith("measured: bubble ")
+    assert measured.get_title(loc="left").startswith("measured: step ")
+    assert " ms · bubble " in measured.get_title(loc="left")
     assert "theory (p-1)/(m+p-1) = (4-1)/(4+4-1) = 42.9%" in measured.get_title(loc="left")
-    assert ideal.get_title(loc="left").startswith("ideal: bubble ")
+    assert ideal.get_title(loc="left").startswith("ideal: step ")
     assert "time" in ideal.get_xlabel() and "(ms)" in ideal.get_xlabel()
     assert len([c for c in measured.texts if c.get_text() in ("F0", "B3")]) == 8      # labelled boxes
     assert sum(1 for c in measured.texts if c.get_text().startswith("sent ")) == 4
@@ -197,25 +199,26 @@ def test_widget_steps_through_events_and_toggles_to_ideal(afab, monkeypatch):
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     view = show(shift(afab, {2: 3e-3}), 4, 4, title="q08", activation_bytes=4096)
     n = len(afab)
-    assert view.slider.max == view.play.max == n - 1 and view.slider.value == n - 1
+    assert view.slider.max == view.play.max == n and view.slider.value == n     # opens on the whole run
     frames = {}
-    for step in (0, 10, 30):
+    for step in (1, 11, 31):                                                  # steps count from 1
         view.slider.value = step
-        assert f'data-step="{step}"' in view.frame.value and 'data-view="measured"' in view.frame.value
-        assert f"step {step + 1}/{n}" in view.info.value
+        assert f'data-step="{step - 1}"' in view.frame.value and 'data-view="measured"' in view.frame.value
+        assert f"step {step}/{n}" in view.info.value
         frames[step] = view.frame.value
     assert len(set(frames.values())) == 3
-    step = next(i for i, e in enumerate(view.view.events) if e.kind == "send_forward")
+    step = 1 + next(i for i, e in enumerate(view.view.events) if e.kind == "send_forward")
     view.slider.value = step
-    e = view.view.events[step]
+    e = view.view.events[step - 1]
     for text in ("send_forward", f"micro-batch {e.microbatch}", f"to rank {e.peer}", "shape (2, 16, 32)",
                  "4,096 bytes"):
         assert text in view.info.value
     assert "measured: <b>" in view.side.value and "42.9%" in view.side.value and "rank 3" in view.side.value
-    assert "aligned" in view.side.value                      # rank 2's clock was shifted
+    assert "aligned" in view.side.value and "before aligning" in view.side.value   # rank 2's clock was off
     view.toggle.value = "ideal"
-    assert 'data-view="ideal"' in view.frame.value and view.slider.max == len(view.views["ideal"].events) - 1
-    assert view.slider.value == round(step / (n - 1) * view.slider.max)
+    m = len(view.views["ideal"].events)
+    assert 'data-view="ideal"' in view.frame.value and view.slider.max == view.play.max == m
+    assert view.slider.value == 1 + round((step - 1) / (n - 1) * (m - 1))
 
 
 def test_timelines_share_message_size_and_shape(afab):

@@ -15,17 +15,17 @@ import importlib.util
 from dataclasses import dataclass, field
 
 from lab_src.config import LabConfig
-from lab_src.problems import Problem, from_error
+from lab_src.problems import Problem, from_errors
 
 # Several configurations, so that an answer right by accident for one shape fails another.
 CONFIGS = {
+    "a single stage": LabConfig(num_stages=1, num_layers=3, num_microbatches=2, global_batch_size=4),
     "one micro-batch": LabConfig(num_stages=2, num_layers=4, num_microbatches=1, global_batch_size=4),
     "fewer micro-batches than stages": LabConfig(num_stages=3, num_layers=6, num_microbatches=2, global_batch_size=4),
     "more micro-batches than stages": LabConfig(num_stages=4, num_layers=8, num_microbatches=6, global_batch_size=12),
     "uneven layers, seed 7": LabConfig(num_stages=3, num_layers=7, num_microbatches=4, global_batch_size=8, seed=7),
     "float64, seed 123": LabConfig(num_stages=4, num_layers=8, num_microbatches=4, global_batch_size=8, seed=123,
                                    dtype="float64"),
-    "a single stage": LabConfig(num_stages=1, num_layers=3, num_microbatches=2, global_batch_size=4),
 }
 
 
@@ -76,7 +76,7 @@ def case_problems(qid: str, outcome, label: str) -> list[Problem]:
     """A case that did not complete, or raised on some rank, as problems (empty when it ran cleanly)."""
     if outcome.failure:
         return [Problem(qid, outcome.failure, None, None, label)]
-    return [from_error(qid, r, e, label) for r, e in sorted(outcome.errors().items())]
+    return from_errors(qid, outcome.errors(), label)
 
 
 def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extra=None) -> Item:

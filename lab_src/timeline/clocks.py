@@ -1,8 +1,8 @@
 """Put every rank on one clock, using the messages themselves.
 
-Each rank starts its clock when it leaves a barrier that all ranks pass together, but on a busy CPU
-the ranks leave it a few milliseconds apart. A receive cannot finish before its send has started, so
-every message says something about the offset between its two ranks' clocks:
+Ranks on one host share its monotonic clock (lab_src/trace.py), so there is normally nothing to do.
+Ranks on different hosts do not, and a receive cannot finish before its send has started, so every
+message says something about the offset between its two ranks' clocks:
 
     (offset of receiver) - (offset of sender) >= send.t_start - recv.t_end
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..bubble import bytes_sent, theoretical_bubble
+from ..bubble import bytes_sent, measured_bubble, theoretical_bubble
 from ..trace import SENDS, Event
 from .clocks import clock_offsets, shift
 from .matching import Matching, match
@@ -22,6 +22,7 @@ class Timeline:
     offsets: dict[int, float] = field(default_factory=dict)   # clock shift applied to each rank (s)
     kind: str = "measured"              # or "ideal"
     note: str = ""                      # how the events were made (the ideal view's cost model)
+    raw_bubble: float | None = None     # the bubble before the clocks were aligned (what the check printed)
 
     @property
     def span(self) -> float:
@@ -63,13 +64,18 @@ def prepare(events: list[Event], p: int, m: int, *, kind: str = "measured", note
     """Match the messages, put the ranks on one clock (see clocks.py), start the step at time 0."""
     events = list(events)
     offsets: dict[int, float] = {}
+    raw_bubble = measured_bubble(events, p) if any(e.is_compute for e in events) else None
     if align:
         offsets = clock_offsets(match(events).pairs, p)
         events = shift(events, offsets)
     t0 = min((e.t_start for e in events), default=0.0)
     events = shift(events, {r: -t0 for r in range(p)}) if t0 else events
     events.sort(key=lambda e: (e.t_end, e.rank))
-    return Timeline(events, p, m, match(events), {r: o for r, o in offsets.items() if o}, kind, note)
+    offsets = {r: o for r, o in offsets.items() if o}
+    if offsets:
+        shifts = ", ".join(f"rank {r} {o * 1e3:+.2f} ms" for r, o in offsets.items())
+        note = "; ".join(filter(None, [note, f"clocks aligned with the messages ({shifts})"]))
+    return Timeline(events, p, m, match(events), offsets, kind, note, raw_bubble)
 
 
 def describe(e: Event, matched: tuple[Event, Event] | None = None) -> str:
@@ -77,7 +83,7 @@ def describe(e: Event, matched: tuple[Event, Event] | None = None) -> str:
     what = f"rank {e.rank} · {e.kind} of micro-batch {e.microbatch}"
     if not e.is_compute:
         what += f" {'to' if e.kind in SENDS else 'from'} rank {e.peer}"
-    if e.shape is not None:
+    if e.shape:                         # () is the last stage's loss: nothing to show
         what += f" · shape {tuple(e.shape)}"
     if not e.is_compute:
         what += f" · {e.bytes:,} bytes"

@@ -28,7 +28,7 @@ class TimelineFigure(Figure):
 
 
 def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
-    """Draw one timeline on `ax`; `t_max` (seconds) fixes the axis so two panels compare."""
+    """Draw one timeline on `ax`; the axis ends at `t_max` seconds (default: the end of the step)."""
     ms = 1e3
     t_max = t_max or tl.span or 1e-3
     for r in range(tl.p):   # the whole step is hatched idle time; what the rank did is drawn over it
@@ -55,8 +55,8 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
     ax.set_yticks(range(tl.p), [f"rank {r}" for r in range(tl.p)])
     ax.set_ylim(tl.p - 0.5, -0.5)     # rank 0 on top
     ax.set_xlim(0, t_max * ms * 1.01)
-    ax.set_title(f"{tl.kind}: {tl.bubble_text()}" + (f"\n{tl.kind}: {tl.note}" if tl.note else ""),
-                 fontsize=9.5, loc="left")
+    title = f"{tl.kind}: step {tl.span * ms:.1f} ms · {tl.bubble_text()}"
+    ax.set_title(title + (f"\n{tl.kind}: {tl.note}" if tl.note else ""), fontsize=9.5, loc="left")
     ax.grid(axis="x", color="#e4e4e4", lw=0.6)
     ax.set_axisbelow(True)
 
@@ -69,13 +69,12 @@ def legend_handles() -> list:
 
 
 def figure(timelines: list[Timeline], title: str = "") -> TimelineFigure:
-    """One panel per timeline (measured, ideal, ...) on a common time axis in ms."""
+    """One panel per timeline (measured, ideal, ...), each on its own time axis in ms."""
     p = timelines[0].p
     fig = TimelineFigure(figsize=(11, 0.5 + len(timelines) * (0.45 * p + 1.0)), layout="constrained")
-    axes = fig.subplots(len(timelines), 1, sharex=True, squeeze=False)[:, 0]
-    t_max = max(tl.span for tl in timelines)
-    for ax, tl in zip(axes, timelines):
-        draw(ax, tl, t_max)
+    axes = fig.subplots(len(timelines), 1, squeeze=False)[:, 0]
+    for ax, tl in zip(axes, timelines):     # each on its own axis: an ideal step can be much shorter
+        draw(ax, tl)
     axes[-1].set_xlabel("time since the step started (ms)")
     if title:
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")

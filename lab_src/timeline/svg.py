@@ -12,12 +12,13 @@ from html import escape
 
 from .data import COLORS, Timeline, describe
 
-LEFT, RIGHT, TOP, ROW_H, BOX_H, BAR_H, AXIS_H = 62, 118, 10, 46, 28, 10, 36
+LEFT, RIGHT, TOP, ROW_H, BOX_H, BAR_H, AXIS_H, LEGEND_H = 62, 118, 10, 46, 28, 10, 36, 22
 GHOST = 0.16
 
 DEFS = f"""<defs>
 <pattern id="pp-idle" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">
-<rect width="6" height="6" fill="{COLORS['idle']}"/><line x1="0" y1="0" x2="0" y2="6" stroke="#d0d0d0" stroke-width="2"/>
+<rect width="6" height="6" fill="{COLORS['idle']}"/>
+<line x1="0" y1="0" x2="0" y2="6" stroke="#d0d0d0" stroke-width="2"/>
 </pattern>
 <marker id="pp-head-forward" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto">
 <path d="M0,0 L10,5 L0,10 z" fill="{COLORS['forward']}"/></marker>
@@ -34,11 +35,28 @@ def nice_ticks(t_max_ms: float, target: int = 8) -> list[float]:
     return [i * step for i in range(int(t_max_ms / step) + 1)]
 
 
+def legend(x: float, y: float) -> str:
+    """What the colours mean, in one line starting at (x, y)."""
+    items = [(COLORS["forward"], "forward", BOX_H), (COLORS["backward"], "backward", BOX_H),
+             (COLORS["send"], "send", BAR_H), (COLORS["recv"], "receive (waiting)", BAR_H),
+             ("url(#pp-idle)", "idle (bubble)", BOX_H)]
+    out = []
+    for fill, label, h in items:
+        size = 12 if h == BOX_H else 5
+        out.append(f'<rect x="{x:.0f}" y="{y - 4 - size / 2:.1f}" width="14" height="{size}" fill="{fill}"/>'
+                   f'<text x="{x + 18:.0f}" y="{y}" fill="#444">{label}</text>')
+        x += 30 + 6.2 * len(label)
+    out.append(f'<line x1="{x:.0f}" y1="{y - 4}" x2="{x + 22:.0f}" y2="{y - 4}" stroke="#777" stroke-width="1.2" '
+               f'marker-end="url(#pp-head-forward)"/><text x="{x + 28:.0f}" y="{y}" fill="#444">'
+               f'message: send → receive</text>')
+    return "".join(out)
+
+
 def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, width: int = 860) -> str:
     """The SVG of `tl` at `step` (an index into tl.events; None: the whole run, no cursor)."""
     t_max = t_max or tl.span or 1e-3
     plot_w = width - LEFT - RIGHT
-    height = TOP + tl.p * ROW_H + AXIS_H
+    height = TOP + tl.p * ROW_H + AXIS_H + LEGEND_H
     current = tl.events[step] if step is not None and tl.events else None
     cursor = current.t_end if current is not None else float("inf")
     current_pair = tl.arrow_of(current) if current is not None and not current.is_compute else None
@@ -50,8 +68,8 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
         return TOP + r * ROW_H + ROW_H / 2
 
     out = [f'<svg class="pp-timeline-frame" data-step="{-1 if step is None else step}" '
-           f'data-view="{tl.kind}" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">', DEFS]
+           f'data-view="{tl.kind}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+           f'style="width:100%; max-width:{width}px; height:auto" font-family="sans-serif" font-size="11">', DEFS]
     # rows: label, and idle (hatched) from the start of the step to the cursor
     for r in range(tl.p):
         out.append(f'<text x="{LEFT - 8}" y="{mid(r) + 4}" text-anchor="end">rank {r}</text>')
@@ -66,18 +84,21 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
         x0, x1 = x(e.t_start), max(x(e.t_end), x(e.t_start) + 1.5)
         xc = min(max(x(cursor), x0), x1) if cursor < e.t_end else x1
         tip = f"<title>{escape(describe(e, tl.arrow_of(e)))}</title>"
+        edge = ' stroke="white" stroke-width="0.8"' if compute else ""    # keeps neighbouring boxes apart
         if xc < x1:
             out.append(f'<rect x="{xc:.1f}" y="{y:.1f}" width="{x1 - xc:.1f}" height="{h}" fill="{color}" '
-                       f'opacity="{GHOST}">{tip}</rect>')
+                       f'opacity="{GHOST}"{edge}>{tip}</rect>')
         if xc > x0:
-            out.append(f'<rect x="{x0:.1f}" y="{y:.1f}" width="{xc - x0:.1f}" height="{h}" fill="{color}">{tip}</rect>')
+            out.append(f'<rect x="{x0:.1f}" y="{y:.1f}" width="{xc - x0:.1f}" height="{h}" fill="{color}"{edge}>'
+                       f'{tip}</rect>')
         if e is current:
             out.append(f'<rect x="{x0 - 1:.1f}" y="{y - 1:.1f}" width="{x1 - x0 + 2:.1f}" height="{h + 2}" '
                        f'fill="none" stroke="#111" stroke-width="2"/>')
-        if compute and x1 - x0 > 18:
+        if compute and x1 - x0 > 14:
             fill = "white" if cursor >= e.t_end else "#888"
             out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{mid(e.rank) + 4}" text-anchor="middle" fill="{fill}" '
-                       f'font-weight="bold" pointer-events="none">{e.kind[0].upper()}{e.microbatch}</text>')
+                       f'font-size="10" font-weight="bold" pointer-events="none">'
+                       f'{e.kind[0].upper()}{e.microbatch}</text>')
     # arrows, from the start of each send to the end of its receive
     for send, recv in tl.matching.pairs:
         down = recv.rank > send.rank
@@ -100,11 +121,12 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
         xt = x(t / 1e3)
         out.append(f'<line x1="{xt:.1f}" y1="{axis_y}" x2="{xt:.1f}" y2="{axis_y + 4}" stroke="#888"/>'
                    f'<text x="{xt:.1f}" y="{axis_y + 16}" text-anchor="middle" fill="#444">{t:g}</text>')
-    out.append(f'<text x="{LEFT + plot_w}" y="{axis_y + 30}" text-anchor="end" fill="#444">time (ms)</text>')
+    out.append(f'<text x="{LEFT - 8}" y="{axis_y + 16}" text-anchor="end" fill="#444">time (ms)</text>')
     if current is not None:
         xc = x(cursor)
         out.append(f'<line x1="{xc:.1f}" y1="{TOP - 4}" x2="{xc:.1f}" y2="{axis_y}" stroke="{COLORS["cursor"]}" '
                    f'stroke-width="1.5"/><text x="{xc + 3:.1f}" y="{axis_y + 30}" fill="{COLORS["cursor"]}">'
                    f't = {cursor * 1e3:.2f} ms</text>')
+    out.append(legend(LEFT, height - 8))
     out.append("</svg>")
     return "\n".join(out)

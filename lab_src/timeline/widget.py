@@ -1,12 +1,15 @@
 """The animated P2P timeline: Play and a slider step through the run's events in the order they ended.
 
-    [ measured | ideal ]  [▶]  step ━━━━━━●━━━━━━━━
-    +--------------------------------------------+  bubble: measured / ideal / theory
-    | one row per rank, boxes, arrows, cursor    |  bytes each rank sent
-    +--------------------------------------------+
+    [ measured | ideal ]  [▶ ■ ⟳]  step ━━━━━━●━━━━━━━━ 23
+    +--------------------------------------------+  Bubble: measured, ideal, theory; step times
+    | one row per rank, boxes, arrows, cursor    |  Bytes sent by each rank
+    +--------------------------------------------+  notes (clock alignment, cost model)
     step 23/80 · t = 21.1 ms · rank 2 · send_forward of micro-batch 3 to rank 3 · shape ... · bytes
 
-The frame is inline SVG in an ipywidgets.HTML (see svg.py), redrawn by the kernel at each step.
+Step k (1 to n) shows the run at the moment its k-th event finished. Each view has its own time axis
+(the ideal step is often much shorter than the measured one); the side panel gives both step times.
+The frame is inline SVG in an ipywidgets.HTML (see svg.py), redrawn by the kernel whenever the slider
+moves; Play moves the slider in the browser.
 """
 from __future__ import annotations
 
@@ -19,21 +22,21 @@ from .data import Timeline, describe
 
 
 class TimelineWidget(w.VBox):
-    def __init__(self, measured: Timeline, ideal: Timeline, title: str = "", interval_ms: int = 300):
+    def __init__(self, measured: Timeline, ideal: Timeline, title: str = "", interval_ms: int = 200):
         self.views = {"measured": measured, "ideal": ideal}
-        self.t_max = max(measured.span, ideal.span) or 1e-3    # one time axis for both views
         self.toggle = w.ToggleButtons(options=["measured", "ideal"], value="measured",
-                                      tooltips=["what your run did", "the same schedule under a simple cost model"])
-        self.play = w.Play(interval=interval_ms, min=0, max=0, step=1, description="play")
-        self.slider = w.IntSlider(min=0, max=0, description="step", continuous_update=True,
+                                      tooltips=["what your run did", "the same schedule under a simple cost model"],
+                                      style={"button_width": "90px"})
+        self.play = w.Play(interval=interval_ms, min=1, max=1, step=1, description="play")
+        self.slider = w.IntSlider(min=1, max=1, description="step", continuous_update=True,
                                   layout=w.Layout(width="420px"))
         w.jslink((self.play, "value"), (self.slider, "value"))   # the browser advances the slider itself
-        self.frame = w.HTML(layout=w.Layout(min_width="860px"))
-        self.side = w.HTML(layout=w.Layout(width="290px", margin="0 0 0 12px"))
+        self.frame = w.HTML(layout=w.Layout(flex="1 1 600px", max_width="860px"))
+        self.side = w.HTML(layout=w.Layout(flex="0 0 280px", margin="0 0 0 12px"))
         self.info = w.HTML()
         header = w.HTML(f"<b>{escape(title)}</b>") if title else w.HTML()
         super().__init__([header, w.HBox([self.toggle, self.play, self.slider]),
-                          w.HBox([self.frame, self.side]), self.info])
+                          w.HBox([self.frame, self.side], layout=w.Layout(flex_flow="row wrap")), self.info])
         self.add_class("pp-timeline")
         self._set_view("measured", fraction=1.0)
         self.slider.observe(lambda _: self.redraw(), names="value")
@@ -44,17 +47,17 @@ class TimelineWidget(w.VBox):
         return self.views[self.toggle.value]
 
     def _on_toggle(self, change) -> None:
-        n = max(len(self.views[change["old"]].events) - 1, 1)
-        self._set_view(change["new"], fraction=self.slider.value / n)
+        n = len(self.views[change["old"]].events)
+        self._set_view(change["new"], fraction=(self.slider.value - 1) / max(n - 1, 1))
 
     def _set_view(self, name: str, fraction: float) -> None:
         """Show view `name` at the same relative position in its own list of steps."""
-        last = max(len(self.views[name].events) - 1, 0)
+        n = max(len(self.views[name].events), 1)
         with self.hold_trait_notifications():
             for control in (self.slider, self.play):
-                control.max = max(control.max, last)
-                control.value = round(fraction * last)
-                control.max = last
+                control.max = max(control.max, n)
+                control.value = 1 + round(fraction * (n - 1))
+                control.max = n
         self.side.value = self._side_panel()
         self.redraw()
 
@@ -63,10 +66,10 @@ class TimelineWidget(w.VBox):
         if not tl.events:
             self.frame.value, self.info.value = "<i>No events were recorded in this run.</i>", ""
             return
-        step = min(self.slider.value, len(tl.events) - 1)
-        self.frame.value = svg.frame(tl, step, self.t_max)
-        e = tl.events[step]
-        self.info.value = (f'<div class="pp-timeline-info">step {step + 1}/{len(tl.events)} · '
+        i = min(self.slider.value, len(tl.events)) - 1
+        self.frame.value = svg.frame(tl, i)
+        e = tl.events[i]
+        self.info.value = (f'<div class="pp-timeline-info">step {i + 1}/{len(tl.events)} · '
                            f"t = {e.t_end * 1e3:.2f} ms · {escape(describe(e, tl.arrow_of(e)))}</div>")
 
     def _side_panel(self) -> str:
@@ -77,11 +80,14 @@ class TimelineWidget(w.VBox):
 
         rows = "".join(f"<tr><td>rank {r}</td><td style='text-align:right'>{n:,} B</td></tr>"
                        for r, n in self.view.bytes_sent().items())
+        raw = ""
         notes = []
         if measured.offsets:
             shifts = ", ".join(f"rank {r} {o * 1e3:+.2f} ms" for r, o in measured.offsets.items())
-            notes.append(f"Measured clocks aligned with the messages ({shifts}), so no message arrives "
-                         f"before it was sent.")
+            notes.append(f"The ranks' clocks were aligned with the messages ({shifts}), so that no message "
+                         f"arrives before it was sent.")
+            if measured.raw_bubble is not None:
+                raw = f" ({pct(measured.raw_bubble)} before aligning)"
         if not measured.matching.ok:
             notes.append("Unmatched messages: " + "; ".join(measured.matching.problems()))
         notes.append(f"Ideal: {ideal.note}.")
@@ -89,8 +95,9 @@ class TimelineWidget(w.VBox):
             notes.append("No forward/backward was recorded: the messages are all there is.")
         return (f'<div class="pp-timeline-side" style="font-size:12px; line-height:1.45">'
                 f"<b>Bubble</b> (idle share of the step)<br>"
-                f"measured: <b>{pct(measured.bubble)}</b><br>ideal: {pct(ideal.bubble)}<br>"
+                f"measured: <b>{pct(measured.bubble)}</b>{raw}<br>ideal: {pct(ideal.bubble)}<br>"
                 f"theory (p-1)/(m+p-1) = ({measured.p}-1)/({measured.m}+{measured.p}-1) = "
-                f"<b>{measured.theory:.1%}</b><br><br>"
+                f"<b>{measured.theory:.1%}</b><br>"
+                f"step time: measured {measured.span * 1e3:.1f} ms, ideal {ideal.span * 1e3:.1f} ms<br><br>"
                 f"<b>Bytes sent</b> ({self.toggle.value})<table>{rows}</table><br>"
                 + "".join(f"<div style='color:#555'>{escape(n)}</div>" for n in notes) + "</div>")

@@ -1,0 +1,73 @@
+"""Shared fixtures. Multi-process tests launch real torchrun (gloo on the CPU); GPU tests skip without CUDA."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """{qid: path of the reference answer file}, extracted from solutions/."""
+    from grader.reference import reference_sources
+    return reference_sources()
+
+
+@pytest.fixture
+def answers_with(reference, tmp_path):
+    """answers_with(q08="source text", ...) -> mapping: reference answers, some replaced by test sources."""
+    made = []
+
+    def make(**sources):
+        mapping = dict(reference)
+        made.append(sources)
+        for qid, text in sources.items():
+            path = tmp_path / f"{qid}_test_answer_{len(made)}.py"
+            path.write_text(text)
+            mapping[qid] = str(path)
+        return mapping
+    return make
+
+
+def lab_processes(marker: str = "") -> list[psutil.Process]:
+    """torchrun launchers and lab workers alive now; with `marker`, only those whose command line has it."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info.get("cmdline") or [])
+        if ("lab_src.worker" in cmd or "torch.distributed.run" in cmd) and marker in cmd:
+            found.append(p)
+    return found
+
+
+@pytest.fixture
+def no_leftovers(tmp_path):
+    """Fail the test if it leaves behind a torchrun or worker process of its own (its runs live in
+    tmp_path, which their command lines name) or any child process of the test."""
+    yield
+    left = lab_processes(str(tmp_path)) + psutil.Process().children(recursive=True)
+    assert not left, f"processes left behind: {[(p.pid, ' '.join(p.cmdline())[:120]) for p in left]}"
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LAB_ANSWERS", raising=False)
+    monkeypatch.delenv("LAB_ANSWERS_DIR", raising=False)
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    return tmp_path
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+    if not (torch.cuda.is_available() and torch.cuda.device_count() >= 2):
+        skip = pytest.mark.skip(reason="needs at least 2 CUDA GPUs (one per rank)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+os.environ.setdefault("LAB_CACHE", str(ROOT / "out" / "cache"))

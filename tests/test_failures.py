@@ -1,0 +1,122 @@
+"""Runs that go wrong: a deadlock, a hang, a crash, and the usual mistakes, each reported specifically,
+within its deadline, with no process left behind."""
+from __future__ import annotations
+
+import time
+
+from lab_src.answers import use_answers
+from lab_src.baseline import compute_baseline, load_baseline, save_baseline
+from lab_src.compare import compare_run
+from lab_src.config import LabConfig
+from lab_src.problems import from_error
+from lab_src.runner import run_cases
+
+CFG = LabConfig()  # 4 stages, 8 layers, 4 micro-batches
+
+# Every rank but the last waits for a gradient before doing any forward: nobody can ever send.
+DEADLOCK = '''
+from lab_src import pipeline_communicate
+
+def afab_step(stage, data_iter, num_microbatches):
+    if not stage.is_last_stage:
+        pipeline_communicate("recv_backward", stage, microbatch=0)
+    pipeline_communicate("recv_forward", stage, microbatch=0)
+    return [], None
+'''
+
+HANG = '''
+import time
+
+def afab_step(stage, data_iter, num_microbatches):
+    while stage.pp_rank == 1:
+        time.sleep(0.05)
+    return [], None
+'''
+
+CRASH = '''
+import os
+
+def afab_step(stage, data_iter, num_microbatches):
+    if stage.pp_rank == 2:
+        os._exit(5)
+    return [], None
+'''
+
+
+# The reference step without requires_grad_() on received activations.
+NO_REQUIRES_GRAD = '''
+from lab_src import pipeline_communicate
+
+def afab_step(stage, data_iter, num_microbatches):
+    inputs, outputs = [], []
+    for mb in range(num_microbatches):
+        x = pipeline_communicate("recv_forward", stage, microbatch=mb)
+        x = next(data_iter).to(stage.device) if x is None else x
+        y = stage.forward(x, microbatch=mb)
+        pipeline_communicate("send_forward", stage, tensor=y, microbatch=mb)
+        inputs.append(x)
+        outputs.append(y.mean() / num_microbatches if stage.is_last_stage else y)
+    for mb in range(num_microbatches):
+        g = pipeline_communicate("recv_backward", stage, microbatch=mb)
+        g = stage.backward(inputs[mb], outputs[mb], g, microbatch=mb)
+        pipeline_communicate("send_backward", stage, tensor=g, microbatch=mb)
+    return [], None
+'''
+
+
+def case(answers, cfg=CFG, **extra):
+    return {"kind": "pipeline", "stages": cfg.num_stages, "config": cfg.to_dict(), "answers": answers, "for": "q08",
+            **extra}
+
+
+def test_deadlock_times_out_with_each_ranks_pending_operation(answers_with, tmp_path, no_leftovers):
+    started = time.monotonic()
+    run = run_cases([case(answers_with(q08=DEADLOCK))], tmp_path, timeout_s=3, case_deadline_s=20)
+    assert time.monotonic() - started < 20
+    errors = run.outcomes[0].errors()
+    assert sorted(errors) == [0, 1, 2, 3]
+    text = "\n".join(str(from_error("q08", r, e)) for r, e in errors.items())
+    assert "rank 0, micro-batch 0: waited in recv_backward(mb=0) with rank 1 until the" in text  # timeout, or peer gave up
+    assert "rank 1, micro-batch 0: waited in recv_backward(mb=0) with rank 2 until the" in text
+    assert "rank 3, micro-batch 0: waited in recv_forward(mb=0) with rank 2" in text
+
+
+def test_deadlock_stopped_by_the_deadline_is_reported_from_the_journals(answers_with, tmp_path, no_leftovers):
+    started = time.monotonic()
+    run = run_cases([case(answers_with(q08=DEADLOCK))], tmp_path, timeout_s=60, case_deadline_s=5)
+    assert time.monotonic() - started < 40
+    report = run.outcomes[0].failure
+    assert "stopped: case deadline of 5 s" in report
+    assert "rank 0: no operation finished; waits in recv_backward(mb=0) from rank 1" in report
+    assert "rank 3: no operation finished; waits in recv_forward(mb=0) from rank 2" in report
+
+
+def test_a_hung_rank_is_stopped_and_the_next_case_still_runs(answers_with, reference, tmp_path, no_leftovers):
+    with use_answers(reference):
+        base = save_baseline(compute_baseline(CFG), tmp_path / "b.pt")
+    run = run_cases([case(answers_with(q08=HANG)), case(reference, baseline=str(base))], tmp_path,
+                    timeout_s=60, case_deadline_s=5)
+    assert len(run.launches) == 2
+    hung, good = run.outcomes
+    assert "rank 1: no operation finished; busy outside any send, receive" in hung.failure
+    assert good.failure is None and not good.errors()
+    assert compare_run(good, load_baseline(base), "q08") == []
+
+
+def test_a_crashed_rank_is_named_with_its_exit_code(answers_with, tmp_path, no_leftovers):
+    run = run_cases([case(answers_with(q08=CRASH))], tmp_path, timeout_s=5, case_deadline_s=15)
+    report = run.outcomes[0].failure
+    assert "rank 2: exit code 5" in report and "rank 2: its process exited with code 5" in report
+
+
+def test_usual_mistakes_get_named(answers_with, reference, tmp_path, no_leftovers):
+    from grader.cohort.students import Q08_NO_SCALE as NO_SCALE
+    with use_answers(reference):
+        base = save_baseline(compute_baseline(CFG), tmp_path / "b.pt")
+    run = run_cases([case(answers_with(q08=NO_SCALE), baseline=str(base)),
+                     case(answers_with(q08=NO_REQUIRES_GRAD), baseline=str(base))], tmp_path)
+    no_scale, no_grad = run.outcomes
+    text = "\n".join(map(str, compare_run(no_scale, load_baseline(base), "q08")))
+    assert "they are 4x the baseline's, and 4 is the number of micro-batches" in text
+    err = "\n".join(str(from_error("q08", r, e)) for r, e in no_grad.errors().items())
+    assert "does not require grad" in err and "requires_grad_()" in err and "rank 1" in err

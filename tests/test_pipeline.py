@@ -1,0 +1,75 @@
+"""The reference pipeline in real torchrun processes (gloo on the CPU) against the unsharded baseline."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from lab_src.answers import use_answers
+from lab_src.baseline import compute_baseline, save_baseline
+from lab_src.compare import compare_run
+from lab_src.config import LabConfig
+from lab_src.realness import check_run
+from lab_src.runner import run_cases
+
+TWO_RANKS = [LabConfig(num_stages=1, num_layers=3, num_microbatches=2, global_batch_size=4),
+             LabConfig(num_stages=2, num_layers=4, num_microbatches=1, global_batch_size=4),
+             LabConfig(num_stages=2, num_layers=5, num_microbatches=3, global_batch_size=6, dtype="float64")]
+FOUR_RANKS = [LabConfig(num_stages=4, num_layers=8, num_microbatches=6, global_batch_size=12),
+              LabConfig(num_stages=3, num_layers=7, num_microbatches=2, global_batch_size=4, seed=7),
+              LabConfig(num_stages=4, num_layers=10, num_microbatches=4, global_batch_size=8, seed=5, dtype="float64"),
+              LabConfig(num_stages=4, num_layers=4, num_microbatches=1, global_batch_size=2)]
+
+
+def pipeline_cases(configs, answers, tmp_path):
+    cases = []
+    with use_answers(answers):
+        for cfg in configs:
+            path = save_baseline(compute_baseline(cfg), tmp_path / f"baseline-{cfg.key()}.pt")
+            cases.append({"kind": "pipeline", "stages": cfg.num_stages, "config": cfg.to_dict(),
+                          "answers": answers, "baseline": str(path), "for": "q08"})
+    return cases
+
+
+@pytest.mark.parametrize("configs", [TWO_RANKS, FOUR_RANKS], ids=["2 ranks", "4 ranks"])
+def test_reference_pipeline_matches_the_baseline(configs, reference, tmp_path, no_leftovers):
+    from lab_src.baseline import load_baseline
+    cases = pipeline_cases(configs, reference, tmp_path)
+    run = run_cases(cases, tmp_path / "run")
+    assert len(run.launches) == 1, "all cases share one launch"
+    assert run.launches[0].leftovers == 0
+    for cfg, case, outcome in zip(configs, cases, run.outcomes):
+        assert outcome.failure is None and not outcome.errors(), (cfg, outcome.failure, outcome.errors())
+        problems = compare_run(outcome, load_baseline(case["baseline"]), "q08") + check_run(outcome, "q08")
+        assert problems == [], (cfg.describe(), [str(p) for p in problems])
+        # each rank built only its own pieces, and the messages are the schedule's
+        for r, o in outcome.obs.items():
+            assert "embed" in o["built"] if r == 0 else "embed" not in o["built"]
+            assert ("head" in o["built"]) == (r == cfg.num_stages - 1)
+        p, m = cfg.num_stages, cfg.num_microbatches
+        sends = [e for e in outcome.events() if e.kind.startswith("send")]
+        assert len(sends) == 2 * (p - 1) * m
+        assert {e.shape for e in sends} <= {(cfg.global_batch_size // m, cfg.seq_len, cfg.hidden_size)}
+
+
+def test_uneven_layers_go_to_the_earlier_stages(reference, tmp_path):
+    cfg = FOUR_RANKS[1]
+    run = run_cases([{"kind": "layout", "stages": 3, "config": cfg.to_dict(), "answers": reference}], tmp_path)
+    assert [run.outcomes[0].obs[r]["layers"] for r in range(3)] == [[0, 1, 2], [3, 4], [5, 6]]
+
+
+def test_two_launches_at_once_both_succeed(reference, tmp_path, no_leftovers):
+    results = {}
+
+    def go(name, cfg):
+        cases = pipeline_cases([cfg], reference, tmp_path / name)
+        results[name] = run_cases(cases, tmp_path / name / "run")
+
+    threads = [threading.Thread(target=go, args=(n, c)) for n, c in (("a", FOUR_RANKS[0]), ("b", TWO_RANKS[1]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    for name in "ab":
+        outcome = results[name].outcomes[0]
+        assert outcome.failure is None and not outcome.errors(), (name, outcome.failure, outcome.errors())

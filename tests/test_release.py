@@ -1,0 +1,87 @@
+"""The student release (notebooks/) is generated from solutions/, matches it, and carries no answers."""
+from __future__ import annotations
+
+import filecmp
+import json
+import shutil
+
+import pytest
+
+from conftest import ROOT
+from grader.answer_cells import cell_source
+from grader.course import Course
+from lab_src.registry import ASSIGNMENT, EXERCISES
+
+RELEASED = ROOT / "notebooks" / ASSIGNMENT
+SOURCE = ROOT / "solutions" / ASSIGNMENT
+
+
+def answer_lines(reference) -> set[str]:
+    """Distinctive lines of every reference answer and model written answer (what must never ship)."""
+    lines = set()
+    for path in reference.values():
+        for line in open(path).read().splitlines():
+            s = line.strip()
+            if len(s) > 25 and not s.startswith(("def ", '"""', "import ", "from ", "#")):
+                lines.add(s)
+    for ex in EXERCISES.values():
+        nb = json.loads((SOURCE / ex.notebook).read_text())
+        for cell in nb["cells"]:
+            meta = cell["metadata"].get("nbgrader", {})
+            if meta.get("solution") and cell["cell_type"] == "markdown":
+                lines.update(s.strip() for s in cell_source(cell).splitlines() if len(s.strip()) > 30)
+    return lines
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("release")
+    Course(tmp / "course", release=tmp / "release").generate_release()
+    return tmp / "release" / ASSIGNMENT
+
+
+def test_committed_release_is_exactly_what_nbgrader_generates(regenerated):
+    names = sorted(p.name for p in regenerated.iterdir())
+    assert names == sorted(p.name for p in RELEASED.iterdir()) == sorted(e.notebook for e in EXERCISES.values())
+    changed = [n for n in names if not filecmp.cmp(regenerated / n, RELEASED / n, shallow=False)]
+    assert not changed, f"notebooks/ is stale: run `python -m grader release` and commit ({changed})"
+
+
+def test_release_holds_no_solution_and_no_hidden_test(reference):
+    secret = answer_lines(reference)
+    assert len(secret) > 40
+    for path in RELEASED.glob("*.ipynb"):
+        text = path.read_text()
+        for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "scored_out_of_process"):
+            assert marker not in text, (path.name, marker)
+        body = {ln.strip() for c in json.loads(text)["cells"] for ln in cell_source(c).splitlines()}
+        leaked = secret & body
+        assert not leaked, (path.name, sorted(leaked)[:3])
+
+
+def test_every_release_answer_cell_is_a_stub_and_every_hidden_cell_is_kept():
+    for ex in EXERCISES.values():
+        nb = json.loads((RELEASED / ex.notebook).read_text())
+        ids = {c["metadata"].get("nbgrader", {}).get("grade_id"): c for c in nb["cells"]}
+        if ex.function:
+            assert cell_source(ids[ex.answer_cell]).startswith(f"%%answer {ex.id}")
+            assert "raise NotImplementedError()" in cell_source(ids[ex.answer_cell])
+            assert ids[ex.hidden_cell]["metadata"]["nbgrader"]["points"] > 0
+
+
+def test_running_a_source_notebook_leaves_nothing_that_would_ship(tmp_path, no_leftovers):
+    """Instructors run the source notebooks; what that leaves (answers/, runs/) must not reach students."""
+    import nbformat
+    from nbclient import NotebookClient
+    source = tmp_path / "solutions" / ASSIGNMENT
+    shutil.copytree(SOURCE, source)
+    for qid in ("q02", "q03", "q05"):  # q05's check builds on q02 and q03
+        nb = nbformat.read(source / EXERCISES[qid].notebook, as_version=4)
+        NotebookClient(nb, timeout=120, allow_errors=True, resources={"metadata": {"path": str(source)}}).execute()
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+        assert [e["ename"] for e in errors] == ["AwaitingGrader"], errors  # only the hidden-test cell fails here
+    left = sorted(p.name for p in source.iterdir() if p.suffix != ".ipynb")
+    assert "answers" in left and "runs" in left  # the runs did leave files ...
+    Course(tmp_path / "course", release=tmp_path / "release", source=tmp_path / "solutions").generate_release()
+    shipped = sorted(p.name for p in (tmp_path / "release" / ASSIGNMENT).iterdir())
+    assert shipped == sorted(e.notebook for e in EXERCISES.values())  # ... and none of it ships
