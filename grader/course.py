@@ -47,8 +47,8 @@ c.GenerateFeedback.preprocessors = [
 ]
 c.ClearHiddenTests.enforce_metadata = False
 # nbgrader zip_collect: archives whose entries are <student>/<notebook>.ipynb
-c.ZipCollectApp.collector_plugin = "nbgrader.plugins.zipcollect.FileNameCollector"
-c.FileNameCollector.named_regexp = r".*/(?P<student_id>[A-Za-z0-9_.@-]+)/(?P<file_id>q[0-9][0-9]_[a-z_]+\\.ipynb)$"
+c.ZipCollectApp.collector_plugin = "nbgrader.plugins.zipcollect.FileNameCollectorPlugin"
+c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[A-Za-z0-9_.@-]+)/(?P<file_id>q[0-9][0-9]_[a-z_]+\\.ipynb)$"
 '''
 
 
@@ -114,7 +114,9 @@ class Course:
         with Gradebook(f"sqlite:///{self.db_path}", COURSE_ID) as gb:
             known = {a.name for a in gb.assignments}
         if ASSIGNMENT not in known or not self._release_matches_db():
-            self.generate_release()
+            # generate_assignment records the notebooks and grade cells; its release goes into the course
+            # folder, so that grading never rewrites the repository's notebooks/
+            Course(self.root, self.cell_timeout, release=self.root / "release", source=self.source).generate_release()
 
     def _release_matches_db(self) -> bool:
         from nbgrader.api import Gradebook

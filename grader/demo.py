@@ -24,6 +24,7 @@ from lab_src.baseline import compute_baseline, save_baseline
 from lab_src.chrome_trace import write_chrome_trace
 from lab_src.compare import close
 from lab_src.config import DEMO
+from lab_src.distributed import device_for
 from lab_src.registry import ASSIGNMENT
 from lab_src.runner import run_cases
 
@@ -41,7 +42,7 @@ def pipeline_demo(out: Path) -> bool:
     banner(f"1. The reference pipeline on {cfg.num_stages} CPU processes: {cfg.describe()}")
     with use_answers(ref):
         started = time.monotonic()
-        base = compute_baseline(cfg)
+        base = compute_baseline(cfg, device_for(cfg.num_stages))
         print(f"baseline (whole model, one process): loss {base['loss']:.6f}, "
               f"{time.monotonic() - started:.1f} s", flush=True)
     path = save_baseline(base, out / "baseline.pt")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from lab_src.answers import use_answers
 from lab_src.baseline import compute_baseline, save_baseline
+from lab_src.distributed import device_for
 from lab_src.problems import Problem
 from lab_src.registry import CODED, exercise
 from lab_src.runner import run_cases
@@ -87,7 +88,7 @@ def grade_submission(submission: Path, work: Path, only: list[str] | None = None
     ctx = Context(student=student, reference=reference_sources(), missing_reason=reasons)
     with use_answers(ctx.reference):
         for name, cfg in CONFIGS.items():
-            ctx.baselines[name] = compute_baseline(cfg)
+            ctx.baselines[name] = compute_baseline(cfg, device_for(4))
             ctx.baseline_files[name] = str(save_baseline(ctx.baselines[name], work / "baselines" / f"{cfg.key()}.pt"))
 
     verdicts, cases_of, all_cases = {}, {}, []

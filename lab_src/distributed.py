@@ -43,6 +43,14 @@ def choose_backend(local_world_size: int) -> tuple[str, torch.device, int]:
     return backend, torch.device("cpu"), local_rank
 
 
+def device_for(nproc: int) -> str:
+    """Where a launch of `nproc` ranks will compute ("cuda" or "cpu"), so that a process outside the
+    launch (the one computing the baseline) uses the same kind of device and the same kernels."""
+    forced = os.environ.get("LAB_BACKEND")
+    has_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= nproc
+    return "cuda" if forced != "gloo" and (forced == "nccl" or has_gpus) else "cpu"
+
+
 def init(timeout_s: float, world_timeout_s: float | None = None) -> Dist:
     """Join the torchrun job (RANK, WORLD_SIZE, MASTER_ADDR... come from torchrun's environment).
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import deadlock
 from .launcher import Launch, launch
-from .trace import Event
+from .trace import Event, save_events
 
 
 @dataclass
@@ -184,6 +184,10 @@ def run_cases(cases: list[dict], run_dir: Path, *, case_deadline_s: float = 30.0
                     next_remaining.append(later)
             break
         remaining = next_remaining
+    for i, outcome in outcomes.items():  # every case's events, all ranks on one clock, kept with the run
+        events = outcome.events()
+        if events:
+            save_events(events, run_dir / f"events-c{i}.json")
     return Run(run_dir, [outcomes[i] for i in range(len(cases))], launches)
 
 

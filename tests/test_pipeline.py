@@ -22,10 +22,12 @@ FOUR_RANKS = [LabConfig(num_stages=4, num_layers=8, num_microbatches=6, global_b
 
 
 def pipeline_cases(configs, answers, tmp_path):
+    from lab_src.distributed import device_for
     cases = []
     with use_answers(answers):
         for cfg in configs:
-            path = save_baseline(compute_baseline(cfg), tmp_path / f"baseline-{cfg.key()}.pt")
+            base = compute_baseline(cfg, device_for(max(c.num_stages for c in configs)))
+            path = save_baseline(base, tmp_path / f"baseline-{cfg.key()}.pt")
             cases.append({"kind": "pipeline", "stages": cfg.num_stages, "config": cfg.to_dict(),
                           "answers": answers, "baseline": str(path), "for": "q08"})
     return cases
@@ -73,3 +75,21 @@ def test_two_launches_at_once_both_succeed(reference, tmp_path, no_leftovers):
     for name in "ab":
         outcome = results[name].outcomes[0]
         assert outcome.failure is None and not outcome.errors(), (name, outcome.failure, outcome.errors())
+
+
+@pytest.mark.gpu
+def test_reference_pipeline_on_gpus_with_nccl(reference, tmp_path, no_leftovers):
+    """With one GPU per rank the checks use NCCL and CUDA; the baseline runs on a GPU too."""
+    import torch
+
+    from lab_src.baseline import load_baseline
+    from lab_src.distributed import device_for
+    n = min(4, torch.cuda.device_count())
+    configs = [LabConfig(num_stages=n, num_layers=2 * n, num_microbatches=4, global_batch_size=8),
+               LabConfig(num_stages=2, num_layers=5, num_microbatches=3, global_batch_size=6, dtype="float64")]
+    assert device_for(n) == "cuda"
+    cases = pipeline_cases(configs, reference, tmp_path)
+    run = run_cases(cases, tmp_path / "run")
+    for case, outcome in zip(cases, run.outcomes):
+        assert outcome.failure is None and not outcome.errors(), (outcome.failure, outcome.errors())
+        assert compare_run(outcome, load_baseline(case["baseline"]), "q08") + check_run(outcome, "q08") == []

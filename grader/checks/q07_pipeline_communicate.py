@@ -5,7 +5,7 @@ from lab_src.checks import judge_comm
 from .common import Item, case_problems, pipeline_item
 
 QID = "q07"
-COMM = ["one micro-batch", "fewer micro-batches than stages", "more micro-batches than stages", "a single stage"]
+COMM = ["a single stage", "one micro-batch", "fewer micro-batches than stages", "more micro-batches than stages"]
 PIPELINES = ["uneven layers, seed 7", "float64, seed 123"]
 
 

@@ -79,8 +79,7 @@ def cmd_merge(course: Course, args) -> int:
     if result["skipped"]:
         print(f"  not graded, not merged: {' '.join(result['skipped'])}")
     if not args.no_export:
-        for path in merging.export(course, Path(args.to) if args.to else course.root / "grades.csv"):
-            print(f"  {path}")
+        merging.export(course, Path(args.to) if args.to else course.root / "grades.csv")
     return 0
 
 
@@ -93,7 +92,9 @@ def cmd_status(course: Course, args) -> int:
     for s in states["failed"]:
         st = run.state(s) or {}
         error = st.get("error") if st.get("state") == "failed" else "its job left the queue while grading"
-        print(f"  failed: {s} (job {st.get('array_task') or st.get('job')} on {st.get('host')}): {error}")
+        task = st.get("array_task")
+        log = f"; log {run.logs / f'task-{task}.out'}" if task else ""
+        print(f"  failed: {s} (job {task or st.get('job')} on {st.get('host')}{log}): {error}")
     merged = course_progress(course, run.students())
     print(f"course {course.root}: {len(merged['graded'])} of {total} merged into the gradebook")
     if live is not None:

@@ -1,0 +1,157 @@
+"""Benchmark: the lab's reference AFAB step beside torch.distributed.pipelining's ScheduleGPipe.
+
+Same model (the lab's stages), same configuration, same processes, in one torchrun launch: each
+iteration times one step of ours and one of theirs, alternately, after warm-up. A step's time is the
+slowest rank's, between two barriers. Prints the median step times and their ratio (ours / theirs);
+the target is at most 1.0. Both schedules' gradients are compared once, as a sanity check.
+
+    python benchmarks/afab_vs_gpipe.py [--steps 30] [--stages 4] [--microbatches 8] [--no-trace]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def worker(spec_path: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.pipelining import PipelineStage as TorchStage
+    from torch.distributed.pipelining import ScheduleGPipe
+
+    from lab_src import distributed, trace
+    from lab_src.answers import use_answers
+    from lab_src.config import LabConfig
+    from lab_src.data import make_dataloader
+    from lab_src.exercises import afab_step, check_args
+    from lab_src.stage import PipelineStage
+
+    spec = json.loads(Path(spec_path).read_text())
+    ctx = distributed.init(120)
+    cfg = LabConfig.from_dict(spec["config"])
+    rank, p, m = ctx.rank, cfg.num_stages, cfg.num_microbatches
+
+    class Piece(nn.Module):
+        """The stage's own modules, for ScheduleGPipe (no checks, no tracing)."""
+
+        def __init__(self, stage):
+            super().__init__()
+            self.embed, self.blocks, self.head = stage.embed, stage.blocks, stage.head
+
+        def forward(self, x):
+            if self.embed is not None:
+                x = self.embed(x)
+            for block in self.blocks.values():
+                x = block(x)
+            return self.head(x) if self.head is not None else x
+
+    with use_answers(spec["answers"]):
+        mbs = check_args(cfg.num_layers, p, cfg.global_batch_size, m)
+        stage = PipelineStage(cfg, rank, p, mbs, ctx.device, dist.group.WORLD)
+        batch = next(iter(make_dataloader(cfg, cfg.global_batch_size)))
+        theirs = ScheduleGPipe(TorchStage(Piece(stage), rank, p, ctx.device), n_microbatches=m,
+                               loss_fn=lambda out, target: out.mean())
+        target = torch.zeros(cfg.global_batch_size)
+        tracer = trace.Tracer(rank, None, None, "bench") if spec["trace"] else None
+
+        def ours_step():
+            data = iter(make_dataloader(cfg, mbs)) if rank == 0 else None
+            if tracer is not None:
+                with trace.tracing(tracer):
+                    afab_step(stage, data, m)
+                tracer.events.clear()
+            else:
+                afab_step(stage, data, m)
+
+        def theirs_step():
+            if rank == 0:
+                theirs.step(batch)
+            elif rank == p - 1:
+                theirs.step(target=target, losses=[])
+            else:
+                theirs.step()
+
+        def timed(step) -> float:
+            stage.zero_grad(set_to_none=True)
+            dist.barrier()
+            t0 = time.perf_counter()
+            step()
+            dist.barrier()
+            took = torch.tensor([time.perf_counter() - t0])
+            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+            return float(took)
+
+        # sanity: one step of each from zero gradients gives the same gradients
+        timed(ours_step)
+        ours_grads = {n: q.grad.clone() for n, q in stage.named_parameters()}
+        timed(theirs_step)
+        worst = max(float((q.grad - ours_grads[n]).abs().max()) for n, q in stage.named_parameters())
+        for _ in range(spec["warmup"]):
+            timed(ours_step)
+            timed(theirs_step)
+        ours_t, theirs_t = [], []
+        for i in range(spec["steps"]):
+            pair = [(ours_t, ours_step), (theirs_t, theirs_step)]
+            for times, step in (pair if i % 2 == 0 else pair[::-1]):
+                times.append(timed(step))
+    diff = torch.tensor([worst])
+    dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        Path(spec["out"]).write_text(json.dumps({"ours": ours_t, "theirs": theirs_t, "max_grad_diff": float(diff)}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    sys.path.insert(0, str(ROOT))
+    from grader.reference import reference_sources
+    from lab_src.config import DEMO
+    from lab_src.launcher import launch
+    from lab_src.runner import worker_env
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--stages", type=int, default=DEMO.num_stages)
+    ap.add_argument("--microbatches", type=int, default=DEMO.num_microbatches)
+    ap.add_argument("--no-trace", action="store_true", help="time our step without recording events")
+    ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench")
+    args = ap.parse_args()
+    cfg = DEMO.replace(num_stages=args.stages, num_microbatches=args.microbatches)
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    spec = {"config": cfg.to_dict(), "answers": reference_sources(), "steps": args.steps, "warmup": args.warmup,
+            "trace": not args.no_trace, "out": str(out / "times.json")}
+    (out / "spec.json").write_text(json.dumps(spec))
+    env = worker_env()  # PYTHONPATH holds the repository, so torchrun finds benchmarks/ and lab_src/
+    print(f"{cfg.describe()}; {args.steps} timed steps of each, alternating, after {args.warmup} warm-up steps",
+          flush=True)
+    result = launch(cfg.num_stages, "benchmarks.afab_vs_gpipe", ["--worker", str(out / "spec.json")],
+                    run_dir=out, deadline_s=1800, env=env)
+    if not result.ok:
+        print(result.launcher_log[-3000:], *result.rank_logs.values(), sep="\n")
+        return 1
+    times = json.loads((out / "times.json").read_text())
+    ours, theirs = statistics.median(times["ours"]), statistics.median(times["theirs"])
+    print(f"gradients of the two schedules agree to {times['max_grad_diff']:.1e}")
+    print(f"median step: ours (lab reference AFAB{'' if spec['trace'] else ', not traced'}) {ours * 1e3:.1f} ms, "
+          f"ScheduleGPipe {theirs * 1e3:.1f} ms")
+    print(f"ratio ours / ScheduleGPipe = {ours / theirs:.3f}  (target: at most 1.0)")
+    print(f"spread (min..max): ours {min(times['ours']) * 1e3:.1f}..{max(times['ours']) * 1e3:.1f} ms, "
+          f"theirs {min(times['theirs']) * 1e3:.1f}..{max(times['theirs']) * 1e3:.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        worker(sys.argv[2])
+        os._exit(0)
+    sys.exit(main())

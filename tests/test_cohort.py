@@ -1,0 +1,127 @@
+"""The sample cohort, autograded for real (nbgrader + the out-of-process hidden tests), four at a time:
+each student gets exactly what they deserve, cheaters and broken submissions included, nobody's
+grading disturbs anybody else's, nothing hangs and no process survives."""
+from __future__ import annotations
+
+import json
+import zipfile
+
+import pytest
+
+from conftest import lab_processes
+from grader.autograde import grade_all
+from grader.cli import collect_folder, main as grader_cli
+from grader.cohort import BY_NAME, COHORT, build_cohort
+from grader.course import Course, hidden_points
+from grader.report import grade_rows, progress
+from lab_src.registry import EXERCISES
+
+pytestmark = pytest.mark.slow
+
+# graded one at a time as well, to compare with the concurrent run (cheap ones: little to run)
+SEQUENTIAL = ["untouched", "sam", "tess", "quinn"]
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cohort")
+    build_cohort(base / "submissions")
+    course = Course(base / "course")
+    collect_folder(course, base / "submissions")
+    results = grade_all(course, [s.name for s in COHORT], jobs=4)   # four autogrades at once
+    return course, results, {r["student"]: r for r in grade_rows(course)}
+
+
+def test_every_submission_was_graded(cohort):
+    course, results, rows = cohort
+    assert {s: r["state"] for s, r in results.items()} == {s.name: "graded" for s in COHORT}
+    assert progress(course)["graded"] == sorted(s.name for s in COHORT)
+    assert not lab_processes(str(course.root)), "a torchrun process of the grading survived"
+
+
+@pytest.mark.parametrize("student", [s.name for s in COHORT])
+def test_each_student_gets_exactly_what_they_deserve(cohort, student):
+    _, _, rows = cohort
+    points = hidden_points()
+    got = {qid: rows[student].get(qid) for qid in points}
+    want = {qid: round(BY_NAME[student].expected(qid) * points[qid], 2) for qid in points}
+    assert got == pytest.approx(want), BY_NAME[student].story
+
+
+def test_written_answers_wait_for_the_instructor(cohort):
+    _, _, rows = cohort
+    assert rows["ada"]["written_pending"] == 5          # Q1's four answers and Q7's one
+    assert rows["untouched"]["written_pending"] == 0    # unanswered: nbgrader scores them 0 at once
+
+
+def test_feedback_shows_verdicts_but_not_the_hidden_tests(cohort):
+    course, _, _ = cohort
+    assert grader_cli(["--course", str(course.root), "feedback", "--student", "ivo", "hana"]) == 0
+    ivo = (course.feedback("ivo") / "q08_afab_step.html").read_text()
+    assert "Score 3.33 / 20" in ivo and "number of micro-batches" in ivo
+    hana = (course.feedback("hana") / "q07_pipeline_communicate.html").read_text()
+    assert "wrong peer" in hana and "gradients come back from the next stage" in hana
+    for html in course.root.glob("feedback/*/*/*.html"):
+        text = html.read_text()
+        assert "scored_out_of_process" not in text and "HIDDEN TESTS" not in text, html
+
+
+def test_autograded_q08_draws_the_graders_run_as_a_static_figure(cohort):
+    course, _, _ = cohort
+    nb = json.loads((course.autograded("ada") / "q08_afab_step.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if "report.timeline()" in "".join(c["source"]))
+    kinds = {k for o in cell["outputs"] for k in o.get("data", {})}
+    assert "image/png" in kinds and "application/vnd.jupyter.widget-view+json" not in kinds
+
+
+def test_output_of_a_loud_student_is_bounded(cohort):
+    course, _, _ = cohort
+    sizes = [p.stat().st_size for p in course.autograded("nils").glob("*.ipynb")]
+    assert max(sizes) < 500_000
+    logs = list((course.root / "grader" / "nils" / "work" / "run").glob("rank*.log"))
+    assert logs and max(p.stat().st_size for p in logs) < 400_000
+
+
+def test_tampering_in_the_kernel_changes_nothing(cohort):
+    """pia's patches made her hidden-test cells pass inside her kernel; the gradebook says zero anyway."""
+    course, _, rows = cohort
+    nb = json.loads((course.autograded("pia") / "q05_distribute_layers.ipynb").read_text())
+    hidden = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "q05_hidden")
+    assert "Score 0 / 10" in "".join(o.get("text", "") for o in hidden["outputs"])
+    assert rows["pia"]["autograded"] == 0
+
+
+def test_one_at_a_time_gives_the_same_grades(cohort, tmp_path):
+    course, _, rows = cohort
+    alone = Course(tmp_path / "course")
+    for s in SEQUENTIAL:
+        collect_folder_one(course, alone, s)
+    for s in SEQUENTIAL:
+        assert grade_all(alone, [s], jobs=1)[s]["state"] == "graded"
+    alone_rows = {r["student"]: r for r in grade_rows(alone)}
+    for s in SEQUENTIAL:
+        assert alone_rows[s] == rows[s]
+
+
+def collect_folder_one(src: Course, dest: Course, student: str) -> None:
+    import shutil
+    shutil.copytree(src.submitted(student), dest.submitted(student))
+
+
+def test_zip_collect_export_and_status(cohort, tmp_path):
+    course, _, _ = cohort
+    archive = tmp_path / "returned.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for s in ("ada", "ivo"):
+            for nb in course.submitted(s).glob("*.ipynb"):
+                z.write(nb, f"{s}/{nb.name}")
+    fresh = tmp_path / "course"
+    assert grader_cli(["--course", str(fresh), "collect", "--zip", str(archive)]) == 0
+    assert sorted(p.name for p in (fresh / "submitted").iterdir()) == ["ada", "ivo"]
+    assert len(list((fresh / "submitted" / "ivo" / "pipeline_lab").glob("*.ipynb"))) == len(EXERCISES)
+    out = tmp_path / "grades.csv"
+    assert grader_cli(["--course", str(course.root), "export", "--to", str(out)]) == 0
+    assert "ada" in out.read_text()
+    detail = (tmp_path / "grades_by_exercise.csv").read_text().splitlines()
+    assert detail[0].startswith("student,q02,q03") and len(detail) == len(COHORT) + 1
+    assert grader_cli(["--course", str(course.root), "status"]) == 0
