@@ -2,6 +2,8 @@
 
 Nothing here ships to students: `pip install .` installs lab_src only.
 """
+import os
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent          # the repository
@@ -10,9 +12,6 @@ RELEASE = ROOT / "notebooks"                             # the generated student
 
 # nbgrader's Gradebook runs the `alembic` command of its environment; make sure it is found even when
 # the environment is used without being activated (.venv/bin/python -m grader ...).
-import os as _os
-import sys as _sys
-
-_bin = str(Path(_sys.executable).parent)
-if _bin not in _os.environ.get("PATH", "").split(_os.pathsep):
-    _os.environ["PATH"] = _os.pathsep.join([_bin, _os.environ.get("PATH", "")])
+_bin = str(Path(sys.executable).parent)
+if _bin not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = os.pathsep.join([_bin, os.environ.get("PATH", "")])

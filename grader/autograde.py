@@ -9,8 +9,9 @@ For each student:
 
 The hidden tests run first, so that nbgrader's execution of the notebooks can draw the grader's run of
 the student's code in the timeline cells (lab_src.checks.autograding_report); the verdicts go into
-the gradebook last, after nbgrader has written its own scores. A status file per student (course/grader/<student>/status.json) says whether grading is running, done
-or failed; `grader status` counts them. Grading several students at once is safe: each has its own
+the gradebook last, after nbgrader has written its own scores. A status file per student
+(course/grader/<student>/status.json) says whether grading is running, done or failed; `grader status`
+counts them. Grading several students at once is safe: each has its own
 work folder, torchrun picks free ports, and gradebook writes take a lock.
 """
 from __future__ import annotations

@@ -319,9 +319,9 @@ def judge_comm(out: CaseOutcome, qid: str, label: str) -> list[Problem]:
         for op, res in (o.get("probes", {}).get("noop_ends") or {}).items():
             if res["outcome"] != "returned" or res.get("value") is not None or res.get("messages"):
                 end = "first" if op in ("recv_forward", "send_backward") else "last"
+                got = res.get("type") or res.get("value")
                 problems.append(Problem(qid, f"{op} on the {end} stage must do nothing and return None "
-                                             f"(got {res.get('type') or res.get('value')!r}, {res.get('messages', 0)} messages)",
-                                        r, 0, label))
+                                             f"(got {got!r}, {res.get('messages', 0)} messages)", r, 0, label))
         for op, mb, got in o.get("calls", []):
             if op.startswith("send"):
                 if got is not None:
@@ -404,8 +404,8 @@ def judge_check_outputs(out: CaseOutcome, qid: str, label: str) -> list[Problem]
             problems.append(Problem(qid, f"check_outputs raised {true.get('type')} on correct outputs: "
                                          f"{true.get('message', '')[:200]}", r, None, label))
         elif true.get("value") is not want:
-            problems.append(Problem(qid, f"check_outputs returned {true.get('value')!r}; expected {want} "
-                                         f"({'the last stage holds the outputs' if want else 'only the last stage has outputs to check'})",
+            why = "the last stage holds the outputs" if want else "only the last stage has outputs to check"
+            problems.append(Problem(qid, f"check_outputs returned {true.get('value')!r}; expected {want} ({why})",
                                     r, None, label))
         if disturbed is not None and (disturbed.get("outcome") != "raised" or disturbed.get("type") != "AssertionError"):
             problems.append(Problem(qid, "check_outputs accepted outputs whose last micro-batch was changed: "

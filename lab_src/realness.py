@@ -64,8 +64,11 @@ def check_built_and_ran(obs: dict, rank: int, p: int, m: int, blame: str, case: 
 
 def check_messages(events: list[Event], p: int, m: int, shape: tuple, blame: str, case: str) -> list[Problem]:
     problems = []
-    sends = Counter((e.rank, e.peer, e.kind.split("_")[1], e.microbatch, e.shape) for e in events if e.kind.startswith("send"))
-    recvs = Counter((e.peer, e.rank, e.kind.split("_")[1], e.microbatch, e.shape) for e in events if e.kind.startswith("recv"))
+    # a message is (sender, receiver, phase, micro-batch, shape); each needs a send and a receive
+    sends = Counter((e.rank, e.peer, e.kind.split("_")[1], e.microbatch, e.shape)
+                    for e in events if e.kind.startswith("send"))
+    recvs = Counter((e.peer, e.rank, e.kind.split("_")[1], e.microbatch, e.shape)
+                    for e in events if e.kind.startswith("recv"))
     for key in sorted(set(sends) | set(recvs), key=str):
         src, dst, phase, mb, shp = key
         if sends[key] != recvs[key]:
@@ -104,8 +107,9 @@ def check_afab_order(events: list[Event], p: int, blame: str, case: str) -> list
         first_b = next((i for i, e in enumerate(compute) if e.kind == "backward"), None)
         late_f = [e for e in compute[first_b:] if e.kind == "forward"] if first_b is not None else []
         if late_f:
-            problems.append(Problem(blame, f"forward of micro-batch {late_f[0].microbatch} runs after a backward: "
-                                           f"All-Forward-All-Backward runs every forward first", r, late_f[0].microbatch, case))
+            mb = late_f[0].microbatch
+            problems.append(Problem(blame, f"forward of micro-batch {mb} runs after a backward: "
+                                           f"All-Forward-All-Backward runs every forward first", r, mb, case))
     return problems
 
 

@@ -61,6 +61,24 @@ def in_tmp(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture(scope="session")
+def graded_cohort(tmp_path_factory):
+    """The whole sample cohort autograded for real, four students at a time (nbgrader + the
+    out-of-process hidden tests): (course, results by student, grade rows by student).
+    Shared by the cohort tests and the Slurm test, which compares its merged grades with these."""
+    from grader.autograde import grade_all
+    from grader.cli import collect_folder
+    from grader.cohort import COHORT, build_cohort
+    from grader.course import Course
+    from grader.report import grade_rows
+    base = tmp_path_factory.mktemp("cohort")
+    build_cohort(base / "submissions")
+    course = Course(base / "course")
+    collect_folder(course, base / "submissions")
+    results = grade_all(course, [s.name for s in COHORT], jobs=4)
+    return course, results, {r["student"]: r for r in grade_rows(course)}
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
     if not (torch.cuda.is_available() and torch.cuda.device_count() >= 2):

@@ -1,5 +1,5 @@
-"""The sample cohort, autograded for real (nbgrader + the out-of-process hidden tests), four at a time:
-each student gets exactly what they deserve, cheaters and broken submissions included, nobody's
+"""The sample cohort (conftest.graded_cohort), autograded for real (nbgrader + the out-of-process hidden
+tests), four at a time: each student gets exactly what they deserve, cheaters and broken submissions included, nobody's
 grading disturbs anybody else's, nothing hangs and no process survives."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from conftest import lab_processes
 from grader.autograde import grade_all
-from grader.cli import collect_folder, main as grader_cli
-from grader.cohort import BY_NAME, COHORT, build_cohort
+from grader.cli import main as grader_cli
+from grader.cohort import BY_NAME, COHORT
 from grader.course import Course, hidden_points
 from grader.report import grade_rows, progress
 from lab_src.registry import EXERCISES
@@ -23,13 +23,8 @@ SEQUENTIAL = ["untouched", "sam", "tess", "quinn"]
 
 
 @pytest.fixture(scope="module")
-def cohort(tmp_path_factory):
-    base = tmp_path_factory.mktemp("cohort")
-    build_cohort(base / "submissions")
-    course = Course(base / "course")
-    collect_folder(course, base / "submissions")
-    results = grade_all(course, [s.name for s in COHORT], jobs=4)   # four autogrades at once
-    return course, results, {r["student"]: r for r in grade_rows(course)}
+def cohort(graded_cohort):
+    return graded_cohort
 
 
 def test_every_submission_was_graded(cohort):

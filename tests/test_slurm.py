@@ -4,7 +4,8 @@ Fast tests build tiny gradebooks with nbgrader's API and check the merge (idempo
 graders entered), the run's bookkeeping and the sbatch command lines. The slow test starts a private
 single-node Slurm (munged, slurmctld, slurmd on free ports, everything in a temporary folder), grades
 three students of the sample cohort with `sbatch slurm/grade.sh`, cancels one array task mid-run,
-resubmits it, and compares the merged gradebook with a local `python -m grader autograde`.
+resubmits it, and compares the merged gradebook with the local autograde of the same students
+(conftest.graded_cohort, which the cohort tests use too).
 """
 from __future__ import annotations
 
@@ -443,69 +444,57 @@ def grader_cmd(*args: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_grade_sh_on_a_real_slurm(slurm, tmp_path):
+def test_grade_sh_on_a_real_slurm(slurm, graded_cohort, tmp_path):
     from grader.cohort import BY_NAME, build_student
     from grader.report import progress
     started = time.monotonic()
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
     for s in STUDENTS:
         build_student(BY_NAME[s], tmp_path / "cohort")
-    cluster_course, local_course = tmp_path / "cluster-course", tmp_path / "local-course"
+    cluster_course = tmp_path / "cluster-course"
     subprocess.run(grader_cmd("--course", str(cluster_course), "collect", "--from", str(tmp_path / "cohort")),
                    cwd=ROOT, env=base_env, check=True, capture_output=True, timeout=300)
-    shutil.copytree(cluster_course, local_course)
+    slurm.env["LAB_PYTHON"] = sys.executable
+    planner = slurm.cmd("sbatch", "--parsable", "--cpus-per-task=1", "--mem=1G", f"--chdir={tmp_path}",
+                        str(GRADE_SH), "--course", str(cluster_course), "--run", "r1",
+                        "--cpus", "1", "--mem", "2G", "--max-running", "1").stdout.strip()
+    assert slurm.wait_job(planner, 180) == ["COMPLETED"], (tmp_path / f"pp-lab-grade-{planner}.out").read_text()
+    run = Run.open(Course(cluster_course), "r1")
+    first = run.meta()["submissions"][0]
+    assert first["tasks"] == 3 and "--array=0-2%1" in first["array_cmd"]
 
-    # The same students graded on this machine, while Slurm grades them (one task at a time).
-    with open(tmp_path / "local.log", "w") as log:
-        local = subprocess.Popen(grader_cmd("--course", str(local_course), "autograde", "--student", *STUDENTS),
-                                 cwd=ROOT, env=base_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        slurm.env["LAB_PYTHON"] = sys.executable
-        planner = slurm.cmd("sbatch", "--parsable", "--cpus-per-task=1", "--mem=1G", f"--chdir={tmp_path}",
-                            str(GRADE_SH), "--course", str(cluster_course), "--run", "r1",
-                            "--cpus", "1", "--mem", "2G", "--max-running", "1").stdout.strip()
-        assert slurm.wait_job(planner, 180) == ["COMPLETED"], (tmp_path / f"pp-lab-grade-{planner}.out").read_text()
-        run = Run.open(Course(cluster_course), "r1")
-        first = run.meta()["submissions"][0]
-        assert first["tasks"] == 3 and "--array=0-2%1" in first["array_cmd"]
+    # Cancel the first array task while it grades ada; the others go on.
+    wait_for(lambda: (run.state("ada") or {}).get("state") == "running", 180, "ada's task to start")
+    ada_job = run.state("ada")["job"]
+    wait_for(lambda: any("torch.distributed.run" in cmdline(p) for p in slurm.our_processes(ada_job)),
+             120, "ada's hidden tests to launch torchrun", every=0.5)
+    slurm.cmd("scancel", f"{first['array_job']}_0")
+    assert slurm.wait_job(f"{first['array_job']}_0", 60) == ["CANCELLED"]
+    wait_for(lambda: not slurm.our_processes(job=ada_job), 20, "the cancelled task's processes to end")
+    assert run.state("ada")["state"] == "failed" and "SIGTERM" in run.state("ada")["error"]
+    assert slurm.wait_job(first["merge_job"], 600) == ["COMPLETED"]
+    assert sorted(slurm.job_states(first["array_job"])) == ["CANCELLED", "COMPLETED", "COMPLETED"]
+    status = slurm.cmd(str(GRADE_SH), "status", "--course", str(cluster_course)).stdout
+    assert "3 submissions: 2 graded, 0 running, 1 failed, 0 waiting" in status, status
+    assert "2 of 3 merged" in status
+    assert progress(Course(cluster_course), STUDENTS)["graded"] == ["ivo", "untouched"]
 
-        # Cancel the first array task while it grades ada; the others go on.
-        wait_for(lambda: (run.state("ada") or {}).get("state") == "running", 180, "ada's task to start")
-        ada_job = run.state("ada")["job"]
-        wait_for(lambda: any("torch.distributed.run" in cmdline(p) for p in slurm.our_processes(ada_job)),
-                 120, "ada's hidden tests to launch torchrun", every=0.5)
-        slurm.cmd("scancel", f"{first['array_job']}_0")
-        assert slurm.wait_job(f"{first['array_job']}_0", 60) == ["CANCELLED"]
-        wait_for(lambda: not slurm.our_processes(job=ada_job), 20, "the cancelled task's processes to end")
-        assert run.state("ada")["state"] == "failed" and "SIGTERM" in run.state("ada")["error"]
-        assert slurm.wait_job(first["merge_job"], 600) == ["COMPLETED"]
-        assert sorted(slurm.job_states(first["array_job"])) == ["CANCELLED", "COMPLETED", "COMPLETED"]
-        status = slurm.cmd(str(GRADE_SH), "status", "--course", str(cluster_course)).stdout
-        assert "3 submissions: 2 graded, 0 running, 1 failed, 0 waiting" in status, status
-        assert "2 of 3 merged" in status
-        assert progress(Course(cluster_course), STUDENTS)["graded"] == ["ivo", "untouched"]
+    # Resubmit just the failed student; the new merge completes the course.
+    out = slurm.cmd(str(GRADE_SH), "resubmit", "--course", str(cluster_course),
+                    "--cpus", "1", "--mem", "2G").stdout
+    assert "resubmitting 1 student(s): ada" in out, out
+    second = run.meta()["submissions"][1]
+    assert second["students"] == 1
+    assert slurm.wait_job(second["merge_job"], 400) == ["COMPLETED"]
+    assert slurm.job_states(second["array_job"]) == ["COMPLETED"]
+    status = slurm.cmd(str(GRADE_SH), "status", "--course", str(cluster_course)).stdout
+    assert "3 graded, 0 running, 0 failed, 0 waiting" in status and "3 of 3 merged" in status, status
 
-        # Resubmit just the failed student; the new merge completes the course.
-        out = slurm.cmd(str(GRADE_SH), "resubmit", "--course", str(cluster_course),
-                        "--cpus", "1", "--mem", "2G").stdout
-        assert "resubmitting 1 student(s): ada" in out, out
-        second = run.meta()["submissions"][1]
-        assert second["students"] == 1
-        assert slurm.wait_job(second["merge_job"], 400) == ["COMPLETED"]
-        assert slurm.job_states(second["array_job"]) == ["COMPLETED"]
-        status = slurm.cmd(str(GRADE_SH), "status", "--course", str(cluster_course)).stdout
-        assert "3 graded, 0 running, 0 failed, 0 waiting" in status and "3 of 3 merged" in status, status
 
-        assert local.wait(timeout=600) == 0, (tmp_path / "local.log").read_text()[-3000:]
-    finally:
-        if local.poll() is None:
-            os.killpg(local.pid, signal.SIGKILL)
-            local.wait()
-
-    merged, graded_here = Course(cluster_course), Course(local_course)
+    merged, graded_here = Course(cluster_course), graded_cohort[0]   # the same submissions, graded locally
     assert snapshot(merged, STUDENTS) == snapshot(graded_here, STUDENTS)
     rows = {r["student"]: r for r in grade_rows(merged)}
-    assert rows == {r["student"]: r for r in grade_rows(graded_here)}
+    assert rows == {s: graded_cohort[2][s] for s in STUDENTS}
     assert rows["ada"]["autograded"] == rows["ada"]["autograded_max"] > 0
     assert 0 < rows["ivo"]["autograded"] < rows["ivo"]["autograded_max"] and rows["untouched"]["autograded"] == 0
     for s in STUDENTS:

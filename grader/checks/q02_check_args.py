@@ -29,7 +29,8 @@ def judge(ctx, outcomes):
         name = f"check_args{args}" + (" with allow_uneven_layers=True" if kwargs else "")
         item = Item("calls", name)
         if not same_result(got, want, exc):
-            hint = " (raise ValueError: `python -O` removes assert statements)" if got.get("type") == "AssertionError" else ""
+            hint = (" (raise ValueError: `python -O` removes assert statements)"
+                    if got.get("type") == "AssertionError" else "")
             item.problems.append(Problem(QID, f"{name} {describe_result(got)}; expected "
                                               f"{'a ValueError' if exc else repr(want)}{hint}"))
         items.append(item)
