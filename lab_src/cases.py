@@ -90,6 +90,7 @@ def run_pipeline(case, ctx, pipe, tracer, obs) -> None:
         loader = data.make_dataloader(cfg, obs["micro_batch_size"]) if needs else None
         dist.barrier(group=pipe.group)
         returned = exercises.afab_step(stage, iter(loader) if loader is not None else None, cfg.num_microbatches)
+        stage.flush()
         dist.barrier(group=pipe.group)
         outputs, loss = _unpack_step(returned, obs)
         obs["outputs"] = outputs
@@ -195,6 +196,7 @@ def run_comm(case, ctx, pipe, tracer, obs) -> None:
                 sent = exercises.pipeline_communicate(send_op, stage, tensor=tensor, microbatch=mb)
                 calls.append([send_op, mb, _read_label(sent)])
         obs["calls"] = calls
+        stage.flush()
         dist.barrier(group=pipe.group)
     finally:
         _record_instrumentation(obs, tracer)

@@ -11,7 +11,8 @@ stage. On the last stage `output` is the loss and `output_grad` is None.
 
 `send` and `recv` are the only way stages exchange tensors: they are traced, and they check what
 they are given, so that a mistake is reported where it happens rather than as a hang or a wrong
-number three stages later.
+number three stages later. A send is posted and returns at once (the stage computes while the message
+travels); `flush()` waits for all of them at the end of a step.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class PipelineStage(nn.Module):
         self.device = torch.device(device)
         self.dtype = cfg.torch_dtype
         self.group = group
+        self._sends = []          # sends posted and not yet known to be delivered (see send and flush)
         self.is_first_stage = pp_rank == 0
         self.is_last_stage = pp_rank == pp_size - 1
         self.layer_ids = _checked_layers(distribute_layers(cfg.num_layers, pp_rank, pp_size), cfg, pp_rank)
@@ -101,7 +103,15 @@ class PipelineStage(nn.Module):
             raise ValueError(f"{where}: the tensor to send is {tensor.dtype}; the pipeline runs in {self.dtype}")
         data = tensor.detach().contiguous()
         with trace.span(operation, microbatch, dst, tuple(data.shape), data.numel() * data.element_size()):
-            dist.send(data, group=self.group, group_dst=dst)
+            # Posted, not waited for: the stage goes on computing while the message travels. `data` is
+            # an activation kept for backward (or an input gradient), never changed afterwards.
+            self._sends.append((dist.isend(data, group=self.group, group_dst=dst), data))
+
+    def flush(self) -> None:
+        """Wait until every message this stage sent has been delivered (the end of a step)."""
+        while self._sends:
+            work, _ = self._sends.pop(0)
+            work.wait()
 
     def recv(self, src: int, shape, operation: str, microbatch: int = 0) -> torch.Tensor:
         where = f"stage {self.pp_rank} {operation}(mb={microbatch})"

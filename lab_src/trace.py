@@ -74,23 +74,19 @@ class Tracer:
 
     def note(self, text: str) -> None:
         if self._journal:
-            self._journal.write(f"{self.now():.6f} {text}\n")
-
-    @staticmethod
-    def now() -> float:
-        return time.perf_counter()
+            self._journal.write(f"{time.perf_counter():.6f} {text}\n")
 
     @contextlib.contextmanager
     def span(self, kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0):
         self.pending = [self.label, kind, microbatch, peer]
-        what = json.dumps(self.pending)
+        what = json.dumps(self.pending) if self._journal else ""
         self.note(f"B {what}")
-        t_start = self.now()
+        t_start = time.perf_counter()
         yield
-        self.pending = None
         if self.sync is not None:
             self.sync()
-        t_end = self.now()
+        t_end = time.perf_counter()
+        self.pending = None
         self.events.append(Event(self.rank, kind, microbatch, peer,
                                  tuple(shape) if shape is not None else None, nbytes, t_start, t_end))
         self.note(f"E {what}")
