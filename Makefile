@@ -11,7 +11,7 @@ demo: setup
 
 test: setup
 	@scripts/system_deps.sh
-	.venv/bin/python -m pytest -ra $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -ra --durations=15 $(PYTEST_ARGS)
 
 benchmark: setup
 	.venv/bin/python benchmarks/afab_vs_gpipe.py

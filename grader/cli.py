@@ -84,8 +84,11 @@ def cmd_autograde(course: Course, args) -> int:
 
 
 def cmd_feedback(course: Course, args) -> int:
-    extra = [a for s in (args.student or []) for a in ("--student", s)]
-    course.nbgrader("generate_feedback", ASSIGNMENT, "--force", *extra)
+    if args.student:  # nbgrader takes one --student at a time
+        for student in args.student:
+            course.nbgrader("generate_feedback", ASSIGNMENT, "--force", "--student", student)
+    else:
+        course.nbgrader("generate_feedback", ASSIGNMENT, "--force")
     print(f"feedback written under {course.root / 'feedback'}")
     return 0
 

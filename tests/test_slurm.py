@@ -60,7 +60,7 @@ def snapshot(course: Course, students=None) -> dict:
                                      for g in nb.grades},
                           "comments": {c.name: (c.auto_comment, c.manual_comment) for c in nb.comments}}
                 for nb in sub.notebooks}}
-        out["_students"] = ids
+        out["_students"] = [s for s in ids if students is None or s in students]
     return out
 
 
