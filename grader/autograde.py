@@ -72,18 +72,23 @@ def grade_student(course: Course, student: str) -> dict:
     write_status(course, student, state="running", host=os.uname().nodename)
     try:
         result = run_trusted(course, student)
+        t_hidden = time.monotonic()
         timelines = course.root / "grader" / student / "work" / "timeline"
         nb = course.nbgrader("autograde", ASSIGNMENT, "--student", student, "--force", check=False,
                              timeout=NBGRADER_TIMEOUT_S, env={GRADER_TIMELINES: str(timelines)})
         log = course.root / "grader" / student / "nbgrader.log"
         log.write_text(nb.stdout[-50000:] + "\n" + nb.stderr[-50000:])
+        t_nbgrader = time.monotonic()
         given = verdicts.apply(course, student, result)
     except Exception as e:  # noqa: BLE001 - one student's failure is recorded, the others go on
         write_status(course, student, state="failed", error=f"{type(e).__name__}: {e}"[:4000],
                      wall_s=round(time.monotonic() - started, 1))
         raise
+    done = time.monotonic()
     summary = {"state": "graded", "scores": given, "nbgrader_exit": nb.returncode, "cases": result["cases"],
-               "launches": result["launches"], "wall_s": round(time.monotonic() - started, 1)}
+               "launches": result["launches"], "wall_s": round(done - started, 1),
+               "phases_s": {"hidden_tests": round(t_hidden - started, 1), "nbgrader": round(t_nbgrader - t_hidden, 1),
+                            "gradebook": round(done - t_nbgrader, 1)}}
     write_status(course, student, **summary)
     return summary
 

@@ -39,12 +39,12 @@ c.Execute.interrupt_on_timeout = True
 # Huge outputs (a student printing megabytes) are cut down in the autograded notebook.
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 60
-c.Autograde.autograde_preprocessors = [
-    "nbgrader.preprocessors.Execute", "nbgrader.preprocessors.IgnorePattern",
-    "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
-    "grader.limit_output.LimitOutputChars", "nbgrader.preprocessors.SaveAutoGrades",
-    "nbgrader.preprocessors.AssignLatePenalties", "nbgrader.preprocessors.CheckCellMetadata",
-]
+# ... and by characters, right after nbgrader's own LimitOutput (one print of megabytes is one line)
+from nbgrader.converters.autograde import Autograde as _Autograde
+from nbgrader.preprocessors import LimitOutput as _LimitOutput
+_steps = list(_Autograde.class_traits()["autograde_preprocessors"].default())
+_steps.insert(_steps.index(_LimitOutput) + 1, "grader.limit_output.LimitOutputChars")
+c.Autograde.autograde_preprocessors = _steps
 # Feedback shows each hidden-test verdict, never the hidden tests' code.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
@@ -59,11 +59,9 @@ c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[A-Za-z0-9_.@-]+)/(
 
 
 def tool_env() -> dict:
-    """PATH and PYTHONPATH for tools run from this interpreter's environment (nbgrader calls `alembic`
-    and starts kernels by name, so the environment's bin/ must come first on PATH, activated or not)."""
-    bin_dir = str(Path(sys.executable).parent)
-    return {"PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    """PYTHONPATH for tools run from this checkout (nbgrader loads grader/ plugins; the grader's
+    processes import grader/). PATH already leads with this environment's bin/ (grader/__init__.py)."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 class Course:

@@ -107,7 +107,7 @@ def cohort_demo(out: Path, students: list[str] | None, jobs: int) -> bool:
     from .autograde import grade_all
     from .cli import collect_folder
     from .cohort import BY_NAME, COHORT, build_cohort
-    from .course import Course
+    from .course import Course, hidden_points
     from .report import format_table, grade_rows
     chosen = [BY_NAME[s] for s in students] if students else COHORT
     banner(f"3. Autograding the sample cohort: {len(chosen)} students, {jobs} at a time")
@@ -125,15 +125,11 @@ def cohort_demo(out: Path, students: list[str] | None, jobs: int) -> bool:
                         on_done=lambda s, r: print(f"  graded {s:<10} {r.get('wall_s', 0):5.0f} s  {r['state']}",
                                                    flush=True))
     print(f"\n{len(chosen)} submissions in {time.monotonic() - started:.0f} s\n")
-    print(format_table(grade_rows(course)))
-    wrong = []
     rows = {r["student"]: r for r in grade_rows(course)}
-    from .course import hidden_points
+    print(format_table(list(rows.values())))
     points = hidden_points()
-    for s in chosen:
-        for qid, pts in points.items():
-            if abs(rows.get(s.name, {}).get(qid, -1) - round(s.expected(qid) * pts, 2)) > 1e-6:
-                wrong.append(f"{s.name} {qid}")
+    wrong = [f"{s.name} {qid}" for s in chosen for qid, want in s.expected_points(points).items()
+             if abs(rows.get(s.name, {}).get(qid, -1) - want) > 1e-6]
     print("\nevery student got exactly the expected points" if not wrong else f"\nUNEXPECTED: {wrong}")
     print(f"feedback: python -m grader --course {course.root} feedback   (HTML under {course.root / 'feedback'})")
     return not wrong and all(r["state"] == "graded" for r in results.values())

@@ -72,12 +72,10 @@ def save_timeline(qid: str, outcomes, folder: Path) -> None:
     """The events of the grader's run of `qid` (whatever the ranks recorded, even of a failed run)."""
     if not outcomes:
         return
-    from lab_src.checks import case_view
+    from lab_src.checks import case_view, save_view
     view = case_view(outcomes[0])
     view["title"] = f"the grader's run of {qid}: {view['stages']} stages, {view['microbatches']} micro-batches"
-    view["events"] = [e.to_row() for e in view["events"]]
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{qid}.json").write_text(json.dumps(view))
+    save_view(view, folder / f"{qid}.json")
 
 
 def grade_submission(submission: Path, work: Path, only: list[str] | None = None) -> dict:
@@ -85,7 +83,7 @@ def grade_submission(submission: Path, work: Path, only: list[str] | None = None
     work.mkdir(parents=True, exist_ok=True)
     student = write_answer_files(submission, work / "answers")
     reasons = dict(write_answer_files.reasons)
-    ctx = Context(student=student, reference=reference_sources(), missing_reason=reasons)
+    ctx = Context(student=student, reference=reference_sources())
     with use_answers(ctx.reference):
         for name, cfg in CONFIGS.items():
             ctx.baselines[name] = compute_baseline(cfg, device_for(4))

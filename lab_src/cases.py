@@ -63,9 +63,9 @@ def _micro_batch_size(cfg: LabConfig) -> int:
     return mbs
 
 
-def _stage(cfg, rank, ctx, pipe, obs) -> PipelineStage:
+def _stage(cfg, rank, ctx, group, obs) -> PipelineStage:
     mbs = obs["micro_batch_size"] = _micro_batch_size(cfg)
-    stage = PipelineStage(cfg, rank, cfg.num_stages, mbs, ctx.device, pipe.group)
+    stage = PipelineStage(cfg, rank, cfg.num_stages, mbs, ctx.device, group)
     obs["layers"] = stage.layer_ids
     obs["activation_shape"] = list(stage.activation_shape)
     return stage
@@ -78,20 +78,20 @@ def _record_instrumentation(obs: dict, tracer) -> None:
     obs["events"] = [e.to_row() for e in tracer.events]
 
 
-def run_pipeline(case, ctx, pipe, tracer, obs) -> None:
+def run_pipeline(case, ctx, group, tracer, obs) -> None:
     cfg = LabConfig.from_dict(case["config"])
     rank, probes = ctx.rank, case.get("probes", [])
     try:
-        stage = _stage(cfg, rank, ctx, pipe, obs)
+        stage = _stage(cfg, rank, ctx, group, obs)
         if "noop_ends" in probes:
             obs["probes"] = {"noop_ends": _probe_noop_ends(stage)}
         needs = exercises.needs_dataloader(rank, cfg.num_stages)
         obs["needs_dataloader"] = plain(needs)
         loader = data.make_dataloader(cfg, obs["micro_batch_size"]) if needs else None
-        dist.barrier(group=pipe.group)
+        dist.barrier(group=group)
         returned = exercises.afab_step(stage, iter(loader) if loader is not None else None, cfg.num_microbatches)
         stage.flush()
-        dist.barrier(group=pipe.group)
+        dist.barrier(group=group)
         outputs, loss = _unpack_step(returned, obs)
         obs["outputs"] = outputs
         obs["loss"] = loss
@@ -177,14 +177,14 @@ def _probe_check_gradients(stage, baseline) -> dict:
     return result
 
 
-def run_comm(case, ctx, pipe, tracer, obs) -> None:
+def run_comm(case, ctx, group, tracer, obs) -> None:
     """Every rank calls the four operations in All-Forward-All-Backward order with dummy tensors whose
     values say who sent them and for which micro-batch; each receive records what arrived."""
     cfg = LabConfig.from_dict(case["config"])
     try:
-        stage = _stage(cfg, ctx.rank, ctx, pipe, obs)
+        stage = _stage(cfg, ctx.rank, ctx, group, obs)
         obs["probes"] = {"noop_ends": _probe_noop_ends(stage)}
-        dist.barrier(group=pipe.group)
+        dist.barrier(group=group)
         calls = []
         for phase, recv_op, send_op, sign in (("forward", "recv_forward", "send_forward", 1),
                                               ("backward", "recv_backward", "send_backward", -1)):
@@ -197,7 +197,7 @@ def run_comm(case, ctx, pipe, tracer, obs) -> None:
                 calls.append([send_op, mb, _read_label(sent)])
         obs["calls"] = calls
         stage.flush()
-        dist.barrier(group=pipe.group)
+        dist.barrier(group=group)
     finally:
         _record_instrumentation(obs, tracer)
 
@@ -218,12 +218,12 @@ def _read_label(value):
             "shape": list(value.shape)}
 
 
-def run_layout(case, ctx, pipe, tracer, obs) -> None:
+def run_layout(case, ctx, group, tracer, obs) -> None:
     """Build this rank's stage; with "q06", also feed it what the answer to q06 says it gets: tokens
     from the dataloader when it needs one, else an activation from the previous stage."""
     cfg = LabConfig.from_dict(case["config"])
     try:
-        stage = _stage(cfg, ctx.rank, ctx, pipe, obs)
+        stage = _stage(cfg, ctx.rank, ctx, group, obs)
         obs["parameters"] = sum(p.numel() for p in stage.parameters())
         if "q06" in case.get("calls", []):
             needs = exercises.needs_dataloader(ctx.rank, cfg.num_stages)
@@ -237,7 +237,7 @@ def run_layout(case, ctx, pipe, tracer, obs) -> None:
         _record_instrumentation(obs, tracer)
 
 
-def run_shapes(case, ctx, pipe, tracer, obs) -> None:
+def run_shapes(case, ctx, group, tracer, obs) -> None:
     """Without a stage (q05 may not be written yet): rank 0 embeds a micro-batch of tokens, every other
     rank runs one block on a tensor of the answer's activation shape, and the last also runs the head."""
     cfg = LabConfig.from_dict(case["config"])
@@ -258,12 +258,12 @@ def run_shapes(case, ctx, pipe, tracer, obs) -> None:
             obs["head"] = attempt(model.build_piece(cfg, "head"), x)
 
 
-def run_baseline(case, ctx, pipe, tracer, obs) -> None:
+def run_baseline(case, ctx, group, tracer, obs) -> None:
     cfg = LabConfig.from_dict(case["config"])
     obs.update(compute_baseline(cfg, ctx.device))
 
 
-def run_units(case, ctx, pipe, tracer, obs) -> None:
+def run_units(case, ctx, group, tracer, obs) -> None:
     results = []
     for call in case["calls"]:
         fn = exercises.API[call["exercise"]]
@@ -271,7 +271,7 @@ def run_units(case, ctx, pipe, tracer, obs) -> None:
     obs["results"] = results
 
 
-def run_seeds(case, ctx, pipe, tracer, obs) -> None:
+def run_seeds(case, ctx, group, tracer, obs) -> None:
     """A demonstration for q01: weights made with the same seed, or a seed that depends on the rank."""
     cfg = LabConfig.from_dict(case["config"])
     seed, rank = cfg.seed, ctx.rank

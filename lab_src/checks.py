@@ -67,9 +67,24 @@ class CheckReport:
 
 
 def case_view(outcome: CaseOutcome) -> dict:
+    """What the timeline needs of one case: its events and its shape."""
     cfg = outcome.case["config"]
     return {"events": outcome.events(), "stages": outcome.case["stages"], "microbatches": cfg["num_microbatches"],
             "num_layers": cfg["num_layers"], "activation_bytes": _activation_bytes(cfg)}
+
+
+def save_view(view: dict, path: Path) -> None:
+    import json
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**view, "events": [e.to_row() for e in view["events"]]}))
+
+
+def load_view(path: Path) -> dict:
+    import json
+
+    from .trace import Event
+    view = json.loads(path.read_text())
+    return {**view, "events": [Event.from_row(r) for r in view["events"]]}
 
 
 def _activation_bytes(cfg: dict) -> int:
@@ -471,16 +486,13 @@ GRADER_TIMELINES = "LAB_GRADER_TIMELINES"
 def autograding_report(qid: str) -> CheckReport:
     """While nbgrader executes a submission, checks launch nothing (the grader runs the hidden tests in
     its own processes). For the timeline, the report carries the grader's run of this answer, if saved."""
-    import json
     lines = [f"{qid}: the visible check is skipped while autograding; the grader runs the hidden tests."]
     folder = os.environ.get(GRADER_TIMELINES)
     path = Path(folder) / f"{qid}.json" if folder else None
     views = []
     if path is not None and path.exists():
-        from .trace import Event
-        saved = json.loads(path.read_text())
-        views = [{**saved, "events": [Event.from_row(r) for r in saved["events"]]}]
-        lines.append(f"The timeline below is the grader's run of your answer ({saved.get('title', '')}).")
+        views = [load_view(path)]
+        lines.append(f"The timeline below is the grader's run of your answer ({views[0].get('title', '')}).")
     print("\n".join(lines))
     return CheckReport(qid, None, [], lines, views)
 

@@ -5,9 +5,9 @@ overrides. Every group is created with a timeout, so a receive that never gets i
 instead of waiting forever.
 
 Pipeline groups: a check may run a 2-stage and a 4-stage pipeline in one launch of 4 processes. A
-p-stage pipeline runs on ranks 0..p-1 through its own group, and the ranks talk in pipeline ranks;
-`Pipe.global_rank` translates. A failed case poisons its group (a message may still be in flight),
-so `fresh()` replaces every pipeline group before the next case.
+p-stage pipeline runs on ranks 0..p-1 through its own group, and the ranks talk in pipeline ranks
+(`group_src`/`group_dst` of torch.distributed). A failed case poisons its group (a message may still
+be in flight), so `fresh()` replaces every pipeline group before the next case.
 """
 from __future__ import annotations
 
@@ -65,29 +65,18 @@ def init(timeout_s: float, world_timeout_s: float | None = None) -> Dist:
     return Dist(dist.get_rank(), dist.get_world_size(), local_rank, backend, device, timeout_s)
 
 
-class Pipe:
-    """The process group of a `size`-stage pipeline on global ranks 0..size-1."""
-
-    def __init__(self, size: int, group):
-        self.size = size
-        self.group = group
-
-    def global_rank(self, pp_rank: int) -> int:
-        return pp_rank  # pipeline ranks are the first `size` global ranks
-
-
 class PipeGroups:
     """Pipeline groups by size, created collectively: every rank must call `get` in the same order."""
 
     def __init__(self, ctx: Dist):
         self.ctx = ctx
-        self._groups: dict[int, Pipe] = {}
+        self._groups: dict = {}
 
-    def get(self, size: int) -> Pipe:
+    def get(self, size: int):
+        """The process group of a `size`-stage pipeline on global ranks 0..size-1."""
         if size not in self._groups:
-            group = dist.new_group(list(range(size)),
-                                   timeout=datetime.timedelta(seconds=self.ctx.timeout_s))
-            self._groups[size] = Pipe(size, group)
+            self._groups[size] = dist.new_group(list(range(size)),
+                                                timeout=datetime.timedelta(seconds=self.ctx.timeout_s))
         return self._groups[size]
 
     def fresh(self) -> None:

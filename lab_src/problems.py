@@ -34,11 +34,11 @@ def from_error(exercise: str, rank: int, error: dict, case: str = "") -> Problem
     if error.get("pending"):
         _, kind, mb, peer = error["pending"]
         op = f"{kind}(mb={mb})" + (f" with rank {peer}" if peer is not None else "")
-        text = error["message"].lower()
-        if "timed out" in text or "timeout" in text:
+        gave_up = gave_up_waiting(error["message"])
+        if gave_up == "timeout":
             msg = (f"waited in {op} until the timeout: no matching message arrived. Check that every "
                    f"send has a receive on the peer, in the same order ({error['type']})")
-        elif "closed by peer" in text or "connection reset" in text:
+        elif gave_up == "peer":
             msg = (f"waited in {op} until the peer gave up (its connection closed, after its own timeout or "
                    f"crash): no matching message arrived")
         else:
@@ -52,6 +52,17 @@ def from_error(exercise: str, rank: int, error: dict, case: str = "") -> Problem
         msg += f"\n    at {file} line {line}, in {fn}: {text}"
     return Problem(exercise, msg, rank, error.get("pending", [None, None, None])[2] if error.get("pending") else None,
                    case)
+
+
+def gave_up_waiting(message: str) -> str | None:
+    """"timeout" when a receive (or send) timed out, "peer" when the peer's connection closed under
+    it (the peer timed out or died first), None for any other error."""
+    text = message.lower()
+    if "timed out" in text or "timeout" in text:
+        return "timeout"
+    if "closed by peer" in text or "connection reset" in text:
+        return "peer"
+    return None
 
 
 def from_errors(exercise: str, errors: dict[int, dict], case: str = "") -> list[Problem]:

@@ -21,10 +21,6 @@ class Exercise:
     needs: tuple[str, ...]   # other exercises whose answers this one's checks run
 
     @property
-    def number(self) -> int:
-        return int(self.id[1:])
-
-    @property
     def notebook(self) -> str:
         return f"{self.id}_{self.function or 'seeds'}.ipynb"
 

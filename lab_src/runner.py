@@ -25,10 +25,6 @@ class CaseOutcome:
     obs: dict[int, dict] = field(default_factory=dict)   # rank -> what it observed
     failure: str | None = None                            # why the case did not complete, if it did not
 
-    @property
-    def ranks(self) -> range:
-        return range(self.case["stages"])
-
     def errors(self) -> dict[int, dict]:
         return {r: o["error"] for r, o in self.obs.items() if o.get("error")}
 
@@ -65,14 +61,14 @@ class _CaseWatch:
     def __call__(self) -> str | None:
         for i, path in enumerate(self.paths):
             try:
-                with open(path, "r", errors="replace") as f:
+                with open(path, "rb") as f:
                     f.seek(self.offsets[i])
                     chunk = f.read()
             except FileNotFoundError:
                 continue
-            complete = chunk[: chunk.rfind("\n") + 1]
-            self.offsets[i] += len(complete.encode())
-            for line in complete.splitlines():
+            complete = chunk[: chunk.rfind(b"\n") + 1]   # a line still being written waits for the next poll
+            self.offsets[i] += len(complete)
+            for line in complete.decode(errors="replace").splitlines():
                 parts = line.split()
                 if len(parts) == 4 and parts[1] == "C":
                     index = int(parts[3])

@@ -92,7 +92,6 @@ class Tracer:
         self.note(f"E {what}")
 
 
-
 _active: list[Tracer] = []
 
 

@@ -68,11 +68,6 @@ def _describe(e: BaseException, tracer) -> dict:
             "pending": tracer.pending if tracer is not None else None}
 
 
-def _is_timeout(error: dict) -> bool:
-    text = error["message"].lower()
-    return "timed out" in text or "closed by peer" in text or "connection reset" in text
-
-
 SKIP_AFTER_TIMEOUTS = 2
 
 
@@ -90,6 +85,7 @@ def main(spec_path: str) -> int:
     from .answers import use_answers
     from .cases import KINDS
     from .exercises import running_for
+    from .problems import gave_up_waiting
 
     ctx = distributed.init(spec["timeout_s"])
     groups = distributed.PipeGroups(ctx)
@@ -101,7 +97,7 @@ def main(spec_path: str) -> int:
     timeouts: dict[str, int] = {}
     for case in spec["cases"]:
         index, stages, owner = case["index"], case["stages"], case.get("for", "")
-        pipe = groups.get(stages)
+        group = groups.get(stages)
         journal.write(f"0 C start {index}\n")
         failed = 0
         if rank < stages:
@@ -115,10 +111,10 @@ def main(spec_path: str) -> int:
             else:
                 try:
                     with use_answers(case.get("answers", {})), running_for(owner), trace.tracing(tracer):
-                        KINDS[case["kind"]](case, ctx, pipe, tracer, obs)
+                        KINDS[case["kind"]](case, ctx, group, tracer, obs)
                 except Exception as e:  # noqa: BLE001 - a failing case is an observation, the run goes on
                     obs["error"] = _describe(e, tracer)
-                    failed = 2 if _is_timeout(obs["error"]) else 1
+                    failed = 2 if gave_up_waiting(obs["error"]["message"]) else 1
             tmp = obs_dir / f".c{index}.rank{rank}.tmp"
             torch.save(obs, tmp)
             os.replace(tmp, obs_dir / f"c{index}.rank{rank}.pt")

@@ -39,7 +39,7 @@ def test_each_student_gets_exactly_what_they_deserve(cohort, student):
     _, _, rows = cohort
     points = hidden_points()
     got = {qid: rows[student].get(qid) for qid in points}
-    want = {qid: round(BY_NAME[student].expected(qid) * points[qid], 2) for qid in points}
+    want = BY_NAME[student].expected_points(points)
     assert got == pytest.approx(want), BY_NAME[student].story
 
 

@@ -1,6 +1,7 @@
 """What students install (`pip install .`: lab_src alone) carries no reference answer and no grader."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -10,9 +11,16 @@ from test_release import answer_lines
 
 
 def test_student_package_has_no_answers_and_no_grader(tmp_path, reference):
+    # build from a copy of what git tracks: a build/ folder left in the checkout could carry old files
+    src = tmp_path / "src"
+    tracked = subprocess.run(["git", "ls-files", "pyproject.toml", "README.md", "lab_src"], cwd=ROOT,
+                             check=True, capture_output=True, text=True).stdout.split()
+    for name in tracked:
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, src / name)
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "-w", str(wheels), str(ROOT)], check=True, capture_output=True, text=True)
+                    "-w", str(wheels), str(src)], check=True, capture_output=True, text=True)
     (wheel,) = wheels.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} <= {"lab_src", next(n.split("/")[0] for n in names if ".dist-info" in n)}

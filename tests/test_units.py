@@ -201,3 +201,10 @@ def test_correct_run_has_no_problems():
     outcome, base = _fake_outcome(3, 2, 1.0)
     assert compare_run(outcome, base, "q08") == []
     assert "twice" in explain_scale(2.0, 4)
+
+
+def test_saved_events_load_back(tmp_path):
+    from lab_src.trace import load_events, save_events
+    events = afab_events(3, 2)
+    save_events(events, tmp_path / "events.json")
+    assert load_events(tmp_path / "events.json") == events

@@ -48,7 +48,6 @@ class Context:
     reference: dict[str, str]               # qid -> the reference answer file
     baselines: dict[str, dict] = field(default_factory=dict)       # config name -> reference baseline
     baseline_files: dict[str, str] = field(default_factory=dict)   # config name -> its file
-    missing_reason: dict[str, str] = field(default_factory=dict)
     _ref_modules: dict = field(default_factory=dict)
 
     def answers(self, qid: str) -> dict[str, str | None]:
@@ -104,17 +103,47 @@ def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extr
     return item
 
 
-def unit_results(qid: str, outcome, calls: list[dict]) -> list[dict]:
+def units_case(ctx: Context, qid: str, label: str, calls: list[tuple]) -> dict:
+    """A case that calls the student's function of `qid` directly, on rank 0: calls = [(args, kwargs)]."""
+    def encode(v):
+        return {"$cfg": v.to_dict()} if isinstance(v, LabConfig) else v
+    return ctx.case(qid, "units", label=label,
+                    calls=[{"exercise": qid, "args": [encode(a) for a in args], "kwargs": kwargs} for args, kwargs in calls])
+
+
+def unit_items(ctx: Context, qid: str, outcome, calls: list[tuple], group=None) -> list[Item]:
+    """One item per call (or per `group(args, kwargs)` of calls), passed when the student's function
+    returns what the reference returns, or raises the same exception type."""
+    from lab_src.registry import exercise
+    ref, fn, part = ctx.reference_fn(qid), exercise(qid).function, outcome.case["label"]
+    items: dict[str, Item] = {}
+    for (args, kwargs), got in zip(calls, _unit_results(outcome, len(calls))):
+        call = f"{fn}({', '.join('cfg' if isinstance(a, LabConfig) else repr(a) for a in args)}" + \
+            "".join(f", {k}={v!r}" for k, v in kwargs.items()) + ")"
+        name = group(args, kwargs) if group else call
+        item = items.setdefault(name, Item(part, name))
+        if item.problems:
+            continue  # a group shows its first wrong call
+        want, exc = call_reference(ref, args, kwargs)
+        if not _same_result(got, want, exc):
+            hint = (" (raise ValueError: `python -O` removes assert statements)"
+                    if exc is ValueError and got.get("type") == "AssertionError" else "")
+            expected = f"a {exc.__name__}" if exc else repr(want)
+            item.problems.append(Problem(qid, f"{call} {describe_result(got)}; expected {expected}{hint}"))
+    return list(items.values())
+
+
+def _unit_results(outcome, n: int) -> list[dict]:
     """The rank-0 results of a 'units' case, one per call (a failed case gives failures everywhere)."""
     o = outcome.obs.get(0, {})
     results = o.get("results")
-    if outcome.failure or o.get("error") or results is None or len(results) != len(calls):
+    if outcome.failure or o.get("error") or results is None or len(results) != n:
         why = outcome.failure or (o.get("error") or {}).get("message", "the calls did not run")
-        return [{"outcome": "raised", "type": "NotRun", "message": why}] * len(calls)
+        return [{"outcome": "raised", "type": "NotRun", "message": why}] * n
     return results
 
 
-def same_result(got: dict, want, want_exc: type | None) -> bool:
+def _same_result(got: dict, want, want_exc: type | None) -> bool:
     if want_exc is not None:
         return got.get("outcome") == "raised" and got.get("type") == want_exc.__name__
     value = got.get("value")

@@ -1,8 +1,6 @@
 """Hidden tests of q02 (check_args): valid and invalid configurations called directly, then full
 pipelines whose micro-batch size comes from the student's answer."""
-from lab_src.problems import Problem
-
-from .common import Item, call_reference, describe_result, pipeline_item, same_result, unit_results
+from .common import pipeline_item, unit_items, units_case
 
 QID = "q02"
 CALLS = [
@@ -16,22 +14,9 @@ PIPELINES = ["one micro-batch", "uneven layers, seed 7", "more micro-batches tha
 
 
 def cases(ctx):
-    calls = [{"exercise": QID, "args": list(a), "kwargs": k} for a, k in CALLS]
-    return [ctx.case(QID, "units", calls=calls, label="calls")] + [ctx.case(QID, "pipeline", c) for c in PIPELINES]
+    return [units_case(ctx, QID, "calls", CALLS)] + [ctx.case(QID, "pipeline", c) for c in PIPELINES]
 
 
 def judge(ctx, outcomes):
     units, *pipes = outcomes
-    ref = ctx.reference_fn(QID)
-    items = []
-    for (args, kwargs), got in zip(CALLS, unit_results(QID, units, CALLS)):
-        want, exc = call_reference(ref, args, kwargs)
-        name = f"check_args{args}" + (" with allow_uneven_layers=True" if kwargs else "")
-        item = Item("calls", name)
-        if not same_result(got, want, exc):
-            hint = (" (raise ValueError: `python -O` removes assert statements)"
-                    if got.get("type") == "AssertionError" else "")
-            item.problems.append(Problem(QID, f"{name} {describe_result(got)}; expected "
-                                              f"{'a ValueError' if exc else repr(want)}{hint}"))
-        items.append(item)
-    return items + [pipeline_item(QID, ctx, o) for o in pipes]
+    return unit_items(ctx, QID, units, CALLS) + [pipeline_item(QID, ctx, o) for o in pipes]

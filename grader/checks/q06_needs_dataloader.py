@@ -2,33 +2,24 @@
 pipelines where only the ranks the student names build a dataloader."""
 from lab_src.problems import Problem
 
-from .common import Item, call_reference, describe_result, pipeline_item, same_result, unit_results
+from .common import pipeline_item, unit_items, units_case
 
 QID = "q06"
-CALLS = [(r, p) for p in range(1, 9) for r in range(p)]
+CALLS = [((r, p), {}) for p in range(1, 9) for r in range(p)]
 PIPELINES = ["one micro-batch", "more micro-batches than stages", "uneven layers, seed 7"]
 
 
+def stages(args, kwargs) -> str:
+    return f"{args[1]} stages"
+
+
 def cases(ctx):
-    calls = [{"exercise": QID, "args": list(c)} for c in CALLS]
-    return [ctx.case(QID, "units", calls=calls, label="ranks")] + [ctx.case(QID, "pipeline", c) for c in PIPELINES]
+    return [units_case(ctx, QID, "ranks", CALLS)] + [ctx.case(QID, "pipeline", c) for c in PIPELINES]
 
 
 def judge(ctx, outcomes):
     units, *pipes = outcomes
     ref = ctx.reference_fn(QID)
-    results = dict(zip(CALLS, unit_results(QID, units, CALLS)))
-    items = []
-    for p in range(1, 9):
-        item = Item("ranks", f"{p} stages")
-        for r in range(p):
-            want, exc = call_reference(ref, (r, p), {})
-            got = results[(r, p)]
-            if not same_result(got, want, exc) or not isinstance(got.get("value"), bool):
-                item.problems.append(Problem(QID, f"needs_dataloader({r}, {p}) {describe_result(got)}; "
-                                                  f"expected {want}", r))
-                break
-        items.append(item)
 
     def dataloaders(outcome, label):
         problems = []
@@ -39,4 +30,5 @@ def judge(ctx, outcomes):
                 problems.append(Problem(QID, f"this rank {what}", r, None, label))
         return problems
 
-    return items + [pipeline_item(QID, ctx, o, extra=dataloaders) for o in pipes]
+    return unit_items(ctx, QID, units, CALLS, group=stages) + \
+        [pipeline_item(QID, ctx, o, extra=dataloaders) for o in pipes]

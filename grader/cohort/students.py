@@ -23,6 +23,10 @@ class Student:
     def expected(self, qid: str) -> float:
         return self.expect.get(qid, 1.0 if self.base == "reference" else 0.0)
 
+    def expected_points(self, points: dict[str, float]) -> dict[str, float]:
+        """{qid: points deserved}, rounded as the grader rounds them, given each exercise's points."""
+        return {qid: round(self.expected(qid) * pts, 2) for qid, pts in points.items()}
+
 
 # ---- realistic mistakes, one exercise each --------------------------------------------------------
 
