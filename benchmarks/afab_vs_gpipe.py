@@ -28,12 +28,13 @@ def worker(spec_path: str) -> None:
     from torch.distributed.pipelining import PipelineStage as TorchStage
     from torch.distributed.pipelining import ScheduleGPipe
 
-    from lab_src import distributed, trace
+    from lab_src.harness import groups as distributed
+    from lab_src.pipeline import trace
     from lab_src.answers import use_answers
-    from lab_src.config import LabConfig
-    from lab_src.data import make_dataloader
+    from lab_src.pipeline.config import LabConfig
+    from lab_src.pipeline.data import make_dataloader
     from lab_src.exercises import afab_step, check_args
-    from lab_src.stage import PipelineStage
+    from lab_src.pipeline.stage import PipelineStage
 
     spec = json.loads(Path(spec_path).read_text())
     ctx = distributed.init(120)
@@ -117,9 +118,9 @@ def worker(spec_path: str) -> None:
 def main() -> int:
     sys.path.insert(0, str(ROOT))
     from grader.reference import reference_sources
-    from lab_src.config import DEMO
-    from lab_src.launcher import launch
-    from lab_src.runner import worker_env
+    from lab_src.pipeline.config import DEMO
+    from lab_src.harness.launcher import launch
+    from lab_src.harness.runner import worker_env
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=30)

@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from lab_src.checks import GRADER_TIMELINES
+from lab_src.grading import GRADER_TIMELINES
 from lab_src.registry import ASSIGNMENT
 
 from . import verdicts

@@ -8,6 +8,9 @@
     python -m grader export [--to grades.csv]         # nbgrader's grades.csv and per-exercise grades
     python -m grader status                           # graded / running / failed / waiting
     python -m grader table                            # the grade table
+    python -m grader text [--from-py]                 # solutions/*.ipynb <-> their jupytext .py twins
+    python -m grader new qNN function_name            # the skeleton of a new exercise
+    python -m grader readme                           # README's exercise table, from the registry
 
 `--course DIR` (default ./course) chooses the course folder: gradebook.db (SQLite), submissions,
 autograded notebooks and feedback. Checks run on the CPU with gloo unless every rank has a GPU.
@@ -112,6 +115,28 @@ def cmd_status(course: Course, args) -> int:
     return 0
 
 
+def cmd_text(course: Course, args) -> int:
+    from .notebook_text import write_notebooks, write_text
+    written = write_notebooks() if args.from_py else write_text()
+    print("\n".join(f"wrote {p}" for p in written) or "every notebook and its .py twin already agree")
+    return 0
+
+
+def cmd_new(course: Course, args) -> int:
+    from .new_exercise import create
+    for path in create(args.qid, args.function, args.title, args.points):
+        print(f"wrote {path}")
+    print("Now write the prose, the reference answer, the check and the hidden tests; add realistic mistakes "
+          "to grader/cohort/students.py; then `python -m grader text` and `python -m grader release`.")
+    return 0
+
+
+def cmd_readme(course: Course, args) -> int:
+    from .readme import update
+    print("README.md's exercise table rewritten" if update() else "README.md's exercise table is up to date")
+    return 0
+
+
 def cmd_table(course: Course, args) -> int:
     from .report import format_table, grade_rows
     print(format_table(grade_rows(course)))
@@ -137,10 +162,19 @@ def main(argv=None) -> int:
     p.add_argument("--to", default="grades.csv")
     sub.add_parser("status", help="how many submissions are graded, running, failed")
     sub.add_parser("table", help="print the grade table")
+    p = sub.add_parser("text", help="write the .py twins of the source notebooks (or, --from-py, the reverse)")
+    p.add_argument("--from-py", action="store_true", help="rebuild the notebooks from their edited .py twins")
+    sub.add_parser("readme", help="rewrite README.md's exercise table from the registry")
+    p = sub.add_parser("new", help="the skeleton of a new exercise: python -m grader new q11 function_name")
+    p.add_argument("qid")
+    p.add_argument("function")
+    p.add_argument("--title", default="TODO title")
+    p.add_argument("--points", type=int, default=10)
     args = ap.parse_args(argv)
     course = Course(args.course)
     return {"release": cmd_release, "collect": cmd_collect, "autograde": cmd_autograde, "feedback": cmd_feedback,
-            "export": cmd_export, "status": cmd_status, "table": cmd_table}[args.command](course, args)
+            "export": cmd_export, "status": cmd_status, "table": cmd_table, "text": cmd_text,
+            "new": cmd_new, "readme": cmd_readme}[args.command](course, args)
 
 
 if __name__ == "__main__":

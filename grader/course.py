@@ -13,14 +13,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab_src.registry import ASSIGNMENT, EXERCISES
+from lab_src.registry import ASSIGNMENT, EXERCISES, notebook_pattern
 
 from . import RELEASE, ROOT, SOURCE
 
 COURSE_ID = "pipeline-lab"
 
 # Files a run of a notebook leaves beside it, which must never ship or be collected as part of the release.
-IGNORE = [".ipynb_checkpoints", "*.pyc", "__pycache__", "answers", "runs", "feedback", ".*", "*.log"]
+IGNORE = [".ipynb_checkpoints", "*.pyc", "__pycache__", "answers", "runs", "feedback", ".*", "*.log",
+          "*.py"]  # the jupytext twins of the source notebooks (grader/notebook_text.py) stay out of the release
 
 CONFIG = '''\
 # Written by grader/course.py; edit that file instead, this one is rewritten on every grader command.
@@ -54,7 +55,7 @@ c.GenerateFeedback.preprocessors = [
 c.ClearHiddenTests.enforce_metadata = False
 # nbgrader zip_collect: archives whose entries are <student>/<notebook>.ipynb
 c.ZipCollectApp.collector_plugin = "nbgrader.plugins.zipcollect.FileNameCollectorPlugin"
-c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[A-Za-z0-9_.@-]+)/(?P<file_id>q[0-9][0-9]_[a-z_]+\\.ipynb)$"
+c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[A-Za-z0-9_.@-]+)/(?P<file_id>{notebooks})$"
 '''
 
 
@@ -97,7 +98,7 @@ class Course:
         path = self.root / "nbgrader_config.py"
         path.write_text(CONFIG.format(course_id=COURSE_ID, root=str(self.root), source=str(self.source),
                                       release=str(self.release), db_url=f"sqlite:///{self.db_path}",
-                                      ignore=IGNORE, cell_timeout=self.cell_timeout))
+                                      ignore=IGNORE, cell_timeout=self.cell_timeout, notebooks=notebook_pattern()))
         return path
 
     def nbgrader(self, *args: str, timeout: float | None = None, check: bool = True,

@@ -18,15 +18,16 @@ import sys
 import time
 from pathlib import Path
 
-from lab_src import bubble, grid
 from lab_src.answers import use_answers
-from lab_src.baseline import compute_baseline, save_baseline
-from lab_src.chrome_trace import write_chrome_trace
-from lab_src.compare import close
-from lab_src.config import DEMO
-from lab_src.distributed import device_for
+from lab_src.harness.case import Case
+from lab_src.harness.groups import device_for
+from lab_src.harness.runner import run_cases
+from lab_src.judge.compare import close
+from lab_src.pipeline.baseline import compute_baseline, save_baseline
+from lab_src.pipeline.config import DEMO
 from lab_src.registry import ASSIGNMENT
-from lab_src.runner import run_cases
+from lab_src.views import bubble, grid
+from lab_src.views.chrome_trace import write_chrome_trace
 
 from . import RELEASE
 from .reference import reference_sources
@@ -47,9 +48,9 @@ def pipeline_demo(out: Path) -> bool:
               f"{time.monotonic() - started:.1f} s", flush=True)
     path = save_baseline(base, out / "baseline.pt")
     # two identical cases: the first warms up each process, the second is the one shown
-    case = {"kind": "pipeline", "stages": cfg.num_stages, "config": cfg.to_dict(), "answers": ref,
-            "baseline": str(path), "for": "demo"}
-    run = run_cases([dict(case), dict(case)], out / "run", case_deadline_s=120, timeout_s=60)
+    cases = [Case(kind="pipeline", qid="q08", config=cfg, answers=ref, baseline=str(path), label=what)
+             for what in ("warm-up", "the step shown")]
+    run = run_cases(cases, out / "run", case_deadline_s=120, timeout_s=60)
     outcome = run.outcomes[1]
     if outcome.failure or outcome.errors():
         print("the reference run failed:", outcome.failure or outcome.errors())

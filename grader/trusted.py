@@ -20,15 +20,15 @@ from collections import defaultdict
 from pathlib import Path
 
 from lab_src.answers import use_answers
-from lab_src.baseline import compute_baseline, save_baseline
-from lab_src.distributed import device_for
-from lab_src.problems import Problem
+from lab_src.pipeline.baseline import compute_baseline, save_baseline
+from lab_src.harness.groups import device_for
+from lab_src.judge.problems import Problem
 from lab_src.registry import CODED, exercise
-from lab_src.runner import run_cases
+from lab_src.harness.runner import run_cases
 
 from .answer_cells import write_answer_files
-from .checks import HIDDEN
-from .checks.common import CONFIGS, Context, Item
+from .hidden import hidden_tests
+from .hidden.common import CONFIGS, Context, Item
 from .reference import reference_sources
 
 # Per-case limits while grading: a receive gives up after TIMEOUT_S, a case is stopped after DEADLINE_S.
@@ -36,8 +36,6 @@ from .reference import reference_sources
 # a deadlocking exercise costs two timeouts, then its other cases are skipped (lab_src/worker.py).
 TIMEOUT_S = 15.0
 DEADLINE_S = 45.0
-# The grader's run of these exercises is drawn in the autograded notebook's timeline cell.
-TIMELINES = {"q07": "more micro-batches than stages", "q08": "more micro-batches than stages"}
 
 
 def score(items: list[Item]) -> float:
@@ -47,7 +45,7 @@ def score(items: list[Item]) -> float:
         parts[item.part].append(item)
     if not parts:
         return 0.0
-    return sum(sum(i.passed for i in its) / len(its) for its in parts.values()) / len(parts)
+    return sum(sum(i.score for i in its) / len(its) for its in parts.values()) / len(parts)
 
 
 def summarize(qid: str, items: list[Item]) -> dict:
@@ -72,7 +70,7 @@ def save_timeline(qid: str, outcomes, folder: Path) -> None:
     """The events of the grader's run of `qid` (whatever the ranks recorded, even of a failed run)."""
     if not outcomes:
         return
-    from lab_src.checks import case_view, save_view
+    from lab_src.views.saved import case_view, save_view
     view = case_view(outcomes[0])
     view["title"] = f"the grader's run of {qid}: {view['stages']} stages, {view['microbatches']} micro-batches"
     save_view(view, folder / f"{qid}.json")
@@ -96,18 +94,19 @@ def grade_submission(submission: Path, work: Path, only: list[str] | None = None
         if student.get(ex.id) is None:
             verdicts[ex.id] = missing_verdict(ex.id, reasons.get(ex.id, "no answer"))
             continue
-        cases_of[ex.id] = HIDDEN[ex.id].cases(ctx)
+        cases_of[ex.id] = hidden_tests(ex.id).cases(ctx)
         all_cases += cases_of[ex.id]
     run = run_cases(all_cases, work / "run", case_deadline_s=DEADLINE_S, timeout_s=TIMEOUT_S) if all_cases else None
     for qid, cases in cases_of.items():
-        outcomes = [run.outcomes[c["index"]] for c in cases]
+        outcomes = [run.outcomes[c.index] for c in cases]
         try:
-            items = HIDDEN[qid].judge(ctx, outcomes)
+            items = hidden_tests(qid).judge(ctx, outcomes)
         except Exception as e:  # noqa: BLE001 - a judging bug must not cost the other exercises
             items = [Item("judge", "grader", [Problem(qid, f"the grader could not judge this exercise: {e!r}")])]
         verdicts[qid] = summarize(qid, items)
-        if qid in TIMELINES:
-            save_timeline(qid, [o for o in outcomes if o.case["label"] == TIMELINES[qid]], work / "timeline")
+        drawn = exercise(qid).timeline
+        if drawn:
+            save_timeline(qid, [o for o in outcomes if o.case.label == drawn], work / "timeline")
     return {"exercises": verdicts, "cases": len(all_cases), "launches": len(run.launches) if run else 0,
             "wall_s": round(time.monotonic() - started, 2)}
 

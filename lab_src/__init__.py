@@ -7,15 +7,17 @@ The exercise functions (q02..q10) are stubs until the matching notebook's answer
 `lab_src.exercises` for their contracts. Importing lab_src does not import torch; the parts that need
 it load on first use, so notebooks without tensors start fast.
 """
-from .config import DEMO, LabConfig
-from .exercises import (activation_shape, afab_step, baseline_step, check_args, check_gradients,
-                        check_outputs, distribute_layers, needs_dataloader, pipeline_communicate)
-from .registry import EXERCISES
+from lab_src import exercises as _exercises
+from lab_src.pipeline.config import DEMO, LabConfig
+from lab_src.registry import CODED, EXERCISES
+
+# each exercise's function, by the name the registry gives it: `from lab_src import distribute_layers`
+globals().update({e.function: _exercises.API[e.id] for e in CODED})
 
 _LAZY = {
-    "PipelineStage": ("lab_src.stage", "PipelineStage"),
-    "build_model": ("lab_src.model", "build_model"),
-    "make_dataloader": ("lab_src.data", "make_dataloader"),
+    "PipelineStage": ("lab_src.pipeline.stage", "PipelineStage"),
+    "build_model": ("lab_src.pipeline.model", "build_model"),
+    "make_dataloader": ("lab_src.pipeline.data", "make_dataloader"),
 }
 
 
@@ -29,10 +31,9 @@ def __getattr__(name):
 
 def load_ipython_extension(ipython):
     """`%load_ext lab_src` registers the %%answer cell magic."""
-    from .magic import register
+    from lab_src.magic import register
     register(ipython)
 
 
-__all__ = ["LabConfig", "DEMO", "EXERCISES", "check_args", "activation_shape", "baseline_step",
-           "distribute_layers", "needs_dataloader", "pipeline_communicate", "afab_step", "check_outputs",
-           "check_gradients", "PipelineStage", "build_model", "make_dataloader"]
+__all__ = ["LabConfig", "DEMO", "EXERCISES", *(e.function for e in CODED), "PipelineStage", "build_model",
+           "make_dataloader"]

@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from .registry import exercise
+from lab_src.registry import exercise
 
 _installed: list[dict[str, str | None]] = []
 _cache: dict[tuple, object] = {}

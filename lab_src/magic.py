@@ -16,8 +16,8 @@ import builtins
 import os
 import tempfile
 
-from .answers import answers_dir
-from .registry import exercise
+from lab_src.answers import answers_dir
+from lab_src.registry import exercise
 
 
 def free_names(source: str) -> list[str]:

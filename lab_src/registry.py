@@ -1,16 +1,24 @@
-"""The ten exercises, by ID. Every file that belongs to exercise qNN carries "qNN" in its name:
+"""The exercises, declared once. Everything else derives from these declarations: the exercise API and
+`lab_src.__all__`, each exercise's visible check and hidden-test module, the nbgrader notebook names, the
+zip-collect pattern, the pytest markers, README's exercise table. Every file that belongs to exercise
+qNN carries its module name `qNN_<function>`:
 
-    notebooks/pipeline_lab/qNN_<function>.ipynb      the student notebook (generated release)
-    solutions/pipeline_lab/qNN_<function>.ipynb      its source: reference answer, visible and hidden tests
-    lab_src/exercises.py  @exercise("qNN")           the stub and its contract (signature, docstring)
-    answers/qNN_<function>.py                        the student's answer, written by the %%answer cell
-    grader/checks/qNN_<function>.py                  the hidden tests the grader runs out of process
+    solutions/pipeline_lab/qNN_<function>.ipynb (+ .py)  its source: prose, reference answer, test cells
+    notebooks/pipeline_lab/qNN_<function>.ipynb          the student notebook (generated release)
+    lab_src/exercises.py  @exercise_api("qNN")           the stub and its contract (signature, docstring)
+    lab_src/checks/qNN_<function>.py                     the visible check (`check("qNN")`)
+    grader/hidden/qNN_<function>.py                      the hidden tests the grader runs out of process
+    answers/qNN_<function>.py                            the student's answer, written by the %%answer cell
+
+`python -m grader new qNN function_name` writes the skeleton of a new exercise's files.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 ASSIGNMENT = "pipeline_lab"
+DEFAULT_STEP = "q08"     # the step that runs the pipeline cases of exercises that are not about a step
 
 
 @dataclass(frozen=True)
@@ -19,10 +27,20 @@ class Exercise:
     function: str            # the function the student writes ("" for q01: written answers only)
     title: str               # one line for headings and messages
     needs: tuple[str, ...]   # other exercises whose answers this one's checks run
+    schedule: str = ""       # for a pipelined step (or what checks it): the schedule it is judged against
+    step: str = ""           # the exercise whose step function this one's pipeline cases call ("" = itself)
+    timeline: str = ""       # the hidden-test configuration whose run is drawn in the notebook's timeline cell
+    # the share of a pipeline case's points a run keeps when it is a valid schedule, but not `schedule`
+    other_schedule_credit: float = 0.0
+
+    @property
+    def module(self) -> str:
+        """'q05_distribute_layers': the name of every file of this exercise."""
+        return f"{self.id}_{self.function or 'seeds'}"
 
     @property
     def notebook(self) -> str:
-        return f"{self.id}_{self.function or 'seeds'}.ipynb"
+        return f"{self.module}.ipynb"
 
     @property
     def answer_file(self) -> str:
@@ -38,6 +56,16 @@ class Exercise:
         """nbgrader grade_id of the hidden-test cell that carries the autograded points."""
         return f"{self.id}_hidden"
 
+    @property
+    def step_exercise(self) -> str:
+        """The exercise whose step function this one's pipeline cases call."""
+        return self.step or (self.id if self.schedule else DEFAULT_STEP)
+
+    @property
+    def schedule_of_step(self) -> str:
+        """The schedule this exercise's pipeline and communication cases are judged against."""
+        return self.schedule or EXERCISES[self.step_exercise].schedule
+
 
 EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("q01", "", "Seeds across pipeline, data and tensor parallel ranks", ()),
@@ -46,12 +74,14 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("q04", "baseline_step", "Baseline forward and backward of the whole model", ()),
     Exercise("q05", "distribute_layers", "Which layers each stage owns", ("q02", "q03")),
     Exercise("q06", "needs_dataloader", "Which ranks need the training dataloader", ("q02", "q03", "q05")),
-    Exercise("q07", "pipeline_communicate", "The four point-to-point operations", ("q02", "q03", "q05")),
-    Exercise("q08", "afab_step", "All-Forward-All-Backward", ("q02", "q03", "q04", "q05", "q06", "q07")),
+    Exercise("q07", "pipeline_communicate", "The four point-to-point operations", ("q02", "q03", "q05"),
+             schedule="afab", step="q08", timeline="more micro-batches than stages"),
+    Exercise("q08", "afab_step", "All-Forward-All-Backward", ("q02", "q03", "q04", "q05", "q06", "q07"),
+             schedule="afab", timeline="more micro-batches than stages", other_schedule_credit=0.5),
     Exercise("q09", "check_outputs", "Pipelined outputs equal the baseline",
-             ("q02", "q03", "q04", "q05", "q06", "q07", "q08")),
+             ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), step="q08"),
     Exercise("q10", "check_gradients", "Each stage's gradients equal the baseline",
-             ("q02", "q03", "q04", "q05", "q06", "q07", "q08")),
+             ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), step="q08"),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]
@@ -62,3 +92,8 @@ def exercise(qid: str) -> Exercise:
         return EXERCISES[qid.lower()]
     except KeyError:
         raise KeyError(f"no exercise {qid!r}; the exercises are {', '.join(EXERCISES)}") from None
+
+
+def notebook_pattern() -> str:
+    """A regular expression matching exactly the notebook names of the exercises (for nbgrader zip_collect)."""
+    return "(?:" + "|".join(re.escape(e.notebook) for e in EXERCISES.values()) + ")"

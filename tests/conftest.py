@@ -38,7 +38,7 @@ def lab_processes(marker: str = "") -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info.get("cmdline") or [])
-        if ("lab_src.worker" in cmd or "torch.distributed.run" in cmd) and marker in cmd:
+        if ("lab_src.harness.worker" in cmd or "torch.distributed.run" in cmd) and marker in cmd:
             found.append(p)
     return found
 
@@ -79,8 +79,31 @@ def graded_cohort(tmp_path_factory):
     return course, results, {r["student"]: r for r in grade_rows(course)}
 
 
+def pytest_configure(config):
+    from lab_src.registry import EXERCISES
+    for ex in EXERCISES.values():
+        config.addinivalue_line("markers", f"{ex.id}: concerns exercise {ex.id} ({ex.title}); `pytest -m {ex.id}`")
+
+
+def concerns(item) -> set[str]:
+    """The exercises a test concerns: named in its id (qNN, the function, the module), or, for a
+    cohort student, the exercises the student's story is about."""
+    from grader.cohort import BY_NAME
+    from lab_src.registry import EXERCISES
+    text = item.nodeid.lower()
+    found = {ex.id for ex in EXERCISES.values()
+             if ex.id in text or (ex.function and ex.function in text)}
+    student = getattr(item, "callspec", None) and item.callspec.params.get("student")
+    if student in BY_NAME:
+        found |= set(BY_NAME[student].expect)
+    return found
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
+    for item in items:
+        for qid in sorted(concerns(item)):
+            item.add_marker(getattr(pytest.mark, qid))
     if not (torch.cuda.is_available() and torch.cuda.device_count() >= 2):
         skip = pytest.mark.skip(reason="needs at least 2 CUDA GPUs (one per rank)")
         for item in items:

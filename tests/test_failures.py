@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 
 from lab_src.answers import use_answers
-from lab_src.baseline import compute_baseline, load_baseline, save_baseline
-from lab_src.compare import compare_run
-from lab_src.config import LabConfig
-from lab_src.problems import from_error
-from lab_src.runner import run_cases
+from lab_src.pipeline.baseline import compute_baseline, load_baseline, save_baseline
+from lab_src.judge.compare import compare_run
+from lab_src.pipeline.config import LabConfig
+from lab_src.judge.problems import from_error
+from lab_src.harness.case import Case
+from lab_src.harness.runner import run_cases
 
 CFG = LabConfig()  # 4 stages, 8 layers, 4 micro-batches
 
@@ -65,8 +66,7 @@ def afab_step(stage, data_iter, num_microbatches):
 
 
 def case(answers, cfg=CFG, **extra):
-    return {"kind": "pipeline", "stages": cfg.num_stages, "config": cfg.to_dict(), "answers": answers, "for": "q08",
-            **extra}
+    return Case(kind="pipeline", qid="q08", config=cfg, answers=answers, **extra)
 
 
 def test_deadlock_times_out_with_each_ranks_pending_operation(answers_with, tmp_path, no_leftovers):

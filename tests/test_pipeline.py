@@ -6,11 +6,12 @@ import threading
 import pytest
 
 from lab_src.answers import use_answers
-from lab_src.baseline import compute_baseline, save_baseline
-from lab_src.compare import compare_run
-from lab_src.config import LabConfig
-from lab_src.realness import check_run
-from lab_src.runner import run_cases
+from lab_src.pipeline.baseline import compute_baseline, save_baseline
+from lab_src.judge.compare import compare_run
+from lab_src.pipeline.config import LabConfig
+from lab_src.judge.realness import check_run
+from lab_src.harness.case import Case
+from lab_src.harness.runner import run_cases
 
 TWO_RANKS = [LabConfig(num_stages=1, num_layers=3, num_microbatches=2, global_batch_size=4),
              LabConfig(num_stages=2, num_layers=4, num_microbatches=1, global_batch_size=4),
@@ -22,27 +23,26 @@ FOUR_RANKS = [LabConfig(num_stages=4, num_layers=8, num_microbatches=6, global_b
 
 
 def pipeline_cases(configs, answers, tmp_path):
-    from lab_src.distributed import device_for
+    from lab_src.harness.groups import device_for
     cases = []
     with use_answers(answers):
         for cfg in configs:
             base = compute_baseline(cfg, device_for(max(c.num_stages for c in configs)))
             path = save_baseline(base, tmp_path / f"baseline-{cfg.key()}.pt")
-            cases.append({"kind": "pipeline", "stages": cfg.num_stages, "config": cfg.to_dict(),
-                          "answers": answers, "baseline": str(path), "for": "q08"})
+            cases.append(Case(kind="pipeline", qid="q08", config=cfg, answers=answers, baseline=str(path)))
     return cases
 
 
 @pytest.mark.parametrize("configs", [TWO_RANKS, FOUR_RANKS], ids=["2 ranks", "4 ranks"])
 def test_reference_pipeline_matches_the_baseline(configs, reference, tmp_path, no_leftovers):
-    from lab_src.baseline import load_baseline
+    from lab_src.pipeline.baseline import load_baseline
     cases = pipeline_cases(configs, reference, tmp_path)
     run = run_cases(cases, tmp_path / "run")
     assert len(run.launches) == 1, "all cases share one launch"
     assert run.launches[0].leftovers == 0
     for cfg, case, outcome in zip(configs, cases, run.outcomes):
         assert outcome.failure is None and not outcome.errors(), (cfg, outcome.failure, outcome.errors())
-        problems = compare_run(outcome, load_baseline(case["baseline"]), "q08") + check_run(outcome, "q08")
+        problems = compare_run(outcome, load_baseline(case.baseline), "q08") + check_run(outcome, "q08")
         assert problems == [], (cfg.describe(), [str(p) for p in problems])
         # each rank built only its own pieces, and the messages are the schedule's
         for r, o in outcome.obs.items():
@@ -56,7 +56,7 @@ def test_reference_pipeline_matches_the_baseline(configs, reference, tmp_path, n
 
 def test_uneven_layers_go_to_the_earlier_stages(reference, tmp_path):
     cfg = FOUR_RANKS[1]
-    run = run_cases([{"kind": "layout", "stages": 3, "config": cfg.to_dict(), "answers": reference}], tmp_path)
+    run = run_cases([Case(kind="layout", qid="q05", config=cfg, answers=reference, stages=3)], tmp_path)
     assert [run.outcomes[0].obs[r]["layers"] for r in range(3)] == [[0, 1, 2], [3, 4], [5, 6]]
 
 
@@ -82,8 +82,8 @@ def test_reference_pipeline_on_gpus_with_nccl(reference, tmp_path, no_leftovers)
     """With one GPU per rank the checks use NCCL and CUDA; the baseline runs on a GPU too."""
     import torch
 
-    from lab_src.baseline import load_baseline
-    from lab_src.distributed import device_for
+    from lab_src.pipeline.baseline import load_baseline
+    from lab_src.harness.groups import device_for
     n = min(4, torch.cuda.device_count())
     configs = [LabConfig(num_stages=n, num_layers=2 * n, num_microbatches=4, global_batch_size=8),
                LabConfig(num_stages=2, num_layers=5, num_microbatches=3, global_batch_size=6, dtype="float64")]
@@ -92,4 +92,4 @@ def test_reference_pipeline_on_gpus_with_nccl(reference, tmp_path, no_leftovers)
     run = run_cases(cases, tmp_path / "run")
     for case, outcome in zip(cases, run.outcomes):
         assert outcome.failure is None and not outcome.errors(), (outcome.failure, outcome.errors())
-        assert compare_run(outcome, load_baseline(case["baseline"]), "q08") + check_run(outcome, "q08") == []
+        assert compare_run(outcome, load_baseline(case.baseline), "q08") + check_run(outcome, "q08") == []

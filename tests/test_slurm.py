@@ -32,7 +32,7 @@ from grader.cluster.slurm import Resources, plan
 from grader.cluster.task import make_template, run_task
 from grader.course import COURSE_ID, Course
 from grader.report import grade_rows
-from lab_src.registry import ASSIGNMENT, EXERCISES
+from lab_src.registry import ASSIGNMENT, CODED, EXERCISES
 
 # nbgrader's own add_submission trips SQLAlchemy's autoflush warnings
 pytestmark = pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")
@@ -136,7 +136,7 @@ def test_template_has_the_assignment_and_no_students(tiny_run):
 def test_merge_copies_the_grades_and_is_idempotent(tiny_run):
     run, course = tiny_run, tiny_run.course
     run.add_list(["ada", "bo", "cy"])
-    fake_graded_space(run, "ada", {q: 5.0 for q in ("q02", "q03", "q04", "q05", "q06", "q07", "q08", "q09", "q10")})
+    fake_graded_space(run, "ada", {ex.id: 5.0 for ex in CODED})
     fake_graded_space(run, "bo", {"q08": 1.67})
     run.write_state("cy", "failed", error="boom", job="3")
 
@@ -144,7 +144,7 @@ def test_merge_copies_the_grades_and_is_idempotent(tiny_run):
     first = snapshot(course)
     assert first["_students"] == ["ada", "bo"]
     rows = {r["student"]: r for r in grade_rows(course)}
-    assert rows["ada"]["autograded"] == 45 and rows["bo"]["autograded"] == 1.67 and rows["bo"]["q08"] == 1.67
+    assert rows["ada"]["autograded"] == 5.0 * len(CODED) and rows["bo"]["autograded"] == 1.67 and rows["bo"]["q08"] == 1.67
     assert rows["ada"]["written_pending"] == 10
     assert first["ada"] == snapshot(run.space("ada"))["ada"]  # exactly what the task space holds
     assert json.loads((course.autograded("bo") / "q02_check_args.ipynb").read_text()) == {"scores": {"q08": 1.67}}

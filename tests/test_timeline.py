@@ -1,4 +1,4 @@
-"""Unit tests of lab_src.timeline: message matching, clock alignment, the ideal schedule, both drawings.
+"""Unit tests of lab_src.views (the timeline): message matching, clock alignment, the ideal schedule, both drawings.
 
 Fast and without a browser or torchrun: the events are made by the ideal cost model and then
 perturbed. The end-to-end test in a real JupyterLab is tests/test_timeline_browser.py.
@@ -11,13 +11,12 @@ from dataclasses import replace
 
 import pytest
 
-from lab_src import chrome_trace, grid
-from lab_src.bubble import theoretical_bubble
-from lab_src.timeline import (CostModel, UnmatchedMessages, calibrate, check_matching, ideal_events, match,
-                              match_messages, prepare, show, static_figure, timelines)
-from lab_src.timeline.clocks import clock_offsets, shift
-from lab_src.timeline.ideal import layers_per_stage
-from lab_src.trace import COMPUTE, RECVS, SENDS, Event
+from lab_src.views import chrome_trace, grid
+from lab_src.views.bubble import theoretical_bubble
+from lab_src.views.clocks import clock_offsets, shift
+from lab_src.views.timeline import (CostModel, UnmatchedMessages, calibrate, check_matching, ideal_events, match,
+                                    match_messages, prepare, show, static_figure, timelines)
+from lab_src.pipeline.trace import COMPUTE, RECVS, SENDS, Event
 
 FREE_LINKS = CostModel(forward_s_per_layer=1e-3, backward_s_per_layer=2e-3, latency_s=0.0,
                        bandwidth_bytes_per_s=math.inf)
@@ -145,8 +144,7 @@ def test_ideal_latency_adds_two_trips_through_the_pipeline():
 
 
 def test_ideal_uses_equal_compute_per_layer():
-    assert layers_per_stage(7, 3) == [3, 2, 2] and layers_per_stage(8, 4) == [2, 2, 2, 2]
-    events = ideal_events(3, 2, FREE_LINKS, num_layers=7)
+    events = ideal_events(3, 2, FREE_LINKS, stage_layers=[3, 2, 2])     # as a run of 7 layers records them
     fwd = {e.rank: e.duration for e in events if e.kind == "forward" and e.microbatch == 0}
     assert fwd == pytest.approx({0: 3e-3, 1: 2e-3, 2: 2e-3})
 
@@ -154,7 +152,7 @@ def test_ideal_uses_equal_compute_per_layer():
 def test_calibrate_takes_the_measured_compute(afab):
     measured = [replace(e, t_end=e.t_start + (4e-3 if e.kind == "forward" else 6e-3)) if e.is_compute else e
                 for e in afab]
-    cost = calibrate(measured, 4, num_layers=8)
+    cost = calibrate(measured, 4, stage_layers=[2, 2, 2, 2])
     assert cost.forward_s_per_layer == pytest.approx(2e-3) and cost.backward_s_per_layer == pytest.approx(3e-3)
     assert cost.latency_s == CostModel().latency_s
     comm_only = [e for e in afab if not e.is_compute]          # what a Q7 run records

@@ -348,7 +348,7 @@ def test_q08_timeline_widget_in_jupyterlab(tmp_path):
         print(f"JupyterLab and its kernel stopped in {time.monotonic() - stopping:.1f} s")
     left = describe(alive(tagged(tag)))
     assert not [p for p in left if "jupyter-lab" in p], f"JupyterLab left behind: {left}"
-    assert not [p for p in left if "torch.distributed.run" in p or "lab_src.worker" in p], f"torchrun left: {left}"
+    assert not [p for p in left if "torch.distributed.run" in p or "lab_src.harness.worker" in p], f"torchrun left: {left}"
     assert not left, f"processes of the test left behind: {left}"
     _, children = psutil.wait_procs(psutil.Process().children(recursive=True), timeout=5)
     assert not children, f"child processes left behind: {describe(children)}"   # Playwright, Chromium

@@ -7,15 +7,17 @@ import pytest
 import torch
 
 import lab_src
-from lab_src import answers, bubble, grid
-from lab_src.chrome_trace import to_chrome_trace
-from lab_src.compare import compare_run, explain_scale
-from lab_src.config import LabConfig
-from lab_src.model import build_model, build_piece
-from lab_src.realness import check_layers, check_messages
+from lab_src import answers
+from lab_src.views import bubble, grid
+from lab_src.views.chrome_trace import to_chrome_trace
+from lab_src.judge.compare import compare_run, explain_scale
+from lab_src.pipeline.config import LabConfig
+from lab_src.pipeline.model import build_model, build_piece
+from lab_src.judge.realness import check_layers, check_messages
 from lab_src.registry import CODED, EXERCISES
-from lab_src.runner import CaseOutcome
-from lab_src.trace import Event
+from lab_src.harness.case import Case
+from lab_src.harness.runner import CaseOutcome
+from lab_src.pipeline.trace import Event
 
 
 # ---- the model ---------------------------------------------------------------------------------
@@ -179,8 +181,7 @@ def _fake_outcome(p, m, grads_scale, outputs=None):
     obs = {r: {"grads": {f"w{r}": base["grads"][f"w{r}"] * grads_scale}} for r in range(p)}
     obs[p - 1]["outputs"] = outputs if outputs is not None else list(base_out.chunk(m))
     obs[p - 1]["loss"] = base["loss"]
-    case = {"stages": p, "config": cfg.to_dict()}
-    return CaseOutcome(case, obs), base
+    return CaseOutcome(Case(kind="pipeline", qid="q08", config=cfg), obs), base
 
 
 def test_gradients_scaled_by_the_microbatch_count_are_named():
@@ -204,7 +205,7 @@ def test_correct_run_has_no_problems():
 
 
 def test_saved_events_load_back(tmp_path):
-    from lab_src.trace import load_events, save_events
+    from lab_src.pipeline.trace import load_events, save_events
     events = afab_events(3, 2)
     save_events(events, tmp_path / "events.json")
     assert load_events(tmp_path / "events.json") == events

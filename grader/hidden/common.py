@@ -1,0 +1,183 @@
+"""What the hidden tests share: the grading configurations, the context of one submission, and items.
+
+Each hidden test (grader/hidden/qNN_*.py) defines
+    cases(ctx)          the check cases to run: the graded exercise uses the student's answer, every
+                        other exercise the reference, so one mistake costs points once;
+    judge(ctx, outcomes) the items that passed or failed, grouped in parts.
+The score of an exercise is the mean over its parts of the share of items passed.
+
+Judging happens in the grading process, which never runs student code: it reads what the ranks
+observed and compares it with what the reference answers, run here, produce.
+"""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+
+from lab_src.harness.case import Case
+from lab_src.judge.problems import Problem, from_errors
+from lab_src.pipeline.config import LabConfig
+from lab_src.judge.realness import WRONG_SCHEDULE
+from lab_src.registry import exercise
+
+# Several configurations, so that an answer right by accident for one shape fails another. Simplest
+# first: cases run in this order, and an exercise whose cases keep deadlocking or crashing stops being
+# tried after two (lab_src/worker.py, lab_src/runner.py), so the cases it can pass should come early.
+CONFIGS = {
+    "a single stage": LabConfig(num_stages=1, num_layers=3, num_microbatches=2, global_batch_size=4),
+    "one micro-batch": LabConfig(num_stages=2, num_layers=4, num_microbatches=1, global_batch_size=4),
+    "fewer micro-batches than stages": LabConfig(num_stages=3, num_layers=6, num_microbatches=2, global_batch_size=4),
+    "more micro-batches than stages": LabConfig(num_stages=4, num_layers=8, num_microbatches=6, global_batch_size=12),
+    "uneven layers, seed 7": LabConfig(num_stages=3, num_layers=7, num_microbatches=4, global_batch_size=8, seed=7),
+    "float64, seed 123": LabConfig(num_stages=4, num_layers=8, num_microbatches=4, global_batch_size=8, seed=123,
+                                   dtype="float64"),
+}
+
+
+@dataclass
+class Item:
+    part: str
+    name: str
+    problems: list[Problem] = field(default_factory=list)
+
+    credit: float = 0.0      # the share an item keeps when its only problem is another valid schedule
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    @property
+    def score(self) -> float:
+        if not self.problems:
+            return 1.0
+        if all(p.message.startswith(WRONG_SCHEDULE) for p in self.problems):
+            return self.credit
+        return 0.0
+
+
+@dataclass
+class Context:
+    student: dict[str, str | None]          # qid -> the student's answer file (None: missing)
+    reference: dict[str, str]               # qid -> the reference answer file
+    baselines: dict[str, dict] = field(default_factory=dict)       # config name -> reference baseline
+    baseline_files: dict[str, str] = field(default_factory=dict)   # config name -> its file
+    _ref_modules: dict = field(default_factory=dict)
+
+    def answers(self, qid: str) -> dict[str, str | None]:
+        """Reference answers everywhere except `qid`, which is the student's."""
+        return {**self.reference, qid: self.student.get(qid)}
+
+    def case(self, qid: str, kind: str, config: str | None = None, stages: int | None = None, **extra) -> Case:
+        """A case of `kind` on the named grading configuration, testing the student's answer to `qid`;
+        pipeline and communication cases follow the schedule `qid` declares."""
+        cfg = CONFIGS[config] if config else LabConfig(num_stages=stages or 1)
+        ex = exercise(qid)
+        extra.setdefault("label", config or kind)
+        if kind in ("pipeline", "comm"):
+            extra.setdefault("schedule", ex.schedule_of_step)
+            extra.setdefault("step", ex.step_exercise)
+        if kind == "pipeline" and config:
+            extra.setdefault("baseline", self.baseline_files[config])
+        return Case(kind=kind, qid=qid, config=cfg, answers=self.answers(qid), stages=stages or 0, **extra)
+
+    def reference_fn(self, qid: str):
+        """The reference function of `qid`, imported into this (trusted) process."""
+        if qid not in self._ref_modules:
+            from lab_src.registry import exercise
+            spec = importlib.util.spec_from_file_location(f"reference_{qid}", self.reference[qid])
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self._ref_modules[qid] = getattr(module, exercise(qid).function)
+        return self._ref_modules[qid]
+
+
+def case_problems(qid: str, outcome, label: str) -> list[Problem]:
+    """A case that did not complete, or raised on some rank, as problems (empty when it ran cleanly)."""
+    if outcome.failure:
+        return [Problem(qid, outcome.failure, None, None, label)]
+    return from_errors(qid, outcome.errors(), label)
+
+
+def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extra=None) -> Item:
+    """A full pipeline run compared with the reference baseline, plus the checks that it is real and
+    that each stage holds the layers the reference assigns it."""
+    from lab_src.judge.compare import compare_run
+    from lab_src.judge.realness import check_run
+    label = outcome.case.label
+    item = Item(part, label, case_problems(qid, outcome, label), credit=exercise(qid).other_schedule_credit)
+    if item.problems:
+        return item
+    cfg = outcome.case.config
+    item.problems += compare_run(outcome, ctx.baselines[label], qid, label)
+    item.problems += check_run(outcome, qid, label)
+    ref_layers = ctx.reference_fn("q05")
+    for r, o in sorted(outcome.obs.items()):
+        want = ref_layers(cfg.num_layers, r, cfg.num_stages)
+        if o.get("layers") != want:
+            item.problems.append(Problem(qid, f"this stage owns blocks {o.get('layers')}; it should own {want}",
+                                         r, None, label))
+    if extra is not None:
+        item.problems += extra(outcome, label)
+    return item
+
+
+def units_case(ctx: Context, qid: str, label: str, calls: list[tuple]) -> dict:
+    """A case that calls the student's function of `qid` directly, on rank 0: calls = [(args, kwargs)]."""
+    def encode(v):
+        return {"$cfg": v.to_dict()} if isinstance(v, LabConfig) else v
+    return ctx.case(qid, "units", label=label,
+                    calls=[{"exercise": qid, "args": [encode(a) for a in args], "kwargs": kwargs} for args, kwargs in calls])
+
+
+def unit_items(ctx: Context, qid: str, outcome, calls: list[tuple], group=None) -> list[Item]:
+    """One item per call (or per `group(args, kwargs)` of calls), passed when the student's function
+    returns what the reference returns, or raises the same exception type."""
+    from lab_src.registry import exercise
+    ref, fn, part = ctx.reference_fn(qid), exercise(qid).function, outcome.case.label
+    items: dict[str, Item] = {}
+    for (args, kwargs), got in zip(calls, _unit_results(outcome, len(calls))):
+        call = f"{fn}({', '.join('cfg' if isinstance(a, LabConfig) else repr(a) for a in args)}" + \
+            "".join(f", {k}={v!r}" for k, v in kwargs.items()) + ")"
+        name = group(args, kwargs) if group else call
+        item = items.setdefault(name, Item(part, name))
+        if item.problems:
+            continue  # a group shows its first wrong call
+        want, exc = call_reference(ref, args, kwargs)
+        if not _same_result(got, want, exc):
+            hint = (" (raise ValueError: `python -O` removes assert statements)"
+                    if exc is ValueError and got.get("type") == "AssertionError" else "")
+            expected = f"a {exc.__name__}" if exc else repr(want)
+            item.problems.append(Problem(qid, f"{call} {describe_result(got)}; expected {expected}{hint}"))
+    return list(items.values())
+
+
+def _unit_results(outcome, n: int) -> list[dict]:
+    """The rank-0 results of a 'units' case, one per call (a failed case gives failures everywhere)."""
+    o = outcome.obs.get(0, {})
+    results = o.get("results")
+    if outcome.failure or o.get("error") or results is None or len(results) != n:
+        why = outcome.failure or (o.get("error") or {}).get("message", "the calls did not run")
+        return [{"outcome": "raised", "type": "NotRun", "message": why}] * n
+    return results
+
+
+def _same_result(got: dict, want, want_exc: type | None) -> bool:
+    if want_exc is not None:
+        return got.get("outcome") == "raised" and got.get("type") == want_exc.__name__
+    value = got.get("value")
+    if isinstance(want, tuple):
+        want = list(want)
+    return got.get("outcome") == "returned" and type(value) is type(want) and value == want
+
+
+def call_reference(fn, args, kwargs):
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as e:  # noqa: BLE001 - the reference raising is the expected answer
+        return None, type(e)
+
+
+def describe_result(got: dict) -> str:
+    if got.get("outcome") == "returned":
+        return f"returned {got.get('value')!r}"
+    return f"raised {got.get('type')}: {str(got.get('message', ''))[:160]}"

@@ -1,0 +1,17 @@
+"""Hidden tests of q09 (check_outputs): after reference pipelines, the student's check must pass on the
+true outputs (True on the last stage, False elsewhere) and raise when the last micro-batch is changed."""
+from lab_src.judge.probes import judge_check_outputs
+
+from .common import pipeline_item
+
+QID = "q09"
+PIPELINES = ["more micro-batches than stages", "uneven layers, seed 7", "float64, seed 123"]
+
+
+def cases(ctx):
+    return [ctx.case(QID, "pipeline", c, probes=["check_outputs"]) for c in PIPELINES]
+
+
+def judge(ctx, outcomes):
+    return [pipeline_item(QID, ctx, o, part="checks", extra=lambda out, label: judge_check_outputs(out, QID, label))
+            for o in outcomes]

@@ -1,0 +1,17 @@
+"""Hidden tests of q10 (check_gradients): after reference pipelines, the student's check must pass on the
+true gradients, name exactly the parameters each stage owns, and raise on a changed or missing gradient."""
+from lab_src.judge.probes import judge_check_gradients
+
+from .common import pipeline_item
+
+QID = "q10"
+PIPELINES = ["more micro-batches than stages", "uneven layers, seed 7", "float64, seed 123"]
+
+
+def cases(ctx):
+    return [ctx.case(QID, "pipeline", c, probes=["check_gradients"]) for c in PIPELINES]
+
+
+def judge(ctx, outcomes):
+    return [pipeline_item(QID, ctx, o, part="checks", extra=lambda out, label: judge_check_gradients(out, QID, label))
+            for o in outcomes]

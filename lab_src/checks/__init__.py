@@ -1,0 +1,35 @@
+"""The visible checks: what a student runs at the end of each notebook, one module per exercise.
+
+    from lab_src.checks import check
+    report = check("q08")          # launches torchrun, compares with the baseline, prints what happened
+    report.timeline()              # the animated P2P timeline of the run
+
+`check("qNN")` runs `lab_src/checks/qNN_<function>.py`. These checks know the rules every correct
+answer obeys, not the answers themselves; the grader's hidden tests (grader/hidden/) compare with the
+reference answers on more configurations.
+"""
+from __future__ import annotations
+
+import importlib
+
+from lab_src.checks.common import CheckFailed, CheckReport, autograding, autograding_report
+from lab_src.registry import exercise
+
+
+def check(qid: str) -> CheckReport:
+    """Run the visible check of exercise `qid` ("q02", ...)."""
+    ex = exercise(qid)
+    if autograding():
+        return autograding_report(ex.id)
+    if not ex.function:
+        raise ValueError(f"{ex.id} has no check: its answers are written ones")
+    return importlib.import_module(f"lab_src.checks.{ex.module}").check()
+
+
+def demo_seeds(num_ranks: int = 4) -> CheckReport:
+    """Q1's experiment: what a seed does to the weights drawn on different ranks."""
+    from lab_src.checks.q01_seeds import demo_seeds as demo
+    return demo(num_ranks)
+
+
+__all__ = ["check", "demo_seeds", "CheckReport", "CheckFailed"]

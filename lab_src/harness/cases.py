@@ -1,0 +1,297 @@
+"""What one rank does for one check case, by kind. Each function fills `obs` (a dict of plain values and
+tensors) with what it observed; it never decides pass or fail. The process that launched the run
+reads the observations and judges them, so nothing a rank does can write a verdict.
+
+Kinds:
+    pipeline  the step function the case names (q08's afab_step, ...) with its comparisons' raw material
+    comm      the four point-to-point operations (q07) in the order of the case's schedule, carrying
+              labelled dummy tensors, no compute
+    layout    each rank's stage: micro-batch size (q02), activation shape (q03), layers (q05), and
+              whether it needs the dataloader (q06), tried by feeding the stage accordingly
+    shapes    the activation shape (q03) tried on the embedding, a block and the head
+    baseline  the unsharded baseline (q04), run on every rank
+    units     exercise functions called on given arguments (rank 0 only)
+    seeds     what the seed does to weights on different ranks (q01 demo)
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from lab_src import exercises
+from lab_src.harness.case import Case
+from lab_src.pipeline import data, model, trace
+from lab_src.pipeline.baseline import compute_baseline, load_baseline
+from lab_src.pipeline.config import LabConfig
+from lab_src.pipeline.schedules import schedule
+from lab_src.pipeline.stage import PipelineStage
+
+
+def attempt(fn, *args, **kwargs) -> dict:
+    """Call `fn`, and describe what happened in plain values."""
+    try:
+        return {"outcome": "returned", "value": plain(fn(*args, **kwargs))}
+    except Exception as e:  # noqa: BLE001 - every failure of student code is an observation
+        return {"outcome": "raised", "type": type(e).__name__, "message": str(e)[:800]}
+
+
+def plain(v):
+    """A value reduced to what `torch.load(weights_only=True)` reads back: no arbitrary objects."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, torch.Size):
+        return [int(s) for s in v]
+    if isinstance(v, torch.Tensor):
+        return {"tensor_shape": list(v.shape), "dtype": str(v.dtype)}
+    if isinstance(v, (list, tuple, range)):
+        return [plain(x) for x in v][:10_000]
+    if isinstance(v, dict):
+        return {str(k): plain(x) for k, x in list(v.items())[:10_000]}
+    return {"object": type(v).__name__}
+
+
+def decode(v):
+    """Arguments travel as JSON; {"$cfg": {...}} stands for a LabConfig."""
+    if isinstance(v, dict) and "$cfg" in v:
+        return LabConfig.from_dict(v["$cfg"])
+    if isinstance(v, list):
+        return [decode(x) for x in v]
+    return v
+
+
+def _micro_batch_size(cfg: LabConfig) -> int:
+    mbs = exercises.check_args(cfg.num_layers, cfg.num_stages, cfg.global_batch_size, cfg.num_microbatches,
+                               allow_uneven_layers=not cfg.layers_divide_evenly)
+    if isinstance(mbs, bool) or not isinstance(mbs, int) or mbs < 1:
+        raise TypeError(f"q02: check_args must return the micro-batch size (an int >= 1), got {mbs!r}")
+    return mbs
+
+
+def _stage(cfg, rank, ctx, group, obs) -> PipelineStage:
+    mbs = obs["micro_batch_size"] = _micro_batch_size(cfg)
+    stage = PipelineStage(cfg, rank, cfg.num_stages, mbs, ctx.device, group)
+    obs["layers"] = stage.layer_ids
+    obs["activation_shape"] = list(stage.activation_shape)
+    return stage
+
+
+def _record_instrumentation(obs: dict, tracer) -> None:
+    obs["built"] = list(model.BUILT)
+    obs["ran"] = dict(model.RAN)
+    obs["dataloaders"] = data.CREATED["dataloaders"]
+    obs["events"] = [e.to_row() for e in tracer.events]
+
+
+def run_pipeline(case: Case, ctx, group, tracer, obs) -> None:
+    cfg = case.config
+    rank, probes = ctx.rank, case.probes
+    try:
+        stage = _stage(cfg, rank, ctx, group, obs)
+        if "noop_ends" in probes:
+            obs["probes"] = {"noop_ends": _probe_noop_ends(stage)}
+        needs = exercises.needs_dataloader(rank, cfg.num_stages)
+        obs["needs_dataloader"] = plain(needs)
+        loader = data.make_dataloader(cfg, obs["micro_batch_size"]) if needs else None
+        dist.barrier(group=group)
+        step = exercises.API[case.step]
+        returned = step(stage, iter(loader) if loader is not None else None, cfg.num_microbatches)
+        stage.flush()
+        dist.barrier(group=group)
+        outputs, loss = _unpack_step(returned, obs)
+        obs["outputs"] = outputs
+        obs["loss"] = loss
+        obs["grads"] = {n: (p.grad.detach().cpu().clone() if p.grad is not None else None)
+                        for n, p in stage.named_parameters()}
+        if case.baseline and ("check_outputs" in probes or "check_gradients" in probes):
+            baseline = load_baseline(case.baseline)
+            obs.setdefault("probes", {})
+            if "check_outputs" in probes:
+                obs["probes"]["check_outputs"] = _probe_check_outputs(stage, returned[0], baseline)
+            if "check_gradients" in probes:
+                obs["probes"]["check_gradients"] = _probe_check_gradients(stage, baseline)
+    finally:
+        _record_instrumentation(obs, tracer)
+
+
+def _unpack_step(returned, obs):
+    """(outputs, loss) as plain tensors/floats; a malformed return is noted, not raised."""
+    try:
+        outputs, loss = returned
+    except (TypeError, ValueError):
+        obs["returned"] = f"the step must return (outputs, loss); it returned {plain(returned)!r}"[:500]
+        return None, None
+    outs = None
+    if isinstance(outputs, (list, tuple)) and all(isinstance(o, torch.Tensor) for o in outputs):
+        outs = [o.detach().cpu().clone() for o in outputs]
+    else:
+        obs["returned"] = f"outputs must be a list of tensors, got {plain(outputs)!r}"[:500]
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        loss = float(loss)
+    if loss is not None and not isinstance(loss, (int, float)):
+        obs["returned"] = f"loss must be a float or None, got {plain(loss)!r}"[:500]
+        loss = None
+    return outs, (float(loss) if loss is not None else None)
+
+
+def _probe_noop_ends(stage) -> dict:
+    """The operations that do not apply at the ends of the pipeline must return None without messaging."""
+    dummy = torch.zeros(stage.activation_shape, dtype=stage.dtype, device=stage.device)
+    ops = []
+    if stage.is_first_stage:
+        ops += [("recv_forward", None), ("send_backward", dummy)]
+    if stage.is_last_stage:
+        ops += [("send_forward", dummy), ("recv_backward", None)]
+    events = trace.active().events
+    start, out = len(events), {}
+    for op, tensor in ops:
+        before = len(events)
+        out[op] = attempt(exercises.pipeline_communicate, op, stage, tensor=tensor, microbatch=0)
+        out[op]["messages"] = len(events) - before
+    del events[start:]  # probes are not part of the schedule
+    return out
+
+
+def _probe_check_outputs(stage, outputs, baseline) -> dict:
+    """Run the q09 check on the true outputs, then on outputs with the last micro-batch disturbed."""
+    base = baseline["output"].to(stage.device)
+    result = {"true": attempt(exercises.check_outputs, outputs, base, stage)}
+    if stage.is_last_stage and isinstance(outputs, list) and outputs:
+        wrong = [o.detach().clone() for o in outputs]
+        wrong[-1].view(-1)[-1] += 0.1 + wrong[-1].abs().max()
+        result["disturbed"] = attempt(exercises.check_outputs, wrong, base, stage)
+    return result
+
+
+def _probe_check_gradients(stage, baseline) -> dict:
+    """Run the q10 check on the true gradients, on a disturbed baseline, and with one gradient missing."""
+    grads = {n: (g.to(stage.device) if g is not None else None) for n, g in baseline["grads"].items()}
+    result = {"true": attempt(exercises.check_gradients, stage, grads)}
+    owned = [n for n, _ in stage.named_parameters()]
+    if owned:
+        last = owned[-1]
+        disturbed = dict(grads)
+        disturbed[last] = grads[last] + 0.1 + grads[last].abs().max()
+        result["disturbed"] = attempt(exercises.check_gradients, stage, disturbed)
+        param = stage.get_parameter(last)
+        saved, param.grad = param.grad, None
+        try:
+            result["missing"] = attempt(exercises.check_gradients, stage, grads)
+        finally:
+            param.grad = saved
+        result["owned"] = owned
+    return result
+
+
+def run_comm(case: Case, ctx, group, tracer, obs) -> None:
+    """Every rank calls the point-to-point operations of the case's schedule, in its order and with the
+    no-ops at the ends, sending dummy tensors whose values say who sent them and for which micro-batch;
+    each receive records what arrived."""
+    cfg = case.config
+    try:
+        stage = _stage(cfg, ctx.rank, ctx, group, obs)
+        obs["probes"] = {"noop_ends": _probe_noop_ends(stage)}
+        dist.barrier(group=group)
+        calls = []
+        for step in schedule(case.schedule).messages(ctx.rank, cfg.num_stages, cfg.num_microbatches):
+            op, mb = step.op.value, step.microbatch
+            tensor = None
+            if step.op.is_send:
+                label = (1 if step.op.phase == "forward" else -1) * (1000 * (ctx.rank + 1) + mb)
+                tensor = torch.full(stage.activation_shape, float(label), dtype=stage.dtype, device=stage.device)
+            got = exercises.pipeline_communicate(op, stage, tensor=tensor, microbatch=mb)
+            calls.append([op, mb, _read_label(got)])
+        obs["calls"] = calls
+        stage.flush()
+        dist.barrier(group=group)
+    finally:
+        _record_instrumentation(obs, tracer)
+
+
+def _read_label(value):
+    """Decode a dummy tensor back to (sender rank, micro-batch, direction); describe anything else."""
+    if value is None:
+        return None
+    if not isinstance(value, torch.Tensor):
+        return {"object": type(value).__name__}
+    flat = value.detach().reshape(-1)
+    if flat.numel() == 0 or not torch.all(flat == flat[0]):
+        return {"tensor_shape": list(value.shape), "uniform": False}
+    label = int(flat[0].item())
+    sign = 1 if label > 0 else -1
+    label = abs(label)
+    return {"from": label // 1000 - 1, "mb": label % 1000, "phase": "forward" if sign > 0 else "backward",
+            "shape": list(value.shape)}
+
+
+def run_layout(case: Case, ctx, group, tracer, obs) -> None:
+    """Build this rank's stage; with "q06", also feed it what the answer to q06 says it gets: tokens
+    from the dataloader when it needs one, else an activation from the previous stage."""
+    cfg = case.config
+    try:
+        stage = _stage(cfg, ctx.rank, ctx, group, obs)
+        obs["parameters"] = sum(p.numel() for p in stage.parameters())
+        if "q06" in case.calls:
+            needs = exercises.needs_dataloader(ctx.rank, cfg.num_stages)
+            obs["needs_dataloader"] = plain(needs)
+            if needs:
+                x = next(iter(data.make_dataloader(cfg, obs["micro_batch_size"]))).to(ctx.device)
+            else:
+                x = torch.randn(stage.activation_shape, dtype=stage.dtype, device=ctx.device)
+            obs["feed"] = attempt(stage.forward, x)
+    finally:
+        _record_instrumentation(obs, tracer)
+
+
+def run_shapes(case: Case, ctx, group, tracer, obs) -> None:
+    """Without a stage (q05 may not be written yet): rank 0 embeds a micro-batch of tokens, every other
+    rank runs one block on a tensor of the answer's activation shape, and the last also runs the head."""
+    cfg = case.config
+    mbs = obs["micro_batch_size"] = _micro_batch_size(cfg)
+    shape = obs["activation_shape"] = plain(exercises.activation_shape(cfg, mbs))
+    dtype = cfg.torch_dtype
+    if ctx.rank == 0:
+        tokens = next(iter(data.make_dataloader(cfg, mbs)))
+        obs["embed"] = attempt(model.build_piece(cfg, "embed"), tokens)
+    else:
+        try:
+            x = torch.randn(*shape, dtype=dtype)
+        except Exception:  # noqa: BLE001 - the answer's shape is not a shape at all
+            obs["block"] = {"outcome": "raised", "type": "TypeError", "message": f"no tensor has the shape {shape!r}"}
+            return
+        obs["block"] = attempt(model.build_piece(cfg, f"blocks.{ctx.rank % cfg.num_layers}"), x)
+        if ctx.rank == cfg.num_stages - 1:
+            obs["head"] = attempt(model.build_piece(cfg, "head"), x)
+
+
+def run_baseline(case: Case, ctx, group, tracer, obs) -> None:
+    cfg = case.config
+    obs.update(compute_baseline(cfg, ctx.device))
+
+
+def run_units(case: Case, ctx, group, tracer, obs) -> None:
+    results = []
+    for call in case.calls:
+        fn = exercises.API[call["exercise"]]
+        results.append(attempt(fn, *decode(call.get("args", [])), **call.get("kwargs", {})))
+    obs["results"] = results
+
+
+def run_seeds(case: Case, ctx, group, tracer, obs) -> None:
+    """A demonstration for q01: weights made with the same seed, or a seed that depends on the rank."""
+    cfg = case.config
+    seed, rank = cfg.seed, ctx.rank
+
+    def fingerprint(t: torch.Tensor) -> list[float]:
+        return [round(float(x), 4) for x in t.reshape(-1)[:3]]
+
+    torch.manual_seed(seed)
+    same = torch.randn(cfg.hidden_size, cfg.hidden_size // cfg.num_stages)
+    torch.manual_seed(seed + rank)
+    offset = torch.randn(cfg.hidden_size, cfg.hidden_size // cfg.num_stages)
+    block = model.build_piece(cfg, "blocks.3")
+    obs.update({"same_seed": fingerprint(same), "rank_seed": fingerprint(offset),
+                "block3": fingerprint(block.qkv.weight.detach())})
+
+
+KINDS = {"pipeline": run_pipeline, "comm": run_comm, "layout": run_layout, "shapes": run_shapes,
+         "baseline": run_baseline, "units": run_units, "seeds": run_seeds}

@@ -1,0 +1,84 @@
+"""The folder of one run, and the journal format: the one place that knows both.
+
+    run_dir/
+        spec<N>.json              the cases of launch N (harness/runner.py writes, worker.py reads)
+        journal.rank<r>.log       one line per event as it happens (worker and tracer write; the runner's
+                                  watch and the deadlock report read)
+        obs/c<i>.rank<r>.pt       what rank r observed in case i (torch.save of plain values)
+        events-c<i>.json          case i's events, every rank on one clock
+        rank<r>.log, torchrun.log the processes' own output
+
+A journal line is `<time> <tag> <payload>`: tag C marks a case ("start 3", "end 3"); B and E mark the
+beginning and end of an operation, with payload [case, kind, micro-batch, peer] as JSON.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+
+def spec_path(run_dir: Path, launch: int) -> Path:
+    return Path(run_dir) / f"spec{launch}.json"
+
+
+def journal_path(run_dir: Path, rank: int) -> Path:
+    return Path(run_dir) / f"journal.rank{rank}.log"
+
+
+def obs_path(run_dir: Path, case_index: int, rank: int) -> Path:
+    return Path(run_dir) / "obs" / f"c{case_index}.rank{rank}.pt"
+
+
+def events_path(run_dir: Path, case_index: int) -> Path:
+    return Path(run_dir) / f"events-c{case_index}.json"
+
+
+def rank_log_path(run_dir: Path, rank: int) -> Path:
+    return Path(run_dir) / f"rank{rank}.log"
+
+
+def rank_logs(run_dir: Path) -> dict[int, Path]:
+    return {int(p.stem[4:]): p for p in sorted(Path(run_dir).glob("rank*.log")) if p.stem[4:].isdigit()}
+
+
+# ---- journal lines ----------------------------------------------------------------------------------
+def case_line(what: str, case_index: int) -> str:
+    """'0 C start 3\\n': the case marks carry no time (the watch reads their order only)."""
+    return f"0 C {what} {case_index}\n"
+
+
+def op_line(tag: str, pending: list) -> str:
+    return f"{time.perf_counter():.6f} {tag} {json.dumps(pending)}\n"
+
+
+def parse_case_line(line: str) -> tuple[str, int] | None:
+    """('start' | 'end', case index) for a case mark, else None."""
+    parts = line.split()
+    if len(parts) == 4 and parts[1] == "C" and parts[3].isdigit():
+        return parts[2], int(parts[3])
+    return None
+
+
+def read_journal(path: Path) -> list[tuple[float, str, list | str]]:
+    """(time, 'B' | 'E' | 'C', payload) for each journal line; torn last lines are skipped."""
+    out = []
+    if not Path(path).exists():
+        return out
+    for line in Path(path).read_text(errors="replace").splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) < 2:
+            continue
+        try:
+            t = float(parts[0])
+        except ValueError:
+            continue
+        tag = parts[1]
+        payload = parts[2] if len(parts) > 2 else ""
+        if tag in ("B", "E"):
+            try:
+                payload = json.loads(payload)
+            except json.JSONDecodeError:
+                continue
+        out.append((t, tag, payload))
+    return out

@@ -1,0 +1,199 @@
+"""Run a list of check cases in as few torchrun launches as possible, each under a deadline.
+
+All cases go to one launch of max(stages) processes. A case that raises on some rank is simply
+recorded, and the launch goes on. A case that crashes a rank or overruns its deadline ends the launch:
+the runner writes the per-rank report for that case and launches again for the cases after it. An
+exercise whose cases end two launches is not tried again in that run, so a deadlocking answer costs
+two deadlines, not one per case.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from lab_src.harness import deadlock, runfolder
+from lab_src.harness.case import Case
+from lab_src.harness.launcher import Launch, launch
+from lab_src.pipeline.trace import Event, save_events
+
+
+@dataclass
+class CaseOutcome:
+    case: Case
+    obs: dict[int, dict] = field(default_factory=dict)   # rank -> what it observed
+    failure: str | None = None                            # why the case did not complete, if it did not
+
+    def errors(self) -> dict[int, dict]:
+        return {r: o["error"] for r, o in self.obs.items() if o.get("error")}
+
+    def events(self) -> list[Event]:
+        """Every rank's events, on one clock whose zero is the case's first event."""
+        events = [Event.from_row(r) for o in self.obs.values() for r in o.get("events", [])]
+        t0 = min((e.t_start for e in events), default=0.0)
+        events = [replace(e, t_start=e.t_start - t0, t_end=e.t_end - t0) for e in events]
+        return sorted(events, key=lambda e: (e.t_start, e.rank))
+
+
+@dataclass
+class Run:
+    run_dir: Path
+    outcomes: list[CaseOutcome]
+    launches: list[Launch]
+
+    @property
+    def wall_s(self) -> float:
+        return sum(launch.wall_s for launch in self.launches)
+
+
+class _CaseWatch:
+    """Follows the journals while a launch runs, to stop a case that overruns its deadline."""
+
+    def __init__(self, run_dir: Path, nproc: int, case_deadline_s: float, startup_s: float):
+        self.paths = [runfolder.journal_path(run_dir, r) for r in range(nproc)]
+        self.offsets = [0] * nproc
+        self.case_deadline_s, self.startup_s = case_deadline_s, startup_s
+        self.started_at = time.monotonic()
+        self.current, self.current_since = None, None
+        self.ended: set[int] = set()
+
+    def __call__(self) -> str | None:
+        for i, path in enumerate(self.paths):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets[i])
+                    chunk = f.read()
+            except FileNotFoundError:
+                continue
+            complete = chunk[: chunk.rfind(b"\n") + 1]   # a line still being written waits for the next poll
+            self.offsets[i] += len(complete)
+            for line in complete.decode(errors="replace").splitlines():
+                mark = runfolder.parse_case_line(line)
+                if mark is None:
+                    continue
+                what, index = mark
+                if what == "start" and index != self.current and index not in self.ended:
+                    self.current, self.current_since = index, time.monotonic()
+                elif what == "end":
+                    self.ended.add(index)
+        now = time.monotonic()
+        if self.current is None:
+            if now - self.started_at > self.startup_s:
+                return f"the ranks did not start within {self.startup_s:.0f} s"
+            return None
+        if self.current not in self.ended and now - self.current_since > self.case_deadline_s:
+            return f"case deadline of {self.case_deadline_s:.0f} s"
+        return None
+
+
+def _load_obs(path: Path) -> dict | None:
+    import torch
+    try:
+        return torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        return None
+    except Exception as e:  # noqa: BLE001 - a damaged file is reported, never trusted
+        return {"error": {"type": "UnreadableObservation", "message": str(e)[:300], "where": [], "pending": None}}
+
+
+def _launch_failure(result: Launch, run_dir: Path, case: Case, obs: dict) -> str:
+    exited = exit_codes(result.launcher_log)
+    crashed = {r: c for r, c in exited.items() if c != -15}  # -15: torchrun's SIGTERM to the others
+    if result.stopped:
+        why = f"stopped: {result.stopped}"
+    elif crashed:
+        why = "a rank exited during the case (" + ", ".join(f"rank {r}: exit code {c}" for r, c in crashed.items()) + ")"
+    else:
+        why = f"the run ended during the case (torchrun exit status {result.returncode})"
+    head = f"case {case.index} ({case.qid}, {case.stages} stages) {why}"
+    return head + "\n" + deadlock.report(run_dir, case.index, range(case.stages), done_ranks=set(obs),
+                                         exited=crashed)
+
+
+def exit_codes(launcher_log: str) -> dict[int, int]:
+    """{rank: exit code} from torchrun's failure summary ("rank : 1 (local_rank: 1)", "exitcode : 7 ...")."""
+    codes, rank = {}, None
+    for line in launcher_log.splitlines():
+        words = line.replace(":", " ").split()
+        if len(words) >= 2 and words[0] == "rank" and words[1].isdigit():
+            rank = int(words[1])
+        elif len(words) >= 2 and words[0] == "exitcode" and rank is not None:
+            try:
+                codes[rank] = int(words[1])
+            except ValueError:
+                pass
+            rank = None
+    return codes
+
+
+def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0, timeout_s: float = 10.0,
+              startup_s: float = 120.0, env: dict | None = None, max_launch_failures_per_exercise: int = 2,
+              log_limit: int = 200_000) -> Run:
+    run_dir = Path(run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for i, case in enumerate(cases):
+        case.index = i
+    outcomes = {i: CaseOutcome(case) for i, case in enumerate(cases)}
+    launches: list[Launch] = []
+    failures_by_exercise: dict[str, int] = {}
+    remaining = list(cases)
+    while remaining:
+        nproc = max(c.stages for c in remaining)
+        spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "cases": [c.to_dict() for c in remaining],
+                "log_limit": log_limit}
+        spec_path = runfolder.spec_path(run_dir, len(launches))
+        spec_path.write_text(json.dumps(spec))
+        for r in range(nproc):  # a journal tells about one launch only
+            runfolder.journal_path(run_dir, r).unlink(missing_ok=True)
+        watch = _CaseWatch(run_dir, nproc, case_deadline_s, startup_s)
+        deadline = startup_s + case_deadline_s * len(remaining) + 30
+        result = launch(nproc, "lab_src.harness.worker", [str(spec_path)], run_dir=run_dir, deadline_s=deadline,
+                        watchdog=watch, env=worker_env(env))
+        launches.append(result)
+        next_remaining = []
+        for pos, case in enumerate(remaining):
+            outcome = outcomes[case.index]
+            for r in range(case.stages):
+                o = _load_obs(runfolder.obs_path(run_dir, case.index, r))
+                if o is not None:
+                    outcome.obs[r] = o
+            if len(outcome.obs) == case.stages:
+                continue
+            if result.ok:
+                outcome.failure = f"case {case.index}: the run ended without observations from every rank"
+                continue
+            if watch.current is None:
+                # no rank ever started a case: the launch itself is broken (an import error, say)
+                broken = (f"torchrun could not start the checks ({result.stopped or f'exit status {result.returncode}'}):\n"
+                          + result.launcher_log[-3000:] + "\n".join(result.rank_logs.values())[-3000:])
+                for other in remaining[pos:]:
+                    outcomes[other.index].failure = broken
+                break
+            outcome.failure = _launch_failure(result, run_dir, case, outcome.obs)
+            failures_by_exercise[case.qid] = failures_by_exercise.get(case.qid, 0) + 1
+            for later in remaining[pos + 1:]:
+                if failures_by_exercise.get(later.qid, 0) >= max_launch_failures_per_exercise:
+                    outcomes[later.index].failure = (
+                        f"case {later.index} not run: earlier cases of {later.qid} stopped the "
+                        f"run {max_launch_failures_per_exercise} times")
+                else:
+                    next_remaining.append(later)
+            break
+        remaining = next_remaining
+    for i, outcome in outcomes.items():  # every case's events, all ranks on one clock, kept with the run
+        events = outcome.events()
+        if events:
+            save_events(events, runfolder.events_path(run_dir, i))
+    return Run(run_dir, [outcomes[i] for i in range(len(cases))], launches)
+
+
+def worker_env(extra: dict | None = None) -> dict:
+    """Environment for worker processes: the lab_src that this process uses must be the one they import."""
+    here = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in [here, os.environ.get("PYTHONPATH", "")] if p)
+    env = {"PYTHONPATH": path, "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1"}
+    env.update(extra or {})
+    return env
+

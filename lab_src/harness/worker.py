@@ -1,0 +1,146 @@
+"""What torchrun runs on every rank: the cases of one spec file, one after the other.
+
+    python -m torch.distributed.run --standalone --nproc-per-node N -m lab_src.harness.worker SPEC.json
+
+For each case, ranks 0..p-1 of a p-stage case run it in their pipeline group, with the answers the
+case names (`answers.use_answers`), and save what they observed to obs/c<index>.rank<r>.pt. All ranks
+then agree, through the world group, on whether any rank failed; after a failure every pipeline group
+is rebuilt, so that a message left in flight cannot leak into the next case. Once two cases of one
+exercise have timed out (a deadlock costs a full timeout each time), its remaining cases are skipped. The journal
+(journal.rank<r>.log) marks where each case starts and ends and each operation, for the report on a
+run that had to be stopped.
+"""
+from __future__ import annotations
+
+import ctypes
+import io
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+
+class CappedWriter(io.TextIOBase):
+    """A stream that keeps the first `limit` characters and drops the rest (a student may print a lot)."""
+
+    def __init__(self, stream, limit: int):
+        self.stream, self.limit, self.written, self.dropped = stream, limit, 0, False
+
+    def write(self, s: str) -> int:
+        room = self.limit - self.written
+        if room > 0:
+            self.stream.write(s[:room])
+            self.written += min(len(s), room)
+        if len(s) > room and not self.dropped:
+            self.dropped = True
+            self.stream.write(f"\n[output beyond {self.limit} characters dropped]\n")
+        return len(s)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _redirect_output(path: Path, limit: int) -> None:
+    f = open(path, "a", buffering=1, errors="replace")
+    os.dup2(f.fileno(), 1)
+    os.dup2(f.fileno(), 2)
+    sys.stdout = sys.stderr = CappedWriter(f, limit)
+
+
+def _die_with_parent() -> None:
+    """If torchrun is killed, the kernel kills this worker too (Linux only)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _describe(e: BaseException, tracer) -> dict:
+    frames = traceback.extract_tb(e.__traceback__)
+    # keep the frames that help a student: their answers and lab_src, not torch's insides
+    keep = [f for f in frames if "/torch/" not in f.filename and "/lib/python3" not in f.filename
+            and not f.filename.endswith(("worker.py", "contextlib.py"))]
+    return {"type": type(e).__name__, "message": str(e)[:2000],
+            "where": [[Path(f.filename).name, f.lineno, f.name, f.line] for f in keep][-6:],
+            "pending": tracer.pending if tracer is not None else None}
+
+
+SKIP_AFTER_TIMEOUTS = 2
+
+
+def main(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    run_dir = Path(spec["run_dir"])
+    rank = int(os.environ["RANK"])
+    from lab_src.harness.runfolder import rank_log_path
+    _redirect_output(rank_log_path(run_dir, rank), spec.get("log_limit", 200_000))
+    _die_with_parent()
+
+    import torch
+    import torch.distributed as dist
+
+    from lab_src.answers import use_answers
+    from lab_src.exercises import running_for
+    from lab_src.harness import groups as process_groups
+    from lab_src.harness import runfolder
+    from lab_src.harness.case import Case
+    from lab_src.harness.cases import KINDS
+    from lab_src.judge.problems import gave_up_waiting
+    from lab_src.pipeline import data, model, trace
+
+    ctx = process_groups.init(spec["timeout_s"])
+    groups = process_groups.PipeGroups(ctx)
+    journal = open(runfolder.journal_path(run_dir, rank), "a", buffering=1)
+
+    def write_op(tag: str, pending: list) -> None:
+        journal.write(runfolder.op_line(tag, pending))
+
+    (run_dir / "obs").mkdir(exist_ok=True)
+    sync = torch.cuda.synchronize if ctx.device.type == "cuda" else None
+
+    timeouts: dict[str, int] = {}
+    for case in map(Case.from_dict, spec["cases"]):
+        index, stages, qid = case.index, case.stages, case.qid
+        group = groups.get(stages)
+        journal.write(runfolder.case_line("start", index))
+        failed = 0
+        if rank < stages:
+            model.reset_instrumentation()
+            data.CREATED["dataloaders"] = 0
+            tracer = trace.Tracer(rank, write_op, sync, label=str(index))
+            obs = {"kind": case.kind, "rank": rank, "stages": stages, "error": None}
+            if timeouts.get(qid, 0) >= SKIP_AFTER_TIMEOUTS:
+                obs["error"] = {"type": "NotRun", "pending": None, "where": [],
+                                "message": f"not run: {SKIP_AFTER_TIMEOUTS} earlier cases of {qid} timed out"}
+            else:
+                try:
+                    with use_answers(case.answers), running_for(qid), trace.tracing(tracer):
+                        KINDS[case.kind](case, ctx, group, tracer, obs)
+                except Exception as e:  # noqa: BLE001 - a failing case is an observation, the run goes on
+                    obs["error"] = _describe(e, tracer)
+                    failed = 2 if gave_up_waiting(obs["error"]["message"]) else 1
+            final = runfolder.obs_path(run_dir, index, rank)
+            tmp = final.with_name(f".{final.name}.tmp")
+            torch.save(obs, tmp)
+            os.replace(tmp, final)
+        flag = torch.tensor([failed], device=ctx.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item():
+            groups.fresh()
+        if flag.item() == 2:
+            timeouts[qid] = timeouts.get(qid, 0) + 1
+        journal.write(runfolder.case_line("end", index))
+    dist.barrier()
+    dist.destroy_process_group()
+    journal.close()
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1])
+    # Skip the interpreter's teardown of torch (about a second per launch); every file is closed.
+    os._exit(code)

@@ -1,0 +1,42 @@
+"""The unsharded baseline: the whole model, one batch, one forward and backward (exercise q04).
+
+The baseline is what every pipelined run is compared with. It is computed once per configuration,
+outside the pipeline ranks (so that those ranks build only their own layers), saved to a file, and
+loaded by the ranks that compare with it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from lab_src.pipeline.config import LabConfig
+from lab_src.pipeline.data import make_dataloader
+from lab_src.exercises import baseline_step
+from lab_src.pipeline.model import build_model
+
+
+def compute_baseline(cfg: LabConfig, device="cpu") -> dict:
+    """Run `baseline_step` (q04) on a freshly built whole model: its output, loss and gradients."""
+    model = build_model(cfg, device)
+    output, loss = baseline_step(model, make_dataloader(cfg, cfg.global_batch_size), device)
+    if not isinstance(output, torch.Tensor):
+        raise TypeError(f"q04: baseline_step must return (output, loss) with output a tensor, got {type(output).__name__}")
+    return {
+        "config": cfg.to_dict(),
+        "output": output.detach().to("cpu").clone(),
+        "loss": float(loss.detach() if isinstance(loss, torch.Tensor) else loss),
+        "grads": {name: (p.grad.detach().to("cpu").clone() if p.grad is not None else None)
+                  for name, p in model.named_parameters()},
+    }
+
+
+def save_baseline(baseline: dict, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(baseline, path)
+    return path
+
+
+def load_baseline(path: Path) -> dict:
+    return torch.load(path, weights_only=True)

@@ -1,0 +1,297 @@
+"""Pipeline schedules as data: the operations, each rank's program, and the rules a run must keep.
+
+    from lab_src.pipeline.schedules import SCHEDULES, Op
+    SCHEDULES["1f1b"].program(rank=0, p=4, m=8)        # [Step(RECV_FORWARD...), Step(FORWARD, 0), ...]
+    SCHEDULES["afab"].violations(events, p=4, m=8)      # [] when the run kept All-Forward-All-Backward's rules
+
+A pipeline of `p` ranks runs `v` model chunks per rank (v = 1 except for interleaved schedules): chunk c
+of rank r is virtual stage s = c * p + r of `v * p`, and virtual stage s + 1 lives on rank (s + 1) % p.
+Activations travel from virtual stage s to s + 1 (forward), gradients from s + 1 back to s (backward).
+Everything that needs to know who talks to whom asks `Op.peer`; nothing else in the lab takes an
+operation's name apart.
+
+A schedule declares two things: its `program` (the ordered operations of each rank, point-to-point
+ones included, those that do nothing at the ends of the pipeline left out) and its invariants
+(`violations`, read from the events a run recorded). Judges, the communication probes, the ideal
+timeline and the case runner read the schedule of the case; none of them assumes a particular one.
+"""
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass
+
+
+class Op(str, enum.Enum):
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    RECV_FORWARD = "recv_forward"
+    SEND_FORWARD = "send_forward"
+    RECV_BACKWARD = "recv_backward"
+    SEND_BACKWARD = "send_backward"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def of(cls, kind) -> "Op | None":
+        """The operation named `kind` ("recv_forward", Op.FORWARD, ...), or None for another kind of event."""
+        try:
+            return cls(kind)
+        except ValueError:
+            return None
+
+    @property
+    def is_compute(self) -> bool:
+        return self in (Op.FORWARD, Op.BACKWARD)
+
+    @property
+    def is_send(self) -> bool:
+        return self in (Op.SEND_FORWARD, Op.SEND_BACKWARD)
+
+    @property
+    def is_recv(self) -> bool:
+        return self in (Op.RECV_FORWARD, Op.RECV_BACKWARD)
+
+    @property
+    def phase(self) -> str:
+        """"forward" for what activations do, "backward" for what gradients do."""
+        return "forward" if self in (Op.FORWARD, Op.RECV_FORWARD, Op.SEND_FORWARD) else "backward"
+
+    @property
+    def towards_next(self) -> bool:
+        """True when the peer is the next (virtual) stage: activations go to it, gradients come from it."""
+        return self in (Op.SEND_FORWARD, Op.RECV_BACKWARD)
+
+    @property
+    def counterpart(self) -> "Op":
+        """The operation on the peer that completes this one (send_forward <-> recv_forward, ...)."""
+        return {Op.SEND_FORWARD: Op.RECV_FORWARD, Op.RECV_FORWARD: Op.SEND_FORWARD,
+                Op.SEND_BACKWARD: Op.RECV_BACKWARD, Op.RECV_BACKWARD: Op.SEND_BACKWARD}.get(self, self)
+
+    def is_noop(self, rank: int, p: int, chunk: int = 0, v: int = 1) -> bool:
+        """True where the operation has no peer: before the first or after the last virtual stage."""
+        if self.is_compute:
+            return False
+        stage = chunk * p + rank
+        return stage == v * p - 1 if self.towards_next else stage == 0
+
+    def peer(self, rank: int, p: int, chunk: int = 0, v: int = 1) -> int | None:
+        """The rank this operation talks to (None for compute and for the no-ops at the ends)."""
+        if self.is_compute or self.is_noop(rank, p, chunk, v):
+            return None
+        return (rank + 1) % p if self.towards_next else (rank - 1) % p
+
+    def peer_chunk(self, rank: int, p: int, chunk: int = 0) -> int:
+        """The chunk of the peer's virtual stage: the next one may sit on the first rank's next chunk."""
+        if self.towards_next:
+            return chunk + 1 if rank == p - 1 else chunk
+        return chunk - 1 if rank == 0 else chunk
+
+    def describe_peer(self, rank: int, p: int) -> str:
+        """'activations go to the next stage, rank 2' and the like, for messages about a wrong peer."""
+        what = {Op.SEND_FORWARD: "activations go to", Op.RECV_FORWARD: "activations come from",
+                Op.SEND_BACKWARD: "gradients go back to", Op.RECV_BACKWARD: "gradients come back from"}[self]
+        want = self.peer(rank, p)
+        where = "the next stage" if self.towards_next else "the previous stage"
+        return f"{what} {where}, rank {want}"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One operation of a rank's program."""
+    op: Op
+    microbatch: int
+    chunk: int = 0
+
+    def __str__(self) -> str:
+        c = f", chunk {self.chunk}" if self.chunk else ""
+        return f"{self.op.value}(mb={self.microbatch}{c})"
+
+
+def _forward(rank: int, p: int, mb: int, chunk: int = 0, v: int = 1, noops: bool = False) -> list[Step]:
+    """recv_forward, forward, send_forward of one micro-batch (the no-ops at the ends left out unless `noops`)."""
+    ops = (Op.RECV_FORWARD, Op.FORWARD, Op.SEND_FORWARD)
+    return [Step(op, mb, chunk) for op in ops if noops or not op.is_noop(rank, p, chunk, v)]
+
+
+def _backward(rank: int, p: int, mb: int, chunk: int = 0, v: int = 1, noops: bool = False) -> list[Step]:
+    ops = (Op.RECV_BACKWARD, Op.BACKWARD, Op.SEND_BACKWARD)
+    return [Step(op, mb, chunk) for op in ops if noops or not op.is_noop(rank, p, chunk, v)]
+
+
+class Schedule:
+    """What every schedule declares. Subclasses give `program` and `violations`."""
+    name = ""
+    title = ""
+    chunks_per_rank = 1
+
+    def program(self, rank: int, p: int, m: int, noops: bool = False) -> list[Step]:
+        """Rank `rank`'s operations in order. With `noops`, also the point-to-point operations that do
+        nothing at the ends of the pipeline (a communication check calls those too)."""
+        raise NotImplementedError
+
+    def messages(self, rank: int, p: int, m: int) -> list[Step]:
+        """The point-to-point operations of the program, the no-ops at the ends included, in order."""
+        return [s for s in self.program(rank, p, m, noops=True) if not s.op.is_compute]
+
+    def max_in_flight(self, rank: int, p: int, m: int) -> int:
+        """The most forward chunks whose backward has not run that rank `rank` may hold at once."""
+        return m * self.chunks_per_rank
+
+    def violations(self, events, p: int, m: int) -> list[tuple[int, int | None, str]]:
+        """(rank, micro-batch, what is wrong) for every rule of this schedule the run broke."""
+        return in_flight_violations(self, events, p, m)
+
+    def counts(self, rank: int, p: int, m: int) -> Counter:
+        """How many operations of each kind rank `rank` runs in one step."""
+        return Counter(s.op for s in self.program(rank, p, m))
+
+    def describe_order(self, rank: int, p: int, m: int) -> str:
+        """The rank's compute order as 'F0 F1 B0 ...' (chunks as F0.1 where there are several)."""
+        out = []
+        for s in self.program(rank, p, m):
+            if s.op.is_compute:
+                out.append(f"{s.op.value[0].upper()}{s.microbatch}" + (f".{s.chunk}" if self.chunks_per_rank > 1 else ""))
+        return " ".join(out)
+
+
+class AllForwardAllBackward(Schedule):
+    name = "afab"
+    title = "All-Forward-All-Backward"
+
+    def program(self, rank, p, m, noops=False):
+        steps = []
+        for mb in range(m):
+            steps += _forward(rank, p, mb, noops=noops)
+        for mb in range(m):
+            steps += _backward(rank, p, mb, noops=noops)
+        return steps
+
+    def violations(self, events, p, m):
+        found = []
+        for r in range(p):
+            compute = compute_order(events, r)
+            first_b = next((i for i, e in enumerate(compute) if e.kind == Op.BACKWARD), None)
+            late = [e for e in compute[first_b:] if e.kind == Op.FORWARD] if first_b is not None else []
+            if late:
+                found.append((r, late[0].microbatch, f"forward of micro-batch {late[0].microbatch} runs after a "
+                                                     f"backward: {self.title} runs every forward first"))
+        return found
+
+
+class OneForwardOneBackward(Schedule):
+    """Warm-up forwards, then one forward and one backward in turn, then the remaining backwards.
+    Rank r runs min(p - r - 1, m) warm-up forwards, so it never holds more than min(p - r, m)
+    micro-batches whose backward has not run (AFAB holds all m)."""
+    name = "1f1b"
+    title = "One-Forward-One-Backward"
+
+    def warmup(self, rank: int, p: int, m: int) -> int:
+        return min(p - rank - 1, m)
+
+    def program(self, rank, p, m, noops=False):
+        warm = self.warmup(rank, p, m)
+        steps = []
+        for mb in range(warm):
+            steps += _forward(rank, p, mb, noops=noops)
+        for i in range(m - warm):
+            steps += _forward(rank, p, warm + i, noops=noops)
+            steps += _backward(rank, p, i, noops=noops)
+        for mb in range(m - warm, m):
+            steps += _backward(rank, p, mb, noops=noops)
+        return steps
+
+    def max_in_flight(self, rank, p, m):
+        return min(p - rank, m)
+
+
+class Interleaved1F1B(Schedule):
+    """Interleaved One-Forward-One-Backward with `v` chunks per rank (rank r holds chunks r, r + p, ...).
+
+    Micro-batches go through in groups of p: forward of chunk 0 for micro-batches 0..p-1, then chunk 1
+    for the same micro-batches, and so on; backwards visit the chunks in reverse. Rank r runs
+    (p - r - 1) * 2 + (v - 1) * p warm-up forwards (at most m * v), as in Megatron-LM's schedule; m must
+    be a multiple of p."""
+    name = "interleaved"
+    title = "Interleaved 1F1B"
+
+    def __init__(self, v: int = 2):
+        self.chunks_per_rank = v
+
+    def _order(self, p: int, m: int, k: int, backward: bool) -> tuple[int, int]:
+        v = self.chunks_per_rank
+        group, within = divmod(k, p * v)
+        chunk = within // p
+        return group * p + within % p, (v - 1 - chunk if backward else chunk)
+
+    def warmup(self, rank: int, p: int, m: int) -> int:
+        v = self.chunks_per_rank
+        return min((p - rank - 1) * 2 + (v - 1) * p, m * v)
+
+    def program(self, rank, p, m, noops=False):
+        if m % p:
+            raise ValueError(f"{self.title} needs the number of micro-batches ({m}) to be a multiple of the "
+                             f"number of ranks ({p})")
+        v, total = self.chunks_per_rank, m * self.chunks_per_rank
+        warm = self.warmup(rank, p, m)
+        f = lambda k: _forward(rank, p, *self._order(p, m, k, False), v, noops)    # noqa: E731
+        b = lambda k: _backward(rank, p, *self._order(p, m, k, True), v, noops)    # noqa: E731
+        steps = []
+        for k in range(warm):
+            steps += f(k)
+        for i in range(total - warm):
+            steps += f(warm + i) + b(i)
+        for k in range(total - warm, total):
+            steps += b(k)
+        return steps
+
+    def max_in_flight(self, rank, p, m):
+        return self.warmup(rank, p, m) + (1 if self.warmup(rank, p, m) < m * self.chunks_per_rank else 0)
+
+
+def compute_order(events, rank: int) -> list:
+    """The forward and backward events of one rank, in the order they ran."""
+    return sorted((e for e in events if e.rank == rank and Op.of(e.kind) in (Op.FORWARD, Op.BACKWARD)),
+                  key=lambda e: e.t_start)
+
+
+def in_flight(events, rank: int) -> list[int]:
+    """After each compute event of `rank`, how many forwards are still waiting for their backward."""
+    held, out = 0, []
+    for e in compute_order(events, rank):
+        held += 1 if e.kind == Op.FORWARD else -1
+        out.append(held)
+    return out
+
+
+def in_flight_violations(schedule: Schedule, events, p: int, m: int) -> list[tuple[int, int | None, str]]:
+    found = []
+    for r in range(p):
+        limit = schedule.max_in_flight(r, p, m)
+        compute = compute_order(events, r)
+        held = 0
+        for e in compute:
+            held += 1 if e.kind == Op.FORWARD else -1
+            if held > limit:
+                found.append((r, e.microbatch, f"after the forward of micro-batch {e.microbatch} this rank holds "
+                                               f"{held} micro-batches whose backward has not run; {schedule.title} "
+                                               f"holds at most {limit} on rank {r} of {p}"))
+                break
+    return found
+
+
+SCHEDULES: dict[str, Schedule] = {s.name: s for s in (AllForwardAllBackward(), OneForwardOneBackward(),
+                                                      Interleaved1F1B(2))}
+
+
+def schedule(name: str) -> Schedule:
+    try:
+        return SCHEDULES[name]
+    except KeyError:
+        raise KeyError(f"no schedule {name!r}; the schedules are {', '.join(SCHEDULES)}") from None
+
+
+def matching_schedules(events, p: int, m: int) -> list[Schedule]:
+    """The declared schedules (one chunk per rank) whose rules a run kept."""
+    return [s for s in SCHEDULES.values() if s.chunks_per_rank == 1 and not s.violations(events, p, m)]

@@ -1,0 +1,185 @@
+"""`PipelineStage`: the part of the model one pipeline rank holds, and its messaging.
+
+A stage asks `distribute_layers` (q05) which blocks it owns and builds only those (plus the embedding
+on the first stage, the norm and head on the last). Parameter names are the full model's
+(``blocks.5.up.weight``), so a stage's gradients can be looked up in the baseline by name.
+
+Autograd cannot follow a tensor from one process to another, so a stage runs its backward by hand:
+`backward(input, output, output_grad)` back-propagates `output_grad` (received from the next stage)
+through this stage's part of the graph and returns the gradient of `input`, to send to the previous
+stage. On the last stage `output` is the loss and `output_grad` is None.
+
+`send` and `recv` are the only way stages exchange tensors: they are traced, and they check what
+they are given, so that a mistake is reported where it happens rather than as a hang or a wrong
+number three stages later. A send is posted and returns at once (the stage computes while the message
+travels); `flush()` waits for all of them at the end of a step.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from lab_src.pipeline import trace
+from lab_src.pipeline.config import LabConfig
+from lab_src.exercises import activation_shape, distribute_layers
+from lab_src.pipeline.model import build_piece
+
+
+class PipelineStage(nn.Module):
+    def __init__(self, cfg: LabConfig, pp_rank: int, pp_size: int, micro_batch_size: int,
+                 device="cpu", group=None):
+        super().__init__()
+        self.cfg = cfg
+        self.pp_rank = pp_rank
+        self.pp_size = pp_size
+        self.device = torch.device(device)
+        self.dtype = cfg.torch_dtype
+        self.group = group
+        self._sends = []          # sends posted and not yet known to be delivered (see send and flush)
+        self.is_first_stage = pp_rank == 0
+        self.is_last_stage = pp_rank == pp_size - 1
+        self.layer_ids = _checked_layers(distribute_layers(cfg.num_layers, pp_rank, pp_size), cfg, pp_rank)
+        self.activation_shape = _checked_shape(activation_shape(cfg, micro_batch_size))
+        self.embed = build_piece(cfg, "embed", device) if self.is_first_stage else None
+        self.blocks = nn.ModuleDict({str(i): build_piece(cfg, f"blocks.{i}", device) for i in self.layer_ids})
+        self.head = build_piece(cfg, "head", device) if self.is_last_stage else None
+
+    def describe(self) -> str:
+        parts = (["embed"] if self.embed is not None else []) + \
+                [f"blocks {_ranges(self.layer_ids)}" if self.layer_ids else "no blocks"] + \
+                (["head"] if self.head is not None else [])
+        return f"stage {self.pp_rank}/{self.pp_size}: " + ", ".join(parts)
+
+    # ---- compute ---------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor, microbatch: int = 0) -> torch.Tensor:
+        self._check_input(x, microbatch)
+        with trace.span("forward", microbatch, None, tuple(x.shape)):
+            if self.embed is not None:
+                x = self.embed(x)
+            for block in self.blocks.values():
+                x = block(x)
+            if self.head is not None:
+                x = self.head(x)
+        return x
+
+    def backward(self, input_tensor, output_tensor, output_grad, microbatch: int = 0):
+        where = f"stage {self.pp_rank}, micro-batch {microbatch}"
+        if output_grad is None and output_tensor.numel() != 1:
+            raise RuntimeError(
+                f"{where}: backward got no output gradient for a non-scalar output of shape "
+                f"{tuple(output_tensor.shape)}. Only the last stage starts from its loss; every other "
+                f"stage back-propagates the gradient it receives with recv_backward (q07, q08).")
+        if not output_tensor.requires_grad:
+            raise RuntimeError(f"{where}: the output passed to backward does not require grad. Pass the "
+                               f"tensor stage.forward returned (or the loss computed from it), not a detached copy.")
+        receives_grad = input_tensor is not None and input_tensor.is_floating_point()
+        if receives_grad and not input_tensor.requires_grad:
+            raise RuntimeError(
+                f"{where}: the activation this stage received does not require grad, so backward cannot "
+                f"compute the gradient to send back to stage {self.pp_rank - 1}, whose layers would get "
+                f"no gradient at all. Call .requires_grad_() on received activations before forward (q08).")
+        with trace.span("backward", microbatch, None, tuple(output_tensor.shape)):
+            if output_grad is None:
+                output_tensor.backward()
+            else:
+                # The vector-Jacobian product of torch.autograd.backward(output, output_grad), to the bit:
+                # d/dparams sum(output * output_grad) = J^T output_grad. Written this way because an
+                # explicit grad_tensors makes PyTorch import sympy (0.4 s) on a rank's first backward.
+                (output_tensor * output_grad).sum().backward()
+        return input_tensor.grad if receives_grad else None
+
+    # ---- messaging -------------------------------------------------------------------------
+    def send(self, tensor: torch.Tensor, dst: int, operation: str, microbatch: int = 0) -> None:
+        where = f"stage {self.pp_rank} {operation}(mb={microbatch})"
+        self._check_peer(dst, where)
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{where}: there is no tensor to send (got {type(tensor).__name__}). "
+                            f"Is this an operation the stage should skip?")
+        if tuple(tensor.shape) != self.activation_shape:
+            raise ValueError(f"{where}: the tensor to send has shape {tuple(tensor.shape)}, but receivers "
+                             f"allocate activation_shape = {self.activation_shape} (q03)")
+        if tensor.dtype != self.dtype:
+            raise ValueError(f"{where}: the tensor to send is {tensor.dtype}; the pipeline runs in {self.dtype}")
+        data = tensor.detach().contiguous()
+        with trace.span(operation, microbatch, dst, tuple(data.shape), data.numel() * data.element_size()):
+            # Posted, not waited for: the stage goes on computing while the message travels. `data` is
+            # an activation kept for backward (or an input gradient), never changed afterwards.
+            self._sends.append((dist.isend(data, group=self.group, group_dst=dst), data))
+
+    def flush(self) -> None:
+        """Wait until every message this stage sent has been delivered (the end of a step)."""
+        while self._sends:
+            work, _ = self._sends.pop(0)
+            work.wait()
+
+    def recv(self, src: int, shape, operation: str, microbatch: int = 0) -> torch.Tensor:
+        where = f"stage {self.pp_rank} {operation}(mb={microbatch})"
+        self._check_peer(src, where)
+        shape = tuple(int(s) for s in shape)
+        buffer = torch.empty(shape, dtype=self.dtype, device=self.device)
+        with trace.span(operation, microbatch, src, shape, buffer.numel() * buffer.element_size()):
+            dist.recv(buffer, group=self.group, group_src=src)
+        return buffer
+
+    # ---- checks that turn a hang or a wrong number into a message ---------------------------
+    def _check_peer(self, peer, where: str) -> None:
+        if self.group is None:
+            raise RuntimeError(f"{where}: this stage was built outside a torchrun run and cannot communicate")
+        if not isinstance(peer, int) or isinstance(peer, bool):
+            raise TypeError(f"{where}: the peer must be a pipeline rank (an int), got {peer!r}")
+        if not 0 <= peer < self.pp_size:
+            raise ValueError(f"{where}: there is no stage {peer}; the stages are 0..{self.pp_size - 1}. "
+                             f"The first stage has no previous stage and the last no next one.")
+        if peer == self.pp_rank:
+            raise ValueError(f"{where}: a stage cannot send to or receive from itself")
+
+    def _check_input(self, x, microbatch: int) -> None:
+        where = f"stage {self.pp_rank}, micro-batch {microbatch}"
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{where}: forward needs a tensor, got {type(x).__name__}")
+        if x.device != self.device:
+            raise ValueError(f"{where}: the input is on {x.device} but the stage is on {self.device}; "
+                             f"move it with .to(stage.device)")
+        if self.is_first_stage and x.is_floating_point():
+            raise ValueError(f"{where}: the first stage starts from token ids out of the dataloader, "
+                             f"not from floating-point activations")
+        if not self.is_first_stage and not x.is_floating_point():
+            raise ValueError(f"{where}: only the first stage reads tokens; this stage's input is the "
+                             f"activation received from stage {self.pp_rank - 1}")
+
+
+def _checked_layers(layer_ids, cfg: LabConfig, pp_rank: int) -> list[int]:
+    try:
+        ids = [int(i) for i in layer_ids]
+    except (TypeError, ValueError):
+        raise TypeError(f"q05: distribute_layers must return a list of block indices, got {layer_ids!r}") from None
+    bad = [i for i in ids if not 0 <= i < cfg.num_layers]
+    if bad:
+        raise ValueError(f"q05: stage {pp_rank} was given blocks {bad}, but the model has blocks "
+                         f"0..{cfg.num_layers - 1}")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"q05: stage {pp_rank} was given the same block twice: {ids}")
+    return ids
+
+
+def _checked_shape(shape) -> tuple:
+    try:
+        out = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"q03: activation_shape must return a tuple of ints, got {shape!r}") from None
+    if not out or any(s < 1 for s in out):
+        raise ValueError(f"q03: activation_shape returned {out}, which no tensor can have")
+    return out
+
+
+def _ranges(ids: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'"""
+    out, start = [], None
+    for i, v in enumerate(ids):
+        if start is None:
+            start = v
+        if i + 1 == len(ids) or ids[i + 1] != v + 1:
+            out.append(f"{start}-{v}" if v != start else f"{v}")
+            start = None
+    return ", ".join(out)

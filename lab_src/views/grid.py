@@ -1,0 +1,80 @@
+"""Text pictures of a run's schedule, from its events.
+
+`time_grid` draws measured time, one row per rank:
+
+    rank 0 |0fff1fff2fff3fff--------------------0bbb1bbb2bbb3bbb|
+    rank 1 |----0fff1fff2fff3fff------------0bbb1bbb2bbb3bbb....|
+
+`f` forward, `b` backward, a digit where micro-batch k's box starts, `-` inside a send or receive,
+`.` idle. `step_grid` draws the same schedule in logical steps (each compute box one step, placed as
+soon as its input exists), which is what the error messages show.
+"""
+from __future__ import annotations
+
+from lab_src.pipeline.trace import COMPUTE, Event
+
+LEGEND = "f forward, b backward (a digit marks where micro-batch k starts), - send/recv, . idle"
+
+
+def time_grid(events: list[Event], p: int, width: int = 72) -> str:
+    if not events:
+        return "(no events recorded)"
+    t0 = min(e.t_start for e in events)
+    t1 = max(e.t_end for e in events)
+    span = max(t1 - t0, 1e-9)
+    rows = []
+    for r in range(p):
+        row = ["."] * width
+        mine = [e for e in events if e.rank == r]
+        for e in sorted(mine, key=lambda e: e.is_compute):  # compute drawn last, over messaging
+            a = int((e.t_start - t0) / span * width)
+            b = max(a + 1, int(round((e.t_end - t0) / span * width)))
+            fill = e.kind[0] if e.is_compute else "-"
+            for c in range(a, min(b, width)):
+                row[c] = fill
+            if e.is_compute and a < width:
+                row[a] = str(e.microbatch % 10)
+        rows.append(f"rank {r} |{''.join(row)}|")
+    scale = f"{'':7}0 ms{'':{width - 8}}{span * 1e3:.1f} ms"
+    return "\n".join(rows + [scale, LEGEND])
+
+
+def logical_steps(events: list[Event], p: int) -> dict[tuple[int, str, int], int]:
+    """The step of each compute box: after the rank's previous box and after the box that feeds it."""
+    step: dict[tuple[int, str, int], int] = {}
+    by_rank = {r: sorted((e for e in events if e.rank == r and e.kind in COMPUTE), key=lambda e: e.t_start)
+               for r in range(p)}
+    pending = {r: list(v) for r, v in by_rank.items()}
+    last = {r: -1 for r in range(p)}
+    progress = True
+    while progress and any(pending.values()):
+        progress = False
+        for r in range(p):
+            while pending[r]:
+                e = pending[r][0]
+                k = e.microbatch
+                if e.kind == "forward":
+                    feed = (r - 1, "forward", k) if r > 0 else None
+                else:
+                    feed = (r + 1, "backward", k) if r < p - 1 else (r, "forward", k)
+                if feed is not None and feed not in step and any(
+                        (x.rank, x.kind, x.microbatch) == feed for x in by_rank.get(feed[0], [])):
+                    break  # its input is not placed yet
+                at = max(last[r] + 1, step.get(feed, -1) + 1 if feed else 0)
+                step[(r, e.kind, k)] = at
+                last[r] = at
+                pending[r].pop(0)
+                progress = True
+    return step
+
+
+def step_grid(events: list[Event], p: int) -> str:
+    steps = logical_steps(events, p)
+    if not steps:
+        return "(no forward or backward recorded)"
+    n = max(steps.values()) + 1
+    cells = {(r, s): f"{kind[0].upper()}{k}" for (r, kind, k), s in steps.items()}
+    rows = []
+    for r in range(p):
+        rows.append(f"rank {r} | " + " ".join(f"{cells.get((r, s), '.'):<3}" for s in range(n)).rstrip())
+    return "\n".join(rows)

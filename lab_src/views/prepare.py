@@ -1,0 +1,92 @@
+"""What both drawings (the static figure and the animated widget) need from one run's events."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lab_src.views.bubble import bytes_sent, measured_bubble, theoretical_bubble
+from lab_src.pipeline.trace import SENDS, Event
+from lab_src.views.clocks import clock_offsets, shift
+from lab_src.pipeline.matching import Matching, match
+
+COLORS = {"forward": "#4c78a8", "backward": "#f58518", "send": "#54a24b", "recv": "#9e9e9e",
+          "idle": "#f1f1f1", "cursor": "#d62728"}
+
+
+@dataclass
+class Timeline:
+    """A run ready to draw: times in seconds from the step's start, every rank on one clock."""
+    events: list[Event]                 # in the order they finished: the steps of the animation
+    p: int
+    m: int
+    matching: Matching
+    offsets: dict[int, float] = field(default_factory=dict)   # clock shift applied to each rank (s)
+    kind: str = "measured"              # or "ideal"
+    note: str = ""                      # how the events were made (the ideal view's cost model)
+    raw_bubble: float | None = None     # the bubble before the clocks were aligned (what the check printed)
+
+    @property
+    def span(self) -> float:
+        return max((e.t_end for e in self.events), default=0.0)
+
+    @property
+    def has_compute(self) -> bool:
+        return any(e.is_compute for e in self.events)
+
+    @property
+    def bubble(self) -> float | None:
+        """Idle share of the step: 1 - compute time / (p * span). None without compute boxes."""
+        if not self.has_compute or self.span <= 0:
+            return None
+        busy = sum(e.duration for e in self.events if e.is_compute)
+        return max(0.0, 1.0 - busy / (self.p * self.span))
+
+    @property
+    def theory(self) -> float:
+        return theoretical_bubble(self.p, self.m)
+
+    def bytes_sent(self) -> dict[int, int]:
+        return bytes_sent(self.events, self.p)
+
+    def bubble_text(self) -> str:
+        got = "n/a (no forward/backward recorded)" if self.bubble is None else f"{self.bubble:.1%}"
+        return f"bubble {got} vs theory (p-1)/(m+p-1) = ({self.p}-1)/({self.m}+{self.p}-1) = {self.theory:.1%}"
+
+    def arrow_of(self, e: Event) -> tuple[Event, Event] | None:
+        """The (send, receive) pair that `e` belongs to, if it is a matched message."""
+        for pair in self.matching.pairs:
+            if e in pair:
+                return pair
+        return None
+
+
+def prepare(events: list[Event], p: int, m: int, *, kind: str = "measured", note: str = "",
+            align: bool = True) -> Timeline:
+    """Match the messages, put the ranks on one clock (see clocks.py), start the step at time 0."""
+    events = list(events)
+    offsets: dict[int, float] = {}
+    raw_bubble = measured_bubble(events, p) if any(e.is_compute for e in events) else None
+    if align:
+        offsets = clock_offsets(match(events).pairs, p)
+        events = shift(events, offsets)
+    t0 = min((e.t_start for e in events), default=0.0)
+    events = shift(events, {r: -t0 for r in range(p)}) if t0 else events
+    events.sort(key=lambda e: (e.t_end, e.rank))
+    offsets = {r: o for r, o in offsets.items() if o}
+    if offsets:
+        shifts = ", ".join(f"rank {r} {o * 1e3:+.2f} ms" for r, o in offsets.items())
+        note = "; ".join(filter(None, [note, f"clocks aligned with the messages ({shifts})"]))
+    return Timeline(events, p, m, match(events), offsets, kind, note, raw_bubble)
+
+
+def describe(e: Event, matched: tuple[Event, Event] | None = None) -> str:
+    """One line about an event: the op, its rank and peer, micro-batch, shape, bytes and duration."""
+    what = f"rank {e.rank} · {e.kind} of micro-batch {e.microbatch}"
+    if not e.is_compute:
+        what += f" {'to' if e.kind in SENDS else 'from'} rank {e.peer}"
+    if e.shape:                         # () is the last stage's loss: nothing to show
+        what += f" · shape {tuple(e.shape)}"
+    if not e.is_compute:
+        what += f" · {e.bytes:,} bytes"
+        if matched is None:
+            what += " · UNMATCHED"
+    return what + f" · {e.t_start * 1e3:.2f}–{e.t_end * 1e3:.2f} ms ({e.duration * 1e3:.2f} ms)"

@@ -1,0 +1,40 @@
+"""One case of a run, saved for drawing: its events and its shape, as a small JSON file.
+
+The visible checks keep a view per case (`CheckReport.views`); the grader saves the view of its own run
+of a student's answer, which nbgrader's execution of the notebook then draws in the timeline cell.
+Everything in a view is what the run recorded (events, each rank's blocks), never what an answer
+should have been.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lab_src.pipeline.trace import Event
+
+
+def case_view(outcome) -> dict:
+    """What the timeline needs of one case (a `harness.runner.CaseOutcome`): its events and its shape."""
+    case = outcome.case
+    layers = [len(outcome.obs.get(r, {}).get("layers") or []) for r in range(case.stages)]
+    return {"events": outcome.events(), "stages": case.stages, "microbatches": case.microbatches,
+            "schedule": case.schedule, "stage_layers": layers if all(layers) else None}
+
+
+def save_view(view: dict, path: Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**view, "events": [e.to_row() for e in view["events"]]}))
+
+
+def load_view(path: Path) -> dict:
+    view = json.loads(Path(path).read_text())
+    return {**view, "events": [Event.from_row(r) for r in view["events"]]}
+
+
+def draw(view: dict, title: str = ""):
+    """The timeline widget of a view (the static figure while autograding)."""
+    from lab_src.views.timeline import show
+    title = view.get("title") or title or f"{view['stages']} stages, {view['microbatches']} micro-batches"
+    return show(view["events"], view["stages"], view["microbatches"], title=title,
+                schedule=view.get("schedule", "afab"), stage_layers=view.get("stage_layers"))

@@ -1,0 +1,82 @@
+"""The timeline as a matplotlib figure, for when there is no live kernel (autograding, feedback, docs).
+
+One row per rank on a time axis in milliseconds: forward and backward boxes labelled with their
+micro-batch, thin bars for sends and receives, an arrow from each send to its receive, and hatched
+idle time (the bubble). The title of each panel gives the bubble next to (p-1)/(m+p-1).
+"""
+from __future__ import annotations
+
+import io
+
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from lab_src.views.prepare import COLORS, Timeline
+
+ROW = 0.7     # height of a compute box, in rows
+BAR = 0.22    # height of a send/receive bar
+
+
+class TimelineFigure(Figure):
+    """A matplotlib Figure that shows itself as a PNG in a notebook even without pyplot."""
+
+    def _repr_png_(self) -> bytes:
+        buf = io.BytesIO()
+        self.savefig(buf, format="png", dpi=100)
+        return buf.getvalue()
+
+
+def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
+    """Draw one timeline on `ax`; the axis ends at `t_max` seconds (default: the end of the step)."""
+    ms = 1e3
+    t_max = t_max or tl.span or 1e-3
+    for r in range(tl.p):   # the whole step is hatched idle time; what the rank did is drawn over it
+        ax.barh(r, tl.span * ms, left=0, height=ROW, color=COLORS["idle"], hatch="///", edgecolor="#d4d4d4", lw=0)
+    for e in tl.events:
+        if e.is_compute:
+            ax.barh(e.rank, e.duration * ms, left=e.t_start * ms, height=ROW, color=COLORS[e.kind],
+                    edgecolor="white", lw=0.5)
+            if e.duration > 0.016 * t_max:
+                ax.text((e.t_start + e.duration / 2) * ms, e.rank, f"{e.kind[0].upper()}{e.microbatch}",
+                        ha="center", va="center", color="white", fontsize=7.5, fontweight="bold")
+        else:
+            ax.barh(e.rank, max(e.duration, 0.002 * t_max) * ms, left=e.t_start * ms, height=BAR,
+                    color=COLORS["send" if e.is_send else "recv"])
+    for send, recv in tl.matching.pairs:
+        down = recv.rank > send.rank
+        color = COLORS[send.phase]
+        ax.annotate("", xy=(recv.t_end * ms, recv.rank + (-BAR if down else BAR) / 2),
+                    xytext=(send.t_start * ms, send.rank + (BAR if down else -BAR) / 2),
+                    arrowprops=dict(arrowstyle="-|>", color=color, lw=0.9, alpha=0.8, shrinkA=0, shrinkB=0,
+                                    mutation_scale=8))
+    for r, n in tl.bytes_sent().items():
+        ax.text(1.005, r, f"sent {n:,} B", transform=ax.get_yaxis_transform(), va="center", fontsize=8)
+    ax.set_yticks(range(tl.p), [f"rank {r}" for r in range(tl.p)])
+    ax.set_ylim(tl.p - 0.5, -0.5)     # rank 0 on top
+    ax.set_xlim(0, t_max * ms * 1.01)
+    title = f"{tl.kind}: step {tl.span * ms:.1f} ms · {tl.bubble_text()}"
+    ax.set_title(title + (f"\n{tl.kind}: {tl.note}" if tl.note else ""), fontsize=9.5, loc="left")
+    ax.grid(axis="x", color="#e4e4e4", lw=0.6)
+    ax.set_axisbelow(True)
+
+
+def legend_handles() -> list:
+    return [Patch(color=COLORS["forward"], label="forward"), Patch(color=COLORS["backward"], label="backward"),
+            Patch(color=COLORS["send"], label="send"), Patch(color=COLORS["recv"], label="receive (waiting)"),
+            Patch(facecolor=COLORS["idle"], hatch="///", edgecolor="#c8c8c8", label="idle (bubble)"),
+            Line2D([], [], color="#555", marker=">", markersize=5, lw=1, label="message: send → receive")]
+
+
+def figure(timelines: list[Timeline], title: str = "") -> TimelineFigure:
+    """One panel per timeline (measured, ideal, ...), each on its own time axis in ms."""
+    p = timelines[0].p
+    fig = TimelineFigure(figsize=(11, 0.5 + len(timelines) * (0.45 * p + 1.0)), layout="constrained")
+    axes = fig.subplots(len(timelines), 1, squeeze=False)[:, 0]
+    for ax, tl in zip(axes, timelines):     # each on its own axis: an ideal step can be much shorter
+        draw(ax, tl)
+    axes[-1].set_xlabel("time since the step started (ms)")
+    if title:
+        fig.suptitle(title, fontsize=12, x=0.01, ha="left")
+    fig.legend(handles=legend_handles(), loc="outside lower center", ncol=6, fontsize=8, frameon=False)
+    return fig

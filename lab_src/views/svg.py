@@ -1,0 +1,132 @@
+"""One frame of the animated timeline, as inline SVG (the widget redraws it at every step).
+
+The frame at step i shows the run up to the moment its i-th event finished (the red cursor): what
+happened before is drawn in colour, idle time hatched; what is still to come is a faint ghost, so
+the layout never jumps. The event that just finished is outlined, and if it is a message, its arrow
+from send to receive is drawn bold. Hovering any box shows what it was.
+"""
+from __future__ import annotations
+
+import math
+from html import escape
+
+from lab_src.views.prepare import COLORS, Timeline, describe
+
+LEFT, RIGHT, TOP, ROW_H, BOX_H, BAR_H, AXIS_H, LEGEND_H = 62, 118, 10, 46, 28, 10, 36, 22
+GHOST = 0.16
+
+DEFS = f"""<defs>
+<pattern id="pp-idle" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">
+<rect width="6" height="6" fill="{COLORS['idle']}"/>
+<line x1="0" y1="0" x2="0" y2="6" stroke="#d0d0d0" stroke-width="2"/>
+</pattern>
+<marker id="pp-head-forward" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto">
+<path d="M0,0 L10,5 L0,10 z" fill="{COLORS['forward']}"/></marker>
+<marker id="pp-head-backward" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto">
+<path d="M0,0 L10,5 L0,10 z" fill="{COLORS['backward']}"/></marker>
+</defs>"""
+
+
+def nice_ticks(t_max_ms: float, target: int = 8) -> list[float]:
+    """Round tick values (1, 2 or 5 times a power of ten) from 0 to t_max_ms."""
+    raw = max(t_max_ms, 1e-6) / target
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(k * power for k in (1, 2, 5, 10) if k * power >= raw)
+    return [i * step for i in range(int(t_max_ms / step) + 1)]
+
+
+def legend(x: float, y: float) -> str:
+    """What the colours mean, in one line starting at (x, y)."""
+    items = [(COLORS["forward"], "forward", BOX_H), (COLORS["backward"], "backward", BOX_H),
+             (COLORS["send"], "send", BAR_H), (COLORS["recv"], "receive (waiting)", BAR_H),
+             ("url(#pp-idle)", "idle (bubble)", BOX_H)]
+    out = []
+    for fill, label, h in items:
+        size = 12 if h == BOX_H else 5
+        out.append(f'<rect x="{x:.0f}" y="{y - 4 - size / 2:.1f}" width="14" height="{size}" fill="{fill}"/>'
+                   f'<text x="{x + 18:.0f}" y="{y}" fill="#444">{label}</text>')
+        x += 30 + 6.2 * len(label)
+    out.append(f'<line x1="{x:.0f}" y1="{y - 4}" x2="{x + 22:.0f}" y2="{y - 4}" stroke="#777" stroke-width="1.2" '
+               f'marker-end="url(#pp-head-forward)"/><text x="{x + 28:.0f}" y="{y}" fill="#444">'
+               f'message: send → receive</text>')
+    return "".join(out)
+
+
+def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, width: int = 860) -> str:
+    """The SVG of `tl` at `step` (an index into tl.events; None: the whole run, no cursor)."""
+    t_max = t_max or tl.span or 1e-3
+    plot_w = width - LEFT - RIGHT
+    height = TOP + tl.p * ROW_H + AXIS_H + LEGEND_H
+    current = tl.events[step] if step is not None and tl.events else None
+    cursor = current.t_end if current is not None else float("inf")
+    current_pair = tl.arrow_of(current) if current is not None and not current.is_compute else None
+
+    def x(t: float) -> float:
+        return LEFT + min(t, t_max) / t_max * plot_w
+
+    def mid(r: int) -> float:
+        return TOP + r * ROW_H + ROW_H / 2
+
+    out = [f'<svg class="pp-timeline-frame" data-step="{-1 if step is None else step}" '
+           f'data-view="{tl.kind}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+           f'style="width:100%; max-width:{width}px; height:auto" font-family="sans-serif" font-size="11">', DEFS]
+    # rows: label, and idle (hatched) from the start of the step to the cursor
+    for r in range(tl.p):
+        out.append(f'<text x="{LEFT - 8}" y="{mid(r) + 4}" text-anchor="end">rank {r}</text>')
+        out.append(f'<rect x="{x(0):.1f}" y="{mid(r) - BOX_H / 2}" width="{x(min(cursor, tl.span)) - x(0):.1f}" '
+                   f'height="{BOX_H}" fill="url(#pp-idle)"/>')
+    # boxes: done in colour, the part still to come as a ghost
+    for e in tl.events:
+        compute = e.is_compute
+        color = COLORS[e.kind] if compute else COLORS["send" if e.is_send else "recv"]
+        h = BOX_H if compute else BAR_H
+        y = mid(e.rank) - h / 2
+        x0, x1 = x(e.t_start), max(x(e.t_end), x(e.t_start) + 1.5)
+        xc = min(max(x(cursor), x0), x1) if cursor < e.t_end else x1
+        tip = f"<title>{escape(describe(e, tl.arrow_of(e)))}</title>"
+        edge = ' stroke="white" stroke-width="0.8"' if compute else ""    # keeps neighbouring boxes apart
+        if xc < x1:
+            out.append(f'<rect x="{xc:.1f}" y="{y:.1f}" width="{x1 - xc:.1f}" height="{h}" fill="{color}" '
+                       f'opacity="{GHOST}"{edge}>{tip}</rect>')
+        if xc > x0:
+            out.append(f'<rect x="{x0:.1f}" y="{y:.1f}" width="{xc - x0:.1f}" height="{h}" fill="{color}"{edge}>'
+                       f'{tip}</rect>')
+        if e is current:
+            out.append(f'<rect x="{x0 - 1:.1f}" y="{y - 1:.1f}" width="{x1 - x0 + 2:.1f}" height="{h + 2}" '
+                       f'fill="none" stroke="#111" stroke-width="2"/>')
+        if compute and x1 - x0 > 14:
+            fill = "white" if cursor >= e.t_end else "#888"
+            out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{mid(e.rank) + 4}" text-anchor="middle" fill="{fill}" '
+                       f'font-size="10" font-weight="bold" pointer-events="none">'
+                       f'{e.kind[0].upper()}{e.microbatch}</text>')
+    # arrows, from the start of each send to the end of its receive
+    for send, recv in tl.matching.pairs:
+        down = recv.rank > send.rank
+        y0 = mid(send.rank) + (BAR_H / 2 if down else -BAR_H / 2)
+        y1 = mid(recv.rank) - (BAR_H / 2 if down else -BAR_H / 2)
+        phase = send.phase
+        bold = (send, recv) == current_pair
+        opacity = 1 if bold else (0.85 if recv.t_end <= cursor else GHOST)
+        out.append(f'<line x1="{x(send.t_start):.1f}" y1="{y0:.1f}" x2="{x(recv.t_end):.1f}" y2="{y1:.1f}" '
+                   f'stroke="{COLORS[phase]}" stroke-width="{3 if bold else 1.2}" opacity="{opacity}" '
+                   f'marker-end="url(#pp-head-{phase})"/>')
+    # bytes each rank has sent so far
+    for r in range(tl.p):
+        sent = sum(e.bytes for e in tl.events if e.rank == r and e.is_send and e.t_end <= cursor)
+        out.append(f'<text x="{width - RIGHT + 8}" y="{mid(r) + 4}" fill="#444">sent {sent:,} B</text>')
+    # time axis in ms, and the cursor
+    axis_y = TOP + tl.p * ROW_H + 4
+    out.append(f'<line x1="{LEFT}" y1="{axis_y}" x2="{LEFT + plot_w}" y2="{axis_y}" stroke="#888"/>')
+    for t in nice_ticks(t_max * 1e3):
+        xt = x(t / 1e3)
+        out.append(f'<line x1="{xt:.1f}" y1="{axis_y}" x2="{xt:.1f}" y2="{axis_y + 4}" stroke="#888"/>'
+                   f'<text x="{xt:.1f}" y="{axis_y + 16}" text-anchor="middle" fill="#444">{t:g}</text>')
+    out.append(f'<text x="{LEFT - 8}" y="{axis_y + 16}" text-anchor="end" fill="#444">time (ms)</text>')
+    if current is not None:
+        xc = x(cursor)
+        out.append(f'<line x1="{xc:.1f}" y1="{TOP - 4}" x2="{xc:.1f}" y2="{axis_y}" stroke="{COLORS["cursor"]}" '
+                   f'stroke-width="1.5"/><text x="{xc + 3:.1f}" y="{axis_y + 30}" fill="{COLORS["cursor"]}">'
+                   f't = {cursor * 1e3:.2f} ms</text>')
+    out.append(legend(LEFT, height - 8))
+    out.append("</svg>")
+    return "\n".join(out)

@@ -1,0 +1,103 @@
+"""The animated P2P timeline: Play and a slider step through the run's events in the order they ended.
+
+    [ measured | ideal ]  [▶ ■ ⟳]  step ━━━━━━●━━━━━━━━ 23
+    +--------------------------------------------+  Bubble: measured, ideal, theory; step times
+    | one row per rank, boxes, arrows, cursor    |  Bytes sent by each rank
+    +--------------------------------------------+  notes (clock alignment, cost model)
+    step 23/80 · t = 21.1 ms · rank 2 · send_forward of micro-batch 3 to rank 3 · shape ... · bytes
+
+Step k (1 to n) shows the run at the moment its k-th event finished. Each view has its own time axis
+(the ideal step is often much shorter than the measured one); the side panel gives both step times.
+The frame is inline SVG in an ipywidgets.HTML (see svg.py), redrawn by the kernel whenever the slider
+moves; Play moves the slider in the browser.
+"""
+from __future__ import annotations
+
+from html import escape
+
+import ipywidgets as w
+
+from lab_src.views import svg
+from lab_src.views.prepare import Timeline, describe
+
+
+class TimelineWidget(w.VBox):
+    def __init__(self, measured: Timeline, ideal: Timeline, title: str = "", interval_ms: int = 200):
+        self.views = {"measured": measured, "ideal": ideal}
+        self.toggle = w.ToggleButtons(options=["measured", "ideal"], value="measured",
+                                      tooltips=["what your run did", "the same schedule under a simple cost model"],
+                                      style={"button_width": "90px"})
+        self.play = w.Play(interval=interval_ms, min=1, max=1, step=1, description="play")
+        self.slider = w.IntSlider(min=1, max=1, description="step", continuous_update=True,
+                                  layout=w.Layout(width="420px"))
+        w.jslink((self.play, "value"), (self.slider, "value"))   # the browser advances the slider itself
+        self.frame = w.HTML(layout=w.Layout(flex="1 1 600px", max_width="860px"))
+        self.side = w.HTML(layout=w.Layout(flex="0 0 280px", margin="0 0 0 12px"))
+        self.info = w.HTML()
+        header = w.HTML(f"<b>{escape(title)}</b>") if title else w.HTML()
+        super().__init__([header, w.HBox([self.toggle, self.play, self.slider]),
+                          w.HBox([self.frame, self.side], layout=w.Layout(flex_flow="row wrap")), self.info])
+        self.add_class("pp-timeline")
+        self._set_view("measured", fraction=1.0)
+        self.slider.observe(lambda _: self.redraw(), names="value")
+        self.toggle.observe(self._on_toggle, names="value")
+
+    @property
+    def view(self) -> Timeline:
+        return self.views[self.toggle.value]
+
+    def _on_toggle(self, change) -> None:
+        n = len(self.views[change["old"]].events)
+        self._set_view(change["new"], fraction=(self.slider.value - 1) / max(n - 1, 1))
+
+    def _set_view(self, name: str, fraction: float) -> None:
+        """Show view `name` at the same relative position in its own list of steps."""
+        n = max(len(self.views[name].events), 1)
+        with self.hold_trait_notifications():
+            for control in (self.slider, self.play):
+                control.max = max(control.max, n)
+                control.value = 1 + round(fraction * (n - 1))
+                control.max = n
+        self.side.value = self._side_panel()
+        self.redraw()
+
+    def redraw(self) -> None:
+        tl = self.view
+        if not tl.events:
+            self.frame.value, self.info.value = "<i>No events were recorded in this run.</i>", ""
+            return
+        i = min(self.slider.value, len(tl.events)) - 1
+        self.frame.value = svg.frame(tl, i)
+        e = tl.events[i]
+        self.info.value = (f'<div class="pp-timeline-info">step {i + 1}/{len(tl.events)} · '
+                           f"t = {e.t_end * 1e3:.2f} ms · {escape(describe(e, tl.arrow_of(e)))}</div>")
+
+    def _side_panel(self) -> str:
+        measured, ideal = self.views["measured"], self.views["ideal"]
+
+        def pct(x):
+            return "n/a" if x is None else f"{x:.1%}"
+
+        rows = "".join(f"<tr><td>rank {r}</td><td style='text-align:right'>{n:,} B</td></tr>"
+                       for r, n in self.view.bytes_sent().items())
+        raw = ""
+        notes = []
+        if measured.offsets:
+            shifts = ", ".join(f"rank {r} {o * 1e3:+.2f} ms" for r, o in measured.offsets.items())
+            notes.append(f"The ranks' clocks were aligned with the messages ({shifts}), so that no message "
+                         f"arrives before it was sent.")
+            if measured.raw_bubble is not None:
+                raw = f" ({pct(measured.raw_bubble)} before aligning)"
+        if not measured.matching.ok:
+            notes.append("Unmatched messages: " + "; ".join(measured.matching.problems()))
+        notes.append(f"Ideal: {ideal.note}.")
+        if not measured.has_compute:
+            notes.append("No forward/backward was recorded: the messages are all there is.")
+        return (f'<div class="pp-timeline-side" style="font-size:12px; line-height:1.45">'
+                f"<b>Bubble</b> (idle share of the step)<br>"
+                f"measured: <b>{pct(measured.bubble)}</b>{raw}<br>ideal: {pct(ideal.bubble)}<br>"
+                f"theory (p-1)/(m+p-1) = ({measured.p}-1)/({measured.m}+{measured.p}-1) = "
+                f"<b>{measured.theory:.1%}</b><br>"
+                f"step time: measured {measured.span * 1e3:.1f} ms, ideal {ideal.span * 1e3:.1f} ms<br><br>"
+                f"<b>Bytes sent</b> ({self.toggle.value})<table>{rows}</table><br>"
+                + "".join(f"<div style='color:#555'>{escape(n)}</div>" for n in notes) + "</div>")

@@ -1,0 +1,119 @@
+"""One registry: an exercise declared once in lab_src/registry.py, and everything else derived from it.
+Also the layout rules that keep the parts apart: the student-facing top of lab_src, grader modules that
+never import the visible checks, source notebooks with their jupytext twins in sync."""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lab_src
+from lab_src.exercises import API
+from lab_src.registry import CODED, EXERCISES, notebook_pattern
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_api_and_all_follow_the_registry():
+    assert set(API) == {e.id for e in CODED}
+    for ex in CODED:
+        assert getattr(lab_src, ex.function) is API[ex.id] and ex.function in lab_src.__all__
+
+
+def test_every_exercise_has_its_files_named_by_its_module():
+    for ex in EXERCISES.values():
+        assert (ROOT / "solutions" / "pipeline_lab" / ex.notebook).exists()
+        assert (ROOT / "notebooks" / "pipeline_lab" / ex.notebook).exists()
+        assert (ROOT / "lab_src" / "checks" / f"{ex.module}.py").exists()
+        if ex.function:
+            assert (ROOT / "grader" / "hidden" / f"{ex.module}.py").exists()
+
+
+def test_a_missing_hidden_test_module_fails_loudly(monkeypatch):
+    from grader import hidden
+    from lab_src import registry
+    fake = registry.Exercise("q99", "nothing_here", "a missing exercise", ())
+    monkeypatch.setitem(registry.EXERCISES, "q99", fake)
+    with pytest.raises(RuntimeError, match=r"q99 has no hidden tests: grader/hidden/q99_nothing_here.py is missing"):
+        hidden.hidden_tests("q99")
+
+
+def test_zip_collect_takes_exactly_the_exercises_notebooks():
+    import re
+    rx = re.compile(notebook_pattern())
+    assert all(rx.fullmatch(ex.notebook) for ex in EXERCISES.values())
+    assert not rx.fullmatch("q99_other.ipynb") and not rx.fullmatch("q08_afab_step.ipynb.bak")
+
+
+def test_pytest_markers_select_what_concerns_an_exercise():
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "q05", "-p", "no:cacheprovider"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
+    picked = [line for line in out.splitlines() if "::" in line]
+    assert picked and all("q05" in t or "distribute_layers" in t or "[elif]" in t or "[oona]" in t or "[quinn]" in t
+                          for t in picked), picked
+
+
+def test_readme_table_is_written_from_the_registry():
+    from grader.readme import current, section
+    assert current() == section(), "run `python -m grader readme`"
+
+
+def test_source_notebooks_and_their_text_twins_agree():
+    from grader.notebook_text import out_of_sync, pairs
+    assert len(pairs()) == len(EXERCISES)
+    assert out_of_sync() == [], "run `python -m grader text` (or `--from-py` after editing the .py files)"
+
+
+def test_lab_src_top_level_holds_only_what_students_touch():
+    top = sorted(p.name for p in (ROOT / "lab_src").iterdir() if not p.name.startswith("__pycache__"))
+    assert top == ["__init__.py", "answers.py", "checks", "exercises.py", "grading.py", "harness", "judge", "magic.py",
+                   "pipeline", "registry.py", "views"]
+
+
+def test_no_grader_module_imports_the_visible_checks():
+    for path in (ROOT / "grader").rglob("*.py"):
+        if "cohort" in path.parts:      # the cohort's students patch lab_src.checks inside notebook text
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            assert not any(n == "lab_src.checks" or n.startswith("lab_src.checks.") for n in names), path
+
+
+@pytest.mark.slow
+def test_grader_new_writes_a_working_skeleton_in_at_most_seven_files(tmp_path):
+    """In a copy of the repository: `python -m grader new` and nothing else gives an exercise that the
+    API, the hidden-test lookup, the checks, the README table and the release all know."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    copy = tmp_path / "repo"
+    for f in filter(None, files):
+        if (ROOT / f).is_file():
+            (copy / f).parent.mkdir(parents=True, exist_ok=True)
+            (copy / f).write_bytes((ROOT / f).read_bytes())
+    run = lambda *args: subprocess.run([sys.executable, "-P", *args], cwd=copy, capture_output=True, text=True,  # noqa: E731
+                                       timeout=600, env={"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path),
+                                                         "PYTHONPATH": str(copy)})
+    made = run("-m", "grader", "new", "q11", "p2p_exchange", "--title", "Raw P2P", "--points", "8")
+    assert made.returncode == 0, made.stderr
+    written = [line.split(" ", 1)[1] for line in made.stdout.splitlines() if line.startswith("wrote ")]
+    assert len(written) <= 7, written
+    probe = run("-c", "import lab_src, json\n"
+                "from grader.hidden import hidden_tests\nfrom grader.readme import table\n"
+                "from lab_src.checks import check\nimport importlib\n"
+                "importlib.import_module('lab_src.checks.q11_p2p_exchange')\n"
+                "print(json.dumps({'api': 'p2p_exchange' in lab_src.__all__, 'hidden': hidden_tests('q11').__name__,"
+                "'readme': 'q11_p2p_exchange.ipynb' in table() and '| 8 |' in table()}))")
+    assert probe.returncode == 0, probe.stderr
+    assert json.loads(probe.stdout.splitlines()[-1]) == {"api": True, "hidden": "grader.hidden.q11_p2p_exchange",
+                                                          "readme": True}
+    release = run("-m", "grader", "--course", str(tmp_path / "course"), "release")
+    assert release.returncode == 0, release.stderr
+    released = json.loads((copy / "notebooks" / "pipeline_lab" / "q11_p2p_exchange.ipynb").read_text())
+    text = json.dumps(released)
+    assert "raise NotImplementedError" in text and "BEGIN SOLUTION" not in text and "BEGIN HIDDEN" not in text
+    assert not list((copy / "notebooks" / "pipeline_lab").glob("*.py")), "the jupytext twins must not ship"
