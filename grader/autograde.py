@@ -34,6 +34,7 @@ from .course import Course, tool_env
 
 NBGRADER_TIMEOUT_S = 900
 TRUSTED_TIMEOUT_S = 900
+VERDICTS_LIMIT_BYTES = 8 << 20
 
 
 def status_path(course: Course, student: str) -> Path:
@@ -48,30 +49,43 @@ def write_status(course: Course, student: str, **fields) -> None:
     os.replace(tmp, path)
 
 
-def run_trusted(course: Course, student: str) -> dict:
-    """The hidden tests of one submission, in a fresh `python -P` process run outside the submission."""
+def run_trusted(course: Course, student: str, unsafe_no_sandbox: bool = False) -> dict:
+    """The hidden tests of one submission, in a fresh `python -P` process run outside the submission.
+    Its verdicts come back through a pipe only it holds (never parsed out of anybody's output)."""
     work = course.root / "grader" / student / "work"
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    with tempfile.TemporaryDirectory(prefix="pp-lab-grade-") as cwd:
-        proc = subprocess.run([sys.executable, "-P", "-m", "grader.trusted", str(course.submitted(student)),
-                               "--work", str(work)], cwd=cwd, env={**os.environ, **tool_env(), "PYTHONSAFEPATH": "1"},
-                              capture_output=True, text=True, timeout=TRUSTED_TIMEOUT_S)
-    (work / "trusted.log").write_text(proc.stdout[-20000:] + "\n" + proc.stderr[-20000:])
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("VERDICTS ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"the hidden tests of {student} did not run (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    result = json.loads(lines[-1][len("VERDICTS "):])
+    read_end, write_end = os.pipe()
+    cmd = [sys.executable, "-P", "-m", "grader.trusted", str(course.submitted(student)), "--work", str(work),
+           "--verdicts-fd", str(write_end)] + (["--unsafe-no-sandbox"] if unsafe_no_sandbox else [])
+    with tempfile.TemporaryDirectory(prefix="pp-lab-grade-") as cwd, open(work.parent / "trusted.log", "wb") as log:
+        try:
+            proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **tool_env(), "PYTHONSAFEPATH": "1"},
+                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    pass_fds=(write_end,))
+        finally:
+            os.close(write_end)
+        with os.fdopen(read_end, "rb") as channel:
+            text = channel.read(VERDICTS_LIMIT_BYTES)
+        try:
+            code = proc.wait(timeout=TRUSTED_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+    if code != 0 or not text:
+        tail = (work.parent / "trusted.log").read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"the hidden tests of {student} did not run (exit {code}):\n{tail}")
+    result = json.loads(text)
     (work.parent / "verdicts.json").write_text(json.dumps(result, indent=1))
     return result
 
 
-def grade_student(course: Course, student: str) -> dict:
+def grade_student(course: Course, student: str, unsafe_no_sandbox: bool = False) -> dict:
     started = time.monotonic()
     write_status(course, student, state="running", host=os.uname().nodename)
     try:
-        result = run_trusted(course, student)
+        result = run_trusted(course, student, unsafe_no_sandbox)
         t_hidden = time.monotonic()
         timelines = course.root / "grader" / student / "work" / "timeline"
         nb = course.nbgrader("autograde", ASSIGNMENT, "--student", student, "--force", check=False,
@@ -93,14 +107,15 @@ def grade_student(course: Course, student: str) -> dict:
     return summary
 
 
-def grade_all(course: Course, students: list[str], jobs: int = 1, on_done=None) -> dict[str, dict]:
+def grade_all(course: Course, students: list[str], jobs: int = 1, on_done=None,
+              unsafe_no_sandbox: bool = False) -> dict[str, dict]:
     """Grade `students`, `jobs` at a time. Failures are reported in the result, not raised."""
     course.ensure_assignment()
     course.add_students(students)
 
     def one(student):
         try:
-            out = grade_student(course, student)
+            out = grade_student(course, student, unsafe_no_sandbox)
         except Exception as e:  # noqa: BLE001
             out = {"state": "failed", "error": f"{type(e).__name__}: {e}"[:2000]}
         if on_done:

@@ -1,7 +1,10 @@
 """The reference answers: the answer cells of the source notebooks in solutions/, as module files.
 
-They are extracted on demand into a cache folder named by a hash of the notebooks, so an edit to a
-solution notebook takes effect at once and the extracted files are never edited by hand.
+They are extracted into a cache folder of the grading user's own (mode 0700; `LAB_CACHE` or
+~/.cache/pp-lab), named by a hash of the notebooks, so an edit to a solution notebook takes effect at
+once. The cache is verified, not trusted: every time the references are used, each file is compared
+with the answer cell it comes from (extracted again in memory) and rewritten if anything changed it.
+No sandboxed process ever sees this folder: a launch gets copies in its own run folder.
 """
 from __future__ import annotations
 
@@ -13,23 +16,48 @@ from pathlib import Path
 from lab_src.registry import ASSIGNMENT, CODED
 
 from . import SOURCE
-from .answer_cells import write_answer_files
+from .answer_cells import answer_source, read_notebook
 
 
 def source_dir() -> Path:
     return SOURCE / ASSIGNMENT
 
 
+def cache_root() -> Path:
+    if os.environ.get("LAB_CACHE"):
+        return Path(os.environ["LAB_CACHE"])
+    home = Path.home()
+    return (home / ".cache" / "pp-lab") if os.access(home, os.W_OK) else \
+        Path(tempfile.gettempdir()) / f"pp-lab-cache-{os.geteuid()}"
+
+
+def reference_texts() -> dict[str, str]:
+    """{qid: the reference answer's source}, read from the source notebooks now."""
+    texts = {}
+    for ex in CODED:
+        text = answer_source(read_notebook(source_dir() / ex.notebook), ex.id)
+        if text is None:
+            raise RuntimeError(f"solutions/ has no reference answer for {ex.id} ({ex.notebook})")
+        texts[ex.id] = text
+    return texts
+
+
 def reference_sources() -> dict[str, str]:
-    """{qid: path of the reference answer file} for every coded exercise."""
-    notebooks = sorted(source_dir().glob("q*.ipynb"))
-    digest = hashlib.sha1(b"".join(p.read_bytes() for p in notebooks)).hexdigest()[:12]
-    cache = Path(os.environ.get("LAB_CACHE", Path(tempfile.gettempdir()) / "pp-lab-cache")) / f"reference-{digest}"
-    done = cache / ".complete"
-    if not done.exists():
-        paths = write_answer_files(source_dir(), cache)
-        missing = [q for q, p in paths.items() if p is None]
-        if missing:
-            raise RuntimeError(f"solutions/ has no reference answer for {missing}: {write_answer_files.reasons}")
-        done.touch()
-    return {ex.id: str(cache / ex.answer_file) for ex in CODED}
+    """{qid: path of the reference answer file} for every coded exercise, each file checked against
+    its notebook's answer cell before it is handed out."""
+    texts = reference_texts()
+    digest = hashlib.sha256("\0".join(texts[q] for q in sorted(texts)).encode()).hexdigest()[:16]
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o700)
+    cache = root / f"reference-{digest}"
+    cache.mkdir(mode=0o700, exist_ok=True)
+    paths = {}
+    for ex in CODED:
+        path = cache / ex.answer_file
+        if not path.exists() or path.read_text() != texts[ex.id]:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(texts[ex.id])
+            os.replace(tmp, path)
+        paths[ex.id] = str(path)
+    return paths

@@ -2,18 +2,20 @@
 
     python -P -m grader.trusted SUBMISSION_DIR --work WORK_DIR   # prints the verdicts as JSON
 
-This process never imports student code and never runs the student's kernel. It reads each answer
+This process never imports student code and never runs the student's kernel; the workers that run it
+are sandboxed (bubblewrap: lab_src/harness/sandbox.py). It reads each answer
 cell out of the submitted notebooks (grader/answer_cells.py), writes it to a module file, and hands the
 files to torchrun workers, which run them beside the reference answers: one launch of 4 processes for
 every case of every exercise. The workers only report what they observed; this process compares that
-with the reference baselines and answers, and prints the verdicts on stdout, where nothing a worker
-does can reach. Run it from a folder outside the submission with `-P`, so that a torch.py or a
+with the reference baselines and answers, and writes the verdicts to a pipe the caller passed by descriptor
+(`--verdicts-fd`), which no sandboxed process holds. Run it from a folder outside the submission with `-P`, so that a torch.py or a
 lab_src/ inside the submission cannot shadow the real ones.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import defaultdict
@@ -76,7 +78,18 @@ def save_timeline(qid: str, outcomes, folder: Path) -> None:
     save_view(view, folder / f"{qid}.json")
 
 
-def grade_submission(submission: Path, work: Path, only: list[str] | None = None) -> dict:
+UNSAFE = ("graded WITHOUT a sandbox (--unsafe-no-sandbox): the student's code ran as the grading user and "
+          "could have read the reference answers or changed the grader's files")
+
+
+def grade_submission(submission: Path, work: Path, only: list[str] | None = None, sandboxed: bool = True) -> dict:
+    """Every hidden test of `submission`'s answers; `sandboxed` (the default) runs each launch in
+    bubblewrap (lab_src/harness/sandbox.py) and refuses to grade where none can start."""
+    if sandboxed:
+        from lab_src.harness import sandbox
+        if not sandbox.available():
+            raise sandbox.SandboxUnavailable(f"refusing to grade: {sandbox.describe_unavailable()}. Pass "
+                                             f"--unsafe-no-sandbox to grade anyway (every report will say so).")
     started = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
     student = write_answer_files(submission, work / "answers")
@@ -96,7 +109,8 @@ def grade_submission(submission: Path, work: Path, only: list[str] | None = None
             continue
         cases_of[ex.id] = hidden_tests(ex.id).cases(ctx)
         all_cases += cases_of[ex.id]
-    run = run_cases(all_cases, work / "run", case_deadline_s=DEADLINE_S, timeout_s=TIMEOUT_S) if all_cases else None
+    run = run_cases(all_cases, work / "run", case_deadline_s=DEADLINE_S, timeout_s=TIMEOUT_S,
+                    sandboxed=sandboxed) if all_cases else None
     for qid, cases in cases_of.items():
         outcomes = [run.outcomes[c.index] for c in cases]
         try:
@@ -104,10 +118,13 @@ def grade_submission(submission: Path, work: Path, only: list[str] | None = None
         except Exception as e:  # noqa: BLE001 - a judging bug must not cost the other exercises
             items = [Item("judge", "grader", [Problem(qid, f"the grader could not judge this exercise: {e!r}")])]
         verdicts[qid] = summarize(qid, items)
+        if not sandboxed:
+            verdicts[qid]["messages"].append(f"{qid}: {UNSAFE}")
         drawn = exercise(qid).timeline
         if drawn:
             save_timeline(qid, [o for o in outcomes if o.case.label == drawn], work / "timeline")
     return {"exercises": verdicts, "cases": len(all_cases), "launches": len(run.launches) if run else 0,
+            "sandbox": "bubblewrap" if sandboxed else "none (--unsafe-no-sandbox)",
             "wall_s": round(time.monotonic() - started, 2)}
 
 
@@ -116,9 +133,17 @@ def main(argv=None) -> int:
     ap.add_argument("submission", type=Path)
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--verdicts-fd", type=int, help="write the verdicts (JSON) to this inherited pipe, not stdout")
+    ap.add_argument("--unsafe-no-sandbox", action="store_true", help="grade without bubblewrap (every report says so)")
     args = ap.parse_args(argv)
-    result = grade_submission(args.submission.resolve(), args.work.resolve(), args.only)
-    sys.stdout.write("VERDICTS " + json.dumps(result) + "\n")
+    result = grade_submission(args.submission.resolve(), args.work.resolve(), args.only,
+                              sandboxed=not args.unsafe_no_sandbox)
+    text = json.dumps(result)
+    if args.verdicts_fd is None:
+        sys.stdout.write(text + "\n")
+    else:
+        with os.fdopen(args.verdicts_fd, "w") as channel:
+            channel.write(text)
     return 0
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System packages the end-to-end tests need, installed only when missing (Debian/Ubuntu, as root):
-# Chromium for the browser test of the timeline widget, Slurm and munge for the cluster-grading test.
+# Chromium for the browser test of the timeline widget, Slurm and munge for the cluster-grading test,
+# bubblewrap for the sandbox every grading launch runs in (lab_src/harness/sandbox.py).
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
@@ -8,6 +9,7 @@ command -v slurmctld >/dev/null 2>&1 || need+=(slurmctld)
 command -v slurmd >/dev/null 2>&1 || need+=(slurmd)
 command -v sbatch >/dev/null 2>&1 || need+=(slurm-client)
 command -v munged >/dev/null 2>&1 || need+=(munge)
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -105,7 +105,7 @@ def grade_one(run: Run, student: str, scratch: Path | None = None) -> bool:
         space = None
         try:
             space = prepare_space(run, student, Path(tmp) / student)
-            summary = grade_student(space, student)
+            summary = grade_student(space, student, os.environ.get("LAB_UNSAFE_NO_SANDBOX") == "1")
             publish(space.root, run.space_dir(student))
         except Terminated:
             run.write_state(student, "failed", error="terminated by SIGTERM: cancelled, or over the time limit",

@@ -87,19 +87,31 @@ def torchrun_command(nproc: int, module: str, args: list[str]) -> list[str]:
 
 
 def launch(nproc: int, module: str, args: list[str], *, run_dir: Path, deadline_s: float,
-           watchdog=None, env: dict | None = None, poll_s: float = 0.05) -> Launch:
+           watchdog=None, env: dict | None = None, poll_s: float = 0.05, sandboxed: bool = False) -> Launch:
     """Run `torchrun ... -m module args` in `run_dir`; stop it at `deadline_s` or when `watchdog()`
-    returns a reason (a string). Workers write their own logs to run_dir/rank<r>.log."""
+    returns a reason (a string). Workers write their own logs to run_dir/rank<r>.log.
+
+    `sandboxed`: inside bubblewrap (harness/sandbox.py), whose only writable folder is `run_dir`; the
+    launch then ends by killing the sandbox's PID namespace, which takes every process in it along,
+    whatever session or environment it gave itself."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex
-    full_env = {**os.environ, **(env or {}), TAG: tag, "LAB_RUN_DIR": str(run_dir),
-                "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("LAB_OMP_THREADS", "1")}
+    own = {**(env or {}), TAG: tag, "LAB_RUN_DIR": str(run_dir), "PYTHONUNBUFFERED": "1",
+           "OMP_NUM_THREADS": os.environ.get("LAB_OMP_THREADS", "1")}
+    cmd = torchrun_command(nproc, module, args)
+    if sandboxed:
+        from lab_src.harness import sandbox
+        sandbox.prepare(run_dir)
+        own = {k: v for k, v in own.items() if k != "PYTHONPATH"}     # the sandbox sets its own
+        cmd, full_env = sandbox.wrap(cmd, writable=run_dir, env=own), dict(os.environ)
+    else:
+        full_env = {**os.environ, **own}
     log_path = run_dir / "torchrun.log"
     started = time.monotonic()
     stopped = None
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(torchrun_command(nproc, module, args), cwd=run_dir, env=full_env,
+        proc = subprocess.Popen(cmd, cwd=run_dir, env=full_env,
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
         try:
@@ -115,7 +127,8 @@ def launch(nproc: int, module: str, args: list[str], *, run_dir: Path, deadline_
             # however we leave (normal end, deadline, KeyboardInterrupt in a notebook), nothing survives
             if proc.poll() is None:
                 try:
-                    os.killpg(proc.pid, signal.SIGTERM)
+                    # bwrap dies at once, and its namespace with it (--die-with-parent on its init)
+                    os.killpg(proc.pid, signal.SIGKILL if sandboxed else signal.SIGTERM)
                 except ProcessLookupError:
                     pass
             leftovers = kill_tagged(tag)

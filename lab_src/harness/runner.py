@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -88,9 +89,16 @@ class _CaseWatch:
         return None
 
 
+# An observation is a few tensors of a small model; a larger file is not something a rank should write.
+OBS_LIMIT_BYTES = 64 << 20
+
+
 def _load_obs(path: Path) -> dict | None:
     import torch
     try:
+        if path.stat().st_size > OBS_LIMIT_BYTES:
+            return {"error": {"type": "OversizedObservation", "where": [], "pending": None,
+                              "message": f"{path.name} is {path.stat().st_size} bytes, more than a rank observes"}}
         return torch.load(path, weights_only=True)
     except FileNotFoundError:
         return None
@@ -128,9 +136,37 @@ def exit_codes(launcher_log: str) -> dict[int, int]:
     return codes
 
 
+def stage_inputs(cases: list[Case], run_dir: Path) -> list[dict]:
+    """The cases as the workers get them: every answer file and baseline they name is copied into the
+    run folder (the only folder a sandboxed worker sees) and named there. A baseline goes along only
+    with the probes whose contract takes it (q09, q10)."""
+    inputs = run_dir / "inputs"
+    inputs.mkdir(exist_ok=True)
+    copied: dict[str, str] = {}
+
+    def copy(path: str | None) -> str | None:
+        if path is None:
+            return None
+        if path not in copied:
+            dest = inputs / f"{len(copied)}-{Path(path).name}"
+            shutil.copyfile(path, dest)
+            copied[path] = str(dest)
+        return copied[path]
+
+    staged = []
+    for case in cases:
+        d = case.to_dict()
+        d["answers"] = {qid: copy(path) for qid, path in case.answers.items()}
+        d["baseline"] = copy(case.baseline) if {"check_outputs", "check_gradients"} & set(case.probes) else None
+        staged.append(d)
+    return staged
+
+
 def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0, timeout_s: float = 10.0,
               startup_s: float = 120.0, env: dict | None = None, max_launch_failures_per_exercise: int = 2,
-              log_limit: int = 200_000) -> Run:
+              log_limit: int = 200_000, sandboxed: bool = False) -> Run:
+    """Run `cases` in as few launches as possible (see the module's docstring). `sandboxed`: every
+    launch in bubblewrap (harness/sandbox.py), as the grader runs students' code."""
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     for i, case in enumerate(cases):
@@ -141,7 +177,7 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
     remaining = list(cases)
     while remaining:
         nproc = max(c.stages for c in remaining)
-        spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "cases": [c.to_dict() for c in remaining],
+        spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "cases": stage_inputs(remaining, run_dir),
                 "log_limit": log_limit}
         spec_path = runfolder.spec_path(run_dir, len(launches))
         spec_path.write_text(json.dumps(spec))
@@ -150,7 +186,7 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
         watch = _CaseWatch(run_dir, nproc, case_deadline_s, startup_s)
         deadline = startup_s + case_deadline_s * len(remaining) + 30
         result = launch(nproc, "lab_src.harness.worker", [str(spec_path)], run_dir=run_dir, deadline_s=deadline,
-                        watchdog=watch, env=worker_env(env))
+                        watchdog=watch, env=worker_env(env), sandboxed=sandboxed)
         launches.append(result)
         next_remaining = []
         for pos, case in enumerate(remaining):
@@ -161,10 +197,7 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
                     outcome.obs[r] = o
             if len(outcome.obs) == case.stages:
                 continue
-            if result.ok:
-                outcome.failure = f"case {case.index}: the run ended without observations from every rank"
-                continue
-            if watch.current is None:
+            if watch.current is None and not result.ok:
                 # no rank ever started a case: the launch itself is broken (an import error, say)
                 broken = (f"torchrun could not start the checks ({result.stopped or f'exit status {result.returncode}'}):\n"
                           + result.launcher_log[-3000:] + "\n".join(result.rank_logs.values())[-3000:])

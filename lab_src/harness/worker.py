@@ -122,6 +122,11 @@ def main(spec_path: str) -> int:
                 except Exception as e:  # noqa: BLE001 - a failing case is an observation, the run goes on
                     obs["error"] = _describe(e, tracer)
                     failed = 2 if gave_up_waiting(obs["error"]["message"]) else 1
+                except (SystemExit, KeyboardInterrupt) as e:   # exit() in an answer ends its case, not the run
+                    obs["error"] = _describe(e, tracer)
+                    obs["error"]["message"] = (f"the answer called exit() on rank {rank} ({type(e).__name__}: "
+                                               f"{e}); an answer must return, not end the process")
+                    failed = 1
             final = runfolder.obs_path(run_dir, index, rank)
             tmp = final.with_name(f".{final.name}.tmp")
             torch.save(obs, tmp)

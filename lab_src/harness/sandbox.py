@@ -1,0 +1,156 @@
+"""The sandbox every grading launch runs in: bubblewrap (`bwrap`), limits, and an unprivileged user.
+
+    cmd = sandbox.wrap(torchrun_command(...), writable=run_dir, env={...})
+
+Inside, a process sees:
+- the system (/usr and its links), the Python it runs on and the project's environment, read-only;
+- the package `lab_src` alone, read-only, at /opt/pp-lab/lab_src (not the checkout: no solutions/,
+  no grader/, no course folder, no reference cache);
+- one writable folder, the launch's run folder, and a private /tmp; nothing else of the machine.
+It has no network (a private network namespace with loopback only, enough for gloo), a private PID
+namespace (killing the sandbox kills every process in it, however it was started), a clean
+environment, limits on processes, memory, file size and CPU time, and, when the grader runs as root,
+the uid of `nobody` (setpriv). The run folder is the only channel back: the launching process reads
+the files it wants from it, with size limits; verdicts never pass through it.
+
+Grading refuses to run without a sandbox (on macOS, say) unless the instructor says
+`--unsafe-no-sandbox`, and then every report says so (`grader/autograde.py`).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+NOBODY = 65534
+INSIDE = Path("/opt/pp-lab")          # where lab_src is bound, and what PYTHONPATH names
+
+
+@dataclass(frozen=True)
+class Limits:
+    processes: int = 1024              # RLIMIT_NPROC counts threads of the whole uid: torch and gloo start many
+    memory_bytes: int = 16 << 30       # address space per process
+    file_bytes: int = 512 << 20        # the largest file a process may write
+    cpu_s: int = 1800                  # CPU seconds per process
+    open_files: int = 4096
+
+
+class SandboxUnavailable(RuntimeError):
+    pass
+
+
+def bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=1)
+def available() -> bool:
+    """True when a trial sandbox starts and runs Python here (bwrap installed, namespaces allowed)."""
+    if bwrap() is None or sys.platform != "linux":
+        return False
+    probe = Path(os.environ.get("TMPDIR", "/tmp")) / f"pp-lab-sandbox-probe-{os.getpid()}"
+    probe.mkdir(exist_ok=True)
+    try:
+        _own(probe)
+        cmd = wrap([sys.executable, "-c", "import lab_src, sys; sys.exit(0)"], writable=probe)
+        return subprocess.run(cmd, capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def describe_unavailable() -> str:
+    if sys.platform != "linux":
+        return f"bubblewrap sandboxes need Linux; this is {sys.platform}"
+    if bwrap() is None:
+        return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap (scripts/system_deps.sh does)"
+    return "bwrap is installed but could not start a sandbox here (user namespaces disabled?)"
+
+
+def _own(folder: Path) -> None:
+    """As root, hand the writable folder itself to the sandbox's user. What is already in it (the
+    spec, the inputs) stays root's: readable, not writable, from inside."""
+    if os.geteuid() == 0:
+        os.chown(folder, NOBODY, NOBODY, follow_symlinks=False)
+
+
+def prepare(folder: Path) -> None:
+    """Make `folder` the sandbox's writable folder (called before each launch)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _own(folder)
+
+
+def _system_binds() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        top = Path("/") / name
+        if top.is_symlink():
+            args += ["--symlink", os.readlink(top), str(top)]
+        elif top.is_dir():
+            args += ["--ro-bind", str(top), str(top)]
+    args += ["--perms", "0755", "--dir", "/etc"]
+    for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
+                 "localtime", "hosts"):
+        path = Path("/etc") / name
+        if path.exists():
+            args += ["--ro-bind", str(path), str(path)]
+    return args
+
+
+def _dirs_for(path: Path) -> list[str]:
+    """bwrap creates missing mount points mode 0700; make each parent of `path` traversable (0755)."""
+    args = []
+    for parent in reversed(path.parents):
+        if str(parent) != "/":
+            args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def _python_binds() -> list[str]:
+    """The interpreter's installation and the environment (venv) it runs in, read-only, where they are."""
+    roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
+    exe = Path(sys.executable)
+    roots.add(exe.resolve().parent.parent)
+    args = []
+    for root in sorted(roots):
+        if str(root).startswith("/usr"):
+            continue
+        args += _dirs_for(root) + ["--ro-bind", str(root), str(root)]
+    if Path(sys.prefix) != Path(sys.prefix).resolve():       # a venv reached through a link
+        args += _dirs_for(Path(sys.prefix)) + ["--symlink", str(Path(sys.prefix).resolve()), sys.prefix]
+    return args
+
+
+def package_dir() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def wrap(cmd: list[str], *, writable: Path, env: dict | None = None, limits: Limits = Limits()) -> list[str]:
+    """`cmd` run in a sandbox whose only writable folder is `writable` (also its working directory)."""
+    if bwrap() is None:
+        raise SandboxUnavailable(describe_unavailable())
+    writable = Path(writable).resolve()
+    root = os.geteuid() == 0
+    # As root: no user namespace, so that setpriv can drop to nobody for real. Otherwise an
+    # unprivileged user namespace, in which the process keeps our uid and has no capabilities.
+    spaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"] if root \
+        else ["--unshare-all"]
+    args = [bwrap(), *spaces, "--hostname", "localhost", "--die-with-parent", "--new-session", "--clearenv",
+            *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
+            *_python_binds(),
+            *_dirs_for(INSIDE / "lab_src"), "--ro-bind", str(package_dir()), str(INSIDE / "lab_src"),
+            *_dirs_for(writable), "--bind", str(writable), str(writable), "--chdir", str(writable)]
+    variables = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONPATH": str(INSIDE),
+                 "HOME": str(writable), "TMPDIR": "/tmp", "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1",
+                 "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", **(env or {})}
+    for key, value in variables.items():
+        args += ["--setenv", key, str(value)]
+    drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all"] if root else []
+    prlimit = ["prlimit", f"--nproc={limits.processes}", f"--as={limits.memory_bytes}",
+               f"--fsize={limits.file_bytes}", f"--cpu={limits.cpu_s}", f"--nofile={limits.open_files}"]
+    return [*args, *drop, *prlimit, *cmd]
