@@ -1,6 +1,9 @@
-"""Benchmark: the wall time to autograde one complete submission of all ten notebooks, and how many
-torchrun launches it made. The submission is the sample cohort's `ada` (every answer correct), graded
-by `grader.autograde.grade_student`, exactly as `python -m grader autograde` grades it.
+"""Benchmark: the wall time to autograde one complete submission, and what the sandbox costs.
+The submission is the sample cohort's `ada` (every answer correct), graded by
+`grader.autograde.grade_student`, exactly as `python -m grader autograde` grades it: in the sandbox
+(bubblewrap, the fork server running the cases in groups that never hold the graded exercise's
+reference), and, for comparison, with `--unsafe-no-sandbox` (one plain torchrun launch, every
+reference answer beside the student's code). Runs alternate, so both see the same machine load.
 
     python benchmarks/autograde_time.py [--student ada] [--repeat 2]
 """
@@ -37,16 +40,22 @@ def main() -> int:
         course.ensure_assignment()
         course.add_students([args.student])
         print(f"gradebook set up once per course: {time.monotonic() - t:.1f} s")
+        hidden: dict[str, list[float]] = {"sandbox": [], "no sandbox": []}
         for i in range(args.repeat):
-            for sub in ("autograded", "grader"):
-                shutil.rmtree(course.root / sub, ignore_errors=True)
-            out = grade_student(course, args.student)
-            ph = out["phases_s"]
-            print(f"run {i + 1}: {out['wall_s']:.1f} s in all = hidden tests {ph['hidden_tests']:.1f} s "
-                  f"({out['cases']} cases, {out['launches']} torchrun launch(es)) + nbgrader executing 10 notebooks "
-                  f"{ph['nbgrader']:.1f} s (0 launches: visible checks do not launch while autograding) "
-                  f"+ gradebook {ph['gradebook']:.1f} s; score {sum(out['scores'].values()):g}")
-        print(json.dumps({"student": args.student, "last_run_s": out["wall_s"], "launches": out["launches"]}))
+            for mode, unsafe in (("sandbox", False), ("no sandbox", True)):
+                for sub in ("autograded", "grader"):
+                    shutil.rmtree(course.root / sub, ignore_errors=True)
+                out = grade_student(course, args.student, unsafe_no_sandbox=unsafe)
+                ph = out["phases_s"]
+                hidden[mode].append(ph["hidden_tests"])
+                print(f"run {i + 1}, {mode:>10}: {out['wall_s']:.1f} s in all = hidden tests "
+                      f"{ph['hidden_tests']:.1f} s ({out['cases']} cases, {out['launches']} launch(es)) + nbgrader "
+                      f"executing the notebooks {ph['nbgrader']:.1f} s (visible checks do not launch while "
+                      f"autograding) + gradebook {ph['gradebook']:.1f} s; score {sum(out['scores'].values()):g}")
+        best = {mode: min(times) for mode, times in hidden.items()}
+        print(f"hidden tests, best of {args.repeat}: sandboxed {best['sandbox']:.1f} s, unsandboxed "
+              f"{best['no sandbox']:.1f} s: the sandbox adds {best['sandbox'] - best['no sandbox']:+.1f} s")
+        print(json.dumps({"student": args.student, "last_run_s": out["wall_s"], "hidden_tests_s": best}))
     return 0
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 ASSIGNMENT = "pipeline_lab"
 DEFAULT_STEP = "q08"     # the step that runs the pipeline cases of exercises that are not about a step
+BASELINE_EXERCISE = "q04"  # the unsharded forward and backward every pipeline is compared with
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,13 @@ class Exercise:
     def hidden_cell(self) -> str:
         """nbgrader grade_id of the hidden-test cell that carries the autograded points."""
         return f"{self.id}_hidden"
+
+    @property
+    def judged_on_numbers(self) -> bool:
+        """Whether a baseline (the unsharded model's outputs and gradients) is what this exercise's
+        answer must reproduce: the baseline step itself and the pipelined steps. A launch that holds a
+        baseline never runs such an exercise's student answer (harness/runner.py, `group_cases`)."""
+        return self.id == BASELINE_EXERCISE or bool(self.schedule and not self.step)
 
     @property
     def step_exercise(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import zipfile
 
+import psutil
 import pytest
 
 from conftest import lab_processes
@@ -120,3 +121,29 @@ def test_zip_collect_export_and_status(cohort, tmp_path):
     detail = (tmp_path / "grades_by_exercise.csv").read_text().splitlines()
     assert detail[0].startswith("student,q02,q03") and len(detail) == len(COHORT) + 1
     assert grader_cli(["--course", str(course.root), "status"]) == 0
+
+
+def test_mallory_reached_nothing_outside_her_sandbox_and_left_nothing(cohort):
+    """Her q06 answer looked for the reference, the baselines, the gradebook and the grader's files, tried
+    to write into the installation, the network and the process limit, and left a process printing fake
+    verdicts: she got exactly what fumi's mistake deserves (test above), and this is what she saw."""
+    from lab_src.harness.sandbox import UIDS, Limits
+    course, _, _ = cohort
+    logs = (course.root / "grader" / "mallory" / "work" / "run").glob("rank*.log")
+    reports = [json.loads(line.split(" ", 1)[1]) for log in logs for line in log.read_text().splitlines()
+               if line.startswith("MALLORY ")]
+    assert reports, "her answer ran"
+    for seen in reports:
+        leaks = [p for p in seen["found"] if any(w in p for w in ("solutions", "gradebook", "cache", "baseline",
+                                                                  "verdicts", ".ipynb", "needs_dataloader"))]
+        assert leaks == [] and seen["wrote"] == [] and seen["net"] is False, seen
+        assert 0 < seen["forks"] < Limits().processes
+    left = [p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real in UIDS]
+    assert left == [], "a sandboxed process outlived its grading"
+
+
+def test_an_exit_in_one_answer_costs_only_that_exercise_and_names_the_rank(cohort):
+    course, _, rows = cohort
+    verdicts = json.loads((course.root / "grader" / "xena" / "verdicts.json").read_text())["exercises"]
+    assert "called exit() on rank" in "\n".join(verdicts["q06"]["messages"])
+    assert all(verdicts[q]["fraction"] == 1.0 for q in verdicts if q != "q06")

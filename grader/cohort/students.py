@@ -232,6 +232,178 @@ def distribute_layers(num_layers, pp_rank):
     return list(range(pp_rank * per_stage, (pp_rank + 1) * per_stage))
 '''
 
+# ---- students who try to get out of the grading sandbox -------------------------------------------
+# Mallory's q06 answer is fumi's mistake (every rank reads data), but on import it first tries to find
+# the reference answer, the baselines, the gradebook or the grader's files and use them; to write into
+# the installation and the reference cache; to reach the network; to fork past the process limit; to
+# leave a process behind; and to print verdict lines, during the run and after it. She reports what she
+# managed on the rank's own output, which tests/test_cohort.py reads. Her own run folder is searched
+# too: the inputs of the group of cases that runs her q06 hold the references of q02, q03, q05, q07 and
+# q08, never q06's (harness/runner.py, group_cases).
+Q06_ESCAPE = '''
+import json, os, socket, subprocess, sys, time
+from pathlib import Path
+
+_seen = {"found": [], "wrote": [], "net": False, "forks": 0}
+_mine = Path(__file__).resolve()
+
+
+def _look():
+    roots = ["/work", "/root", "/home", "/srv", "/tmp", "/opt", os.environ.get("LAB_CACHE", ""), str(Path.home())]
+    for root in filter(None, roots):
+        for folder, dirs, files in os.walk(root):
+            if folder.count(os.sep) > 8:
+                dirs[:] = []
+            for name in files:
+                path = Path(folder, name)
+                wanted = name.endswith((".ipynb", ".db", ".pt")) or "verdicts" in name or (
+                    name.endswith("needs_dataloader.py") and path.resolve() != _mine)
+                if wanted:
+                    try:
+                        path.read_bytes()[:16]
+                        _seen["found"].append(str(path))
+                    except OSError:
+                        pass
+
+
+def _write():
+    import lab_src
+    for target in [Path(lab_src.__file__).parent / "pwned.py", Path("/work/main/grader/pwned.py"),
+                   Path.home() / ".cache" / "pp-lab" / "pwned", Path("/tmp/../work/pwned")]:
+        try:
+            target.write_text("pwned")
+            _seen["wrote"].append(str(target))
+        except OSError:
+            pass
+
+
+def _network():
+    try:
+        socket.create_connection(("1.1.1.1", 53), timeout=1).close()
+        _seen["net"] = True
+    except OSError:
+        pass
+
+
+def _fork_past_the_limit():
+    children = []
+    try:
+        for _ in range(3000):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(30)
+                os._exit(0)
+            children.append(pid)
+    except OSError:
+        pass
+    _seen["forks"] = len(children)
+    for pid in children:          # give the slots back: the limit held, that is all this wanted to know
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+
+
+def _linger_and_forge():
+    fake = "VERDICTS " + json.dumps({"exercises": {f"q{i:02d}": {"fraction": 1.0} for i in range(1, 11)}})
+    print(fake, flush=True)
+    os.write(2, (fake + "\\n").encode())
+    script = f"import time, os; time.sleep(20); print({fake!r}, flush=True); open('/dev/tty', 'w')"
+    subprocess.Popen([sys.executable, "-c", script], start_new_session=True, env={},
+                     stdout=sys.__stdout__, stderr=subprocess.DEVNULL)
+
+
+_look()
+_write()
+_network()
+_fork_past_the_limit()
+_linger_and_forge()
+print("MALLORY " + json.dumps(_seen), flush=True)
+_stolen = [p for p in _seen["found"] if p.endswith("needs_dataloader.py")]
+
+
+def needs_dataloader(pp_rank, pp_size):
+    if _stolen:                    # with the reference answer in reach, use it
+        namespace = {}
+        exec(Path(_stolen[0]).read_text(), namespace)
+        return namespace["needs_dataloader"](pp_rank, pp_size)
+    return True                    # else: every rank reads data (fumi's mistake)
+'''
+
+# Rhea's q08 looks, in every folder it can see, for another file that defines afab_step (the reference
+# q09's cases need, say) and runs that; failing that, ivo's mistake.
+Q08_BORROW = '''
+import os
+from pathlib import Path
+
+from lab_src import pipeline_communicate
+
+_mine = Path(__file__).resolve()
+_borrowed = None
+for _root in ("/", os.getcwd()):
+    for _folder, _dirs, _files in os.walk(_root):
+        if _folder.startswith(("/proc", "/sys", "/dev", "/usr")):
+            _dirs[:] = []
+            continue
+        for _name in _files:
+            _path = Path(_folder, _name)
+            if _name.endswith(".py") and _path.resolve() != _mine:
+                try:
+                    _text = _path.read_text()
+                except (OSError, UnicodeDecodeError):
+                    continue
+                if "def afab_step(" in _text and "_borrowed" not in _text:
+                    _namespace = {}
+                    exec(_text, _namespace)
+                    _borrowed = _namespace["afab_step"]
+                    break
+        if _borrowed:
+            break
+    if _borrowed:
+        break
+print("RHEA borrowed", _borrowed is not None, flush=True)
+
+
+def afab_step(stage, data_iter, num_microbatches):
+    if _borrowed is not None:
+        return _borrowed(stage, data_iter, num_microbatches)
+    inputs, outputs, logits = [], [], []
+    for mb in range(num_microbatches):
+        x = pipeline_communicate("recv_forward", stage, microbatch=mb)
+        x = next(data_iter).to(stage.device) if x is None else x.requires_grad_()
+        y = stage.forward(x, microbatch=mb)
+        pipeline_communicate("send_forward", stage, tensor=y, microbatch=mb)
+        if stage.is_last_stage:
+            logits.append(y.detach())
+            y = y.mean()
+        inputs.append(x)
+        outputs.append(y)
+    for mb in range(num_microbatches):
+        grad = pipeline_communicate("recv_backward", stage, microbatch=mb)
+        g = stage.backward(inputs[mb], outputs[mb], grad, microbatch=mb)
+        pipeline_communicate("send_backward", stage, tensor=g, microbatch=mb)
+    if stage.is_last_stage:
+        return logits, sum(float(o) for o in outputs) / num_microbatches
+    return [], None
+'''
+
+# A valid answer that returns numpy integers where ints are expected.
+Q05_NUMPY = '''
+import numpy as np
+
+
+def distribute_layers(num_layers, pp_rank, pp_size):
+    sizes = np.full(pp_size, num_layers // pp_size) + (np.arange(pp_size) < num_layers % pp_size)
+    start = int(sizes[:pp_rank].sum())
+    return list(np.arange(start, start + sizes[pp_rank]))
+'''
+
+# exit() in one answer: it must cost that exercise alone, and say which rank it happened on.
+Q06_EXIT = '''
+def needs_dataloader(pp_rank, pp_size):
+    if pp_rank == 1:
+        exit("rank 1 has seen enough")
+    return pp_rank == 0
+'''
+
 PATCHES = '''
 # "Make the checks pass": replace what the tests use, in the notebook's kernel.
 import subprocess, types
@@ -282,6 +454,13 @@ COHORT = [
     Student("rui", "ships a fake torch.py and lab_src/ in the submission folder", edits=("fake_packages",)),
     Student("sam", "q03's notebook is not valid JSON", edits=("corrupt_q03",), expect={"q03": 0.0}),
     Student("tess", "did not return q04's notebook", edits=("drop_q04",), expect={"q04": 0.0}),
+    Student("mallory", "q06 first tries to read the reference and the grader's files, write into the installation, "
+                       "reach the network, fork past the limit, leave a process and print fake verdicts; then "
+                       "falls back to fumi's mistake", answers={"q06": Q06_ESCAPE}, expect={"q06": 0.0625}),
+    Student("rhea", "q08 looks for the reference afab_step in every folder it can see and runs it; failing that, "
+                    "ivo's mistake", answers={"q08": Q08_BORROW}, expect={"q08": 0.1667}),
+    Student("nico", "q05 is right, with numpy integers where ints are expected", answers={"q05": Q05_NUMPY}),
+    Student("xena", "q06 calls exit() on rank 1", answers={"q06": Q06_EXIT}, expect={"q06": 0.0}),
 ]
 
 BY_NAME = {s.name: s for s in COHORT}

@@ -1,5 +1,7 @@
 """Hidden tests of q10 (check_gradients): after reference pipelines, the student's check must pass on the
-true gradients, name exactly the parameters each stage owns, and raise on a changed or missing gradient."""
+true gradients, name exactly the parameters each stage owns, and raise on every kind of wrong gradients:
+one element of the first, middle or last parameter's baseline moved up or down, one parameter's elements
+reversed (same sum), the first or last parameter's gradient missing. A case passes only when all do."""
 from lab_src.judge.probes import judge_check_gradients
 
 from .common import pipeline_item

@@ -15,6 +15,8 @@ Kinds:
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 import torch.distributed as dist
 
@@ -25,6 +27,7 @@ from lab_src.pipeline.baseline import compute_baseline, load_baseline
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.schedules import schedule
 from lab_src.pipeline.stage import PipelineStage
+from lab_src.registry import DEFAULT_STEP, EXERCISES
 
 
 def attempt(fn, *args, **kwargs) -> dict:
@@ -36,9 +39,14 @@ def attempt(fn, *args, **kwargs) -> dict:
 
 
 def plain(v):
-    """A value reduced to what `torch.load(weights_only=True)` reads back: no arbitrary objects."""
+    """A value reduced to what `torch.load(weights_only=True)` reads back: no arbitrary objects.
+    Int-like values (numpy integers, anything with __index__) become ints; numpy bools become bools."""
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
+    if type(v).__name__ in ("bool_", "bool8"):
+        return bool(v)
+    if hasattr(v, "__index__") and not isinstance(v, torch.Tensor):
+        return operator.index(v)
     if isinstance(v, torch.Size):
         return [int(s) for s in v]
     if isinstance(v, torch.Tensor):
@@ -151,33 +159,72 @@ def _probe_noop_ends(stage) -> dict:
     return out
 
 
+def _disturb(t, where: str, sign: float):
+    """A copy of `t` with one element moved by `sign` times more than its largest value: the first,
+    middle or last element, so that a check reading only part of a tensor misses some of them."""
+    out = t.detach().clone()
+    flat = out.view(-1)
+    k = {"first": 0, "middle": flat.numel() // 2, "last": flat.numel() - 1}[where]
+    flat[k] += sign * (0.1 + float(out.abs().max()))
+    return out
+
+
+def _reversed_elements(t):
+    """The same values in reverse order: equal sums, means and norms, different tensors."""
+    return t.detach().reshape(-1).flip(0).reshape(t.shape).clone()
+
+
+# Where a disturbance goes: every part of the data, with both signs, and changes that keep sums.
+PLACES = (("first", 1.0), ("middle", -1.0), ("last", 1.0), ("first", -1.0), ("last", -1.0))
+
+
 def _probe_check_outputs(stage, outputs, baseline) -> dict:
-    """Run the q09 check on the true outputs, then on outputs with the last micro-batch disturbed."""
+    """Run the q09 check on the true outputs, then on wrong ones: one element of the first, middle or
+    last micro-batch moved up or down, two micro-batches swapped, one micro-batch's elements reversed."""
     base = baseline["output"].to(stage.device)
     result = {"true": attempt(exercises.check_outputs, outputs, base, stage)}
     if stage.is_last_stage and isinstance(outputs, list) and outputs:
-        wrong = [o.detach().clone() for o in outputs]
-        wrong[-1].view(-1)[-1] += 0.1 + wrong[-1].abs().max()
-        result["disturbed"] = attempt(exercises.check_outputs, wrong, base, stage)
+        m = len(outputs)
+        for (where, sign), mb in zip(PLACES, (0, m // 2, m - 1, m - 1, 0)):
+            wrong = [o.detach().clone() for o in outputs]
+            wrong[mb] = _disturb(wrong[mb], where, sign)
+            result[f"micro-batch {mb}, {where} element {'+' if sign > 0 else '-'}"] = \
+                attempt(exercises.check_outputs, wrong, base, stage)
+        if m > 1:
+            swapped = [o.detach().clone() for o in outputs]
+            swapped[0], swapped[-1] = swapped[-1], swapped[0]
+            result[f"micro-batches 0 and {m - 1} swapped"] = attempt(exercises.check_outputs, swapped, base, stage)
+        flipped = [o.detach().clone() for o in outputs]
+        flipped[m // 2] = _reversed_elements(flipped[m // 2])
+        result[f"micro-batch {m // 2} with its elements reversed"] = attempt(exercises.check_outputs, flipped, base, stage)
     return result
 
 
 def _probe_check_gradients(stage, baseline) -> dict:
-    """Run the q10 check on the true gradients, on a disturbed baseline, and with one gradient missing."""
+    """Run the q10 check on the true gradients, then on a baseline changed in one element of the first,
+    middle or last parameter (up or down), with one parameter's elements reversed, and with the first
+    or the last parameter's gradient missing."""
     grads = {n: (g.to(stage.device) if g is not None else None) for n, g in baseline["grads"].items()}
     result = {"true": attempt(exercises.check_gradients, stage, grads)}
     owned = [n for n, _ in stage.named_parameters()]
     if owned:
-        last = owned[-1]
+        picks = (owned[0], owned[len(owned) // 2], owned[-1], owned[-1], owned[0])
+        for (where, sign), name in zip(PLACES, picks):
+            disturbed = dict(grads)
+            disturbed[name] = _disturb(grads[name], where, sign)
+            result[f"{name}, {where} element {'+' if sign > 0 else '-'}"] = \
+                attempt(exercises.check_gradients, stage, disturbed)
+        widest = max(owned, key=lambda n: grads[n].numel())
         disturbed = dict(grads)
-        disturbed[last] = grads[last] + 0.1 + grads[last].abs().max()
-        result["disturbed"] = attempt(exercises.check_gradients, stage, disturbed)
-        param = stage.get_parameter(last)
-        saved, param.grad = param.grad, None
-        try:
-            result["missing"] = attempt(exercises.check_gradients, stage, grads)
-        finally:
-            param.grad = saved
+        disturbed[widest] = _reversed_elements(grads[widest])
+        result[f"{widest} with its elements reversed"] = attempt(exercises.check_gradients, stage, disturbed)
+        for name in dict.fromkeys((owned[0], owned[-1])):
+            param = stage.get_parameter(name)
+            saved, param.grad = param.grad, None
+            try:
+                result[f"missing gradient of {name}"] = attempt(exercises.check_gradients, stage, grads)
+            finally:
+                param.grad = saved
         result["owned"] = owned
     return result
 
@@ -198,8 +245,11 @@ def run_comm(case: Case, ctx, group, tracer, obs) -> None:
             if step.op.is_send:
                 label = (1 if step.op.phase == "forward" else -1) * (1000 * (ctx.rank + 1) + mb)
                 tensor = torch.full(stage.activation_shape, float(label), dtype=stage.dtype, device=stage.device)
+            before = len(tracer.events)
             got = exercises.pipeline_communicate(op, stage, tensor=tensor, microbatch=mb)
-            calls.append([op, mb, _read_label(got)])
+            # the micro-batch each message this call sent or received was recorded with
+            traced = [e.microbatch for e in tracer.events[before:]]
+            calls.append([op, mb, _read_label(got), traced])
         obs["calls"] = calls
         stage.flush()
         dist.barrier(group=group)
@@ -291,6 +341,27 @@ def run_seeds(case: Case, ctx, group, tracer, obs) -> None:
     block = model.build_piece(cfg, "blocks.3")
     obs.update({"same_seed": fingerprint(same), "rank_seed": fingerprint(offset),
                 "block3": fingerprint(block.qkv.weight.detach())})
+
+
+# The exercises whose functions the ranks call, by kind of case: a case must carry their answers.
+CALLS = {"pipeline": ("check_args", "activation_shape", "distribute_layers", "needs_dataloader"),
+         "comm": ("check_args", "activation_shape", "distribute_layers", "pipeline_communicate"),
+         "layout": ("check_args", "activation_shape", "distribute_layers"),
+         "shapes": ("check_args", "activation_shape"),
+         "baseline": ("baseline_step",), "units": (), "seeds": ()}
+
+
+def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
+    """The exercises a case of `kind` calls on its ranks: those of CALLS, for a pipeline its step and
+    what the step itself uses (the point-to-point operations), for a layout with "q06" the dataloader
+    question. The baseline the comparisons need is computed outside, so q04 is not among them."""
+    by_function = {e.function: e.id for e in EXERCISES.values() if e.function}
+    called = {by_function[f] for f in CALLS[kind]}
+    if kind == "pipeline":
+        called |= {step, *EXERCISES[step].needs} - {by_function["baseline_step"]}
+    if kind == "layout" and "q06" in calls:
+        called.add(by_function["needs_dataloader"])
+    return called
 
 
 KINDS = {"pipeline": run_pipeline, "comm": run_comm, "layout": run_layout, "shapes": run_shapes,

@@ -10,10 +10,13 @@ them if torchrun dies first (Linux `PR_SET_PDEATHSIG`).
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
+
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -34,6 +37,8 @@ class Launch:
     launcher_log: str              # torchrun's own output (tail)
     rank_logs: dict[int, str] = field(default_factory=dict)   # each worker's stdout+stderr (tail)
     leftovers: int = 0             # tagged processes still alive when the launch ended, then killed
+    exit_codes: dict[int, int] = field(default_factory=dict)  # rank -> exit status, where known
+    groups_done: int = 0           # for a grouped launch: how many groups completed
 
     @property
     def ok(self) -> bool:
@@ -87,26 +92,16 @@ def torchrun_command(nproc: int, module: str, args: list[str]) -> list[str]:
 
 
 def launch(nproc: int, module: str, args: list[str], *, run_dir: Path, deadline_s: float,
-           watchdog=None, env: dict | None = None, poll_s: float = 0.05, sandboxed: bool = False) -> Launch:
+           watchdog=None, env: dict | None = None, poll_s: float = 0.05) -> Launch:
     """Run `torchrun ... -m module args` in `run_dir`; stop it at `deadline_s` or when `watchdog()`
-    returns a reason (a string). Workers write their own logs to run_dir/rank<r>.log.
-
-    `sandboxed`: inside bubblewrap (harness/sandbox.py), whose only writable folder is `run_dir`; the
-    launch then ends by killing the sandbox's PID namespace, which takes every process in it along,
-    whatever session or environment it gave itself."""
+    returns a reason (a string). Workers write their own logs to run_dir/rank<r>.log. (The grader's
+    sandboxed launches go through `launch_groups` instead.)"""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex
-    own = {**(env or {}), TAG: tag, "LAB_RUN_DIR": str(run_dir), "PYTHONUNBUFFERED": "1",
-           "OMP_NUM_THREADS": os.environ.get("LAB_OMP_THREADS", "1")}
+    full_env = {**os.environ, **(env or {}), TAG: tag, "LAB_RUN_DIR": str(run_dir), "PYTHONUNBUFFERED": "1",
+                "OMP_NUM_THREADS": os.environ.get("LAB_OMP_THREADS", "1")}
     cmd = torchrun_command(nproc, module, args)
-    if sandboxed:
-        from lab_src.harness import sandbox
-        sandbox.prepare(run_dir)
-        own = {k: v for k, v in own.items() if k != "PYTHONPATH"}     # the sandbox sets its own
-        cmd, full_env = sandbox.wrap(cmd, writable=run_dir, env=own), dict(os.environ)
-    else:
-        full_env = {**os.environ, **own}
     log_path = run_dir / "torchrun.log"
     started = time.monotonic()
     stopped = None
@@ -127,8 +122,7 @@ def launch(nproc: int, module: str, args: list[str], *, run_dir: Path, deadline_
             # however we leave (normal end, deadline, KeyboardInterrupt in a notebook), nothing survives
             if proc.poll() is None:
                 try:
-                    # bwrap dies at once, and its namespace with it (--die-with-parent on its init)
-                    os.killpg(proc.pid, signal.SIGKILL if sandboxed else signal.SIGTERM)
+                    os.killpg(proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
             leftovers = kill_tagged(tag)
@@ -140,3 +134,76 @@ def launch(nproc: int, module: str, args: list[str], *, run_dir: Path, deadline_
     wall = time.monotonic() - started
     rank_logs = {r: tail(p) for r, p in runfolder.rank_logs(run_dir).items()}
     return Launch(None if stopped else proc.returncode, stopped, wall, tail(log_path), rank_logs, leftovers)
+
+
+def launch_groups(groups: list[tuple[Path, int]], *, run_dir: Path, deadline_s: float, make_watchdog,
+                  before_group=None, after_group=None, env: dict | None = None, poll_s: float = 0.05) -> Launch:
+    """Run groups of cases one after the other in one sandbox, through the fork server
+    (harness/zygote.py): torch is imported once, and each group's ranks are forked fresh.
+
+    `groups`: (spec file, number of ranks) per group. `before_group(i)` is called just before group i
+    starts (write its inputs), `after_group(i)` once it has ended and the sandbox holds no process of it
+    but the fork server (delete its inputs). `make_watchdog(i, nproc)` gives group i's watchdog, which
+    may stop the launch with a reason, as in `launch`. A stopped launch kills the sandbox and runs no
+    further group; `groups_done` says how far it got.
+    """
+    from lab_src.harness import sandbox
+    run_dir = Path(run_dir)
+    sandbox.prepare(run_dir)
+    own = {**(env or {}), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("LAB_OMP_THREADS", "1")}
+    own.pop("PYTHONPATH", None)
+    cmd = sandbox.wrap([sys.executable, "-m", "lab_src.harness.zygote"], writable=run_dir, env=own)
+    log_path = run_dir / "zygote.log"
+    started = time.monotonic()
+    stopped, done, codes = None, 0, {}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=run_dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                start_new_session=True, text=True, bufsize=1)
+        replies: list[str] = []
+        reader = threading.Thread(target=lambda: replies.extend(proc.stdout), daemon=True)
+        reader.start()
+
+        def wait_for(prefix: str, watchdog) -> str | None:
+            nonlocal stopped
+            while True:
+                for line in list(replies):
+                    if line.startswith(prefix):
+                        replies.remove(line)
+                        return line
+                if proc.poll() is not None and not reader.is_alive():
+                    stopped = stopped or f"the sandbox ended (status {proc.returncode})"
+                    return None
+                if time.monotonic() - started > deadline_s:
+                    stopped = f"deadline of {deadline_s:.0f} s"
+                elif watchdog is not None:
+                    stopped = watchdog()
+                if stopped:
+                    return None
+                time.sleep(poll_s)
+        try:
+            if wait_for("READY", None) is not None:
+                for i, (spec, nproc) in enumerate(groups):
+                    if before_group:
+                        before_group(i)
+                    proc.stdin.write(f"GROUP {spec} {nproc}\n")
+                    proc.stdin.flush()
+                    line = wait_for("DONE", make_watchdog(i, nproc))
+                    if line is None:
+                        break
+                    codes = {int(r): c for r, c in json.loads(line.split(" ", 1)[1]).items()}
+                    if after_group:
+                        after_group(i)
+                    done += 1
+                    if any(codes.values()):
+                        stopped = "a rank exited during the group (" + ", ".join(
+                            f"rank {r}: exit code {c}" for r, c in sorted(codes.items()) if c) + ")"
+                        break
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)   # the sandbox, and every process in it, end here
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    wall = time.monotonic() - started
+    rank_logs = {r: tail(p) for r, p in runfolder.rank_logs(run_dir).items()}
+    return Launch(0 if not stopped else None, stopped, wall, tail(log_path), rank_logs, 0, codes, done)

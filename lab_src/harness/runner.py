@@ -17,8 +17,9 @@ from pathlib import Path
 
 from lab_src.harness import deadlock, runfolder
 from lab_src.harness.case import Case
-from lab_src.harness.launcher import Launch, launch
+from lab_src.harness.launcher import Launch, launch, launch_groups
 from lab_src.pipeline.trace import Event, save_events
+from lab_src.registry import EXERCISES
 
 
 @dataclass
@@ -107,7 +108,7 @@ def _load_obs(path: Path) -> dict | None:
 
 
 def _launch_failure(result: Launch, run_dir: Path, case: Case, obs: dict) -> str:
-    exited = exit_codes(result.launcher_log)
+    exited = result.exit_codes or exit_codes(result.launcher_log)
     crashed = {r: c for r, c in exited.items() if c != -15}  # -15: torchrun's SIGTERM to the others
     if result.stopped:
         why = f"stopped: {result.stopped}"
@@ -136,12 +137,41 @@ def exit_codes(launcher_log: str) -> dict[int, int]:
     return codes
 
 
-def stage_inputs(cases: list[Case], run_dir: Path) -> list[dict]:
-    """The cases as the workers get them: every answer file and baseline they name is copied into the
-    run folder (the only folder a sandboxed worker sees) and named there. A baseline goes along only
-    with the probes whose contract takes it (q09, q10)."""
-    inputs = run_dir / "inputs"
-    inputs.mkdir(exist_ok=True)
+def holds(case: Case) -> set[str]:
+    """The exercises whose expected answers a case's inputs hold: the references it is given (every
+    answer but the graded exercise's), and, where it carries a baseline, the exercises judged on the
+    numbers a baseline holds (registry: `judged_on_numbers`)."""
+    held = {q for q, path in case.answers.items() if q != case.qid and path is not None}
+    if case.baseline and {"check_outputs", "check_gradients"} & set(case.probes):
+        held |= {e.id for e in EXERCISES.values() if e.judged_on_numbers}
+    return held
+
+
+def group_cases(cases: list[Case]) -> list[list[Case]]:
+    """Cases in groups such that no group holds what one of its own graded exercises is judged against:
+    a group never runs the student's answer to q08 beside the reference q08 that q09's cases need.
+    Each case joins the first group it can; the groups run one after the other, each seeing only its
+    own inputs (harness/zygote.py)."""
+    groups: list[tuple[set[str], set[str], list[Case]]] = []     # (graded, held, cases)
+    for case in cases:
+        held = holds(case)
+        for graded, holding, members in groups:
+            if case.qid not in holding and not held & graded:
+                graded.add(case.qid)
+                holding |= held
+                members.append(case)
+                break
+        else:
+            groups.append(({case.qid}, set(held), [case]))
+    return [members for _, _, members in groups]
+
+
+def stage_inputs(cases: list[Case], run_dir: Path, folder: Path | None = None) -> list[dict]:
+    """The cases as the workers get them: every answer file and baseline they name is copied into
+    `folder`/inputs (by default the run folder's; a sandboxed worker sees nothing else) and named
+    there. A baseline goes along only with the probes whose contract takes it (q09, q10)."""
+    inputs = (folder or run_dir) / "inputs"
+    inputs.mkdir(parents=True, exist_ok=True)
     copied: dict[str, str] = {}
 
     def copy(path: str | None) -> str | None:
@@ -176,17 +206,25 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
     failures_by_exercise: dict[str, int] = {}
     remaining = list(cases)
     while remaining:
-        nproc = max(c.stages for c in remaining)
-        spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "cases": stage_inputs(remaining, run_dir),
-                "log_limit": log_limit}
-        spec_path = runfolder.spec_path(run_dir, len(launches))
-        spec_path.write_text(json.dumps(spec))
-        for r in range(nproc):  # a journal tells about one launch only
-            runfolder.journal_path(run_dir, r).unlink(missing_ok=True)
-        watch = _CaseWatch(run_dir, nproc, case_deadline_s, startup_s)
         deadline = startup_s + case_deadline_s * len(remaining) + 30
-        result = launch(nproc, "lab_src.harness.worker", [str(spec_path)], run_dir=run_dir, deadline_s=deadline,
-                        watchdog=watch, env=worker_env(env), sandboxed=sandboxed)
+        if sandboxed:
+            groups = group_cases(remaining)
+            remaining = [c for g in groups for c in g]      # the order they run in
+            result, watches = _launch_grouped(groups, run_dir, len(launches), timeout_s, log_limit, deadline,
+                                              case_deadline_s, startup_s, env)
+            started = any(w.current is not None for w in watches)
+        else:
+            nproc = max(c.stages for c in remaining)
+            spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "cases": stage_inputs(remaining, run_dir),
+                    "log_limit": log_limit}
+            spec_path = runfolder.spec_path(run_dir, len(launches))
+            spec_path.write_text(json.dumps(spec))
+            for r in range(nproc):  # a journal tells about one launch only
+                runfolder.journal_path(run_dir, r).unlink(missing_ok=True)
+            watch = _CaseWatch(run_dir, nproc, case_deadline_s, startup_s)
+            result = launch(nproc, "lab_src.harness.worker", [str(spec_path)], run_dir=run_dir, deadline_s=deadline,
+                            watchdog=watch, env=worker_env(env))
+            started = watch.current is not None
         launches.append(result)
         next_remaining = []
         for pos, case in enumerate(remaining):
@@ -197,7 +235,7 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
                     outcome.obs[r] = o
             if len(outcome.obs) == case.stages:
                 continue
-            if watch.current is None and not result.ok:
+            if not started and not result.ok:
                 # no rank ever started a case: the launch itself is broken (an import error, say)
                 broken = (f"torchrun could not start the checks ({result.stopped or f'exit status {result.returncode}'}):\n"
                           + result.launcher_log[-3000:] + "\n".join(result.rank_logs.values())[-3000:])
@@ -220,6 +258,38 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
         if events:
             save_events(events, runfolder.events_path(run_dir, i))
     return Run(run_dir, [outcomes[i] for i in range(len(cases))], launches)
+
+
+def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, timeout_s: float, log_limit: int,
+                    deadline: float, case_deadline_s: float, startup_s: float, env: dict | None):
+    """One sandboxed launch of `groups` through the fork server: each group's spec and inputs are
+    written just before it runs, in a folder of its own, and deleted once it has ended."""
+    folders = [run_dir / f"group{launch_no}-{i}" for i in range(len(groups))]
+    specs = [(runfolder.spec_path(folder, 0), max(c.stages for c in g)) for folder, g in zip(folders, groups)]
+    watches: list[_CaseWatch] = []
+
+    def before(i: int) -> None:
+        if folders[i].exists():                     # never trust what a sandboxed process left there
+            shutil.rmtree(folders[i])
+        folders[i].mkdir()
+        spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "log_limit": log_limit,
+                "cases": stage_inputs(groups[i], run_dir, folders[i])}
+        specs[i][0].write_text(json.dumps(spec))
+        for r in range(specs[i][1]):
+            runfolder.journal_path(run_dir, r).unlink(missing_ok=True)
+
+    def after(i: int) -> None:
+        shutil.rmtree(folders[i] / "inputs", ignore_errors=True)
+
+    def watchdog(i: int, nproc: int):
+        watches.append(_CaseWatch(run_dir, nproc, case_deadline_s, startup_s))
+        return watches[-1]
+
+    result = launch_groups(specs, run_dir=run_dir, deadline_s=deadline, make_watchdog=watchdog,
+                           before_group=before, after_group=after, env=env)
+    for folder in folders:                          # a stopped launch leaves its last group's inputs
+        shutil.rmtree(folder / "inputs", ignore_errors=True)
+    return result, watches
 
 
 def worker_env(extra: dict | None = None) -> dict:

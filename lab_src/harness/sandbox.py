@@ -10,7 +10,7 @@ Inside, a process sees:
 It has no network (a private network namespace with loopback only, enough for gloo), a private PID
 namespace (killing the sandbox kills every process in it, however it was started), a clean
 environment, limits on processes, memory, file size and CPU time, and, when the grader runs as root,
-the uid of `nobody` (setpriv). The run folder is the only channel back: the launching process reads
+an unprivileged uid of the launch's own (setpriv; see `grading_uid`). The run folder is the only channel back: the launching process reads
 the files it wants from it, with size limits; verdicts never pass through it.
 
 Grading refuses to run without a sandbox (on macOS, say) unless the instructor says
@@ -19,6 +19,7 @@ Grading refuses to run without a sandbox (on macOS, say) unless the instructor s
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
@@ -26,13 +27,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-NOBODY = 65534
+# As root, each launch runs as a uid of its own from this range (no account needed), so that the process
+# limit (counted per uid) of one student's launch is not shared with another's running at the same time.
+UIDS = range(200_000, 1_200_000)
 INSIDE = Path("/opt/pp-lab")          # where lab_src is bound, and what PYTHONPATH names
 
 
 @dataclass(frozen=True)
 class Limits:
-    processes: int = 1024              # RLIMIT_NPROC counts threads of the whole uid: torch and gloo start many
+    processes: int = 512               # RLIMIT_NPROC counts the threads of the launch's uid: torch and gloo start many
     memory_bytes: int = 16 << 30       # address space per process
     file_bytes: int = 512 << 20        # the largest file a process may write
     cpu_s: int = 1800                  # CPU seconds per process
@@ -72,11 +75,18 @@ def describe_unavailable() -> str:
     return "bwrap is installed but could not start a sandbox here (user namespaces disabled?)"
 
 
+def grading_uid(folder: Path) -> int:
+    """The uid a launch in `folder` runs as (when the grader is root): one per run folder."""
+    digest = hashlib.sha256(str(Path(folder).resolve()).encode()).digest()
+    return UIDS.start + int.from_bytes(digest[:8], "big") % len(UIDS)
+
+
 def _own(folder: Path) -> None:
     """As root, hand the writable folder itself to the sandbox's user. What is already in it (the
     spec, the inputs) stays root's: readable, not writable, from inside."""
     if os.geteuid() == 0:
-        os.chown(folder, NOBODY, NOBODY, follow_symlinks=False)
+        uid = grading_uid(folder)
+        os.chown(folder, uid, uid, follow_symlinks=False)
 
 
 def prepare(folder: Path) -> None:
@@ -150,7 +160,8 @@ def wrap(cmd: list[str], *, writable: Path, env: dict | None = None, limits: Lim
                  "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", **(env or {})}
     for key, value in variables.items():
         args += ["--setenv", key, str(value)]
-    drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all"] if root else []
+    uid = grading_uid(writable)
+    drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all"] if root else []
     prlimit = ["prlimit", f"--nproc={limits.processes}", f"--as={limits.memory_bytes}",
                f"--fsize={limits.file_bytes}", f"--cpu={limits.cpu_s}", f"--nofile={limits.open_files}"]
     return [*args, *drop, *prlimit, *cmd]

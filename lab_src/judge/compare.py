@@ -116,4 +116,8 @@ def compare_run(outcome, baseline: dict, qid: str, label: str = "") -> list[Prob
         if r != p - 1 and outcome.obs.get(r, {}).get("outputs"):
             problems.append(Problem(qid, "a stage other than the last returned outputs; return ([], None) there",
                                     r, None, label))
+        if r != p - 1 and outcome.obs.get(r, {}).get("loss") is not None:
+            problems.append(Problem(qid, f"a stage other than the last returned the loss "
+                                         f"{outcome.obs[r]['loss']!r}; only the last stage has one: return "
+                                         f"([], None) there", r, None, label))
     return problems

@@ -26,8 +26,13 @@ def judge_comm(out, qid: str, label: str) -> list[Problem]:
                 got = res.get("type") or res.get("value")
                 problems.append(Problem(qid, f"{name} on the {end} stage must do nothing and return None "
                                              f"(got {got!r}, {res.get('messages', 0)} messages)", r, 0, label))
-        for name, mb, got in o.get("calls", []):
+        for name, mb, got, *traced in o.get("calls", []):
             op = Op(name)
+            wrong_mb = [t for t in (traced[0] if traced else []) if t != mb]
+            if wrong_mb:
+                problems.append(Problem(qid, f"{op} was called for micro-batch {mb} but its message was recorded "
+                                             f"as micro-batch {wrong_mb[0]}: pass microbatch=microbatch on to "
+                                             f"stage.send / stage.recv", r, mb, label))
             if op.is_send:
                 if got is not None:
                     problems.append(Problem(qid, f"{op} should return None", r, mb, label))
@@ -50,11 +55,15 @@ def judge_comm(out, qid: str, label: str) -> list[Problem]:
 
 
 def judge_check_outputs(out, qid: str, label: str) -> list[Problem]:
+    """The student's check_outputs on correct outputs, then on every kind of wrong ones."""
+    return judge_true_outputs(out, qid, label) + [p for _, p in wrong_data(out, "check_outputs", qid, label) if p]
+
+
+def judge_true_outputs(out, qid: str, label: str) -> list[Problem]:
     p = out.case.stages
     problems = []
     for r, o in sorted(out.obs.items()):
-        probe = o.get("probes", {}).get("check_outputs", {})
-        true, disturbed = probe.get("true", {}), probe.get("disturbed")
+        true = o.get("probes", {}).get("check_outputs", {}).get("true", {})
         want = r == p - 1
         if true.get("outcome") != "returned":
             problems.append(Problem(qid, f"check_outputs raised {true.get('type')} on correct outputs: "
@@ -63,14 +72,39 @@ def judge_check_outputs(out, qid: str, label: str) -> list[Problem]:
             why = "the last stage holds the outputs" if want else "only the last stage has outputs to check"
             problems.append(Problem(qid, f"check_outputs returned {true.get('value')!r}; expected {want} ({why})",
                                     r, None, label))
-        if disturbed is not None and (disturbed.get("outcome") != "raised" or disturbed.get("type") != "AssertionError"):
-            problems.append(Problem(qid, "check_outputs accepted outputs whose last micro-batch was changed: "
-                                         "compare every micro-batch (concatenate them) with the baseline, "
-                                         "and let assert_close raise", r, None, label))
     return problems
 
 
+HINTS = {"check_outputs": "compare every element of every micro-batch, in order, with the baseline (concatenate "
+                          "the micro-batches), and let assert_close raise",
+         "check_gradients": "compare the whole gradient of every parameter this stage owns, and raise when one "
+                            "is missing"}
+
+
+def wrong_data(out, probe: str, qid: str, label: str) -> list[tuple[str, Problem | None]]:
+    """(what was wrong, the problem if the student's check accepted it) for every wrong-data call of
+    `probe` on every rank: each must raise AssertionError."""
+    rows = []
+    for r, o in sorted(out.obs.items()):
+        for name, res in (o.get("probes", {}).get(probe) or {}).items():
+            if name in ("true", "owned"):
+                continue
+            what = f"rank {r}: {name}"
+            if res.get("outcome") == "raised" and res.get("type") == "AssertionError":
+                rows.append((what, None))
+                continue
+            got = "returned normally" if res.get("outcome") == "returned" else f"raised {res.get('type')}"
+            rows.append((what, Problem(qid, f"given {name}, {probe} {got}; it must raise AssertionError: "
+                                            f"{HINTS[probe]}", r, None, label)))
+    return rows
+
+
 def judge_check_gradients(out, qid: str, label: str) -> list[Problem]:
+    """The student's check_gradients on correct gradients, then on every kind of wrong ones."""
+    return judge_true_gradients(out, qid, label) + [p for _, p in wrong_data(out, "check_gradients", qid, label) if p]
+
+
+def judge_true_gradients(out, qid: str, label: str) -> list[Problem]:
     problems = []
     for r, o in sorted(out.obs.items()):
         probe = o.get("probes", {}).get("check_gradients", {})
@@ -87,10 +121,4 @@ def judge_check_gradients(out, qid: str, label: str) -> list[Problem]:
                    f"it did not check {lost[:2]}{' and more' if len(lost) > 2 else ''}")
             problems.append(Problem(qid, f"check_gradients must return the names of exactly the parameters this "
                                          f"stage owns: {why}", r, None, label))
-        for key, what in (("disturbed", "a baseline gradient was changed"), ("missing", "a gradient was missing")):
-            res = probe.get(key)
-            if res is not None and (res.get("outcome") != "raised" or res.get("type") != "AssertionError"):
-                got = "returned normally" if res.get("outcome") == "returned" else f"raised {res.get('type')}"
-                problems.append(Problem(qid, f"when {what}, check_gradients {got}; it must raise AssertionError",
-                                        r, None, label))
     return problems

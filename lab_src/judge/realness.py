@@ -96,6 +96,15 @@ def check_messages(events: list[Event], p: int, m: int, shape: tuple, qid: str, 
             problems.append(Problem(qid, f"{e.label()} carries shape {e.shape}, not the activation shape {tuple(shape)}",
                                     e.rank, e.microbatch, label))
     for r in range(p):
+        for op in Op:
+            labels = Counter(e.microbatch for e in events if e.rank == r and e.kind == op.value)
+            twice = sorted(mb for mb, n in labels.items() if n > 1 and mb is not None)
+            if twice and set(labels) != set(range(m)):
+                never = sorted(set(range(m)) - set(labels))
+                problems.append(Problem(qid, f"{op} is recorded for micro-batch {twice[0]} {labels[twice[0]]} times"
+                                             + (f" and for micro-batch {never[0]} never" if never else "")
+                                             + ": pass each operation the micro-batch it works on (microbatch=...)",
+                                        r, twice[0], label))
         mine = Counter(e.kind for e in events if e.rank == r)
         want = sched.counts(r, p, m)
         for op in Op:
