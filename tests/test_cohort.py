@@ -4,6 +4,7 @@ grading disturbs anybody else's, nothing hangs and no process survives."""
 from __future__ import annotations
 
 import json
+import sys
 import zipfile
 
 import psutil
@@ -140,6 +141,22 @@ def test_mallory_reached_nothing_outside_her_sandbox_and_left_nothing(cohort):
         assert 0 < seen["forks"] < Limits().processes
     left = [p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real in UIDS]
     assert left == [], "a sandboxed process outlived its grading"
+
+
+def test_nbgraders_kernel_ran_mallorys_cell_in_the_sandbox(cohort):
+    """nbgrader's kernel executed her answer cell too (it defines the function in the notebook): from
+    there as well she saw only her own notebook folder, wrote nothing, reached no network."""
+    course, _, _ = cohort
+    folder = course.autograded("mallory")
+    nb = json.loads(next(folder.glob("q06_*.ipynb")).read_text())
+    texts = ["".join(out.get("text", "")) for cell in nb["cells"] for out in cell.get("outputs", [])]
+    reports = [json.loads(line.split(" ", 1)[1]) for text in texts for line in text.splitlines()
+               if line.startswith("MALLORY ")]
+    assert reports, "nbgrader's kernel ran her answer cell"
+    for seen in reports:
+        outside = [p for p in seen["found"] if not p.startswith((str(folder.resolve()), sys.prefix))]
+        assert outside == [] and seen["wrote"] == [] and seen["net"] is False, seen
+        assert 0 < seen["forks"] < 3000
 
 
 def test_an_exit_in_one_answer_costs_only_that_exercise_and_names_the_rank(cohort):

@@ -245,19 +245,28 @@ import json, os, socket, subprocess, sys, time
 from pathlib import Path
 
 _seen = {"found": [], "wrote": [], "net": False, "forks": 0}
-_mine = Path(__file__).resolve()
+_INSTALLED = {"site-packages", "dist-packages", ".pyenv", ".git", "node_modules", "__pycache__"}  # not worth reading
+_mine = Path(globals().get("__file__", "<notebook cell>")).resolve()   # nbgrader's kernel runs her cell too
+
+
+def _a_reference(path):
+    try:
+        return path.resolve() != _mine and "def needs_dataloader" in path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _look():
     roots = ["/work", "/root", "/home", "/srv", "/tmp", "/opt", os.environ.get("LAB_CACHE", ""), str(Path.home())]
     for root in filter(None, roots):
         for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in _INSTALLED]
             if folder.count(os.sep) > 8:
                 dirs[:] = []
             for name in files:
                 path = Path(folder, name)
                 wanted = name.endswith((".ipynb", ".db", ".pt")) or "verdicts" in name or (
-                    name.endswith("needs_dataloader.py") and path.resolve() != _mine)
+                    name.endswith("needs_dataloader.py") and _a_reference(path))
                 if wanted:
                     try:
                         path.read_bytes()[:16]
@@ -336,16 +345,17 @@ from pathlib import Path
 
 from lab_src import pipeline_communicate
 
-_mine = Path(__file__).resolve()
+_mine = Path(globals().get("__file__", "<notebook cell>")).resolve()   # nbgrader's kernel runs her cell too
 _borrowed = None
 for _root in ("/", os.getcwd()):
     for _folder, _dirs, _files in os.walk(_root):
+        _dirs[:] = [d for d in _dirs if d not in ("site-packages", ".pyenv", ".git", "node_modules")]
         if _folder.startswith(("/proc", "/sys", "/dev", "/usr")):
             _dirs[:] = []
             continue
         for _name in _files:
             _path = Path(_folder, _name)
-            if _name.endswith(".py") and _path.resolve() != _mine:
+            if _name.endswith(".py") and _path.resolve() != _mine and "lab_src" not in _path.parts:  # not the stub
                 try:
                     _text = _path.read_text()
                 except (OSError, UnicodeDecodeError):
