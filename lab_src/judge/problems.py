@@ -35,7 +35,10 @@ def from_error(exercise: str, rank: int, error: dict, case: str = "") -> Problem
     msg = f"{error['type']}: {error['message']}"
     if error.get("pending"):
         _, kind, mb, peer = error["pending"]
-        op = f"{kind}(mb={mb})" + (f" with rank {peer}" if peer is not None else "")
+        if isinstance(peer, list):      # a collective, over these ranks
+            op = f"{kind} over ranks {peer}"
+        else:
+            op = f"{kind}(mb={mb})" + (f" with rank {peer}" if peer is not None else "")
         gave_up = gave_up_waiting(error["message"])
         if gave_up == "timeout":
             msg = (f"waited in {op} until the timeout: no matching message arrived. Check that every "
