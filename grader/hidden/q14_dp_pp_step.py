@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lab_src.harness.case import Case
 from lab_src.harness.cases import exercises_called
-from lab_src.judge.grid import judge_grid
+from lab_src.judge.grid import failure_problems, judge_grid
 from lab_src.judge.numeric import NotANumber, read_numbers
 from lab_src.judge.problems import Problem
 from lab_src.pipeline.config import LabConfig
@@ -56,7 +56,7 @@ def judge(ctx, outcomes):
     items = []
     for out in outcomes:
         label = out.case.label
-        failed = case_problems(QID, out, label)
+        failed = failure_problems(out, QID, label) if case_problems(QID, out, label) else []
         dp = Item("data parallel", label, list(failed))
         tied = Item("tied embeddings", label, list(failed)) if out.case.config.tie_embeddings else None
         if not failed:

@@ -35,7 +35,7 @@ class GridReport(CheckReport):
 def check() -> CheckReport:
     from lab_src.answers import use_answers
     from lab_src.harness.groups import device_for
-    from lab_src.judge.grid import judge_grid
+    from lab_src.judge.grid import failure_problems, judge_grid
     from lab_src.pipeline.baseline import compute_baseline
     from lab_src.pipeline.traffic import bytes_by_kind, table, wire_bytes_by_kind
     from lab_src.views import grid as text_grid
@@ -52,7 +52,7 @@ def check() -> CheckReport:
     for cfg, out, base in zip(GRIDS, run.outcomes, baselines):
         label = f"{cfg.dp_size} x {cfg.num_stages}"
         lines.append(f"\n  {label} grid: {cfg.describe()}")
-        errs = errors(out, "q14", label)
+        errs = failure_problems(out, "q14", label) if errors(out, "q14", label) else []
         view = grid_view(out, label)
         views.append(view)
         if errs:

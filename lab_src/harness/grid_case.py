@@ -76,6 +76,7 @@ def _observe_stage(stage: PipelineStage, obs: dict) -> None:
     obs["activation_shape"] = list(stage.activation_shape)
     obs["grads"] = {n: (p.grad.detach().cpu().clone() if p.grad is not None else None)
                     for n, p in stage.named_parameters()}
+    obs["weights"] = {n: float(p.detach().double().sum()) for n, p in stage.named_parameters()}   # before the step
     with torch.no_grad():
         for p in stage.parameters():
             if p.grad is not None:

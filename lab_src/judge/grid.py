@@ -91,6 +91,28 @@ def judge_grid(outcome, baseline: dict, qid: str, label: str = "") -> Verdict:
     return Verdict(dp_problems, tied)
 
 
+def failure_problems(outcome, qid: str, label: str = "") -> list[Problem]:
+    """A grid case that did not complete: first what its records say about the groups (a missing group is
+    the usual cause of a collective that never completes), then the ranks' errors, those that raised
+    something other than a timeout first (the cause; the timeouts of their partners are the consequence)."""
+    from lab_src.judge.problems import from_errors, gave_up_waiting
+    case = outcome.case
+    lay = layout_of(case)
+    created = next((o.get("groups_created") for _, o in sorted(outcome.obs.items()) if o.get("groups_created")), None)
+    hints = []
+    if created is not None:
+        lost = missing_groups(created, lay, tied=case.config.tie_embeddings)
+        if lost:
+            hints.append(Problem(qid, f"{' and '.join(lost)} were never created (the groups created: {created}). "
+                                      f"{stride_hint(lay)}", None, None, label))
+    if outcome.failure:
+        return hints + [Problem(qid, outcome.failure, None, None, label)]
+    errors = outcome.errors()
+    first = sorted(errors, key=lambda r: (gave_up_waiting(errors[r].get("message", "")) is not None, r))
+    return hints + from_errors(qid, {r: errors[r] for r in first[:1]}, label) + \
+        [p for p in from_errors(qid, errors, label) if p.rank != first[0]]
+
+
 # ---- groups and coordinates -------------------------------------------------------------------------
 def collectives(o: dict, kind: str) -> list[Event]:
     return [e for e in map(Event.from_row, o.get("events", [])) if e.kind == kind]
@@ -228,8 +250,32 @@ def shard_baseline(baseline: dict, lay: Layout, d: int) -> dict:
     return {"output": part, "loss": float(part.double().mean())}
 
 
-def number_problems(obs: dict, lay: Layout, cfg, baseline: dict, qid: str, label: str) -> list[Problem]:
+def weight_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> list[Problem]:
+    """Every replica's stage starts from the weights the run seed gives its pieces (a checksum each)."""
+    from lab_src.pipeline.model import build_piece
+    want: dict[str, float] = {}
     problems = []
+    for r, o in sorted(obs.items()):
+        got = o.get("weights") or {}
+        for name, value in got.items():
+            piece = name.split(".")[0] if not name.startswith("blocks.") else ".".join(name.split(".")[:2])
+            if name not in want:
+                built = build_piece(cfg, piece)
+                want.update({f"{piece}.{n}": float(t.detach().double().sum()) for n, t in built.named_parameters()})
+            if name in want and abs(value - want[name]) > 1e-4 * (1 + abs(want[name])):
+                d, p = lay.coords(r)
+                problems.append(Problem(qid, f"replica {d}'s stage {p} starts from other weights than the run seed "
+                                             f"gives ({name} differs): every replica must build its stage from the same "
+                                             f"cfg (the same seed), so that the replicas hold the same model; only "
+                                             f"their data differs", r, None, label))
+                break
+    return problems
+
+
+def number_problems(obs: dict, lay: Layout, cfg, baseline: dict, qid: str, label: str) -> list[Problem]:
+    problems = weight_problems(obs, lay, cfg, qid, label)
+    if problems:
+        return problems
     m = cfg.num_microbatches
     shards = [shard_baseline(baseline, lay, d) for d in range(lay.dp)]
     for d in range(lay.dp):
@@ -324,11 +370,11 @@ def _tied_grad(o: dict):
 
 
 def tied_copy_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> list[Problem]:
-    """After one SGD step: the first and last stage's copies equal, and every replica's copy the same."""
+    """After one SGD step the first and last stage's copies are equal. (That the replicas agree is the
+    data-parallel part's business: their gradients and weights are judged there.)"""
     if not cfg.tie_embeddings:
         return []
     problems = []
-    reference = obs.get(0, {}).get("tied_after_step")
     for d in range(lay.dp):
         pair = lay.tied_pair(d)
         copies = {r: obs.get(r, {}).get("tied_after_step") for r in pair}
@@ -342,9 +388,6 @@ def tied_copy_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> lis
                                          f"{pair[0]} and {pair[-1]}, largest difference "
                                          f"{float((a.double() - b.double()).abs().max()):.3g}): their gradients were "
                                          f"not the same, so the copies drift apart with every step", pair[0], None, label))
-        elif reference is not None and d > 0 and not close(a, reference):
-            problems.append(Problem(qid, f"after one SGD step replica {d}'s tied embedding differs from replica 0's: "
-                                         f"its gradient was not averaged over the data-parallel set", pair[0], None, label))
     return problems
 
 
