@@ -31,6 +31,12 @@ class GridReport(CheckReport):
         return show_grid(v["events"], v["dp"], v["pp"], v["microbatches"], v["title"], v.get("predicted"),
                          v.get("note", ""))
 
+    def chrome_trace(self, path, case: int = 0):
+        """Write one run's events, all-reduces included, as a Chrome trace (open it in ui.perfetto.dev)."""
+        from lab_src.views.chrome_trace import write_chrome_trace
+        v = self.views[case]
+        return write_chrome_trace(v["events"], path, v["title"])
+
 
 def check() -> CheckReport:
     from lab_src.answers import use_answers
@@ -79,6 +85,34 @@ def check() -> CheckReport:
     return GridReport("q14", run, done.problems, done.lines, views)
 
 
+# The cluster a student describes by default: 4 GPUs a node on a fast interconnect, nodes on 100 Gb/s.
+CLUSTER = dict(nodes=2, ranks_per_node=4, intra_gbps=800, inter_gbps=100, intra_latency_us=3, inter_latency_us=15)
+
+
+def what_if(report, **described):
+    """The traffic model on the 2 x 2 run of `report`: each kind's predicted time on this machine and on
+    the cluster `described` (CLUSTER's keywords: nodes, ranks_per_node, intra_gbps, inter_gbps,
+    intra_latency_us, inter_latency_us) beside the measured time, then the plot of predicted time
+    against the number of replicas and of micro-batches on that cluster. Returns the figure."""
+    from lab_src.pipeline import network
+    from lab_src.views.traffic_plot import what_if_figure
+    views = getattr(report, "views", None) or []
+    if not isinstance(report, GridReport) or not views:
+        print("No run to model: the check did not run (while autograding, checks launch nothing).")
+        return None
+    v = views[0]
+    here = network.this_machine(v.get("link"))
+    there = network.cluster(**{**CLUSTER, **described})
+    ops = network.operations(v["events"])
+    predicted = {"predicted: " + here.name.split(" (")[0]: network.predict(ops, here),
+                 "predicted: " + there.name: network.predict(ops, there)}
+    print(f"The {v['dp']} x {v['pp']} run's operations ({len(ops)}), time per step on the busiest rank:")
+    print(network.table(predicted, network.measure(v["events"])))
+    print(f"\n{here.describe()}\n{there.describe()}")
+    sizes = network.sizes_of(v["events"], v["dp"], v["pp"])
+    return what_if_figure(sizes, v["dp"], v["pp"], v["microbatches"], there, tied=v["config"].tie_embeddings)
+
+
 def read_prediction(path: str | None) -> tuple[dict | None, str]:
     """The student's predicted bytes (parsed from the answer file, never run), or None and why not."""
     from pathlib import Path
@@ -124,4 +158,4 @@ def grid_view(outcome, label: str) -> dict:
             "link": outcome.obs.get(0, {}).get("link"), "config": cfg}
 
 
-__all__ = ["check", "GridReport"]
+__all__ = ["check", "what_if", "GridReport", "CLUSTER"]

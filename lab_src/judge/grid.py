@@ -205,12 +205,13 @@ def shard_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> list[Pr
                                              f"is global_batch_size / (dp_size * num_microbatches) = "
                                              f"{cfg.global_batch_size} / ({lay.dp} * {cfg.num_microbatches}) = {mbs}",
                                         r, None, label))
+    shared = []
     for shard, replicas in sorted(read_by.items()):
         if len(set(replicas)) > 1:
-            problems.append(Problem(qid, f"replicas {sorted(set(replicas))} all read shard {shard}: identical samples on "
+            shared.append(Problem(qid, f"replicas {sorted(set(replicas))} all read shard {shard}: identical samples on "
                                          f"every replica, as if their data had one seed. Data parallelism needs the "
                                          f"same weights but different data on each replica", None, None, label))
-    return problems
+    return shared + problems        # the misconception first, then where it showed
 
 
 def tied_group_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> list[Problem]:

@@ -186,6 +186,35 @@ report = check("q14")
 # %%
 report.timeline()
 
+# %% [markdown]
+# The same events open in Perfetto (ui.perfetto.dev) as a Chrome trace, all-reduces included:
+# `report.chrome_trace("q14_trace.json")` writes it.
+#
+# ## What the traffic costs: a what-if model
+#
+# A network moves a message of `b` bytes in about `latency + b / bandwidth`. A **ring all-reduce** over `n`
+# ranks cuts the buffer into `n` pieces and passes them round the ring twice (`n - 1` steps to add the
+# pieces up, `n - 1` to hand the sums round): every rank sends `2(n - 1)/n` of the buffer, in `2(n - 1)`
+# steps that each pay the latency, at the speed of the ring's slowest link.
+#
+# `what_if` applies this model to every operation your 2 × 2 step recorded, on two networks: this machine's
+# (latency and bandwidth from a ping-pong the check timed between two ranks) and a cluster you describe.
+# Next to them is what the operations took in your run (a message: from its send to the end of its
+# receive; an all-reduce: from the moment the last rank joined until the last one left), for the rank that
+# spent the most time on each kind.
+#
+# Expect the measurement to be far above this machine's prediction: four processes share a couple of CPU
+# cores, so most of a measured message is a rank waiting to be scheduled, not bytes on the wire. The model
+# describes the wire; the measurement describes everything. Then look at the plot: what the same pipeline
+# would cost on your cluster with more replicas (left), or with its batch cut into more micro-batches
+# (right). Change the cluster (slower links between nodes, more ranks per node) and find where the
+# pipeline's point-to-point traffic is cheaper than data parallelism's all-reduce, and where it is not.
+
+# %%
+from lab_src.checks.q14_dp_pp_step import what_if
+
+what_if(report, nodes=2, ranks_per_node=4, intra_gbps=800, inter_gbps=100, intra_latency_us=3, inter_latency_us=15)
+
 # %% nbgrader={"grade": true, "grade_id": "q14_hidden", "locked": true, "points": 20, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q14 (20 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
