@@ -154,12 +154,37 @@ def test_prediction_items_grade_each_kind_and_explain(tmp_path, reference):
 
 
 # ---- real runs -----------------------------------------------------------------------------------------
-def test_reference_passes_the_visible_check_and_sends_what_the_formula_says(reference, in_tmp, no_leftovers,
-                                                                             capsys):
+def test_reference_2x2_step_equals_the_baseline_and_sends_what_the_formula_says(reference, tmp_path, no_leftovers):
     from grader.hidden.common import Context
     from grader.hidden.q14_dp_pp_step import expected_bytes
-    from lab_src.checks import check
+    from lab_src.answers import use_answers
+    from lab_src.harness.case import Case
+    from lab_src.harness.runner import run_cases
+    from lab_src.judge.grid import judge_grid
+    from lab_src.pipeline.baseline import compute_baseline
     from lab_src.pipeline.traffic import PREDICTION_CONFIG, bytes_by_kind
+    cfg = PREDICTION_CONFIG
+    with use_answers(reference):
+        base = compute_baseline(cfg)
+    case = Case(kind="grid", qid="q14", config=cfg, answers=reference, stages=4, step="q14", probes=["network"])
+    out = run_cases([case], tmp_path).outcomes[0]
+    assert out.failure is None and not out.errors()
+    verdict = judge_grid(out, base, "q14", "2 x 2")
+    assert verdict.data_parallel == [] and verdict.tied == []
+    assert torch.equal(out.obs[0]["tied_after_step"], out.obs[1]["tied_after_step"])
+    q05 = Context(student={}, reference=reference).reference_fn("q05")
+    assert bytes_by_kind(out.events()) == expected_bytes(cfg, q05)
+    groups = {(e.rank, e.kind): e.group for e in out.events() if e.is_collective}
+    assert groups == {(0, "allreduce_tied"): (0, 1), (1, "allreduce_tied"): (0, 1), (2, "allreduce_tied"): (2, 3),
+                      (3, "allreduce_tied"): (2, 3), (0, "allreduce_dp"): (0, 2), (2, "allreduce_dp"): (0, 2),
+                      (1, "allreduce_dp"): (1, 3), (3, "allreduce_dp"): (1, 3)}
+    assert set(out.obs[0]["link"]) == {"4", "1048576"}
+
+
+@pytest.mark.slow
+def test_reference_passes_the_visible_check_on_three_grids(reference, in_tmp, no_leftovers, capsys):
+    from lab_src.checks import check
+    from lab_src.checks.q14_dp_pp_step import what_if
     (in_tmp / "map.json").write_text(json.dumps(reference))
     os.environ["LAB_ANSWERS"] = str(in_tmp / "map.json")
     try:
@@ -169,10 +194,20 @@ def test_reference_passes_the_visible_check_and_sends_what_the_formula_says(refe
     out = capsys.readouterr().out
     assert report.ok and "q14: all checks passed" in out and "your prediction matches the measurement" in out
     assert "rank 3: stage 1 of pipeline [2, 3], data-parallel all-reduce over [1, 3], tied all-reduce over [2, 3]" in out
-    q05 = Context(student={}, reference=reference).reference_fn("q05")
-    assert bytes_by_kind(report.views[0]["events"]) == expected_bytes(PREDICTION_CONFIG, q05)
-    fig = report.timeline()
+    assert "1 x 4 grid" in out and "4 x 1 grid" in out
+    widget = report.timeline()              # measured, and the traffic model's step as the ideal view
+    assert type(widget).__name__ == "TimelineWidget" and "theory (p-1)/(m+p-1) = (2-1)/(3+2-1)" in widget.side.value
+    os.environ["NBGRADER_EXECUTION"] = "autograde"
+    try:
+        fig = report.timeline()
+    finally:
+        del os.environ["NBGRADER_EXECUTION"]
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()][3] == "rank 3 (dp 1, pp 1)"
+    plot = what_if(report, nodes=4, ranks_per_node=2, inter_gbps=25)
+    table = capsys.readouterr().out
+    assert "measured here" in table and "4 nodes x 2 ranks" in table and len(plot.axes) == 2
+    report.chrome_trace(in_tmp / "trace.json")
+    assert any(t.get("cat") == "collective" for t in json.loads((in_tmp / "trace.json").read_text())["traceEvents"])
 
 
 def grade(reference, tmp_path, answers: dict[str, str]) -> dict[str, tuple[float, list[str]]]:

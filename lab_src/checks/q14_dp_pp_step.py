@@ -150,12 +150,21 @@ def coordinates(outcome) -> str:
 
 def grid_view(outcome, label: str) -> dict:
     """What the pictures need of one grid case: global events and the grid's shape."""
-    from lab_src.views.dp_grid import global_events
+    from lab_src.pipeline import network
+    from lab_src.views.dp_grid import global_events, predicted_events
     cfg = outcome.case.config
+    dp, pp, m = cfg.dp_size, cfg.num_stages, cfg.num_microbatches
     pipeline_of = {r: o.get("pipeline_group") for r, o in outcome.obs.items() if o.get("pipeline_group")}
-    return {"events": global_events(outcome.events(), pipeline_of), "dp": cfg.dp_size, "pp": cfg.num_stages,
-            "microbatches": cfg.num_microbatches, "title": f"q14: {label} grid, {cfg.num_microbatches} micro-batches",
-            "link": outcome.obs.get(0, {}).get("link"), "config": cfg}
+    events = global_events(outcome.events(), pipeline_of)
+    view = {"events": events, "dp": dp, "pp": pp, "microbatches": m, "config": cfg,
+            "title": f"q14: {label} grid, {m} micro-batches", "link": outcome.obs.get(0, {}).get("link")}
+    layers = [len(outcome.obs.get(r, {}).get("layers") or []) for r in range(pp)]
+    if all(layers) and any(e.is_compute for e in events):   # the step as the model sees it: the widget's second view
+        here = network.this_machine(view["link"])
+        view["predicted"] = predicted_events(events, dp, pp, m, here, layers, network.sizes_of(events, dp, pp),
+                                             cfg.tie_embeddings)
+        view["note"] = f"messages {here.intra.describe()}, ring all-reduces; compute: the measured averages"
+    return view
 
 
 __all__ = ["check", "what_if", "GridReport", "CLUSTER"]

@@ -42,7 +42,7 @@ def run_grid(case: Case, ctx, group, tracer, obs) -> None:
             _observe_stage(stage, obs)
         dist.barrier(group=group)
         if "network" in case.probes:
-            obs["link"] = measure_link(ctx.rank, group)
+            obs["link"] = measure_link(ctx.rank, group, ctx.device)
     finally:
         obs["groups_created"] = [list(g) for g in grid.created]
         obs["shards"] = [list(s) for s in data.SHARDS]
@@ -85,12 +85,12 @@ def _observe_stage(stage: PipelineStage, obs: dict) -> None:
     obs["tied_after_step"] = tied.detach().cpu().clone() if tied is not None else None
 
 
-def measure_link(rank: int, group, sizes=(4, 1 << 20), repeats: int = 5) -> dict | None:
+def measure_link(rank: int, group, device="cpu", sizes=(4, 1 << 20), repeats: int = 5) -> dict | None:
     """Rank 0 and rank 1 bounce messages of each size; half the best round trip is one message's time.
     Returns {bytes: seconds} on rank 0 (None elsewhere). Every rank of `group` takes part in the barriers."""
     out = {}
     for nbytes in sizes:
-        buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32)
+        buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
         best = float("inf")
         dist.barrier(group=group)
         for _ in range(repeats):

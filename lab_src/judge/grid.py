@@ -211,7 +211,9 @@ def shard_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> list[Pr
             shared.append(Problem(qid, f"replicas {sorted(set(replicas))} all read shard {shard}: identical samples on "
                                          f"every replica, as if their data had one seed. Data parallelism needs the "
                                          f"same weights but different data on each replica", None, None, label))
-    return shared + problems        # the misconception first, then where it showed
+    whole = [p for p in problems if "without dp_rank" in p.message]
+    # the misconception first (no shard at all, or one shard for all), then where it showed
+    return whole + shared + [p for p in problems if p not in whole]
 
 
 def tied_group_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> list[Problem]:
