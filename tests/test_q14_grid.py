@@ -240,7 +240,7 @@ MISTAKES = {
     "summed": (Q14_SUMMED, 0.7333, "they are 2x the baseline's, and 2 is the data-parallel size: the all-reduce "
                                    "summed the replicas' gradients; average them"),
     "no tied all-reduce": (Q14_NO_TIED, 0.75, "this rank never summed the tied embedding's gradient with its copy on "
-                                              "rank 1 (an all-reduce of kind \"tied\" over ranks [0, 1])"),
+                                              "rank 1 (no grid.all_reduce(..., \"tied\") over ranks [0, 1] was recorded)"),
     "tied over the data-parallel set": (
         q14_answer(tied_reduce='grid.all_reduce(stage.tied_embedding.grad, dp_sets[pp_rank], "tied")'), 0.75,
         "the tied all-reduce ran over ranks [0, 2], the data-parallel set of stage 0; the copies of pipeline 0's tied "

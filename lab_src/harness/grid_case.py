@@ -41,6 +41,7 @@ def run_grid(case: Case, ctx, group, tracer, obs) -> None:
             stage.flush()
             _observe_stage(stage, obs)
         dist.barrier(group=group)
+        grid.close()                    # every rank is past the step: nothing is in flight on its groups
         if "network" in case.probes:
             obs["link"] = measure_link(ctx.rank, group, ctx.device)
     finally:

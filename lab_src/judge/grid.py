@@ -146,8 +146,9 @@ def group_problems(obs: dict, lay: Layout, qid: str, label: str) -> list[Problem
         want = lay.dp_set(p)
         events = collectives(o, "allreduce_dp")
         if lay.dp > 1 and not events and not o.get("error"):
-            problems.append(Problem(qid, f"this rank never reduced its gradients over its data-parallel set {want}: "
-                                         f"each replica kept the gradients of its own shard", r, None, label))
+            problems.append(Problem(qid, f"no data-parallel all-reduce was recorded on this rank (grid.all_reduce(..., "
+                                         f"\"dp\") over its data-parallel set {want}): without one each replica keeps "
+                                         f"the gradients of its own shard", r, None, label))
         for e in events[:1] + [e for e in events[1:] if list(e.group) != list(events[0].group)][:1]:
             if list(e.group) != want:
                 what = lay.name(list(e.group))
@@ -226,8 +227,9 @@ def tied_group_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> li
         if holds_copy and not events and not o.get("error"):
             partner = want[1] if r == want[0] else want[0]
             problems.append(Problem(qid, f"this rank never summed the tied embedding's gradient with its copy on rank "
-                                         f"{partner} (an all-reduce of kind \"tied\" over ranks {want}): each copy keeps "
-                                         f"only its own use's gradient, and the copies drift apart", r, None, label))
+                                         f"{partner} (no grid.all_reduce(..., \"tied\") over ranks {want} was recorded): "
+                                         f"each copy keeps only its own use's gradient, and the copies drift apart",
+                                    r, None, label))
         for e in events[:1]:
             group = list(e.group)
             if not holds_copy and len(group) > 1:

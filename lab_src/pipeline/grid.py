@@ -41,6 +41,7 @@ class Grid:
         self.device = torch.device(device)
         self.timeout_s = timeout_s
         self.created: list[list[int]] = []        # the ranks of every group created, in order
+        self._mine: list = []                     # the groups this rank is a member of
 
     def __repr__(self) -> str:
         return f"Grid(rank={self.rank}, world_size={self.world_size}, dp_size={self.dp_size}, pp_size={self.pp_size})"
@@ -56,7 +57,19 @@ class Grid:
         if not members or bad:
             raise ValueError(f"new_group({list(ranks)!r}): the ranks are 0..{self.world_size - 1}")
         self.created.append(members)
-        return dist.new_group(members, timeout=datetime.timedelta(seconds=self.timeout_s))
+        group = dist.new_group(members, timeout=datetime.timedelta(seconds=self.timeout_s))
+        if self.rank in members:
+            self._mine.append(group)
+        return group
+
+    def close(self) -> None:
+        """Destroy this rank's groups (each holds a few threads of the collective library): the harness
+        calls it after a step that completed, when nothing is in flight on them."""
+        while self._mine:
+            try:
+                dist.destroy_process_group(self._mine.pop())
+            except Exception:  # noqa: BLE001 - a group already gone is fine
+                pass
 
     def all_reduce(self, tensor, group, kind: str, op: str = "sum") -> None:
         """Reduce `tensor` in place over the ranks of `group`: their sum (op="sum") or average (op="avg").

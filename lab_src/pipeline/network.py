@@ -43,6 +43,7 @@ class Cluster:
     intra: Link              # between ranks of one node
     inter: Link              # between nodes
     name: str = "cluster"
+    nodes: int = 0           # how many nodes there are (0: as many as it takes)
 
     def node(self, rank: int) -> int:
         return rank // self.ranks_per_node
@@ -71,7 +72,7 @@ def cluster(nodes: int, ranks_per_node: int, intra_gbps: float, inter_gbps: floa
     """A cluster as a student describes it: link speeds in gigabits per second, latencies in microseconds."""
     return Cluster(ranks_per_node, Link(intra_latency_us * 1e-6, intra_gbps * 1e9 / 8),
                    Link(inter_latency_us * 1e-6, inter_gbps * 1e9 / 8),
-                   f"{nodes} node{'s' if nodes > 1 else ''} x {ranks_per_node} ranks")
+                   f"{nodes} node{'s' if nodes > 1 else ''} x {ranks_per_node} ranks", nodes)
 
 
 def this_machine(link: dict | None) -> Cluster:

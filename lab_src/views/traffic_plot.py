@@ -44,6 +44,11 @@ def what_if_figure(sizes: dict, dp: int, pp: int, m: int, net: Cluster, dp_sizes
     if dp_sizes[0] < node_edge < dp_sizes[-1]:
         left.axvline(node_edge, color="#999", ls="--", lw=1)
         left.text(node_edge, left.get_ylim()[1], " rings leave a node", fontsize=8, va="top", color="#666")
+    if net.nodes and dp_sizes[-1] * pp > net.nodes * net.ranks_per_node:
+        full = net.nodes * net.ranks_per_node / pp       # beyond this, more ranks than the cluster has
+        left.axvspan(max(full, dp_sizes[0]), dp_sizes[-1], color="#f4f4f4", zorder=0)
+        left.text(dp_sizes[-1], left.get_ylim()[0], f"more than {net.nodes * net.ranks_per_node} ranks ",
+                  fontsize=8, ha="right", va="bottom", color="#888")
     left.axvline(dp, color="#d62728", lw=0.8, alpha=0.5)
     right.axvline(m, color="#d62728", lw=0.8, alpha=0.5)
     left.legend(fontsize=8, frameon=False)
