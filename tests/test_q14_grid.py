@@ -130,6 +130,47 @@ def test_a_collective_in_a_deadlock_report_names_its_ranks():
     assert "waited in allreduce_tied over ranks [0, 1] until the timeout" in str(p)
 
 
+# ---- the what-if network model ------------------------------------------------------------------------
+def test_ring_all_reduce_and_messages_follow_the_model():
+    from lab_src.pipeline.network import cluster, plan, predict
+    net = cluster(nodes=2, ranks_per_node=2, intra_gbps=800, inter_gbps=80, intra_latency_us=2, inter_latency_us=10)
+    assert net.message_s(0, 1, 1e6) == pytest.approx(2e-6 + 1e6 / 100e9)          # same node
+    assert net.message_s(1, 2, 1e6) == pytest.approx(10e-6 + 1e6 / 10e9)           # across nodes
+    assert net.allreduce_s([0, 1], 1e6) == pytest.approx(2 * 1 * (2e-6 + 0.5e6 / 100e9))
+    assert net.allreduce_s([0, 1, 2, 3], 1e6) == pytest.approx(2 * 3 * (10e-6 + 0.25e6 / 10e9))   # leaves the node
+    assert net.allreduce_s([3], 1e6) == 0.0
+    ops = plan(dp=2, pp=2, m=3, message_bytes=8192, stage_bytes=[1000, 2000], tied_bytes=512)
+    assert sorted({(o.kind, o.ranks) for o in ops}) == [("data_parallel", (0, 2)), ("data_parallel", (1, 3)),
+                                                        ("pipeline", (0, 1)), ("pipeline", (1, 0)), ("pipeline", (2, 3)),
+                                                        ("pipeline", (3, 2)), ("tied", (0, 1)), ("tied", (2, 3))]
+    assert sum(o.kind == "pipeline" for o in ops) == 2 * 2 * 3
+    t = predict(ops, net)
+    assert t["pipeline"] == pytest.approx(3 * net.message_s(2, 3, 8192))   # the busiest rank: 3 sends across nodes
+    assert t["data_parallel"] == pytest.approx(net.allreduce_s([1, 3], 2000))
+
+
+def test_measured_times_come_from_the_record():
+    from lab_src.pipeline.network import measure, operations, this_machine
+    ev = grid_events()
+    got = measure(ev)
+    assert got["pipeline"] == pytest.approx(0.2)        # rank 0's send starts at 1.0, its receive ends at 1.2
+    assert got["tied"] == pytest.approx(0.2) and got["data_parallel"] == pytest.approx(0.4)
+    assert len(operations(ev)) == 4 + 2 + 2             # four messages, one call per tied pair, per data-parallel set
+    here = this_machine({"4": 40e-6, "1048580": 40e-6 + 1048576 / 4e9})
+    assert here.intra.latency_s == pytest.approx(40e-6) and here.intra.bandwidth_Bps == pytest.approx(4e9)
+
+
+def test_the_models_step_ends_with_the_all_reduces():
+    from lab_src.pipeline.network import this_machine
+    from lab_src.views.dp_grid import predicted_events
+    ev = predicted_events(grid_events(), 2, 2, 1, this_machine(None), [1, 1],
+                          {"message_bytes": 4096, "stage_bytes": [400, 400], "tied_bytes": 8192}, tied=True)
+    for r in range(4):
+        mine = sorted((e for e in ev if e.rank == r), key=lambda e: e.t_start)
+        assert [e.kind for e in mine][-2:] == ["allreduce_tied", "allreduce_dp"]
+        assert mine[-1].group == (r % 2, r % 2 + 2)
+
+
 # ---- the prediction: numbers, read, never run ---------------------------------------------------------
 def test_the_prediction_is_read_as_numbers_and_nothing_else():
     ok = 'def predicted_bytes():\n    """mine"""\n    return {"pipeline": 2 * 3 * 8192, "tied": 1e3, "data_parallel": (4 + 4) // 2}\n'

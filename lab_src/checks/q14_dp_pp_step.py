@@ -104,8 +104,7 @@ def what_if(report, **described):
     here = network.this_machine(v.get("link"))
     there = network.cluster(**{**CLUSTER, **described})
     ops = network.operations(v["events"])
-    predicted = {"predicted: " + here.name.split(" (")[0]: network.predict(ops, here),
-                 "predicted: " + there.name: network.predict(ops, there)}
+    predicted = {"model: this machine": network.predict(ops, here), f"model: {there.name}": network.predict(ops, there)}
     print(f"The {v['dp']} x {v['pp']} run's operations ({len(ops)}), time per step on the busiest rank:")
     print(network.table(predicted, network.measure(v["events"])))
     print(f"\n{here.describe()}\n{there.describe()}")

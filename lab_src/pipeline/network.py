@@ -63,6 +63,8 @@ class Cluster:
         return 2 * (n - 1) * link.time(nbytes / n)
 
     def describe(self) -> str:
+        if self.intra == self.inter:
+            return f"{self.name}: every message {self.intra.describe()}"
         return (f"{self.name}: {self.ranks_per_node} ranks per node; inside a node {self.intra.describe()}, "
                 f"between nodes {self.inter.describe()}")
 
@@ -79,12 +81,12 @@ def this_machine(link: dict | None) -> Cluster:
     """This machine's collective library over loopback, from the ping-pong the check timed
     ({bytes: one-way seconds} for a tiny and a large message)."""
     if not link:
-        return Cluster(1 << 16, Link(100e-6, 1e9), Link(100e-6, 1e9), "this machine (assumed: 100 µs, 1 GB/s)")
+        return Cluster(1 << 16, Link(100e-6, 1e9), Link(100e-6, 1e9), "this machine (assumed)", 1)
     sizes = sorted((int(b), float(t)) for b, t in link.items())
     (b0, t0), (b1, t1) = sizes[0], sizes[-1]
     bandwidth = (b1 - b0) / max(t1 - t0, 1e-9)
     here = Link(t0, bandwidth)
-    return Cluster(1 << 16, here, here, f"this machine (measured: {here.describe()})")
+    return Cluster(1 << 16, here, here, "this machine (ping-pong)", 1)
 
 
 # ---- operations: from a run's record, or planned for a step that never ran ---------------------------
@@ -171,10 +173,12 @@ def sizes_of(events: list[Event], dp: int, pp: int) -> dict:
 def table(predicted: dict[str, dict[str, float]], measured: dict[str, float] | None = None) -> str:
     """Milliseconds per kind: each network's prediction, and the measurement."""
     names = list(predicted)
-    head = f"{'kind':<15}" + "".join(f"{n[:26]:>28}" for n in names) + (f"{'measured here':>16}" if measured else "")
+    widths = [max(len(n), 12) + 3 for n in names]
+    head = f"{'kind':<15}" + "".join(f"{n:>{w}}" for n, w in zip(names, widths)) + \
+        (f"{'measured here':>16}" if measured else "")
     lines = [head]
     for k in TRAFFIC_KINDS:
-        row = f"{k:<15}" + "".join(f"{predicted[n][k] * 1e3:>25.3f} ms" for n in names)
+        row = f"{k:<15}" + "".join(f"{predicted[n][k] * 1e3:>{w - 3}.3f} ms" for n, w in zip(names, widths))
         if measured:
             row += f"{measured[k] * 1e3:>13.3f} ms"
         lines.append(row)

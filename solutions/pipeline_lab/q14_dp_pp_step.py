@@ -68,6 +68,9 @@ from lab_src.checks import check
 # | 2 | 1 | 0 | [2, 3] | [0, 2] | [2, 3] |
 # | 3 | 1 | 1 | [2, 3] | [1, 3] | [2, 3] |
 #
+# With two stages a tied pair is the whole pipeline; with four (1 × 4) it is ranks 0 and 3, and with one
+# stage (4 × 1) there is no pair at all: the embedding and the projection are one parameter on one rank.
+#
 # A process group is created *collectively*: every rank calls `grid.new_group(ranks)` for *every* group,
 # in the same order, even the groups it is not a member of, and keeps the ones it belongs to.
 
@@ -83,9 +86,10 @@ from lab_src.checks import check
 # - `"data_parallel"`: the bytes of the gradients each rank hands to its data-parallel all-reduce;
 # - `"tied"`: the bytes of the tied embedding's gradient each first and last stage hands to its all-reduce.
 #
-# The cell below counts the parameters of each piece of the model for you. Write your prediction as
-# numbers (or arithmetic on numbers: `2 * 3 * 8192` is fine) in `predicted_bytes()` in the answer cell;
-# it is graded, and the check prints it next to what your step really sent.
+# The cell below counts the parameters of each piece of the model for you. Write your prediction in
+# `predicted_bytes()` in the answer cell, as `return {"pipeline": ..., "data_parallel": ..., "tied": ...}`
+# with numbers (or arithmetic on numbers: `2 * 3 * 8192` is fine; names and calls are not). It is graded,
+# read from your answer cell without running it, and the check prints it next to what your step sent.
 
 # %%
 from lab_src import build_model
