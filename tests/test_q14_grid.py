@@ -127,7 +127,7 @@ def test_a_collective_in_a_deadlock_report_names_its_ranks():
     from lab_src.judge.problems import from_error
     assert describe_op("allreduce_dp", None, [0, 2]) == "allreduce_dp over ranks [0, 2]"
     p = from_error("q14", 0, {"type": "RuntimeError", "message": "Timed out", "pending": ["3", "allreduce_tied", None, [0, 1]]})
-    assert "waited in allreduce_tied over ranks [0, 1] until the timeout" in str(p)
+    assert "waited in allreduce_tied over ranks [0, 1] until the timeout: not every member joined it" in str(p)
 
 
 # ---- the what-if network model ------------------------------------------------------------------------

@@ -40,7 +40,11 @@ def from_error(exercise: str, rank: int, error: dict, case: str = "") -> Problem
         else:
             op = f"{kind}(mb={mb})" + (f" with rank {peer}" if peer is not None else "")
         gave_up = gave_up_waiting(error["message"])
-        if gave_up == "timeout":
+        if gave_up and isinstance(peer, list):
+            msg = (f"waited in {op} until the {'timeout' if gave_up == 'timeout' else 'others gave up'}: not every "
+                   f"member joined it. Every rank of the group must call the same all-reduces in the same order "
+                   f"({error['type']})")
+        elif gave_up == "timeout":
             msg = (f"waited in {op} until the timeout: no matching message arrived. Check that every "
                    f"send has a receive on the peer, in the same order ({error['type']})")
         elif gave_up == "peer":

@@ -82,12 +82,17 @@ class Grid:
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"all_reduce needs a tensor, got {type(tensor).__name__} "
                             f"(a parameter without a gradient has .grad None: did its backward run?)")
+        if group is dist.GroupMember.NON_GROUP_MEMBER:
+            raise ValueError(f"rank {self.rank} reduces over a group it is not a member of (for a rank outside its "
+                             f"`ranks`, new_group returns a placeholder): of the groups every rank created, use one "
+                             f"whose ranks include {self.rank}")
         if isinstance(group, (list, tuple)) or not hasattr(group, "size"):
             raise TypeError("all_reduce needs a process group (what grid.new_group returned), not a list of ranks")
         members = dist.get_process_group_ranks(group)
         if self.rank not in members:
             raise ValueError(f"rank {self.rank} reduces over a group of ranks {members} it is not a member of")
-        self._agree(tensor, group, members, kind)
+        with trace.waiting(KINDS[kind], tuple(members)):
+            self._agree(tensor, group, members, kind)
         nbytes = tensor.numel() * tensor.element_size()
         with trace.span(KINDS[kind], None, None, tuple(tensor.shape), nbytes, group=tuple(members)):
             if len(members) > 1:

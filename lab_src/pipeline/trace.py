@@ -155,6 +155,23 @@ def span(kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chu
             yield
 
 
+@contextlib.contextmanager
+def waiting(kind: str, group: tuple):
+    """Mark a collective's preparation as the operation in progress (for the journal and an error's report)
+    without recording an event: its members agreeing on what to reduce is not the reduction (q14)."""
+    t = active()
+    if t is None:
+        yield
+        return
+    pending = t.pending = [t.label, kind, None, list(group)]
+    if t._journal:
+        t._journal("B", pending)
+    yield                               # on an exception `pending` stays set, as in Tracer.span
+    t.pending = None
+    if t._journal:
+        t._journal("E", pending)
+
+
 def save_events(events: list[Event], path: Path) -> None:
     Path(path).write_text(json.dumps([e.to_row() for e in events]))
 
