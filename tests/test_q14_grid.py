@@ -78,13 +78,13 @@ def test_baseline_names_a_tied_weight_under_both_its_names(reference):
 def grid_events() -> list[Event]:
     """A 2 x 2 step in miniature (peers as global ranks): one message each way per pipeline, then the tied
     and the data-parallel all-reduces."""
-    ev = []
+    ev, shape = [], (2, 16, 32)
     for d in range(2):
         a, b = 2 * d, 2 * d + 1
-        ev += [Event(a, "forward", 0, None, (2, 16, 32), 0, 0.0, 1.0), Event(a, "send_forward", 0, b, (2, 16, 32), 4096, 1.0, 1.1),
-               Event(b, "recv_forward", 0, a, (2, 16, 32), 4096, 0.5, 1.2), Event(b, "forward", 0, None, (2, 16, 32), 0, 1.2, 2.0),
-               Event(b, "backward", 0, None, (), 0, 2.0, 3.0), Event(b, "send_backward", 0, a, (2, 16, 32), 4096, 3.0, 3.1),
-               Event(a, "recv_backward", 0, b, (2, 16, 32), 4096, 1.1, 3.2), Event(a, "backward", 0, None, (2, 16, 32), 0, 3.2, 4.0)]
+        ev += [Event(a, "forward", 0, None, shape, 0, 0.0, 1.0), Event(a, "send_forward", 0, b, shape, 4096, 1.0, 1.1),
+               Event(b, "recv_forward", 0, a, shape, 4096, 0.5, 1.2), Event(b, "forward", 0, None, shape, 0, 1.2, 2.0),
+               Event(b, "backward", 0, None, (), 0, 2.0, 3.0), Event(b, "send_backward", 0, a, shape, 4096, 3.0, 3.1),
+               Event(a, "recv_backward", 0, b, shape, 4096, 1.1, 3.2), Event(a, "backward", 0, None, shape, 0, 3.2, 4.0)]
         ev += [Event(r, "allreduce_tied", None, None, (64, 32), 8192, 4.0, 4.2, 0, (a, b)) for r in (a, b)]
     ev += [Event(r, "allreduce_dp", None, None, (100,), 400, 4.2, 4.6, 0, (r % 2, r % 2 + 2)) for r in range(4)]
     return ev
@@ -126,7 +126,8 @@ def test_a_collective_in_a_deadlock_report_names_its_ranks():
     from lab_src.harness.deadlock import describe_op
     from lab_src.judge.problems import from_error
     assert describe_op("allreduce_dp", None, [0, 2]) == "allreduce_dp over ranks [0, 2]"
-    p = from_error("q14", 0, {"type": "RuntimeError", "message": "Timed out", "pending": ["3", "allreduce_tied", None, [0, 1]]})
+    error = {"type": "RuntimeError", "message": "Timed out", "pending": ["3", "allreduce_tied", None, [0, 1]]}
+    p = from_error("q14", 0, error)
     assert "waited in allreduce_tied over ranks [0, 1] until the timeout: not every member joined it" in str(p)
 
 
@@ -173,7 +174,8 @@ def test_the_models_step_ends_with_the_all_reduces():
 
 # ---- the prediction: numbers, read, never run ---------------------------------------------------------
 def test_the_prediction_is_read_as_numbers_and_nothing_else():
-    ok = 'def predicted_bytes():\n    """mine"""\n    return {"pipeline": 2 * 3 * 8192, "tied": 1e3, "data_parallel": (4 + 4) // 2}\n'
+    ok = ('def predicted_bytes():\n    """mine"""\n'
+          '    return {"pipeline": 2 * 3 * 8192, "tied": 1e3, "data_parallel": (4 + 4) // 2}\n')
     assert read_numbers(ok, "predicted_bytes") == {"pipeline": 49152, "tied": 1000.0, "data_parallel": 4}
     for bad, why in [("def predicted_bytes():\n    raise NotImplementedError()\n", "still the stub"),
                      ("import os\ndef predicted_bytes():\n    return {'pipeline': os.getpid()}\n", "not a number"),

@@ -2,12 +2,12 @@
 
 The layout every answer must keep: global rank = dp_rank * pp_size + pp_rank, so pipeline d is the row of
 ranks d*pp .. d*pp+pp-1, the data-parallel set of stage p the column p, p+pp, p+2pp, ..., and the tied
-pair of pipeline d its first and last rank. `layout` names these.
+pair of pipeline d its first and last rank. `Layout` names these.
 
 Problems are sorted in two parts, as the hidden tests score them:
 - data parallel: coordinates, pipeline groups, the groups the data-parallel all-reduces ran over, the
-  shards read, outputs, losses and gradients against the single-process baseline of the global batch,
-  equal weights across replicas after a step, and each replica a real pipeline of the schedule;
+  shards read, every replica's starting weights (those of the run seed), outputs, losses and gradients
+  against the single-process baseline of the global batch, and each replica a real pipeline of the schedule;
 - tied embeddings: the tied all-reduce over the first and last stage of each pipeline, the copies equal
   after a step, and their gradient the baseline's (judged only when the other gradients are right, so
   that a data-parallel mistake is not charged twice).
@@ -80,6 +80,9 @@ def judge_grid(outcome, baseline: dict, qid: str, label: str = "") -> Verdict:
             dp_problems.append(Problem(qid, o["returned"], r, None, label))
     tied = tied_group_problems(obs, lay, cfg, qid, label)
     if any(o.get("grads") is None for o in obs.values()) or len(obs) < case.stages:
+        if cfg.tie_embeddings and not tied:
+            tied.append(Problem(qid, "the tied copies could not be checked: the step returned no stage on some rank",
+                                None, None, label))
         return Verdict(dp_problems, tied)
     numbers = number_problems(obs, lay, cfg, baseline, qid, label)
     if not dp_problems:
