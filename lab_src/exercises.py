@@ -149,6 +149,33 @@ def check_gradients(stage, baseline_grads):
     """
 
 
+@_exercise_api("q14")
+def dp_pp_step(grid, cfg):
+    """One training step of this rank on a grid of `grid.dp_size` data-parallel replicas of a
+    `grid.pp_size`-stage pipeline (`grid.world_size` = dp_size * pp_size ranks). Return `(stage, outputs, loss)`.
+
+    1. Coordinates: global rank = dp_rank * pp_size + pp_rank (the layout of
+       `torch.arange(world_size).view(dp_size, pp_size)`: a pipeline is a row, a data-parallel set a column).
+    2. Groups, with `grid.new_group(ranks)` (collective: every rank creates every group, in the same order):
+       one per pipeline (its pp_size ranks), one per data-parallel set (the dp_size ranks that hold the same
+       stage), and with `cfg.tie_embeddings` and more than one stage, one per pipeline of its first and
+       last stage.
+    3. The stage: `PipelineStage(cfg, pp_rank, pp_size, micro_batch_size, grid.device, pipeline_group)`,
+       with the same `cfg` (and so the same seed and weights) on every replica; each replica's micro-batch
+       size is cfg.global_batch_size / (dp_size * cfg.num_microbatches).
+    4. Data: the stages that need it read their replica's own shard, `make_dataloader(cfg, micro_batch_size,
+       dp_rank=dp_rank)`.
+    5. The pipelined step: `afab_step(stage, data_iter, cfg.num_microbatches)` (q08).
+    6. Tied embeddings: on the first and last stage, sum the gradient of `stage.tied_embedding` over the
+       group of the first and last stage of this pipeline, so that both copies hold the whole gradient.
+    7. Data parallelism: average every parameter's gradient over this stage's data-parallel set.
+    Reduce with `grid.all_reduce(tensor, group, kind, op="sum" or "avg")`, kind "tied" or "dp".
+    `outputs` and `loss` are what afab_step returned on this rank (the last stage: this replica's outputs
+    and the loss of its shard; other stages: [] and None). After the step every gradient equals the
+    single-process baseline's over the whole global batch, on every rank, tied copies included.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

@@ -90,6 +90,9 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), step="q08"),
     Exercise("q10", "check_gradients", "Each stage's gradients equal the baseline",
              ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), step="q08"),
+    # its own step (schedule set, no `step`): judged on the numbers, like q08; the pipeline inside it is q08's AFAB
+    Exercise("q14", "dp_pp_step", "Data x pipeline parallel on a grid of ranks, tied embeddings",
+             ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), schedule="afab"),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]

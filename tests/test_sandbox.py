@@ -137,4 +137,4 @@ def test_no_group_of_cases_holds_what_its_exercises_are_judged_against(reference
         graded = {c.qid for c in group}
         held = set().union(*(holds(c) for c in group))
         assert not graded & held, (graded, held)
-    assert len(groups) <= 7
+    assert len(groups) <= 8     # q14's grids hold every pipeline reference and are judged on numbers: a group of their own

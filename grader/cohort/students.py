@@ -167,6 +167,52 @@ def check_gradients(stage, baseline_grads):
     return checked
 '''
 
+# q14: the reference step with one part written differently (the slots of the template). Two cohort
+# students carry a mistake each; tests/test_q14_grid.py grades the other realistic ones directly.
+Q14_TEMPLATE = '''
+import torch
+
+from lab_src import PipelineStage, afab_step, make_dataloader, needs_dataloader
+
+
+def predicted_bytes():
+    return {{"pipeline": 2 * 2 * 1 * 3 * (4 * 16 * 32 * 4), "data_parallel": 2 * (2560 + 4 * 12704 + 2176) * 4,
+            "tied": 2 * 2 * 64 * 32 * 4}}
+
+
+def dp_pp_step(grid, cfg):
+    dp, pp = grid.dp_size, grid.pp_size
+    dp_rank, pp_rank = divmod(grid.rank, pp)
+    pipelines = [grid.new_group([d * pp + p for p in range(pp)]) for d in range(dp)]
+    dp_sets = [grid.new_group({dp_set}) for p in range(pp)]
+    tied = [grid.new_group([d * pp, d * pp + pp - 1]) for d in range(dp)] if cfg.tie_embeddings and pp > 1 else []
+    mbs = cfg.global_batch_size // (dp * cfg.num_microbatches)
+    stage = PipelineStage({stage_cfg}, pp_rank, pp, mbs, grid.device, pipelines[dp_rank])
+    data = iter({loader}) if needs_dataloader(pp_rank, pp) else None
+    outputs, loss = afab_step(stage, data, cfg.num_microbatches)
+    if tied and stage.tied_embedding is not None:
+        {tied_reduce}
+    if dp > 1:
+        for p in stage.parameters():
+            {dp_reduce}
+    return stage, outputs, loss
+'''
+Q14_RIGHT = dict(dp_set="[d * pp + p for d in range(dp)]", stage_cfg="cfg",
+                 loader="make_dataloader(cfg, mbs, dp_rank=dp_rank)",
+                 tied_reduce='grid.all_reduce(stage.tied_embedding.grad, tied[dp_rank], "tied")',
+                 dp_reduce='grid.all_reduce(p.grad, dp_sets[pp_rank], "dp", op="avg")')
+
+
+def q14_answer(**wrong) -> str:
+    """The q14 template with the parts named in `wrong` replaced (the rest as the reference writes them)."""
+    return Q14_TEMPLATE.format(**{**Q14_RIGHT, **wrong})
+
+
+# sums the replicas' gradients (all_reduce's default op) and never divides by their number
+Q14_SUMMED = q14_answer(dp_reduce='grid.all_reduce(p.grad, dp_sets[pp_rank], "dp")')
+# never sums the two copies' gradients of the tied embedding
+Q14_NO_TIED = q14_answer(tied_reduce="pass")
+
 # ---- students who try something the grader must withstand ---------------------------------------
 
 Q08_WHOLE_MODEL = '''
@@ -471,6 +517,13 @@ COHORT = [
                     "ivo's mistake", answers={"q08": Q08_BORROW}, expect={"q08": 0.1667}),
     Student("nico", "q05 is right, with numpy integers where ints are expected", answers={"q05": Q05_NUMPY}),
     Student("xena", "q06 calls exit() on rank 1", answers={"q06": Q06_EXIT}, expect={"q06": 0.0}),
+    # q14: three parts of a third each: data parallel (5 grids), tied embeddings (4 tied grids), the prediction
+    Student("uma", "q14 sums the replicas' gradients instead of averaging them", answers={"q14": Q14_SUMMED},
+            # right only on the 1 x 4 grid (one replica): (1/5 + 4/4 + 3/3) / 3
+            expect={"q14": 0.7333}),
+    Student("vito", "q14 never all-reduces the tied embedding's gradient: the copies drift apart",
+            # the tied part holds only on the 4 x 1 grid (one stage, one parameter): (5/5 + 1/4 + 3/3) / 3
+            answers={"q14": Q14_NO_TIED}, expect={"q14": 0.75}),
 ]
 
 BY_NAME = {s.name: s for s in COHORT}

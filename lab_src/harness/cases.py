@@ -12,6 +12,7 @@ Kinds:
     baseline  the unsharded baseline (q04), run on every rank
     units     exercise functions called on given arguments (rank 0 only)
     seeds     what the seed does to weights on different ranks (q01 demo)
+    grid      the student's step on a data x pipeline grid of all the case's ranks (q14, grid_case.py)
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import torch.distributed as dist
 
 from lab_src import exercises
 from lab_src.harness.case import Case
+from lab_src.harness.grid_case import run_grid
 from lab_src.pipeline import data, model, trace
 from lab_src.pipeline.baseline import compute_baseline, load_baseline
 from lab_src.pipeline.config import LabConfig
@@ -348,7 +350,9 @@ CALLS = {"pipeline": ("check_args", "activation_shape", "distribute_layers", "ne
          "comm": ("check_args", "activation_shape", "distribute_layers", "pipeline_communicate"),
          "layout": ("check_args", "activation_shape", "distribute_layers"),
          "shapes": ("check_args", "activation_shape"),
-         "baseline": ("baseline_step",), "units": (), "seeds": ()}
+         "baseline": ("baseline_step",), "units": (), "seeds": (),
+         "grid": ("check_args", "activation_shape", "distribute_layers", "needs_dataloader", "pipeline_communicate",
+                  "afab_step")}
 
 
 def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
@@ -366,3 +370,4 @@ def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
 
 KINDS = {"pipeline": run_pipeline, "comm": run_comm, "layout": run_layout, "shapes": run_shapes,
          "baseline": run_baseline, "units": run_units, "seeds": run_seeds}
+KINDS["grid"] = run_grid        # q14: the data x pipeline grid (harness/grid_case.py)

@@ -13,7 +13,9 @@ from lab_src.harness.runfolder import journal_path, read_journal
 
 
 def describe_op(kind: str, mb, peer) -> str:
-    op = Op(kind)
+    op = Op.of(kind)
+    if op is None:              # a collective: its `peer` is the list of ranks taking part
+        return f"{kind} over ranks {peer}"
     if op.is_compute:
         return f"{kind[0].upper()}{mb}"
     return f"{kind}(mb={mb}) {'to' if op.is_send else 'from'} rank {peer}"

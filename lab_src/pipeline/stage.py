@@ -44,6 +44,19 @@ class PipelineStage(nn.Module):
         self.embed = build_piece(cfg, "embed", device) if self.is_first_stage else None
         self.blocks = nn.ModuleDict({str(i): build_piece(cfg, f"blocks.{i}", device) for i in self.layer_ids})
         self.head = build_piece(cfg, "head", device) if self.is_last_stage else None
+        if cfg.tie_embeddings and self.embed is not None and self.head is not None:
+            self.head.proj.weight = self.embed.tokens.weight    # one stage holds both uses: one parameter
+
+    @property
+    def tied_embedding(self):
+        """With `cfg.tie_embeddings`, this stage's copy of the weight shared by the token embedding (first
+        stage) and the output projection (last stage); None on the stages in between, or untied. A
+        one-stage pipeline holds a single parameter used twice. (q14)"""
+        if not self.cfg.tie_embeddings:
+            return None
+        if self.embed is not None:
+            return self.embed.tokens.weight
+        return self.head.proj.weight if self.head is not None else None
 
     def describe(self) -> str:
         parts = (["embed"] if self.embed is not None else []) + \

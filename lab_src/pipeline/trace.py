@@ -1,11 +1,14 @@
 """The event record behind every picture of a run.
 
-Each rank records one `Event` per forward or backward chunk and per point-to-point operation:
+Each rank records one `Event` per forward or backward chunk, per point-to-point operation and per
+collective (q14's all-reduces):
 
-    (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk)
+    (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk[, group])
 
 `rank` and `peer` are pipeline ranks; `kind` is an operation of `schedules.Op` ("forward", "send_forward",
-...); `chunk` is the model chunk of the rank (0 unless the schedule is interleaved). Times are seconds on the host's monotonic clock
+...) or a collective of COLLECTIVES ("allreduce_dp", "allreduce_tied"); `chunk` is the model chunk of the rank (0 unless the schedule is interleaved); `group`, for a
+collective only, the global ranks taking part (a collective has no peer, and its `bytes` is the buffer
+this rank handed to it). Times are seconds on the host's monotonic clock
 (`time.perf_counter`), which every process of a `torchrun --standalone` run shares, so the ranks'
 timelines line up without any synchronisation; `CaseOutcome.events()` moves a case's first event to 0.
 
@@ -26,7 +29,9 @@ from lab_src.pipeline.schedules import Op
 COMPUTE = tuple(o.value for o in Op if o.is_compute)
 SENDS = tuple(o.value for o in Op if o.is_send)
 RECVS = tuple(o.value for o in Op if o.is_recv)
-KINDS = tuple(o.value for o in Op)
+# Collectives, by what they reduce: the data-parallel gradient average, the tied embedding's gradient sum.
+COLLECTIVES = ("allreduce_dp", "allreduce_tied")
+KINDS = tuple(o.value for o in Op) + COLLECTIVES
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class Event:
     t_start: float
     t_end: float
     chunk: int = 0
+    group: tuple | None = None      # a collective's global ranks
 
     @property
     def duration(self) -> float:
@@ -62,24 +68,33 @@ class Event:
         return self.kind in RECVS
 
     @property
+    def is_collective(self) -> bool:
+        return self.kind in COLLECTIVES
+
+    @property
     def phase(self) -> str:
-        """"forward" (activations) or "backward" (gradients)."""
-        return Op(self.kind).phase
+        """"forward" (activations) or "backward" (gradients); "collective" for a collective."""
+        return "collective" if self.is_collective else Op(self.kind).phase
 
     def label(self) -> str:
         """Short text such as 'F3', 'B0', 'send_forward(mb=2) to rank 1'."""
         if self.is_compute:
             return f"{self.kind[0].upper()}{self.microbatch}"
+        if self.is_collective:
+            return f"{self.kind} over ranks {list(self.group or ())}"
         direction = "to" if self.is_send else "from"
         return f"{self.kind}(mb={self.microbatch}) {direction} rank {self.peer}"
 
     def to_row(self) -> tuple:
-        return astuple(self)
+        row = astuple(self)
+        return row if self.group is not None else row[:-1]   # a P2P or compute row is as it always was
 
     @classmethod
     def from_row(cls, row) -> "Event":
-        rank, kind, mb, peer, shape, nbytes, t0, t1, *chunk = row
-        return cls(rank, kind, mb, peer, tuple(shape) if shape is not None else None, nbytes, t0, t1, *chunk[:1])
+        rank, kind, mb, peer, shape, nbytes, t0, t1, *rest = row
+        chunk = rest[0] if rest else 0
+        group = tuple(rest[1]) if len(rest) > 1 and rest[1] is not None else None
+        return cls(rank, kind, mb, peer, tuple(shape) if shape is not None else None, nbytes, t0, t1, chunk, group)
 
 
 class Tracer:
@@ -94,8 +109,10 @@ class Tracer:
         self._journal = journal               # journal(tag, pending): harness/runfolder.py's format, or None
 
     @contextlib.contextmanager
-    def span(self, kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chunk: int = 0):
-        pending = self.pending = [self.label, kind, microbatch, peer]
+    def span(self, kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chunk: int = 0,
+             group: tuple | None = None):
+        # what a deadlock report names: the peer of a message, the ranks of a collective
+        pending = self.pending = [self.label, kind, microbatch, peer if group is None else list(group)]
         if self._journal:
             self._journal("B", pending)
         t_start = time.perf_counter()
@@ -104,8 +121,8 @@ class Tracer:
             self.sync()
         t_end = time.perf_counter()
         self.pending = None
-        self.events.append(Event(self.rank, kind, microbatch, peer,
-                                 tuple(shape) if shape is not None else None, nbytes, t_start, t_end, chunk))
+        self.events.append(Event(self.rank, kind, microbatch, peer, tuple(shape) if shape is not None else None,
+                                 nbytes, t_start, t_end, chunk, tuple(group) if group is not None else None))
         if self._journal:
             self._journal("E", pending)
 
@@ -127,14 +144,32 @@ def tracing(tracer: Tracer):
 
 
 @contextlib.contextmanager
-def span(kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chunk: int = 0):
+def span(kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chunk: int = 0,
+         group: tuple | None = None):
     """Record under the active tracer, if any (code run outside a check is simply not traced)."""
     t = active()
     if t is None:
         yield
     else:
-        with t.span(kind, microbatch, peer, shape, nbytes, chunk):
+        with t.span(kind, microbatch, peer, shape, nbytes, chunk, group):
             yield
+
+
+@contextlib.contextmanager
+def waiting(kind: str, group: tuple):
+    """Mark a collective's preparation as the operation in progress (for the journal and an error's report)
+    without recording an event: its members agreeing on what to reduce is not the reduction (q14)."""
+    t = active()
+    if t is None:
+        yield
+        return
+    pending = t.pending = [t.label, kind, None, list(group)]
+    if t._journal:
+        t._journal("B", pending)
+    yield                               # on an exception `pending` stays set, as in Tracer.span
+    t.pending = None
+    if t._journal:
+        t._journal("E", pending)
 
 
 def save_events(events: list[Event], path: Path) -> None:

@@ -9,7 +9,8 @@ from lab_src.views.clocks import clock_offsets, shift
 from lab_src.pipeline.matching import Matching, match
 
 COLORS = {"forward": "#4c78a8", "backward": "#f58518", "send": "#54a24b", "recv": "#9e9e9e",
-          "idle": "#f1f1f1", "cursor": "#d62728"}
+          "idle": "#f1f1f1", "cursor": "#d62728", "allreduce_dp": "#9467bd", "allreduce_tied": "#e377c2"}
+COLLECTIVE_LABELS = {"allreduce_dp": "data-parallel all-reduce", "allreduce_tied": "tied-embedding all-reduce"}
 
 
 @dataclass
@@ -78,8 +79,26 @@ def prepare(events: list[Event], p: int, m: int, *, kind: str = "measured", note
     return Timeline(events, p, m, match(events), offsets, kind, note, raw_bubble)
 
 
+def collective_calls(events: list[Event]) -> list[tuple[str, tuple, list[Event]]]:
+    """Each all-reduce as one call: (kind, group, the members' events). The k-th all-reduce of a kind
+    over a group on one member is the k-th on every other member (collectives run in the same order)."""
+    seen: dict[tuple, list[list[Event]]] = {}
+    counts: dict[tuple, int] = {}
+    for e in sorted((e for e in events if e.is_collective), key=lambda e: (e.t_start, e.rank)):
+        key = (e.kind, e.group, e.rank)
+        k = counts[key] = counts.get(key, -1) + 1
+        calls = seen.setdefault((e.kind, e.group), [])
+        while len(calls) <= k:
+            calls.append([])
+        calls[k].append(e)
+    return [(kind, group, members) for (kind, group), calls in seen.items() for members in calls]
+
+
 def describe(e: Event, matched: tuple[Event, Event] | None = None) -> str:
     """One line about an event: the op, its rank and peer, micro-batch, shape, bytes and duration."""
+    if e.is_collective:
+        return (f"rank {e.rank} · {COLLECTIVE_LABELS.get(e.kind, e.kind)} over ranks {list(e.group or ())} · "
+                f"{e.bytes:,} bytes · {e.t_start * 1e3:.2f}–{e.t_end * 1e3:.2f} ms ({e.duration * 1e3:.2f} ms)")
     what = f"rank {e.rank} · {e.kind} of micro-batch {e.microbatch}"
     if not e.is_compute:
         what += f" {'to' if e.kind in SENDS else 'from'} rank {e.peer}"

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from lab_src.views.prepare import COLORS, Timeline
+from lab_src.views.prepare import COLLECTIVE_LABELS, COLORS, Timeline, collective_calls
 
 ROW = 0.7     # height of a compute box, in rows
 BAR = 0.22    # height of a send/receive bar
@@ -40,9 +40,16 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
             if e.duration > 0.016 * t_max:
                 ax.text((e.t_start + e.duration / 2) * ms, e.rank, f"{e.kind[0].upper()}{e.microbatch}",
                         ha="center", va="center", color="white", fontsize=7.5, fontweight="bold")
+        elif e.is_collective:       # an all-reduce: a thicker bar, joined to the other members below
+            ax.barh(e.rank, max(e.duration, 0.002 * t_max) * ms, left=e.t_start * ms, height=2 * BAR,
+                    color=COLORS[e.kind])
         else:
             ax.barh(e.rank, max(e.duration, 0.002 * t_max) * ms, left=e.t_start * ms, height=BAR,
                     color=COLORS["send" if e.is_send else "recv"])
+    for kind, group, members in collective_calls(tl.events):
+        if len(group) > 1:
+            t = max(e.t_end for e in members) * ms
+            ax.plot([t, t], [min(group), max(group)], color=COLORS[kind], lw=1.2, ls=":", alpha=0.9)
     for send, recv in tl.matching.pairs:
         down = recv.rank > send.rank
         color = COLORS[send.phase]
@@ -50,8 +57,10 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
                     xytext=(send.t_start * ms, send.rank + (BAR if down else -BAR) / 2),
                     arrowprops=dict(arrowstyle="-|>", color=color, lw=0.9, alpha=0.8, shrinkA=0, shrinkB=0,
                                     mutation_scale=8))
+    reduced = {r: sum(e.bytes for e in tl.events if e.rank == r and e.is_collective) for r in range(tl.p)}
     for r, n in tl.bytes_sent().items():
-        ax.text(1.005, r, f"sent {n:,} B", transform=ax.get_yaxis_transform(), va="center", fontsize=8)
+        extra = f"\n+ {reduced[r]:,} B all-reduced" if reduced[r] else ""
+        ax.text(1.005, r, f"sent {n:,} B{extra}", transform=ax.get_yaxis_transform(), va="center", fontsize=8)
     ax.set_yticks(range(tl.p), [f"rank {r}" for r in range(tl.p)])
     ax.set_ylim(tl.p - 0.5, -0.5)     # rank 0 on top
     ax.set_xlim(0, t_max * ms * 1.01)
@@ -61,11 +70,12 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
     ax.set_axisbelow(True)
 
 
-def legend_handles() -> list:
+def legend_handles(collectives: tuple = ()) -> list:
     return [Patch(color=COLORS["forward"], label="forward"), Patch(color=COLORS["backward"], label="backward"),
             Patch(color=COLORS["send"], label="send"), Patch(color=COLORS["recv"], label="receive (waiting)"),
             Patch(facecolor=COLORS["idle"], hatch="///", edgecolor="#c8c8c8", label="idle (bubble)"),
-            Line2D([], [], color="#555", marker=">", markersize=5, lw=1, label="message: send → receive")]
+            Line2D([], [], color="#555", marker=">", markersize=5, lw=1, label="message: send → receive")] + \
+        [Patch(color=COLORS[k], label=COLLECTIVE_LABELS[k]) for k in COLLECTIVE_LABELS if k in collectives]
 
 
 def figure(timelines: list[Timeline], title: str = "") -> TimelineFigure:
@@ -78,5 +88,7 @@ def figure(timelines: list[Timeline], title: str = "") -> TimelineFigure:
     axes[-1].set_xlabel("time since the step started (ms)")
     if title:
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")
-    fig.legend(handles=legend_handles(), loc="outside lower center", ncol=6, fontsize=8, frameon=False)
+    kinds = tuple({e.kind for tl in timelines for e in tl.events if e.is_collective})
+    fig.legend(handles=legend_handles(kinds), loc="outside lower center", ncol=6 + len(kinds) // 2, fontsize=8,
+               frameon=False)
     return fig

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from html import escape
 
-from lab_src.views.prepare import COLORS, Timeline, describe
+from lab_src.views.prepare import COLLECTIVE_LABELS, COLORS, Timeline, collective_calls, describe
 
 LEFT, RIGHT, TOP, ROW_H, BOX_H, BAR_H, AXIS_H, LEGEND_H = 62, 118, 10, 46, 28, 10, 36, 22
 GHOST = 0.16
@@ -35,11 +35,13 @@ def nice_ticks(t_max_ms: float, target: int = 8) -> list[float]:
     return [i * step for i in range(int(t_max_ms / step) + 1)]
 
 
-def legend(x: float, y: float) -> str:
+def legend(x: float, y: float, collectives: tuple = ()) -> str:
     """What the colours mean, in one line starting at (x, y)."""
     items = [(COLORS["forward"], "forward", BOX_H), (COLORS["backward"], "backward", BOX_H),
              (COLORS["send"], "send", BAR_H), (COLORS["recv"], "receive (waiting)", BAR_H),
              ("url(#pp-idle)", "idle (bubble)", BOX_H)]
+    items += [(COLORS[k], COLLECTIVE_LABELS[k].replace("-embedding", ""), BAR_H) for k in COLLECTIVE_LABELS
+              if k in collectives]
     out = []
     for fill, label, h in items:
         size = 12 if h == BOX_H else 5
@@ -78,8 +80,8 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
     # boxes: done in colour, the part still to come as a ghost
     for e in tl.events:
         compute = e.is_compute
-        color = COLORS[e.kind] if compute else COLORS["send" if e.is_send else "recv"]
-        h = BOX_H if compute else BAR_H
+        color = COLORS[e.kind] if compute or e.is_collective else COLORS["send" if e.is_send else "recv"]
+        h = BOX_H if compute else 1.8 * BAR_H if e.is_collective else BAR_H
         y = mid(e.rank) - h / 2
         x0, x1 = x(e.t_start), max(x(e.t_end), x(e.t_start) + 1.5)
         xc = min(max(x(cursor), x0), x1) if cursor < e.t_end else x1
@@ -110,6 +112,13 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
         out.append(f'<line x1="{x(send.t_start):.1f}" y1="{y0:.1f}" x2="{x(recv.t_end):.1f}" y2="{y1:.1f}" '
                    f'stroke="{COLORS[phase]}" stroke-width="{3 if bold else 1.2}" opacity="{opacity}" '
                    f'marker-end="url(#pp-head-{phase})"/>')
+    # each all-reduce joins its members once the last of them is done
+    for kind, group, members in collective_calls(tl.events):
+        done = max(e.t_end for e in members)
+        if len(group) > 1 and done <= cursor:
+            out.append(f'<line x1="{x(done):.1f}" y1="{mid(min(group)):.1f}" x2="{x(done):.1f}" '
+                       f'y2="{mid(max(group)):.1f}" stroke="{COLORS[kind]}" stroke-width="1.5" '
+                       f'stroke-dasharray="3,2"/>')
     # bytes each rank has sent so far
     for r in range(tl.p):
         sent = sum(e.bytes for e in tl.events if e.rank == r and e.is_send and e.t_end <= cursor)
@@ -127,6 +136,6 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
         out.append(f'<line x1="{xc:.1f}" y1="{TOP - 4}" x2="{xc:.1f}" y2="{axis_y}" stroke="{COLORS["cursor"]}" '
                    f'stroke-width="1.5"/><text x="{xc + 3:.1f}" y="{axis_y + 30}" fill="{COLORS["cursor"]}">'
                    f't = {cursor * 1e3:.2f} ms</text>')
-    out.append(legend(LEFT, height - 8))
+    out.append(legend(LEFT, height - 8, tuple({e.kind for e in tl.events if e.is_collective})))
     out.append("</svg>")
     return "\n".join(out)

@@ -31,7 +31,7 @@ def timelines(events: list[Event], p: int, m: int, *, schedule: str = "afab", ac
               stage_layers: list[int] | None = None, cost: CostModel | None = None) -> tuple[Timeline, Timeline]:
     """(measured, ideal) for one run of `schedule`. `stage_layers` is the number of blocks each rank
     ran, as the run recorded it. The ideal's compute comes from `cost`, else from the run itself."""
-    messages = [e for e in events if not e.is_compute]
+    messages = [e for e in events if e.is_send or e.is_recv]
     if activation_bytes is None:
         activation_bytes = max((e.bytes for e in messages), default=0)
     shape = next((e.shape for e in messages), None)

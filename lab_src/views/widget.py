@@ -80,6 +80,7 @@ class TimelineWidget(w.VBox):
 
         rows = "".join(f"<tr><td>rank {r}</td><td style='text-align:right'>{n:,} B</td></tr>"
                        for r, n in self.view.bytes_sent().items())
+        pipeline_p = getattr(measured, "pipeline_p", measured.p)   # a grid's rows are several pipelines (q14)
         raw = ""
         notes = []
         if measured.offsets:
@@ -96,7 +97,7 @@ class TimelineWidget(w.VBox):
         return (f'<div class="pp-timeline-side" style="font-size:12px; line-height:1.45">'
                 f"<b>Bubble</b> (idle share of the step)<br>"
                 f"measured: <b>{pct(measured.bubble)}</b>{raw}<br>ideal: {pct(ideal.bubble)}<br>"
-                f"theory (p-1)/(m+p-1) = ({measured.p}-1)/({measured.m}+{measured.p}-1) = "
+                f"theory (p-1)/(m+p-1) = ({pipeline_p}-1)/({measured.m}+{pipeline_p}-1) = "
                 f"<b>{measured.theory:.1%}</b><br>"
                 f"step time: measured {measured.span * 1e3:.1f} ms, ideal {ideal.span * 1e3:.1f} ms<br><br>"
                 f"<b>Bytes sent</b> ({self.toggle.value})<table>{rows}</table><br>"
