@@ -6,7 +6,9 @@ from lab_src.checks.common import (CheckReport, LabConfig, errors, exercise, fin
                                    run_dir, sources)
 from lab_src.judge.probes import judge_check_gradients, judge_check_outputs
 from lab_src.judge.realness import check_run
+from lab_src.pipeline.schedules import in_flight
 from lab_src.views import bubble, grid
+from lab_src.views.memory import describe_peaks
 
 
 def pipeline_check(qid: str, configs: list[LabConfig], probes: list[str]) -> CheckReport:
@@ -47,4 +49,12 @@ def pipeline_check(qid: str, configs: list[LabConfig], probes: list[str]) -> Che
         events = out.events()
         lines.append(indent(grid.time_grid(events, cfg.num_stages)))
         lines.append("    " + bubble.describe(events, cfg.num_stages, cfg.num_microbatches))
+        lines.append("    " + memory_line(events, cfg.num_stages))
     return finish(qid, run, problems, lines)
+
+
+def memory_line(events, p: int) -> str:
+    """'held for backward at most: rank 0 4 micro-batches (0.6 MiB), ...' from a run's events."""
+    held = ", ".join(f"{max(in_flight(events, r), default=0)}" for r in range(p))
+    return f"micro-batches held awaiting backward, at most: {held} (ranks 0..{p - 1}); peak activation " \
+           f"memory: {describe_peaks(events, p)}"

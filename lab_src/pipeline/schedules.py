@@ -205,6 +205,29 @@ class OneForwardOneBackward(Schedule):
     def max_in_flight(self, rank, p, m):
         return min(p - rank, m)
 
+    def violations(self, events, p, m):
+        """Its memory bound first (at most min(p - r, m) micro-batches held); then each rank's order,
+        which for 1F1B is one order only: its warm-up, one forward and one backward in turn, its cool-down."""
+        found = in_flight_violations(self, events, p, m)
+        for r in range(p):
+            if any(f[0] == r for f in found):
+                continue
+            got = [(e.kind, e.microbatch) for e in compute_order(events, r)]
+            want = [(s.op.value, s.microbatch) for s in self.program(r, p, m) if s.op.is_compute]
+            if got != want:
+                at = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+                mb = (got[at] if at < len(got) else want[at])[1]
+                found.append((r, mb, f"rank {r} runs {_order(got)}; {self.title} runs {_order(want)} "
+                                     f"({self.warmup(r, p, m)} warm-up forwards, min(p - r - 1, m), then one forward "
+                                     f"and one backward in turn, then the remaining backwards)"))
+        return sorted(found, key=lambda f: f[0])
+
+
+def _order(compute: list[tuple[str, int]], limit: int = 12) -> str:
+    """'F0 F1 B0 ...' of (kind, micro-batch) pairs."""
+    text = " ".join(f"{kind[0].upper()}{mb}" for kind, mb in compute[:limit])
+    return text + (" ..." if len(compute) > limit else "")
+
 
 class Interleaved1F1B(Schedule):
     """Interleaved One-Forward-One-Backward with `v` chunks per rank (rank r holds chunks r, r + p, ...).

@@ -2,10 +2,14 @@
 
 Each rank records one `Event` per forward or backward chunk and per point-to-point operation:
 
-    (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk)
+    (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk, held)
 
 `rank` and `peer` are pipeline ranks; `kind` is an operation of `schedules.Op` ("forward", "send_forward",
-...); `chunk` is the model chunk of the rank (0 unless the schedule is interleaved). Times are seconds on the host's monotonic clock
+...); `chunk` is the model chunk of the rank (0 unless the schedule is interleaved); `held` is the
+activation memory the rank holds when the operation ends: bytes of tensors saved for backward and not
+yet freed (harness/memory.py counts them while a pipeline case runs its step; 0 where nothing was
+counted). Rows of 8 or 9 fields (written before `chunk` or `held` existed) still load. Times are
+seconds on the host's monotonic clock
 (`time.perf_counter`), which every process of a `torchrun --standalone` run shares, so the ranks'
 timelines line up without any synchronisation; `CaseOutcome.events()` moves a case's first event to 0.
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 
 from lab_src.pipeline.schedules import Op
@@ -40,6 +44,7 @@ class Event:
     t_start: float
     t_end: float
     chunk: int = 0
+    held: int = 0          # bytes saved for backward held by the rank when the operation ended
 
     @property
     def duration(self) -> float:
@@ -78,8 +83,8 @@ class Event:
 
     @classmethod
     def from_row(cls, row) -> "Event":
-        rank, kind, mb, peer, shape, nbytes, t0, t1, *chunk = row
-        return cls(rank, kind, mb, peer, tuple(shape) if shape is not None else None, nbytes, t0, t1, *chunk[:1])
+        rank, kind, mb, peer, shape, nbytes, t0, t1, *rest = row
+        return cls(rank, kind, mb, peer, tuple(shape) if shape is not None else None, nbytes, t0, t1, *rest[:2])
 
 
 class Tracer:
@@ -92,6 +97,7 @@ class Tracer:
         self.label = label                    # which case of a launch this is
         self.pending: list | None = None      # the operation in progress: [label, kind, mb, peer]
         self._journal = journal               # journal(tag, pending): harness/runfolder.py's format, or None
+        self.memory = None                    # () -> bytes saved for backward now held (harness/memory.py)
 
     @contextlib.contextmanager
     def span(self, kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chunk: int = 0):
@@ -104,9 +110,23 @@ class Tracer:
             self.sync()
         t_end = time.perf_counter()
         self.pending = None
-        self.events.append(Event(self.rank, kind, microbatch, peer,
-                                 tuple(shape) if shape is not None else None, nbytes, t_start, t_end, chunk))
+        self.record(Event(self.rank, kind, microbatch, peer, tuple(shape) if shape is not None else None, nbytes,
+                          t_start, t_end, chunk), pending)
+
+    def held(self) -> int:
+        return self.memory() if self.memory is not None else 0
+
+    def begin(self, kind: str, microbatch=None, peer=None) -> list:
+        """Journal the start of an operation that ends later (a posted send or receive); `record` ends it."""
+        pending = [self.label, kind, microbatch, peer]
         if self._journal:
+            self._journal("B", pending)
+        return pending
+
+    def record(self, event: Event, pending: list | None = None) -> None:
+        """Keep a finished event (with the memory held now) and journal its end."""
+        self.events.append(replace(event, held=self.held()) if self.memory is not None else event)
+        if self._journal and pending is not None:
             self._journal("E", pending)
 
 

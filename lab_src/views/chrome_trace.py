@@ -1,7 +1,8 @@
 """Export a run's events as Chrome-trace JSON, which Perfetto (ui.perfetto.dev) and chrome://tracing open.
 
 Each rank is a thread row; forward, backward, sends and receives are boxes; every send is joined to
-its matching receive by a flow arrow.
+its matching receive by a flow arrow. Where the run counted activation memory, each rank also gets a
+counter track of the bytes it held for backward.
 """
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ def to_chrome_trace(events: list[Event], title: str = "pipeline step") -> dict:
                       "ts": send.t_start * us})
         trace.append({"ph": "f", "bp": "e", "id": i, "name": "message", "cat": "p2p", "pid": 0, "tid": recv.rank,
                       "ts": max(recv.t_start * us, recv.t_end * us - 0.001)})
+    if any(e.held for e in events):         # activation memory: one counter track per rank
+        for e in sorted(events, key=lambda e: e.t_end):
+            trace.append({"ph": "C", "name": f"rank {e.rank} activation memory", "pid": 0, "ts": e.t_end * us,
+                          "args": {"bytes held for backward": e.held}})
     return {"traceEvents": trace, "displayTimeUnit": "ms"}
 
 

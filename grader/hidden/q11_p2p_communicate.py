@@ -1,0 +1,38 @@
+"""Hidden tests of q11 (p2p_communicate): labelled messages with no compute, in the order of a 1F1B step
+(the combined operations of its steady state) for 1 to 4 stages and in float64, and in AFAB order (the
+four single operations); what every receive got, how its buffer was allocated, the no-ops at the ends;
+then full 1F1B pipelines (the reference q12 step) built on the student's operations.
+
+Parts: messages (one item per communication case), receive buffers (the cases with receives that ran to
+the end), pipelines. Cases that can deadlock come after those that cannot: an exercise whose cases time
+out twice is not tried further (harness/worker.py)."""
+from lab_src.judge.p2p import judge_p2p
+
+from .common import Item, case_problems, pipeline_item
+
+QID = "q11"
+# (grading configuration, schedule whose order the calls follow, label)
+COMM = [("a single stage", "1f1b", None), ("one micro-batch", "1f1b", None),
+        ("more micro-batches than stages", "afab", "four single operations in AFAB order"),
+        ("fewer micro-batches than stages", "1f1b", None), ("more micro-batches than stages", "1f1b", None),
+        ("float64, seed 123", "1f1b", None)]
+PIPELINES = ["uneven layers, seed 7", "float64, seed 123"]
+
+
+def cases(ctx):
+    comm = [ctx.case(QID, "p2p", config, schedule=sched, **({"label": label} if label else {}))
+            for config, sched, label in COMM]
+    return comm + [ctx.case(QID, "pipeline", c) for c in PIPELINES]
+
+
+def judge(ctx, outcomes):
+    items = []
+    for out in outcomes[:len(COMM)]:
+        label = out.case.label
+        failed = case_problems(QID, out, label)
+        messages, buffers = judge_p2p(out, QID, label) if not out.failure else ([], [])
+        items.append(Item("messages", label, failed + messages))
+        if out.case.stages > 1:
+            unfinished = [p for p in failed[:1]] if failed else []
+            items.append(Item("receive buffers", label, buffers + unfinished))
+    return items + [pipeline_item(QID, ctx, o) for o in outcomes[len(COMM):]]
