@@ -7,7 +7,7 @@ breaks 1F1B in; any other failure is explained in 1F1B's terms (warm-up, steady 
 from lab_src.judge.one_f_one_b import diagnose
 from lab_src.judge.realness import WRONG_SCHEDULE
 
-from .common import CONFIGS, pipeline_item
+from .common import CONFIGS, causes_first, pipeline_item
 
 QID = "q12"
 
@@ -22,5 +22,5 @@ def judge(ctx, outcomes):
         item = pipeline_item(QID, ctx, out)
         if item.problems and not all(p.message.startswith(WRONG_SCHEDULE) for p in item.problems):
             item.problems[:0] = diagnose(out.events(), out.case.stages, out.case.microbatches, QID, out.case.label)
-        items.append(item)
+        items.append(causes_first(item))
     return items

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from lab_src.checks.common import (CheckReport, VISIBLE, autograding, autograding_report, errors, finish, indent,
                                    make_case, run_cases, run_dir, sources)
-from lab_src.judge.p2p import judge_p2p
+from lab_src.judge.p2p import judge_p2p, mutual_sends
 from lab_src.judge.problems import summary
 
 CONFIGS = [(VISIBLE.replace(num_microbatches=6, global_batch_size=12), "1f1b"),
@@ -32,12 +32,13 @@ def check() -> CheckReport:
     srcs = sources("q11")
     problems, lines = [], ["q11 p2p_communicate: every rank calls your operations in the order of a step, "
                            "sending tensors labelled with sender and micro-batch"]
-    cases = [make_case("p2p", cfg, srcs, "q11", schedule=sched) for cfg, sched in CONFIGS]
+    cases = [make_case("p2p", cfg, srcs, "q11", schedule=sched, probes=["single"] if sched == "afab" else [])
+             for cfg, sched in CONFIGS]
     run = run_cases(cases, run_dir("q11"))
     for (cfg, sched), out in zip(CONFIGS, run.outcomes):
         label = f"{cfg.num_stages} stages, {cfg.num_microbatches} micro-batches, in {sched.upper()} order"
         lines.append(f"\n  {label}:")
-        problems += errors(out, "q11", label)
+        problems += mutual_sends("q11", out.errors(), label) + errors(out, "q11", label)
         if not out.failure:
             messages, buffers = judge_p2p(out, "q11", label)
             problems += messages + buffers
@@ -85,7 +86,7 @@ def blocking_demo(timeout_s: float = 3.0) -> CheckReport | None:
     out = run.outcomes[0]
     lines = ["", "What each rank finished before it got stuck:", indent(message_table(out)), "",
              "Where each rank was waiting:"]
-    found = errors(out, "q11", "blocking sends")
+    found = mutual_sends("q11", out.errors(), "blocking sends") + errors(out, "q11", "blocking sends")
     lines.append(indent(summary(found)) if found else "    (nothing: the run did not deadlock)")
     print("\n".join(lines))
     return CheckReport("q11", run, found, lines)

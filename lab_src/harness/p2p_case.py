@@ -1,9 +1,11 @@
 """Case kind "p2p" (q11): every rank calls `p2p_communicate` in the order of the case's schedule, no compute.
 
-The calls are the schedule's messages as `pipeline/p2p_calls.py` writes them: for 1F1B the combined
-operations of the steady state, for AFAB the four single ones. Each send carries a tensor filled with a
+The calls are the schedule's messages as `pipeline/p2p_calls.py` writes them: a send and a receive from the
+same neighbour with no compute between them as one combined operation (1F1B's steady state), or, with the
+probe "single", the four single operations only. Each send carries a tensor filled with a
 label that says who sent it, for which micro-batch and in which direction; each receive records what
-arrived and how its buffer was allocated (shape, dtype, device, requires_grad). The ends' no-ops are
+arrived and how its buffer was allocated (shape, dtype, device, requires_grad), and the case counts the
+messages made with torch.distributed's own calls (not through stage.send / stage.recv). The ends' no-ops are
 probed first: on the first stage the operations towards the previous stage, on the last those towards
 the next, must return None without a message. The messages themselves are recorded by the wrappers of
 harness/rawp2p.py, whatever torch.distributed calls the answer makes.
@@ -14,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from lab_src import exercises
+from lab_src.harness import rawp2p
 from lab_src.harness.case import Case
 from lab_src.pipeline.p2p_calls import COMBINED, calls
 from lab_src.pipeline.schedules import Op
@@ -69,7 +72,8 @@ def run_p2p(case: Case, ctx, group, tracer, obs) -> None:
         obs["probes"] = {"noop_ends": _probe_noop_ends(stage, tracer)}
         dist.barrier(group=group)
         done = obs["calls"] = []
-        for call in calls(case.schedule, rank, p, m):
+        raw_before = rawp2p.RECORDED[0]
+        for call in calls(case.schedule, rank, p, m, combined="single" not in case.probes):
             send = next((op for op in call.parts if op.is_send), None)
             tensor = label_tensor(stage, rank, call.microbatch, send.phase) if send else None
             kwargs = {"recv_microbatch": call.recv_microbatch} if call.operation in COMBINED else {}
@@ -78,6 +82,7 @@ def run_p2p(case: Case, ctx, group, tracer, obs) -> None:
                                             **kwargs)
             done.append([call.operation, call.microbatch, call.recv_microbatch, read_buffer(got),
                          [[e.kind, e.microbatch] for e in tracer.events[before:]]])
+            obs["raw_messages"] = rawp2p.RECORDED[0] - raw_before   # made with torch.distributed's own calls
         dist.barrier(group=group)
     finally:
         _record_instrumentation(obs, tracer)

@@ -31,13 +31,14 @@ from lab_src.pipeline.trace import Event
 _ORIGINAL: dict = {}
 _calls: list[dict] = []        # the q11 calls in progress: microbatch, recv_microbatch, records still open
 _inside_batch = [0]            # > 0 while batch_isend_irecv posts its operations (recorded by the batch)
+RECORDED = [0]                 # messages recorded here so far (a check compares with all the messages it saw)
 
 
 @contextlib.contextmanager
 def p2p_call(operation=None, stage=None, tensor=None, microbatch=0, recv_microbatch=None, *args, **kwargs):
     """Around one call of q11's function: the micro-batches its messages belong to."""
     call = {"microbatch": microbatch, "recv_microbatch": microbatch if recv_microbatch is None else recv_microbatch,
-            "open": []}
+            "open": [], "stage": stage, "operation": operation}
     _calls.append(call)
     try:
         yield
@@ -72,6 +73,24 @@ def _group_peer(group, peer, group_peer):
         return peer
 
 
+def check_tensor(call: dict | None, kind: str, tensor, mb) -> None:
+    """A message of q11 carries the pipeline's activations: a tensor of another shape or dtype than the
+    peer's would make gloo abort the process, or the receive read garbage. Say so before posting."""
+    stage = call.get("stage") if call else None
+    shape, dtype = getattr(stage, "activation_shape", None), getattr(stage, "dtype", None)
+    if shape is None or dtype is None:
+        return
+    what = f"q11 {call.get('operation')}: {kind}(mb={mb})"
+    role = "the tensor to send" if kind.startswith("send") else "the receive buffer"
+    if tuple(tensor.shape) != tuple(shape):
+        raise ValueError(f"{what}: {role} has shape {tuple(tensor.shape)}; every message of the pipeline has "
+                         f"stage.activation_shape = {tuple(shape)}")
+    if tensor.dtype != dtype:
+        raise ValueError(f"{what}: {role} is {str(tensor.dtype).replace('torch.', '')}, but the pipeline runs in "
+                         f"{str(dtype).replace('torch.', '')}: make it with dtype=stage.dtype (the two ends of a "
+                         f"message must agree, byte for byte)")
+
+
 class _Record:
     """One message, from its posting to the end of its wait."""
 
@@ -85,8 +104,11 @@ class _Record:
         self.nbytes = tensor.numel() * tensor.element_size()
         self.done = False
         self.pending = self.tracer.begin(self.kind, self.mb, self.peer)
-        self.t_start = time.perf_counter()
         self.call = call
+        self.waiting()
+        check_tensor(call, self.kind, tensor, self.mb)
+        self.tracer.pending = None
+        self.t_start = time.perf_counter()
         if call is not None:
             call["open"].append(self)
 
@@ -104,6 +126,7 @@ class _Record:
             self.tracer.pending = None
         self.tracer.record(Event(self.tracer.rank, self.kind, self.mb, self.peer, self.shape, self.nbytes,
                                  self.t_start, time.perf_counter()), self.pending)
+        RECORDED[0] += 1
         if self.call is not None and self in self.call["open"]:
             self.call["open"].remove(self)
 

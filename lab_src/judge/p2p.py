@@ -2,11 +2,15 @@
 
 `judge_p2p(out, qid, label)` returns two lists of problems:
 - messages: the no-ops at the ends; what each receive got (the labelled tensor of the right sender,
-  micro-batch and direction); the messages each call made (a combined call makes both of its parts);
+  micro-batch and direction); the messages each call made (a combined call makes both of its parts),
+  with torch.distributed's own calls rather than the stage's;
   and the run's messages against the case's schedule (peers, shapes, every send with its receive);
 - buffers: how each receive that completed allocated its buffer: the activation shape, the run's
   dtype, and `requires_grad` on a received activation (without it the stage's backward computes no
   gradient for its input, and nothing reaches the earlier stages).
+
+`mutual_sends(errors)` names the deadlock q11 is about: two neighbours each blocked in a send to the
+other, because each sends before it receives.
 """
 from __future__ import annotations
 
@@ -26,6 +30,13 @@ def judge_p2p(out, qid: str, label: str) -> tuple[list[Problem], list[Problem]]:
     for r, o in sorted(out.obs.items()):
         messages += _noop_problems(o, r, qid, label)
         shape = o.get("activation_shape")
+        made = sum(len(traced) for *_, traced in o.get("calls", []))
+        if made > o.get("raw_messages", made):
+            messages.append(Problem(qid, f"{made - o['raw_messages']} of this rank's {made} messages went through "
+                                         f"stage.send / stage.recv: q11 asks for torch.distributed's own calls "
+                                         f"(dist.P2POp and dist.batch_isend_irecv)", r, None, label))
+            buffers.append(Problem(qid, "the receive buffers came from stage.recv: allocate them yourself "
+                                        "(torch.empty with the activation shape, dtype and device)", r, None, label))
         for operation, mb, recv_mb, got, traced in o.get("calls", []):
             call = Call(operation, mb, recv_mb)
             messages += _call_problems(call, got, traced, r, p, qid, label)
@@ -98,4 +109,27 @@ def _buffer_problems(call: Call, got: dict, shape, dtype: str, r: int, qid: str,
                                      f"backward then computes no gradient for its input, and nothing reaches the "
                                      f"earlier stages. Allocate the receive buffer with requires_grad=True",
                                 r, rmb, label))
+    return problems
+
+
+def mutual_sends(qid: str, errors: dict[int, dict], label: str = "") -> list[Problem]:
+    """Two neighbours that each stopped inside a send to the other: each sent before receiving, with a
+    send that waits for the peer's receive (a blocking send, or a posted send waited for before the
+    receive was posted)."""
+    pending = {r: e["pending"] for r, e in errors.items() if e.get("pending")}
+    problems = []
+    for r, (_, kind, mb, peer) in sorted(pending.items()):
+        other = pending.get(peer)
+        op = Op.of(kind)
+        if op is None or not op.is_send or other is None or other[3] != r or peer < r:
+            continue
+        other_op = Op.of(other[1])
+        if other_op is None or not other_op.is_send:
+            continue
+        problems.append(Problem(qid, f"ranks {r} and {peer} each wait inside a send to the other (rank {r}: "
+                                     f"{kind}(mb={mb}) to rank {peer}; rank {peer}: {other[1]}(mb={other[2]}) to "
+                                     f"rank {r}), and neither has posted the receive the other's message needs: "
+                                     f"each sends before it receives, and a send waits for its receiver. Post the "
+                                     f"send and the receive together (dist.batch_isend_irecv), then wait for both",
+                                r, mb, label))
     return problems

@@ -124,6 +124,7 @@ class Schedule:
     """What every schedule declares. Subclasses give `program` and `violations`."""
     name = ""
     title = ""
+    summary = ""          # what the schedule does, in a sentence, for a run told it kept another one
     chunks_per_rank = 1
 
     def program(self, rank: int, p: int, m: int, noops: bool = False) -> list[Step]:
@@ -159,6 +160,8 @@ class Schedule:
 class AllForwardAllBackward(Schedule):
     name = "afab"
     title = "All-Forward-All-Backward"
+    summary = ("All-Forward-All-Backward runs every forward of the step before its first backward: each rank "
+               "holds all m micro-batches at once.")
 
     def program(self, rank, p, m, noops=False):
         steps = []
@@ -186,6 +189,9 @@ class OneForwardOneBackward(Schedule):
     micro-batches whose backward has not run (AFAB holds all m)."""
     name = "1f1b"
     title = "One-Forward-One-Backward"
+    summary = ("One-Forward-One-Backward starts each micro-batch's backward as soon as its gradient can come back: "
+               "after a short warm-up of forwards, each rank alternates one forward and one backward, then finishes "
+               "the remaining backwards, so rank r holds at most min(p - r, m) micro-batches at once, not all m.")
 
     def warmup(self, rank: int, p: int, m: int) -> int:
         return min(p - rank - 1, m)
