@@ -15,7 +15,8 @@ Kinds:
     p2p       q11's raw torch.distributed operations in the order of the case's schedule (harness/p2p_case.py)
 
 A pipeline case also counts, per rank, the activation memory its step holds (harness/memory.py): every
-event carries it, and obs["memory"] has the peak.
+event carries it, and obs["memory"] has the peak, beside the process's peak resident set size so far
+(meaningful for the first or largest case of a launch).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import torch.distributed as dist
 
 from lab_src import exercises
 from lab_src.harness.case import Case
-from lab_src.harness.memory import counting
+from lab_src.harness.memory import counting, peak_rss_bytes
 from lab_src.harness.p2p_case import run_p2p
 from lab_src.pipeline import data, model, trace
 from lab_src.pipeline.baseline import compute_baseline, load_baseline
@@ -110,7 +111,7 @@ def run_pipeline(case: Case, ctx, group, tracer, obs) -> None:
         step = exercises.API[case.step]
         with counting(stage, tracer) as saved:
             returned = step(stage, iter(loader) if loader is not None else None, cfg.num_microbatches)
-        obs["memory"] = {"peak_saved_bytes": saved.peak}
+        obs["memory"] = {"peak_saved_bytes": saved.peak, "peak_rss_bytes": peak_rss_bytes()}
         stage.flush()
         dist.barrier(group=group)
         outputs, loss = _unpack_step(returned, obs)

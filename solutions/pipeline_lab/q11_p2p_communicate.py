@@ -79,12 +79,11 @@ schedule_figure(("afab", "1f1b"), p=4, m=8)
 # first, then receive.
 #
 # ```python
-# if operation.startswith("send"):
-#     dist.send(tensor.detach(), group=stage.group, group_dst=peer)   # returns when the peer has received it
-# if "recv" in operation:
-#     buffer = torch.empty(stage.activation_shape, dtype=stage.dtype, device=stage.device, requires_grad=...)
-#     dist.recv(buffer, group=stage.group, group_src=peer)
-#     return buffer
+# # first the send: it returns once the peer has received the tensor
+# dist.send(tensor.detach(), group=stage.group, group_dst=peer)
+# # then the receive, into a new buffer
+# buffer = torch.empty(stage.activation_shape, dtype=stage.dtype, device=stage.device, requires_grad=...)
+# dist.recv(buffer, group=stage.group, group_src=peer)
 # ```
 #
 # Two ranks call these in the order of a 1F1B step with 4 micro-batches. Every receive gives up after 3
