@@ -21,8 +21,9 @@ def memory_figure(runs) -> TimelineFigure:
         for r in rows[0]["peak"]:
             ax.plot(ms, [row["peak"][r] / 2**20 for row in rows], marker="o", ms=4, lw=1.6,
                     color=RANK_COLORS[r % len(RANK_COLORS)], label=f"rank {r}")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ms, [str(m) for m in ms])
+        ax.set_xticks(ms, [str(m) for m in ms])     # a linear axis: AFAB's line is straight, 1F1B's flat
+        ax.set_xlim(0, ms[-1] * 1.05)
+        ax.set_ylim(bottom=0)
         ax.set_xlabel("micro-batches m")
         held = " / ".join(str(rows[-1]["held"][r]) for r in rows[-1]["held"])
         ax.set_title(f"{schedule(name).title}\nmicro-batches held at m = {ms[-1]}: {held}", fontsize=10)
@@ -38,7 +39,7 @@ def bubble_figure(runs) -> TimelineFigure:
     p = cfg.num_stages
     rows = sorted(runs.rows, key=lambda row: row["m"])
     ms = [row["m"] for row in rows]
-    fig = TimelineFigure(figsize=(8, 4), layout="constrained")
+    fig = TimelineFigure(figsize=(10, 4.2), layout="constrained")
     ax = fig.subplots()
     dense = [m / 4 for m in range(4, 4 * max(ms + [1]) + 1)]
     ax.plot(dense, [theoretical_bubble(p, m) for m in dense], color="#888", lw=1.4, label="theory (p-1)/(m+p-1)")
@@ -46,7 +47,7 @@ def bubble_figure(runs) -> TimelineFigure:
     for row in rows:
         if row["m"] == 1:
             ax.annotate("m = 1: naive model parallelism\n(one stage works at a time)", (1, row["bubble"]),
-                        xytext=(12, -28), textcoords="offset points", fontsize=8.5,
+                        xytext=(30, 6), textcoords="offset points", fontsize=8.5,
                         arrowprops=dict(arrowstyle="-", color="#888"))
     ax.set_xscale("log", base=2)
     ax.set_xticks(ms, [str(m) for m in ms])
@@ -54,8 +55,9 @@ def bubble_figure(runs) -> TimelineFigure:
     ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
     ax.set_xlabel("micro-batches m")
     ax.set_ylabel("bubble (idle share of the step)")
-    ax.set_title(f"Bubble of your {schedule(rows[0]['schedule']).title if rows else ''} step, {p} stages, "
-                 f"DEMO model (hidden {cfg.hidden_size}, sequence {cfg.seq_len}, batch {cfg.global_batch_size})",
+    ax.set_title(f"Bubble of your {schedule(rows[0]['schedule']).title if rows else ''} step, {p} stages\n"
+                 f"DEMO model: hidden {cfg.hidden_size}, sequence {cfg.seq_len}, batch {cfg.global_batch_size} "
+                 f"(micro-batches of {cfg.global_batch_size // ms[-1] if ms else '?'} to {cfg.global_batch_size} samples)",
                  fontsize=10, loc="left")
     ax.grid(color="#e4e4e4", lw=0.6)
     ax.legend(frameon=False)

@@ -67,7 +67,7 @@ def draw_lane(ax, tl, t_max: float | None = None, unit: str = "bytes") -> None:
     ax.set_title(f"{tl.kind}: activation memory per rank (peak: "
                  + ", ".join(f"rank {r} {v / div:.3g}" for r, v in peak_by_rank(tl.events, tl.p).items())
                  + f" {name})", fontsize=9.5, loc="left")
-    ax.legend(fontsize=7.5, ncol=min(tl.p, 8), loc="upper left", frameon=False)
+    ax.legend(fontsize=7.5, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     ax.grid(color="#e4e4e4", lw=0.6)
     ax.set_axisbelow(True)
 
