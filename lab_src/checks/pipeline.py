@@ -1,4 +1,4 @@
-"""What the visible checks of q08, q09 and q10 share: a pipelined step on the visible configurations,
+"""What the visible checks of q08, q09, q10 and q12 share: a pipelined step on the visible configurations,
 compared with the unsharded baseline and checked to be a real pipeline of the exercise's schedule."""
 from __future__ import annotations
 
