@@ -53,18 +53,17 @@ import torch.distributed as dist
 
 
 def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch=None):
-    towards_next = operation in ("send_forward", "recv_backward", "send_forward_recv_backward")
-    if (towards_next and stage.is_last_stage) or (not towards_next and stage.is_first_stage):
+    next_side = operation in ("send_forward", "recv_backward", "send_forward_recv_backward")
+    if stage.is_last_stage if next_side else stage.is_first_stage:
         return None
-    peer = stage.pp_rank + 1 if towards_next else stage.pp_rank - 1
-    if operation.startswith("send"):
-        dist.send(tensor.detach(), group=stage.group, group_dst=peer)       # blocks until the peer receives
+    peer = stage.pp_rank + (1 if next_side else -1)
+    if operation[:4] == "send":
+        dist.send(tensor.detach(), group=stage.group, group_dst=peer)      # blocks until the peer receives
     if "recv" not in operation:
         return None
-    buffer = torch.empty(stage.activation_shape, dtype=stage.dtype, device=stage.device,
-                         requires_grad=operation.endswith("recv_forward"))
+    buffer = torch.empty(stage.activation_shape, dtype=stage.dtype, device=stage.device)
     dist.recv(buffer, group=stage.group, group_src=peer)
-    return buffer
+    return buffer.requires_grad_(operation.endswith("_recv_forward") or operation == "recv_forward")
 '''
 
 
