@@ -128,6 +128,10 @@ def test_the_memory_lane_is_drawn_in_the_figure_the_widget_frame_and_the_chrome_
     frame = svg.frame(prepare(events, 4, 6), 10)
     assert frame.count("<polyline") >= 4 and ">memory</text>" in frame
     assert "memory" not in svg.frame(prepare([replace(e, held=0) for e in events], 4, 6), 10)
+    from lab_src.views.timeline import timelines
+    from lab_src.views.widget import TimelineWidget
+    side = TimelineWidget(*timelines(events, 4, 6, schedule="1f1b")).side.value
+    assert "Activation memory</b> (peak held for backward)<br>rank 0 3.9 KiB, rank 1 2.9 KiB" in side
     counters = [e for e in to_chrome_trace(events)["traceEvents"] if e["ph"] == "C"]
     assert len(counters) == len(events) and max(c["args"]["bytes held for backward"] for c in counters) == 4000
 
