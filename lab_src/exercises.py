@@ -17,6 +17,9 @@ from lab_src.registry import CODED, exercise
 _caller: list[str] = []
 _checked: set[int] = set()
 API: dict = {}    # qid -> the dispatching function, for every exercise with code (filled below)
+# qid -> a context manager factory run around every call of that exercise, given the call's arguments
+# (the checks' processes record q11's raw torch.distributed messages with it: harness/rawp2p.py)
+AROUND: dict = {}
 
 
 @contextlib.contextmanager
@@ -43,6 +46,9 @@ def _exercise_api(qid: str):
                 answers.check_signature(qid, fn, contract)
                 _checked.add(id(fn))
             try:
+                if qid in AROUND:
+                    with AROUND[qid](*args, **kwargs):
+                        return fn(*args, **kwargs)
                 return fn(*args, **kwargs)
             except NotImplementedError as e:
                 if str(e):
@@ -146,6 +152,42 @@ def check_gradients(stage, baseline_grads):
 
     `baseline_grads` maps full-model parameter names (e.g. "blocks.5.up.weight") to gradients.
     Raise AssertionError when a gradient differs or is missing; return the names checked.
+    """
+
+
+@_exercise_api("q11")
+def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch=None):
+    """One point-to-point operation of `stage` with raw torch.distributed calls, or nothing where it
+    does not apply.
+
+    `operation` is one of the four single operations of q07 ("recv_forward", "send_forward",
+    "recv_backward", "send_backward") or one of the two combined operations of a 1F1B steady state:
+    "send_forward_recv_backward" (send `tensor`, this stage's output, to the next stage and receive the
+    gradient of an earlier output from it) and "send_backward_recv_forward" (send `tensor`, the gradient
+    of this stage's input, to the previous stage and receive the next activation from it).
+
+    Allocate each receive buffer yourself: `stage.activation_shape`, `stage.dtype`, `stage.device`, and
+    `requires_grad=True` for a received activation (this stage's backward needs its gradient). Build
+    `dist.P2POp`s on `stage.group` with the peer's pipeline rank (`group_peer=`), post them with
+    `dist.batch_isend_irecv`, and wait for every request before returning.
+    Return the received tensor (for a combined operation, the one it received), else None; at the ends
+    of the pipeline, where an operation has no peer, do nothing and return None. `microbatch` is the
+    micro-batch of the tensor sent (or received, for a single receive), `recv_microbatch` that of the
+    tensor a combined operation receives (default: `microbatch`); the checks label the messages with
+    them.
+    """
+
+
+@_exercise_api("q12")
+def one_f_one_b_step(stage, data_iter, num_microbatches):
+    """One One-Forward-One-Backward training step of `stage` over `num_microbatches` micro-batches.
+
+    Rank r runs min(p - r - 1, m) warm-up forwards, then alternates one forward and one backward, then
+    runs the remaining backwards (the cool-down), so that it never holds more than min(p - r, m)
+    micro-batches whose backward has not run. Use `p2p_communicate` (q11; its combined operations in
+    the steady state), `stage.forward` and `stage.backward`. Loss, scaling and return value are those
+    of `afab_step` (q08): on the last stage `(outputs, loss)` with each micro-batch's output (detached,
+    in micro-batch order) and the total loss as a float; on other stages `([], None)`.
     """
 
 

@@ -167,6 +167,100 @@ def check_gradients(stage, baseline_grads):
     return checked
 '''
 
+# q11: blocking calls, each sending before it receives. The single operations work; in a 1F1B steady
+# state two neighbours both send first and wait for each other forever.
+Q11_BLOCKING = '''
+import torch
+import torch.distributed as dist
+
+
+def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch=None):
+    # plain blocking calls, in order: first send, then receive
+    to_next = operation in ("send_forward", "recv_backward", "send_forward_recv_backward")
+    if (to_next and stage.is_last_stage) or (not to_next and stage.is_first_stage):
+        return None
+    peer = stage.pp_rank + 1 if to_next else stage.pp_rank - 1
+    if operation.startswith("send"):
+        dist.send(tensor.detach(), group=stage.group, group_dst=peer)
+    if "recv" not in operation:
+        return None
+    buffer = torch.empty(stage.activation_shape, dtype=stage.dtype, device=stage.device,
+                         requires_grad=operation.endswith("recv_forward"))
+    dist.recv(buffer, group=stage.group, group_src=peer)
+    return buffer
+'''
+
+# q11: every message right, but received activations do not require grad, so no gradient reaches the
+# earlier stages of a pipeline.
+Q11_NO_REQUIRES_GRAD = '''
+import torch
+import torch.distributed as dist
+
+
+def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch=None):
+    to_next = operation in ("send_forward", "recv_backward", "send_forward_recv_backward")
+    if (to_next and stage.is_last_stage) or (not to_next and stage.is_first_stage):
+        return None
+    peer = stage.pp_rank + 1 if to_next else stage.pp_rank - 1
+    ops, received = [], None
+    if operation.startswith("send"):
+        ops.append(dist.P2POp(dist.isend, tensor.detach(), group=stage.group, group_peer=peer))
+    if "recv" in operation:
+        received = torch.empty(stage.activation_shape, dtype=stage.dtype, device=stage.device)
+        ops.append(dist.P2POp(dist.irecv, received, group=stage.group, group_peer=peer))
+    for request in dist.batch_isend_irecv(ops):
+        request.wait()
+    return received
+'''
+
+# The reference 1F1B step with one change (a mark below), for the q12 mistakes.
+_Q12 = '''
+from lab_src import p2p_communicate
+
+
+def one_f_one_b_step(stage, data_iter, num_microbatches):
+    m = num_microbatches
+    warmup = WARMUP
+    inputs, outputs, logits, losses = {}, {}, [], []
+
+    def forward(mb, x):
+        x = next(data_iter).to(stage.device) if x is None else x
+        y = stage.forward(x, microbatch=mb)
+        inputs[mb], outputs[mb] = x, y
+        if stage.is_last_stage:
+            logits.append(y.detach())
+            outputs[mb] = y.mean() / m
+            losses.append(float(outputs[mb]))
+        return y
+
+    def backward(mb, grad):
+        return stage.backward(inputs.pop(mb), outputs.pop(mb), grad, microbatch=mb)
+
+    for mb in range(warmup):
+        y = forward(mb, p2p_communicate("recv_forward", stage, microbatch=mb))
+        p2p_communicate("send_forward", stage, tensor=y, microbatch=mb)
+    x = p2p_communicate("recv_forward", stage, microbatch=warmup) if warmup < m else None
+    for i in range(m - warmup):
+        y = forward(warmup + i, x)
+        grad = p2p_communicate("send_forward_recv_backward", stage, tensor=y, microbatch=warmup + i, recv_microbatch=i)
+        g = backward(i, grad)
+        if i == m - warmup - 1:
+            p2p_communicate("send_backward", stage, tensor=g, microbatch=i)
+        else:
+            x = p2p_communicate("send_backward_recv_forward", stage, tensor=g, microbatch=i, recv_microbatch=warmup + i + 1)
+COOLDOWN
+    return (logits, sum(losses)) if stage.is_last_stage else ([], None)
+'''
+_COOLDOWN = '''    for mb in range(m - warmup, m):
+        g = backward(mb, p2p_communicate("recv_backward", stage, microbatch=mb))
+        p2p_communicate("send_backward", stage, tensor=g, microbatch=mb)'''
+
+# q12: "rank r holds p - r micro-batches", so it warms up with p - r forwards: one too many.
+Q12_WARMUP_OFF_BY_ONE = _Q12.replace("WARMUP", "min(stage.pp_size - stage.pp_rank, m)  # rank r holds p - r") \
+    .replace("COOLDOWN", _COOLDOWN)
+
+# q12: the steady state, and then nothing: the last warm-up micro-batches never go backward.
+Q12_NO_COOLDOWN = _Q12.replace("WARMUP", "min(stage.pp_size - stage.pp_rank - 1, m)").replace("COOLDOWN\n", "")
 # q14: the reference step with one part written differently (the slots of the template). Two cohort
 # students carry a mistake each; tests/test_q14_grid.py grades the other realistic ones directly.
 Q14_TEMPLATE = '''
@@ -517,6 +611,18 @@ COHORT = [
                     "ivo's mistake", answers={"q08": Q08_BORROW}, expect={"q08": 0.1667}),
     Student("nico", "q05 is right, with numpy integers where ints are expected", answers={"q05": Q05_NUMPY}),
     Student("xena", "q06 calls exit() on rank 1", answers={"q06": Q06_EXIT}, expect={"q06": 0.0}),
+    Student("wren", "q11 sends before it receives, with blocking calls: the 1F1B steady state deadlocks; q12 warms "
+                    "up with p - r forwards, one too many",
+            answers={"q11": Q11_BLOCKING, "q12": Q12_WARMUP_OFF_BY_ONE},
+            # q11: 3 of 6 message cases (those without two neighbours sending at once), 2 of 5 buffer cases (those
+            # that ran to their end), no pipeline: (3/6 + 2/5 + 0) / 3. q12: right numbers everywhere; 1 of 6 cases
+            # is still 1F1B (one micro-batch), 2 are a valid AFAB (half credit): (1 + 0.5 + 0.5) / 6
+            expect={"q11": 0.3, "q12": 0.3333}),
+    Student("yuki", "q11 receives activations into buffers that do not require grad; q12 has no cool-down",
+            answers={"q11": Q11_NO_REQUIRES_GRAD, "q12": Q12_NO_COOLDOWN},
+            # q11: every message right (6 of 6), no buffer right (0 of 5), no pipeline: 1/3. q12: only the
+            # single stage, which needs no cool-down, passes; the others wait for the missing backwards
+            expect={"q11": 0.3333, "q12": 0.1667}),
     # q14: three parts of a third each: data parallel (5 grids), tied embeddings (4 tied grids), the prediction
     Student("uma", "q14 sums the replicas' gradients instead of averaging them", answers={"q14": Q14_SUMMED},
             # right only on the 1 x 4 grid (one replica): (1/5 + 4/4 + 3/3) / 3

@@ -124,6 +124,7 @@ class Schedule:
     """What every schedule declares. Subclasses give `program` and `violations`."""
     name = ""
     title = ""
+    summary = ""          # what the schedule does, in a sentence, for a run told it kept another one
     chunks_per_rank = 1
 
     def program(self, rank: int, p: int, m: int, noops: bool = False) -> list[Step]:
@@ -159,6 +160,8 @@ class Schedule:
 class AllForwardAllBackward(Schedule):
     name = "afab"
     title = "All-Forward-All-Backward"
+    summary = ("All-Forward-All-Backward runs every forward of the step before its first backward: each rank "
+               "holds all m micro-batches at once.")
 
     def program(self, rank, p, m, noops=False):
         steps = []
@@ -186,6 +189,9 @@ class OneForwardOneBackward(Schedule):
     micro-batches whose backward has not run (AFAB holds all m)."""
     name = "1f1b"
     title = "One-Forward-One-Backward"
+    summary = ("One-Forward-One-Backward starts each micro-batch's backward as soon as its gradient can come back: "
+               "after a short warm-up of forwards, each rank alternates one forward and one backward, then finishes "
+               "the remaining backwards, so rank r holds at most min(p - r, m) micro-batches at once, not all m.")
 
     def warmup(self, rank: int, p: int, m: int) -> int:
         return min(p - rank - 1, m)
@@ -204,6 +210,29 @@ class OneForwardOneBackward(Schedule):
 
     def max_in_flight(self, rank, p, m):
         return min(p - rank, m)
+
+    def violations(self, events, p, m):
+        """Its memory bound first (at most min(p - r, m) micro-batches held); then each rank's order,
+        which for 1F1B is one order only: its warm-up, one forward and one backward in turn, its cool-down."""
+        found = in_flight_violations(self, events, p, m)
+        for r in range(p):
+            if any(f[0] == r for f in found):
+                continue
+            got = [(e.kind, e.microbatch) for e in compute_order(events, r)]
+            want = [(s.op.value, s.microbatch) for s in self.program(r, p, m) if s.op.is_compute]
+            if got != want:
+                at = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+                mb = (got[at] if at < len(got) else want[at])[1]
+                found.append((r, mb, f"rank {r} runs {_order(got)}; {self.title} runs {_order(want)} "
+                                     f"({self.warmup(r, p, m)} warm-up forwards, min(p - r - 1, m), then one forward "
+                                     f"and one backward in turn, then the remaining backwards)"))
+        return sorted(found, key=lambda f: f[0])
+
+
+def _order(compute: list[tuple[str, int]], limit: int = 12) -> str:
+    """'F0 F1 B0 ...' of (kind, micro-batch) pairs."""
+    text = " ".join(f"{kind[0].upper()}{mb}" for kind, mb in compute[:limit])
+    return text + (" ..." if len(compute) > limit else "")
 
 
 class Interleaved1F1B(Schedule):

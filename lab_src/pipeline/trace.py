@@ -3,12 +3,15 @@
 Each rank records one `Event` per forward or backward chunk, per point-to-point operation and per
 collective (q14's all-reduces):
 
-    (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk[, group])
+    (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk, held[, group])
 
 `rank` and `peer` are pipeline ranks; `kind` is an operation of `schedules.Op` ("forward", "send_forward",
-...) or a collective of COLLECTIVES ("allreduce_dp", "allreduce_tied"); `chunk` is the model chunk of the rank (0 unless the schedule is interleaved); `group`, for a
-collective only, the global ranks taking part (a collective has no peer, and its `bytes` is the buffer
-this rank handed to it). Times are seconds on the host's monotonic clock
+...) or a collective of COLLECTIVES ("allreduce_dp", "allreduce_tied"); `chunk` is the model chunk of the
+rank (0 unless the schedule is interleaved); `held` is the activation memory the rank holds when the
+operation ends: bytes of tensors saved for backward and not yet freed (harness/memory.py counts them while a
+pipeline case runs its step; 0 where nothing was counted); `group`, for a collective only, the global ranks
+taking part (a collective has no peer, and its `bytes` is the buffer this rank handed to it). Rows of 8 or
+9 fields (written before `chunk` or `held` existed) still load. Times are seconds on the host's monotonic clock
 (`time.perf_counter`), which every process of a `torchrun --standalone` run shares, so the ranks'
 timelines line up without any synchronisation; `CaseOutcome.events()` moves a case's first event to 0.
 
@@ -21,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 
 from lab_src.pipeline.schedules import Op
@@ -45,6 +48,7 @@ class Event:
     t_start: float
     t_end: float
     chunk: int = 0
+    held: int = 0                   # bytes saved for backward held by the rank when the operation ended
     group: tuple | None = None      # a collective's global ranks
 
     @property
@@ -93,8 +97,10 @@ class Event:
     def from_row(cls, row) -> "Event":
         rank, kind, mb, peer, shape, nbytes, t0, t1, *rest = row
         chunk = rest[0] if rest else 0
-        group = tuple(rest[1]) if len(rest) > 1 and rest[1] is not None else None
-        return cls(rank, kind, mb, peer, tuple(shape) if shape is not None else None, nbytes, t0, t1, chunk, group)
+        held = rest[1] if len(rest) > 1 else 0
+        group = tuple(rest[2]) if len(rest) > 2 and rest[2] is not None else None
+        return cls(rank, kind, mb, peer, tuple(shape) if shape is not None else None, nbytes, t0, t1, chunk, held,
+                   group)
 
 
 class Tracer:
@@ -107,6 +113,7 @@ class Tracer:
         self.label = label                    # which case of a launch this is
         self.pending: list | None = None      # the operation in progress: [label, kind, mb, peer]
         self._journal = journal               # journal(tag, pending): harness/runfolder.py's format, or None
+        self.memory = None                    # () -> bytes saved for backward now held (harness/memory.py)
 
     @contextlib.contextmanager
     def span(self, kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chunk: int = 0,
@@ -121,9 +128,23 @@ class Tracer:
             self.sync()
         t_end = time.perf_counter()
         self.pending = None
-        self.events.append(Event(self.rank, kind, microbatch, peer, tuple(shape) if shape is not None else None,
-                                 nbytes, t_start, t_end, chunk, tuple(group) if group is not None else None))
+        self.record(Event(self.rank, kind, microbatch, peer, tuple(shape) if shape is not None else None, nbytes,
+                          t_start, t_end, chunk, group=tuple(group) if group is not None else None), pending)
+
+    def held(self) -> int:
+        return self.memory() if self.memory is not None else 0
+
+    def begin(self, kind: str, microbatch=None, peer=None) -> list:
+        """Journal the start of an operation that ends later (a posted send or receive); `record` ends it."""
+        pending = [self.label, kind, microbatch, peer]
         if self._journal:
+            self._journal("B", pending)
+        return pending
+
+    def record(self, event: Event, pending: list | None = None) -> None:
+        """Keep a finished event (with the memory held now) and journal its end."""
+        self.events.append(replace(event, held=self.held()) if self.memory is not None else event)
+        if self._journal and pending is not None:
             self._journal("E", pending)
 
 

@@ -2,6 +2,8 @@
 
 Each rank is a thread row; forward, backward, sends, receives and all-reduces (category "collective",
 with the ranks taking part) are boxes; every send is joined to its matching receive by a flow arrow.
+Where the run counted activation memory, each rank also gets a counter track of the bytes it held for
+backward.
 """
 from __future__ import annotations
 
@@ -33,6 +35,10 @@ def to_chrome_trace(events: list[Event], title: str = "pipeline step") -> dict:
                       "ts": send.t_start * us})
         trace.append({"ph": "f", "bp": "e", "id": i, "name": "message", "cat": "p2p", "pid": 0, "tid": recv.rank,
                       "ts": max(recv.t_start * us, recv.t_end * us - 0.001)})
+    if any(e.held for e in events):         # activation memory: one counter track per rank
+        for e in sorted(events, key=lambda e: e.t_end):
+            trace.append({"ph": "C", "name": f"rank {e.rank} activation memory", "pid": 0, "ts": e.t_end * us,
+                          "args": {"bytes held for backward": e.held}})
     return {"traceEvents": trace, "displayTimeUnit": "ms"}
 
 

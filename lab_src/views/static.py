@@ -78,13 +78,18 @@ def legend_handles(collectives: tuple = ()) -> list:
         [Patch(color=COLORS[k], label=COLLECTIVE_LABELS[k]) for k in COLLECTIVE_LABELS if k in collectives]
 
 
-def figure(timelines: list[Timeline], title: str = "") -> TimelineFigure:
-    """One panel per timeline (measured, ideal, ...), each on its own time axis in ms."""
+def figure(timelines: list[Timeline], title: str = "", memory_unit: str = "bytes") -> TimelineFigure:
+    """One panel per timeline (measured, ideal, ...), each on its own time axis in ms; under a timeline
+    whose events carry activation memory, its memory lane (views/memory.py) on the same axis."""
+    from lab_src.views.memory import draw_lane, has_memory
     p = timelines[0].p
-    fig = TimelineFigure(figsize=(11, 0.5 + len(timelines) * (0.45 * p + 1.0)), layout="constrained")
-    axes = fig.subplots(len(timelines), 1, squeeze=False)[:, 0]
-    for ax, tl in zip(axes, timelines):     # each on its own axis: an ideal step can be much shorter
-        draw(ax, tl)
+    panels = [(kind, tl) for tl in timelines for kind in ("timeline", "memory")
+              if kind == "timeline" or has_memory(tl)]
+    heights = [0.45 * p + 1.0 if kind == "timeline" else 1.3 for kind, _ in panels]
+    fig = TimelineFigure(figsize=(11, 0.5 + sum(heights)), layout="constrained")
+    axes = fig.subplots(len(panels), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    for ax, (kind, tl) in zip(axes, panels):   # each on its own axis: an ideal step can be much shorter
+        draw(ax, tl) if kind == "timeline" else draw_lane(ax, tl, unit=memory_unit)
     axes[-1].set_xlabel("time since the step started (ms)")
     if title:
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from html import escape
 
+from lab_src.views import memory
 from lab_src.views.prepare import COLLECTIVE_LABELS, COLORS, Timeline, collective_calls, describe
 
 LEFT, RIGHT, TOP, ROW_H, BOX_H, BAR_H, AXIS_H, LEGEND_H = 62, 118, 10, 46, 28, 10, 36, 22
@@ -58,7 +59,8 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
     """The SVG of `tl` at `step` (an index into tl.events; None: the whole run, no cursor)."""
     t_max = t_max or tl.span or 1e-3
     plot_w = width - LEFT - RIGHT
-    height = TOP + tl.p * ROW_H + AXIS_H + LEGEND_H
+    lane_h = memory.LANE_H if memory.has_memory(tl) else 0      # the memory lane, when the run counted it
+    height = TOP + tl.p * ROW_H + lane_h + AXIS_H + LEGEND_H
     current = tl.events[step] if step is not None and tl.events else None
     cursor = current.t_end if current is not None else float("inf")
     current_pair = tl.arrow_of(current) if current is not None and not current.is_compute else None
@@ -123,8 +125,10 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
     for r in range(tl.p):
         sent = sum(e.bytes for e in tl.events if e.rank == r and e.is_send and e.t_end <= cursor)
         out.append(f'<text x="{width - RIGHT + 8}" y="{mid(r) + 4}" fill="#444">sent {sent:,} B</text>')
+    if lane_h:
+        out.append(memory.svg_lane(tl, x, TOP + tl.p * ROW_H, LEFT, plot_w, cursor))
     # time axis in ms, and the cursor
-    axis_y = TOP + tl.p * ROW_H + 4
+    axis_y = TOP + tl.p * ROW_H + lane_h + 4
     out.append(f'<line x1="{LEFT}" y1="{axis_y}" x2="{LEFT + plot_w}" y2="{axis_y}" stroke="#888"/>')
     for t in nice_ticks(t_max * 1e3):
         xt = x(t / 1e3)

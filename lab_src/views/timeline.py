@@ -14,6 +14,8 @@ returns the static matplotlib figure instead (static.py).
     ideal.py     a schedule's step under a cost model (equal compute per layer, latency + bandwidth)
     prepare.py   a run prepared for drawing: sorted steps, bubble, bytes sent
     static.py    matplotlib figure          svg.py    one animation frame    widget.py  the ipywidgets view
+    memory.py    the memory lane under the ranks (bytes each rank holds for its backwards)
+    schedule_figure.py  schedules drawn from the schedule model       experiments.py  Q12's memory and bubble plots
 
 Importing this package loads neither matplotlib nor ipywidgets: each is imported when first used.
 """

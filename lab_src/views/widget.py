@@ -17,7 +17,7 @@ from html import escape
 
 import ipywidgets as w
 
-from lab_src.views import svg
+from lab_src.views import memory, svg
 from lab_src.views.prepare import Timeline, describe
 
 
@@ -101,4 +101,7 @@ class TimelineWidget(w.VBox):
                 f"<b>{measured.theory:.1%}</b><br>"
                 f"step time: measured {measured.span * 1e3:.1f} ms, ideal {ideal.span * 1e3:.1f} ms<br><br>"
                 f"<b>Bytes sent</b> ({self.toggle.value})<table>{rows}</table><br>"
+                + (f"<b>Activation memory</b> (peak held for backward)<br>"
+                   f"{escape(memory.describe_peaks(measured.events, measured.p))}<br><br>"
+                   if memory.has_memory(measured) else "")
                 + "".join(f"<div style='color:#555'>{escape(n)}</div>" for n in notes) + "</div>")
