@@ -90,6 +90,8 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), step="q08"),
     Exercise("q10", "check_gradients", "Each stage's gradients equal the baseline",
              ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), step="q08"),
+    Exercise("q15", "interleaved_step", "Interleaved 1F1B with virtual stages", ("q02", "q03", "q04", "q05", "q06"),
+             schedule="interleaved", timeline="4 ranks, 2 chunks, 8 micro-batches", other_schedule_credit=0.5),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]

@@ -12,6 +12,7 @@ Kinds:
     baseline  the unsharded baseline (q04), run on every rank
     units     exercise functions called on given arguments (rank 0 only)
     seeds     what the seed does to weights on different ranks (q01 demo)
+    interleaved  an interleaved step (q15) on a rank holding several model chunks (harness/interleaved.py)
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from lab_src import exercises
+from lab_src.harness import interleaved
 from lab_src.harness.case import Case
 from lab_src.pipeline import data, model, trace
 from lab_src.pipeline.baseline import compute_baseline, load_baseline
@@ -348,7 +350,8 @@ CALLS = {"pipeline": ("check_args", "activation_shape", "distribute_layers", "ne
          "comm": ("check_args", "activation_shape", "distribute_layers", "pipeline_communicate"),
          "layout": ("check_args", "activation_shape", "distribute_layers"),
          "shapes": ("check_args", "activation_shape"),
-         "baseline": ("baseline_step",), "units": (), "seeds": ()}
+         "baseline": ("baseline_step",), "units": (), "seeds": (),
+         "interleaved": ("check_args", "activation_shape", "distribute_layers", "needs_dataloader")}
 
 
 def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
@@ -365,4 +368,5 @@ def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
 
 
 KINDS = {"pipeline": run_pipeline, "comm": run_comm, "layout": run_layout, "shapes": run_shapes,
-         "baseline": run_baseline, "units": run_units, "seeds": run_seeds}
+         "baseline": run_baseline, "units": run_units, "seeds": run_seeds,
+         "interleaved": lambda *args: interleaved.run_interleaved(*args)}

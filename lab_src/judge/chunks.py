@@ -1,0 +1,214 @@
+"""Is an interleaved pipeline real, and is it Interleaved 1F1B? The checks of realness.py, per chunk.
+
+Each rank of an interleaved case records the blocks of each of its chunks and every message with the
+chunk it was sent or received for. These checks read those records against the case's schedule
+(`Interleaved1F1B(v)` in pipeline/schedules.py):
+
+- layers: the virtual stages (chunk c of rank r is virtual stage c * p + r) together own every block once,
+  in order, and each rank built and ran only its chunks' pieces, once per micro-batch;
+- messages: every operation talks to the peer `Op.peer` names for its chunk, the wrap-around from the
+  last rank to the first included; each rank runs as many of each operation per chunk as the program;
+  every send has its receive on the peer's right chunk; the ends of the model send and receive nothing;
+- order: at most `max_in_flight` chunk forwards waiting for their backward, and the chunks visited in the
+  schedule's order. A run that breaks only the order is a valid pipeline of another schedule, and keeps
+  the share of the points the exercise declares (`other_schedule_credit`).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from lab_src.judge.problems import Problem, from_errors
+from lab_src.judge.realness import WRONG_SCHEDULE, check_built_and_ran, check_layers
+from lab_src.pipeline.schedules import Interleaved1F1B, Op, in_flight_violations, schedule
+
+
+def _where(rank: int, chunk: int, p: int) -> str:
+    return f"chunk {chunk} (virtual stage {chunk * p + rank})"
+
+
+def check_chunk_layers(outcome, qid: str, label: str) -> list[Problem]:
+    """The virtual stages own every block once and in order; each rank built and ran only its pieces."""
+    p, m = outcome.case.stages, outcome.case.microbatches
+    by_virtual = {}
+    for r, o in sorted(outcome.obs.items()):
+        for c, ids in enumerate(o.get("chunk_layers") or []):
+            by_virtual[c * p + r] = list(ids)
+    problems = [Problem(p_.exercise, p_.message.replace("this stage", f"virtual stage {p_.rank}"), None, None, label)
+                if p_.rank is not None else p_
+                for p_ in check_layers(by_virtual, outcome.case.config.num_layers, qid, label)]
+    for r, o in sorted(outcome.obs.items()):
+        problems += check_built_and_ran(o, r, p, m, qid, label)
+    return problems
+
+
+def _is_wrap(op: Op, rank: int, p: int) -> bool:
+    """Whether this operation's message crosses from the last rank to the first (or back)."""
+    return (op.towards_next and rank == p - 1) or (not op.towards_next and rank == 0)
+
+
+def _what_wraps(op: Op, rank: int, chunk: int, p: int) -> str:
+    s = chunk * p + rank
+    if op.towards_next:
+        return (f"virtual stage {s + 1} is chunk {chunk + 1} of rank 0: the activations of the last rank's chunk "
+                f"{chunk} wrap around to the first rank (and their gradients come back the same way)")
+    return (f"virtual stage {s - 1} is chunk {chunk - 1} of rank {p - 1}: the first rank's chunk {chunk} gets its "
+            f"input from the last rank, the wrap-around (and sends its gradient back there)")
+
+
+def check_chunk_messages(events, p: int, m: int, sched: Interleaved1F1B, shape: tuple, qid: str,
+                         label: str) -> list[Problem]:
+    """Peers, no-ops at the ends, counts per chunk and matching, with the wrap-around named."""
+    v = sched.chunks_per_rank
+    problems = []
+    for e in events:
+        op = e.op
+        if op is None or op.is_compute:
+            continue
+        where = f"{e.kind}(mb={e.microbatch}) of {_where(e.rank, e.chunk, p)}"
+        if not 0 <= e.chunk < v:
+            problems.append(Problem(qid, f"{e.kind} recorded for chunk {e.chunk}; ranks hold chunks 0..{v - 1}",
+                                    e.rank, e.microbatch, label))
+            continue
+        want = op.peer(e.rank, p, e.chunk, v)
+        if want is None:
+            end = "last" if op.towards_next else "first"
+            problems.append(Problem(qid, f"{where} talked to rank {e.peer}, but that chunk is the {end} virtual stage "
+                                         f"of the model: it has no {'next' if op.towards_next else 'previous'} stage "
+                                         f"and must not message", e.rank, e.microbatch, label))
+        elif e.peer != want:
+            why = _what_wraps(op, e.rank, e.chunk, p) if _is_wrap(op, e.rank, p) else \
+                f"the {'next' if op.towards_next else 'previous'} virtual stage is on rank {want}"
+            problems.append(Problem(qid, f"{where} talked to rank {e.peer}, not rank {want}: {why}",
+                                    e.rank, e.microbatch, label))
+        if e.shape != tuple(shape):
+            problems.append(Problem(qid, f"{where} carries shape {e.shape}, not the activation shape {tuple(shape)}",
+                                    e.rank, e.microbatch, label))
+    for r in range(p):
+        want = Counter((s.op, s.chunk) for s in sched.program(r, p, m))
+        got = Counter((Op(e.kind), e.chunk) for e in events if e.rank == r and Op.of(e.kind) is not None)
+        for op in Op:
+            for c in range(v):
+                n, k = want.get((op, c), 0), got.get((op, c), 0)
+                if n == k:
+                    continue
+                where = _where(r, c, p)
+                msg = f"{k} {op} operations for {where}; {m} micro-batches need {n}"
+                if not op.is_compute and n and not k and _is_wrap(op, r, p):
+                    msg += f": {_what_wraps(op, r, c, p)}"
+                elif not op.is_compute and k and not n:
+                    msg += f": {where} is the {'last' if op.towards_next else 'first'} virtual stage, which " \
+                           f"{'sends' if op.is_send else 'receives'} nothing there"
+                problems.append(Problem(qid, msg, r, None, label))
+        for op in Op:
+            for c in range(v):
+                labels = Counter(e.microbatch for e in events if e.rank == r and e.kind == op.value and e.chunk == c)
+                twice = sorted(mb for mb, n in labels.items() if n > 1 and mb is not None)
+                if twice:
+                    problems.append(Problem(qid, f"{op} of {_where(r, c, p)} is recorded for micro-batch {twice[0]} "
+                                                 f"{labels[twice[0]]} times: pass each operation the micro-batch "
+                                                 f"and the chunk it works on", r, twice[0], label))
+    problems += _unmatched(events, p, qid, label)
+    problems += _contiguous_hint(events, p, v, qid, label)
+    return _dedupe(problems)
+
+
+def _unmatched(events, p: int, qid: str, label: str) -> list[Problem]:
+    """Every send has a receive on its peer, for the peer's chunk (the next one after a wrap-around)."""
+    def key_send(e):
+        return (e.rank, e.peer, e.phase, e.microbatch, Op(e.kind).peer_chunk(e.rank, p, e.chunk), e.shape)
+
+    def key_recv(e):
+        return (e.peer, e.rank, e.phase, e.microbatch, e.chunk, e.shape)
+
+    sends = Counter(key_send(e) for e in events if e.is_send)
+    recvs = Counter(key_recv(e) for e in events if e.is_recv)
+    problems = []
+    for key in sorted(set(sends) | set(recvs), key=str):
+        src, dst, phase, mb, chunk, shp = key
+        if sends[key] == recvs[key]:
+            continue
+        send, recv = (Op.SEND_FORWARD, Op.RECV_FORWARD) if phase == "forward" else (Op.SEND_BACKWARD, Op.RECV_BACKWARD)
+        if sends[key] > recvs[key]:
+            problems.append(Problem(qid, f"{send} to rank {dst} for its chunk {chunk} has no matching {recv} "
+                                         f"of chunk {chunk} on rank {dst}", src, mb, label))
+        else:
+            problems.append(Problem(qid, f"{recv} of chunk {chunk} from rank {src} has no matching {send} on "
+                                         f"rank {src}", dst, mb, label))
+    return problems
+
+
+def _contiguous_hint(events, p: int, v: int, qid: str, label: str) -> list[Problem]:
+    """A rank whose chunk c never sent its activations and whose chunk c + 1 never received any: the
+    output of chunk c went straight into chunk c + 1, as if the rank held consecutive virtual stages."""
+    problems = []
+    for r in range(p):
+        for c in range(v - 1):
+            sent = any(e.rank == r and e.chunk == c and e.kind == "send_forward" for e in events)
+            got = any(e.rank == r and e.chunk == c + 1 and e.kind == "recv_forward" for e in events)
+            ran = any(e.rank == r and e.chunk == c + 1 and e.kind == "forward" for e in events)
+            if ran and not sent and not got:
+                problems.append(Problem(qid, f"chunk {c} sent no activations and chunk {c + 1} received none: its "
+                                             f"output seems to have gone straight into chunk {c + 1} on this rank, "
+                                             f"as if rank {r} held consecutive virtual stages. Chunks are dealt out "
+                                             f"round-robin: chunk {c} is virtual stage {c * p + r}, chunk {c + 1} is "
+                                             f"{(c + 1) * p + r}; chunk {c}'s output goes to rank {(r + 1) % p}",
+                                        r, None, label))
+                break
+    return problems
+
+
+def check_chunk_order(events, p: int, m: int, sched: Interleaved1F1B, qid: str, label: str) -> list[Problem]:
+    """The memory bound (a plain problem), then the order of the chunks (a valid pipeline of another
+    schedule, when that is all that is wrong)."""
+    held = [Problem(qid, why, r, mb, label) for r, mb, why in in_flight_violations(sched, events, p, m)]
+    order = sched.order_violations(events, p, m)
+    if held or not order:
+        return held + [Problem(qid, why, r, mb, label) for r, mb, why in order]
+    r, mb, why = order[0]
+    more = f" ({len(order) - 1} more place(s) like it)" if len(order) > 1 else ""
+    return [Problem(qid, f"{WRONG_SCHEDULE}: your step is a valid interleaved pipeline (the numbers and the messages "
+                         f"are right, and no rank holds more than {sched.title} allows), but it visits the chunks in "
+                         f"another order than {sched.title}: {why}{more}. The order decides how soon every rank has "
+                         f"work, and so the bubble.", r, mb, label)]
+
+
+def check_interleaved_run(outcome, qid: str, label: str = "") -> list[Problem]:
+    """Everything but the numbers about one interleaved case: layers, pieces, messages, order."""
+    case = outcome.case
+    p, m = case.stages, case.microbatches
+    sched = schedule(case.schedule)
+    shape = tuple(outcome.obs.get(0, {}).get("activation_shape", ()))
+    events = outcome.events()
+    return (check_chunk_layers(outcome, qid, label) + check_chunk_messages(events, p, m, sched, shape, qid, label)
+            + check_chunk_order(events, p, m, sched, qid, label))
+
+
+def interleaved_errors(qid: str, outcome, label: str) -> list[Problem]:
+    """A case that did not complete, or raised somewhere, as problems. The hint about a wrong peer that
+    `from_errors` adds knows only a straight line of stages: dropped where the peer is the ring's
+    neighbour (rank p - 1 before rank 0)."""
+    if outcome.failure:
+        return [Problem(qid, outcome.failure, None, None, label)]
+    p = outcome.case.stages
+    problems = []
+    for pr in from_errors(qid, outcome.errors(), label):
+        error = outcome.errors().get(pr.rank) or {}
+        pending = error.get("pending")
+        if pending and "wrong peer" in pr.message:
+            _, kind, _, peer = pending
+            op = Op.of(kind)
+            ring = (pr.rank + 1) % p if op is not None and op.towards_next else (pr.rank - 1) % p
+            if peer == ring:
+                pr = Problem(pr.exercise, "\n".join(line for line in pr.message.splitlines() if "wrong peer" not in line),
+                             pr.rank, pr.microbatch, pr.case)
+        problems.append(pr)
+    return problems
+
+
+def _dedupe(problems: list[Problem]) -> list[Problem]:
+    seen, out = set(), []
+    for p in problems:
+        if str(p) not in seen:
+            seen.add(str(p))
+            out.append(p)
+    return out
