@@ -46,6 +46,7 @@ def run_interleaved(case, ctx, group, tracer, obs) -> None:
     cfg = case.config
     rank, p, m = ctx.rank, case.stages, cfg.num_microbatches
     v = schedule(case.schedule).chunks_per_rank
+    stage = None
     try:
         mbs = obs["micro_batch_size"] = cases._micro_batch_size(cfg)
         stage = InterleavedStage(cfg, rank, p, v, mbs, ctx.device, group)
@@ -66,4 +67,5 @@ def run_interleaved(case, ctx, group, tracer, obs) -> None:
                         for n, q in stage.named_parameters()}
         obs["memory"] = {"peak_held_bytes": stage.peak_held_bytes, "peak_held_chunks": stage.peak_held_chunks}
     finally:
+        obs["waiting"] = stage.waiting if stage is not None else None
         cases._record_instrumentation(obs, tracer)

@@ -9,6 +9,8 @@ chunk it was sent or received for. These checks read those records against the c
 - messages: every operation talks to the peer `Op.peer` names for its chunk, the wrap-around from the
   last rank to the first included; each rank runs as many of each operation per chunk as the program;
   every send has its receive on the peer's right chunk; the ends of the model send and receive nothing;
+- swapped messages: two ranks that send and receive their messages in different orders (the tensors
+  then land in the wrong micro-batch or chunk, silently);
 - order: at most `max_in_flight` chunk forwards waiting for their backward, and the chunks visited in the
   schedule's order. A run that breaks only the order is a valid pipeline of another schedule, and keeps
   the share of the points the exercise declares (`other_schedule_credit`).
@@ -19,7 +21,7 @@ from collections import Counter
 
 from lab_src.judge.problems import Problem, from_errors
 from lab_src.judge.realness import WRONG_SCHEDULE, check_built_and_ran, check_layers
-from lab_src.pipeline.schedules import Interleaved1F1B, Op, in_flight_violations, schedule
+from lab_src.pipeline.schedules import Interleaved1F1B, Op, compute_order, in_flight_violations, schedule
 
 
 def _where(rank: int, chunk: int, p: int) -> str:
@@ -112,6 +114,31 @@ def check_chunk_messages(events, p: int, m: int, sched: Interleaved1F1B, shape: 
     return _dedupe(problems)
 
 
+def swapped_messages(events, p: int, qid: str, label: str) -> list[Problem]:
+    """Messages between two ranks are matched in the order they are posted (gloo and NCCL alike), and
+    every activation has the same shape: if a rank receives them in another order than its peer sent
+    them, tensors land in the wrong micro-batch or chunk without any error. The first such place of
+    each pair of ranks, from the order the sends and receives were recorded in."""
+    def key(e, chunk):
+        return (e.phase, e.microbatch, chunk)
+
+    problems = []
+    pairs = {(e.rank, e.peer) for e in events if e.is_send} | {(e.peer, e.rank) for e in events if e.is_recv}
+    for src, dst in sorted(pairs, key=str):
+        sends = sorted((e for e in events if e.is_send and (e.rank, e.peer) == (src, dst)), key=lambda e: e.t_start)
+        recvs = sorted((e for e in events if e.is_recv and (e.peer, e.rank) == (src, dst)), key=lambda e: e.t_start)
+        for k, (s, r) in enumerate(zip(sends, recvs)):
+            if key(s, Op(s.kind).peer_chunk(src, p, s.chunk)) != key(r, r.chunk):
+                problems.append(Problem(qid, f"{r.kind}(mb={r.microbatch}, chunk {r.chunk}) got the tensor rank {src} "
+                                             f"sent with {s.kind}(mb={s.microbatch}, chunk {s.chunk}): messages from "
+                                             f"rank {src} to rank {dst} are matched in the order they are posted "
+                                             f"(message {k + 1} here), so the two ranks must send and receive them in "
+                                             f"the same order; otherwise tensors silently land in the wrong "
+                                             f"micro-batch or chunk", dst, r.microbatch, label))
+                break
+    return problems
+
+
 def _unmatched(events, p: int, qid: str, label: str) -> list[Problem]:
     """Every send has a receive on its peer, for the peer's chunk (the next one after a wrap-around)."""
     def key_send(e):
@@ -160,16 +187,34 @@ def _contiguous_hint(events, p: int, v: int, qid: str, label: str) -> list[Probl
 def check_chunk_order(events, p: int, m: int, sched: Interleaved1F1B, qid: str, label: str) -> list[Problem]:
     """The memory bound (a plain problem), then the order of the chunks (a valid pipeline of another
     schedule, when that is all that is wrong)."""
-    held = [Problem(qid, why, r, mb, label) for r, mb, why in in_flight_violations(sched, events, p, m)]
+    held = held_too_many(events, p, m, sched, qid, label)
     order = sched.order_violations(events, p, m)
     if held or not order:
         return held + [Problem(qid, why, r, mb, label) for r, mb, why in order]
     r, mb, why = order[0]
     more = f" ({len(order) - 1} more place(s) like it)" if len(order) > 1 else ""
-    return [Problem(qid, f"{WRONG_SCHEDULE}: your step is a valid interleaved pipeline (the numbers and the messages "
-                         f"are right, and no rank holds more than {sched.title} allows), but it visits the chunks in "
-                         f"another order than {sched.title}: {why}{more}. The order decides how soon every rank has "
-                         f"work, and so the bubble.", r, mb, label)]
+    return [Problem(qid, f"{WRONG_SCHEDULE}: your step visits the chunks in another order than {sched.title}, "
+                         f"within its memory bound (where nothing else is wrong, that is a valid interleaved schedule, "
+                         f"just not this one): {why}{more}. The order decides how soon every rank has work, and so "
+                         f"the bubble.", r, mb, label)]
+
+
+def held_too_many(events, p: int, m: int, sched: Interleaved1F1B, qid: str, label: str) -> list[Problem]:
+    """The memory bound of `in_flight_violations`, said in chunk forwards and the warm-up that sets it."""
+    found = []
+    for r, mb, _ in in_flight_violations(sched, events, p, m):
+        limit, warm = sched.max_in_flight(r, p, m), sched.warmup(r, p, m)
+        held, worst = 0, None
+        for e in compute_order(events, r):
+            held += 1 if e.kind == Op.FORWARD else -1
+            if held > limit and worst is None:
+                worst = (held, e)
+        held, e = worst
+        found.append(Problem(qid, f"after the forward of micro-batch {e.microbatch} on chunk {e.chunk} this rank holds "
+                                  f"{held} chunk forwards whose backward has not run; {sched.title} holds at most "
+                                  f"{limit} on rank {r} of {p}: {warm} warm-up forwards ((p - r - 1) * 2 + (v - 1) * p), "
+                                  f"then one forward and one backward in turn", r, e.microbatch, label))
+    return found
 
 
 def check_interleaved_run(outcome, qid: str, label: str = "") -> list[Problem]:
@@ -179,8 +224,8 @@ def check_interleaved_run(outcome, qid: str, label: str = "") -> list[Problem]:
     sched = schedule(case.schedule)
     shape = tuple(outcome.obs.get(0, {}).get("activation_shape", ()))
     events = outcome.events()
-    return (check_chunk_layers(outcome, qid, label) + check_chunk_messages(events, p, m, sched, shape, qid, label)
-            + check_chunk_order(events, p, m, sched, qid, label))
+    return (swapped_messages(events, p, qid, label) + check_chunk_layers(outcome, qid, label)
+            + check_chunk_messages(events, p, m, sched, shape, qid, label) + check_chunk_order(events, p, m, sched, qid, label))
 
 
 def interleaved_errors(qid: str, outcome, label: str) -> list[Problem]:
@@ -191,7 +236,12 @@ def interleaved_errors(qid: str, outcome, label: str) -> list[Problem]:
         return [Problem(qid, outcome.failure, None, None, label)]
     p = outcome.case.stages
     problems = []
-    for pr in from_errors(qid, outcome.errors(), label):
+    errors = from_errors(qid, outcome.errors(), label)
+    if errors:
+        sched = schedule(outcome.case.schedule)
+        problems += order_at_stop(outcome, qid, label)
+        problems += _contiguous_hint(outcome.events(), p, sched.chunks_per_rank, qid, label)
+    for pr in errors:
         error = outcome.errors().get(pr.rank) or {}
         pending = error.get("pending")
         if pending and "wrong peer" in pr.message:
@@ -202,6 +252,41 @@ def interleaved_errors(qid: str, outcome, label: str) -> list[Problem]:
                 pr = Problem(pr.exercise, "\n".join(line for line in pr.message.splitlines() if "wrong peer" not in line),
                              pr.rank, pr.microbatch, pr.case)
         problems.append(pr)
+    return problems
+
+
+def order_at_stop(outcome, qid: str, label: str) -> list[Problem]:
+    """For a run that stopped: where a rank had already left the schedule's order. Its forwards and
+    backwards so far are compared with the program's, and a receive it was still waiting in with the
+    compute that receive would feed. Usually the reason a run deadlocked."""
+    case = outcome.case
+    p, m = case.stages, case.microbatches
+    sched = schedule(case.schedule)
+    if not isinstance(sched, Interleaved1F1B):
+        return []
+    events = outcome.events()
+    problems = [Problem(qid, f"before the run stopped, {why}", r, mb, label)
+                for r, mb, why in sched.order_violations(events, p, m)]
+    ranks = {pr.rank for pr in problems}
+    for r, o in sorted(outcome.obs.items()):
+        waiting = o.get("waiting")
+        if r in ranks or not waiting or Op.of(waiting[0]) not in (Op.RECV_FORWARD, Op.RECV_BACKWARD):
+            continue
+        op, mb, chunk = Op(waiting[0]), waiting[1], waiting[2]
+        compute = Op.FORWARD if op.phase == "forward" else Op.BACKWARD
+        done = sum(1 for e in events if e.rank == r and e.kind == compute.value)
+        order = sched.order(p, m, backward=compute is Op.BACKWARD)
+        if done >= len(order) or order[done] == (mb, chunk):
+            continue
+        want_mb, want_c = order[done]
+        rule = ("backwards visit the chunks in reverse: the gradient starts at the last virtual stage, so "
+                f"chunk {sched.chunks_per_rank - 1} goes first" if compute is Op.BACKWARD else
+                f"forwards take chunk 0 for a group of {p} micro-batches, then chunk 1 for the same group, ...")
+        problems.append(Problem(qid, f"the run stopped while this rank waited in {op} for micro-batch {mb} of "
+                                     f"chunk {chunk}, the input of its {compute} number {done + 1}; in {sched.title} "
+                                     f"that {compute} is micro-batch {want_mb} on chunk {want_c} ({rule}). A rank "
+                                     f"that waits for a message its peer sends only later deadlocks the pipeline",
+                                r, mb, label))
     return problems
 
 

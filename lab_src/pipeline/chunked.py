@@ -66,6 +66,7 @@ class InterleavedStage(PipelineStage):
         self._held: dict[tuple[int, int], int] = {}     # (micro-batch, chunk) -> activation bytes kept for backward
         self.peak_held_bytes = 0
         self.peak_held_chunks = 0
+        self.waiting: list | None = None                # [operation, micro-batch, chunk] of a receive under way
 
     def virtual_stage(self, chunk: int) -> int:
         """The virtual stage that chunk `chunk` of this rank is: chunk * pp_size + pp_rank."""
@@ -138,9 +139,20 @@ class InterleavedStage(PipelineStage):
 
     def recv(self, src: int, shape, operation: str, microbatch: int = 0, chunk: int | None = None) -> torch.Tensor:
         chunk = self._check_chunk(chunk, operation, microbatch)
-        return super().recv(src, shape, operation, microbatch, chunk)
+        self.waiting = [operation, microbatch, chunk]   # for the report on a run that stops here
+        got = super().recv(src, shape, operation, microbatch, chunk)
+        self.waiting = None
+        return got
 
     # ---- checks -----------------------------------------------------------------------------
+    def _check_peer(self, peer, where: str) -> None:
+        if isinstance(peer, int) and not isinstance(peer, bool) and not 0 <= peer < self.pp_size:
+            raise ValueError(f"{where}: there is no rank {peer}; the ranks are 0..{self.pp_size - 1}. In an "
+                             f"interleaved pipeline the ranks form a ring: the virtual stage after rank "
+                             f"{self.pp_size - 1}'s chunk c is rank 0's chunk c + 1 (the wrap-around), so the next "
+                             f"rank is (rank + 1) % {self.pp_size} and the previous one (rank - 1) % {self.pp_size}")
+        super()._check_peer(peer, where)
+
     def _check_chunk(self, chunk, what: str, microbatch) -> int:
         if chunk is None:
             raise TypeError(f"rank {self.pp_rank} {what}(mb={microbatch}): say which chunk it is for, e.g. "
