@@ -222,6 +222,64 @@ study = bubble_study()
 # %%
 study.timeline(2) if study else None
 
+# %% [markdown]
+# ## Part 2 · Cutting the model by tracing it
+#
+# Q5 hands out *blocks* by index, and `PipelineStage` builds the named pieces. That works because this
+# lab's model is a list of blocks. Many models are not: one `forward` with skip connections, layers used
+# twice, several tensors flowing side by side. Libraries such as NeuronxDistributed and
+# `torch.distributed.pipelining` instead cut the model where you tell them, by **tracing** it.
+# `torch.fx.symbolic_trace` runs the model's `forward` once on stand-in values and writes down every
+# operation as a node of a graph, each node tagged with the modules it ran in. Then naming the *cut points*
+# is enough: `"blocks.3"` means "stage 1 begins where the forward enters `blocks.3`". Each node goes to the
+# stage of the last cut point before it, and `torch.fx.passes.split_module` builds one module per stage; the
+# values that cross a cut become the outputs of one stage and the inputs of the next.
+# (`lab_src/pipeline/traced.py` does this in about forty lines.)
+#
+# Name the cut points that give the same stages as your Q5 for 8 blocks on 3 stages. The check traces the
+# model, cuts it there, and compares each traced stage with the `PipelineStage` your Q5 builds: the
+# pieces it holds, its parameters, and its output on the same input.
+
+# %% nbgrader={"grade": false, "grade_id": "q15_cut_points", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# Where stages 1 and 2 begin: module names such as "blocks.4"
+### BEGIN SOLUTION
+CUT_POINTS = ["blocks.3", "blocks.6"]
+### END SOLUTION
+
+# %%
+from lab_src.checks.q15_interleaved_step import traced_partition, what_crosses
+
+traced = traced_partition(CUT_POINTS, num_layers=8)
+
+# %% [markdown]
+# A cut does not have to fall between blocks. Cut inside block 2, between its MLP's `up` and `down`
+# projections, and look at what would travel to the next stage:
+
+# %%
+what_crosses(["blocks.2.down", "blocks.5"]);
+
+# %% [markdown]
+# Two tensors cross the first cut: the residual stream `(2, 16, 32)`, which the block adds back after
+# its MLP, and the MLP's hidden activation `(2, 16, 128)`, four times wider. Tracing found both; your Q7
+# and Q8 send exactly one buffer of `activation_shape` per micro-batch and could not carry this cut.
+#
+# **What tracing buys.** Any model whose forward can be traced, not only a list of blocks; cuts anywhere,
+# inside a block included; the tool works out which values cross each cut and builds every stage's module,
+# so nobody writes a stage class per architecture.
+#
+# **What it costs.**
+# - The forward must be traceable. Symbolic tracing follows one path through the Python code: a branch
+#   on a tensor's *value* (`if x.sum() > 0`) cannot be traced, and Python loops are unrolled into the graph.
+#   `torch.export`, which `torch.distributed.pipelining` uses, accepts more Python but specialises shapes,
+#   so another batch shape can mean another trace.
+# - Python that is not a tensor operation runs once, while tracing, and is not in the graph. The lab's model
+#   counts its pieces' forward calls; the check above shows that the traced stages counted none.
+# - Names change (`blocks.3.qkv.weight` becomes `blocks_3_qkv.weight` inside a stage), so checkpoints,
+#   optimizer states and comparisons with the baseline need a map back; and the stage modules are generated
+#   code, harder to read and to debug than a stage you wrote.
+# - Tracing does not choose *good* cut points: a cut can send more, and larger, tensors than needed (as
+#   above), and balancing the stages' compute is still your job.
+
 # %% nbgrader={"grade": true, "grade_id": "q15_hidden", "locked": true, "points": 20, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q15 (20 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
