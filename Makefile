@@ -15,4 +15,5 @@ test: setup
 
 benchmark: setup
 	.venv/bin/python benchmarks/afab_vs_gpipe.py
+	.venv/bin/python benchmarks/interleaved_vs_torch.py
 	.venv/bin/python benchmarks/autograde_time.py

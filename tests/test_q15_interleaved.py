@@ -162,6 +162,9 @@ def test_the_pictures_tell_the_chunks_apart():
     measured, ideal = timelines(events, 2, 4, schedule="interleaved:4")
     assert measured.chunks == 4 and "(p-1)/(v·m+p-1) = (2-1)/(4·4+2-1) = 5.9%" in measured.bubble_text()
     static_figure(events, 2, 4, schedule="interleaved:4")       # draws without error
+    from lab_src.views.svg import frame
+    svg = frame(measured, width=4000)         # wide enough for every box's label
+    assert f">F{f3.microbatch}c3</text>" in svg and box_color(f3, 4) in svg and "paler: later chunks" in svg
 
 
 # ---- graded in real processes -----------------------------------------------------------------------

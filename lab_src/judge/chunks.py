@@ -265,7 +265,8 @@ def order_at_stop(outcome, qid: str, label: str) -> list[Problem]:
     if not isinstance(sched, Interleaved1F1B):
         return []
     events = outcome.events()
-    problems = [Problem(qid, f"before the run stopped, {why}", r, mb, label)
+    problems = [Problem(qid, f"before the run stopped, {why}. A rank that leaves the order its peers follow ends "
+                             f"up waiting for a message that is sent later or never: the pipeline deadlocks", r, mb, label)
                 for r, mb, why in sched.order_violations(events, p, m)]
     ranks = {pr.rank for pr in problems}
     for r, o in sorted(outcome.obs.items()):
