@@ -110,8 +110,7 @@ def check_chunk_messages(events, p: int, m: int, sched: Interleaved1F1B, shape: 
                                                  f"{labels[twice[0]]} times: pass each operation the micro-batch "
                                                  f"and the chunk it works on", r, twice[0], label))
     problems += _unmatched(events, p, qid, label)
-    problems += _contiguous_hint(events, p, v, qid, label)
-    return _dedupe(problems)
+    return _dedupe(_contiguous_hint(events, p, v, qid, label) + problems)    # the hint explains the rest
 
 
 def swapped_messages(events, p: int, qid: str, label: str) -> list[Problem]:
@@ -127,6 +126,8 @@ def swapped_messages(events, p: int, qid: str, label: str) -> list[Problem]:
     for src, dst in sorted(pairs, key=str):
         sends = sorted((e for e in events if e.is_send and (e.rank, e.peer) == (src, dst)), key=lambda e: e.t_start)
         recvs = sorted((e for e in events if e.is_recv and (e.peer, e.rank) == (src, dst)), key=lambda e: e.t_start)
+        if Counter(key(s, Op(s.kind).peer_chunk(src, p, s.chunk)) for s in sends) != Counter(key(r, r.chunk) for r in recvs):
+            continue        # not the same messages on both sides: check_chunk_messages says which are missing
         for k, (s, r) in enumerate(zip(sends, recvs)):
             if key(s, Op(s.kind).peer_chunk(src, p, s.chunk)) != key(r, r.chunk):
                 problems.append(Problem(qid, f"{r.kind}(mb={r.microbatch}, chunk {r.chunk}) got the tensor rank {src} "
