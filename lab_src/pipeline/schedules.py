@@ -212,7 +212,8 @@ class Interleaved1F1B(Schedule):
     Micro-batches go through in groups of p: forward of chunk 0 for micro-batches 0..p-1, then chunk 1
     for the same micro-batches, and so on; backwards visit the chunks in reverse. Rank r runs
     (p - r - 1) * 2 + (v - 1) * p warm-up forwards (at most m * v), as in Megatron-LM's schedule; m must
-    be a multiple of p."""
+    be a multiple of p. Its rules: that warm-up bound on the chunk forwards a rank holds, and the order in
+    which each rank's forwards and backwards visit (micro-batch, chunk) (`order`, `order_violations`)."""
     name = "interleaved"
     title = "Interleaved 1F1B"
 

@@ -112,9 +112,9 @@ def interleaved_step(stage, data_iter, num_microbatches):
 
     def order(k, backward):
         """(micro-batch, chunk) of this rank's k-th forward (or backward)."""
-        group, within = divmod(k, p * v)
-        chunk = within // p
-        return group * p + within % p, (v - 1 - chunk if backward else chunk)
+        group, pos = divmod(k, p * v)               # groups of p micro-batches, each through all v chunks
+        mb, chunk = group * p + pos % p, pos // p
+        return mb, (v - 1 - chunk if backward else chunk)
 
     def communicate(op, chunk, mb, tensor=None):
         """Q7's four operations for one chunk; the ring's neighbours are (r - 1) % p and (r + 1) % p."""
