@@ -65,7 +65,8 @@
 # **The price.** Every micro-batch crosses v·p-1 boundaries between virtual stages instead of p-1, so a
 # step sends about v times as many messages (of the same size). And the warm-up holds more: rank 0 keeps
 # (p-1)·2 + (v-1)·p + 1 chunk forwards waiting for their backward, each 1/v of its layers, that is about
-# (2(p-1) + (v-1)p + 1)/v stages' worth of activations against p for 1F1B (5.5 against 4 for p = 4, v = 2).
+# (2(p-1) + (v-1)p + 1)/v = p + (p-1)/v stages' worth of activations against p for 1F1B (5.5 against 4
+# for p = 4, v = 2), and they belong to more micro-batches at once.
 
 # %%
 # %load_ext lab_src
@@ -209,10 +210,12 @@ report.timeline()
 # instead: the idle time divided by the *compute* time, which is not a share of anything (it exceeds 1 when
 # m < p) and cannot be compared with a measured fraction.
 #
-# What to look for: the bubble falls roughly as the theory says (the machine adds its own idle time: a
-# message, Python between boxes, ranks sharing cores), while the messages grow about v-fold and rank 0
-# holds more activations at its peak. That is the trade: interleaving buys a smaller bubble with more
-# communication and more memory per micro-batch in flight.
+# What to look for: the *ideal* column (this schedule, with this run's compute per block and cheap
+# messages) follows the theory; the *measured* bubble adds what the machine does besides (a message,
+# Python between boxes, ranks sharing cores). The messages grow about v-fold, and rank 0 holds more
+# activations at its peak than 1F1B would (the last column: p + (p-1)/v stages' worth against p). With
+# v = 1 the same warm-up formula gives 2(p-r-1) forwards, more than 1F1B's p-r-1: that row is not 1F1B. That
+# is the trade: interleaving buys a smaller bubble with more communication and more memory in flight.
 
 # %%
 from lab_src.checks.q15_interleaved_step import bubble_study
