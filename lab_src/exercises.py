@@ -218,6 +218,30 @@ def dp_pp_step(grid, cfg):
     """
 
 
+@_exercise_api("q15")
+def interleaved_step(stage, data_iter, num_microbatches):
+    """One Interleaved 1F1B training step of a rank that holds `stage.num_chunks` model chunks.
+
+    `stage` is an `InterleavedStage` (lab_src/pipeline/chunked.py) of rank `stage.pp_rank` of
+    `stage.pp_size`: its chunk c is virtual stage c * pp_size + pp_rank of num_chunks * pp_size, so the
+    next virtual stage is on rank (pp_rank + 1) % pp_size and the previous one on (pp_rank - 1) % pp_size.
+    Virtual stage 0 (chunk 0 of rank 0) reads its micro-batches of tokens from `data_iter` (None on the
+    other ranks); every other chunk receives its input from the previous virtual stage. Use
+    `stage.forward(x, chunk=c, microbatch=mb)`, `stage.backward(x, y, grad, chunk=c, microbatch=mb)`,
+    `stage.send(tensor, dst=..., operation=..., microbatch=mb, chunk=c)` and
+    `stage.recv(src=..., shape=stage.activation_shape, operation=..., microbatch=mb, chunk=c)`.
+
+    Order the operations as Interleaved 1F1B (`num_microbatches` is a multiple of pp_size): forwards take
+    chunk 0 for micro-batches 0..p-1, then chunk 1 for the same group, ..., then the next group;
+    backwards the same with the chunks in reverse; rank r first runs min((p - r - 1) * 2 + (v - 1) * p,
+    m * v) forwards, then one forward and one backward in turn, then the remaining backwards.
+
+    The loss of a micro-batch is the mean of the last virtual stage's output divided by
+    `num_microbatches`. Return `(outputs, loss)`: on the last rank the list of each micro-batch's output
+    (detached, in micro-batch order) and the total loss as a float; on other ranks `([], None)`.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

@@ -97,6 +97,8 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     # its own step (schedule set, no `step`): judged on the numbers, like q08; the pipeline inside it is q08's AFAB
     Exercise("q14", "dp_pp_step", "Data x pipeline parallel on a grid of ranks, tied embeddings",
              ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), schedule="afab"),
+    Exercise("q15", "interleaved_step", "Interleaved 1F1B with virtual stages", ("q02", "q03", "q04", "q05", "q06"),
+             schedule="interleaved", timeline="4 ranks, 2 chunks, 8 micro-batches", other_schedule_credit=0.5),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]

@@ -14,6 +14,7 @@ Kinds:
     seeds     what the seed does to weights on different ranks (q01 demo)
     grid      the student's step on a data x pipeline grid of all the case's ranks (q14, grid_case.py)
     p2p       q11's raw torch.distributed operations in the order of the case's schedule (harness/p2p_case.py)
+    interleaved  an interleaved step (q15) on a rank holding several model chunks (harness/interleaved.py)
 
 A pipeline case also counts, per rank, the activation memory its step holds (harness/memory.py): every
 event carries it, and obs["memory"] has the peak, beside the process's peak resident set size so far
@@ -27,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from lab_src import exercises
+from lab_src.harness import interleaved
 from lab_src.harness.case import Case
 from lab_src.harness.grid_case import run_grid
 from lab_src.harness.memory import counting, peak_rss_bytes
@@ -362,7 +364,8 @@ CALLS = {"pipeline": ("check_args", "activation_shape", "distribute_layers", "ne
          "baseline": ("baseline_step",), "units": (), "seeds": (),
          "grid": ("check_args", "activation_shape", "distribute_layers", "needs_dataloader", "pipeline_communicate",
                   "afab_step"),
-         "p2p": ("check_args", "activation_shape", "distribute_layers", "p2p_communicate")}
+         "p2p": ("check_args", "activation_shape", "distribute_layers", "p2p_communicate"),
+         "interleaved": ("check_args", "activation_shape", "distribute_layers", "needs_dataloader")}
 
 
 def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
@@ -379,5 +382,6 @@ def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
 
 
 KINDS = {"pipeline": run_pipeline, "comm": run_comm, "layout": run_layout, "shapes": run_shapes,
-         "baseline": run_baseline, "units": run_units, "seeds": run_seeds, "p2p": run_p2p}
+         "baseline": run_baseline, "units": run_units, "seeds": run_seeds, "p2p": run_p2p,
+         "interleaved": lambda *args: interleaved.run_interleaved(*args)}
 KINDS["grid"] = run_grid        # q14: the data x pipeline grid (harness/grid_case.py)

@@ -241,18 +241,27 @@ class Interleaved1F1B(Schedule):
     Micro-batches go through in groups of p: forward of chunk 0 for micro-batches 0..p-1, then chunk 1
     for the same micro-batches, and so on; backwards visit the chunks in reverse. Rank r runs
     (p - r - 1) * 2 + (v - 1) * p warm-up forwards (at most m * v), as in Megatron-LM's schedule; m must
-    be a multiple of p."""
+    be a multiple of p. Its rules: that warm-up bound on the chunk forwards a rank holds, and the order in
+    which each rank's forwards and backwards visit (micro-batch, chunk) (`order`, `order_violations`)."""
     name = "interleaved"
     title = "Interleaved 1F1B"
 
     def __init__(self, v: int = 2):
+        if v < 1:
+            raise ValueError(f"an interleaved schedule needs at least one chunk per rank, got {v}")
         self.chunks_per_rank = v
+        self.name = "interleaved" if v == 2 else f"interleaved:{v}"   # schedule(name) finds it again
 
     def _order(self, p: int, m: int, k: int, backward: bool) -> tuple[int, int]:
         v = self.chunks_per_rank
         group, within = divmod(k, p * v)
         chunk = within // p
         return group * p + within % p, (v - 1 - chunk if backward else chunk)
+
+    def order(self, p: int, m: int, backward: bool = False) -> list[tuple[int, int]]:
+        """(micro-batch, chunk) of each forward (or backward) of a rank, in the order it runs them: chunk 0
+        for micro-batches 0..p-1, chunk 1 for the same group, ...; backwards visit the chunks in reverse."""
+        return [self._order(p, m, k, backward) for k in range(m * self.chunks_per_rank)]
 
     def warmup(self, rank: int, p: int, m: int) -> int:
         v = self.chunks_per_rank
@@ -277,6 +286,31 @@ class Interleaved1F1B(Schedule):
 
     def max_in_flight(self, rank, p, m):
         return self.warmup(rank, p, m) + (1 if self.warmup(rank, p, m) < m * self.chunks_per_rank else 0)
+
+    def violations(self, events, p, m):
+        return in_flight_violations(self, events, p, m) + self.order_violations(events, p, m)
+
+    def order_violations(self, events, p: int, m: int) -> list[tuple[int, int | None, str]]:
+        """Where a rank's forwards (or backwards) visit (micro-batch, chunk) in another order than `order`:
+        the first place on each rank, said in terms of the groups of p micro-batches."""
+        found = []
+        for r in range(p):
+            compute = compute_order(events, r)
+            for op, backward in ((Op.FORWARD, False), (Op.BACKWARD, True)):
+                got = [(e.microbatch, e.chunk) for e in compute if e.kind == op]
+                want = self.order(p, m, backward)
+                k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+                if k is None:
+                    continue
+                (mb, c), (want_mb, want_c) = got[k], want[k]
+                group = want_mb - want_mb % p
+                rule = (f"chunk {want_c} takes micro-batches {group}..{group + p - 1} one after the other before "
+                        f"the same group moves on to the next chunk" if not backward else
+                        f"backwards visit the chunks in reverse (chunk {self.chunks_per_rank - 1} first), "
+                        f"micro-batches {group}..{group + p - 1} for each chunk in turn")
+                found.append((r, mb, f"{op} number {k + 1} of this rank ran micro-batch {mb} on chunk {c}; "
+                                     f"{self.title} runs micro-batch {want_mb} on chunk {want_c} there: {rule}"))
+        return found
 
 
 def compute_order(events, rank: int) -> list:
@@ -315,10 +349,13 @@ SCHEDULES: dict[str, Schedule] = {s.name: s for s in (AllForwardAllBackward(), O
 
 
 def schedule(name: str) -> Schedule:
-    try:
+    """The schedule named `name`; "interleaved:4" is Interleaved 1F1B with 4 chunks per rank."""
+    if name in SCHEDULES:
         return SCHEDULES[name]
-    except KeyError:
-        raise KeyError(f"no schedule {name!r}; the schedules are {', '.join(SCHEDULES)}") from None
+    base, _, v = name.partition(":")
+    if base == "interleaved" and v.isdigit() and int(v) >= 1:
+        return Interleaved1F1B(int(v))
+    raise KeyError(f"no schedule {name!r}; the schedules are {', '.join(SCHEDULES)} (and interleaved:<v>)")
 
 
 def matching_schedules(events, p: int, m: int) -> list[Schedule]:

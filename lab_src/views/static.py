@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from lab_src.views.prepare import COLLECTIVE_LABELS, COLORS, Timeline, collective_calls
+from lab_src.views.prepare import COLLECTIVE_LABELS, COLORS, Timeline, box_color, box_label, collective_calls
 
 ROW = 0.7     # height of a compute box, in rows
 BAR = 0.22    # height of a send/receive bar
@@ -35,10 +35,10 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
         ax.barh(r, tl.span * ms, left=0, height=ROW, color=COLORS["idle"], hatch="///", edgecolor="#d4d4d4", lw=0)
     for e in tl.events:
         if e.is_compute:
-            ax.barh(e.rank, e.duration * ms, left=e.t_start * ms, height=ROW, color=COLORS[e.kind],
+            ax.barh(e.rank, e.duration * ms, left=e.t_start * ms, height=ROW, color=box_color(e, tl.chunks),
                     edgecolor="white", lw=0.5)
             if e.duration > 0.016 * t_max:
-                ax.text((e.t_start + e.duration / 2) * ms, e.rank, f"{e.kind[0].upper()}{e.microbatch}",
+                ax.text((e.t_start + e.duration / 2) * ms, e.rank, box_label(e, tl.chunks),
                         ha="center", va="center", color="white", fontsize=7.5, fontweight="bold")
         elif e.is_collective:       # an all-reduce: a thicker bar, joined to the other members below
             ax.barh(e.rank, max(e.duration, 0.002 * t_max) * ms, left=e.t_start * ms, height=2 * BAR,
@@ -70,8 +70,15 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
     ax.set_axisbelow(True)
 
 
-def legend_handles(collectives: tuple = ()) -> list:
+def legend_handles(collectives: tuple = (), chunks: int = 1) -> list:
+    later = []
+    if chunks > 1:     # the palest forward and backward: the last chunk
+        from lab_src.pipeline.trace import Event
+        pale = [Event(0, k, 0, None, None, 0, 0.0, 0.0, chunks - 1) for k in ("forward", "backward")]
+        later = [Patch(color=box_color(pale[0], chunks), label=f"paler: later chunks (F3c1: micro-batch 3, chunk 1)"),
+                 Patch(color=box_color(pale[1], chunks), label=f"backward, chunk {chunks - 1}")]
     return [Patch(color=COLORS["forward"], label="forward"), Patch(color=COLORS["backward"], label="backward"),
+            *later,
             Patch(color=COLORS["send"], label="send"), Patch(color=COLORS["recv"], label="receive (waiting)"),
             Patch(facecolor=COLORS["idle"], hatch="///", edgecolor="#c8c8c8", label="idle (bubble)"),
             Line2D([], [], color="#555", marker=">", markersize=5, lw=1, label="message: send → receive")] + \
@@ -94,6 +101,7 @@ def figure(timelines: list[Timeline], title: str = "", memory_unit: str = "bytes
     if title:
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")
     kinds = tuple({e.kind for tl in timelines for e in tl.events if e.is_collective})
-    fig.legend(handles=legend_handles(kinds), loc="outside lower center", ncol=6 + len(kinds) // 2, fontsize=8,
+    fig.legend(handles=legend_handles(kinds, timelines[0].chunks), loc="outside lower center",
+               ncol=6 + len(kinds) // 2, fontsize=8,
                frameon=False)
     return fig

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 
+from lab_src.pipeline import schedules
 from lab_src.pipeline.trace import Event
 from lab_src.views.prepare import Timeline, prepare
 from lab_src.views.ideal import CostModel, calibrate, ideal_events
@@ -44,7 +45,9 @@ def timelines(events: list[Event], p: int, m: int, *, schedule: str = "afab", ac
     note = cost.describe(p, sum(stage_layers) if stage_layers else None, source)
     ideal = ideal_events(p, m, cost, schedule=schedule, stage_layers=stage_layers,
                          activation_bytes=activation_bytes, shape=shape)
-    return prepare(events, p, m), prepare(ideal, p, m, kind="ideal", note=note, align=False)
+    v = schedules.schedule(schedule).chunks_per_rank if isinstance(schedule, str) else schedule.chunks_per_rank
+    return (prepare(events, p, m, chunks=v),
+            prepare(ideal, p, m, kind="ideal", note=note, align=False, chunks=v))
 
 
 def static_figure(events: list[Event], p: int, m: int, *, title: str = "", with_ideal: bool = True, **how):
