@@ -90,6 +90,9 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), step="q08"),
     Exercise("q10", "check_gradients", "Each stage's gradients equal the baseline",
              ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), step="q08"),
+    # q13 trains with the step of `step` (AFAB today): a step of another schedule with the same contract plugs in here
+    Exercise("q13", "train_pipeline", "Train it: a real loss, an optimizer, one process's learning curve",
+             ("q02", "q03", "q05", "q06", "q07", "q08"), step="q08"),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]

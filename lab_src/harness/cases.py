@@ -12,6 +12,7 @@ Kinds:
     baseline  the unsharded baseline (q04), run on every rank
     units     exercise functions called on given arguments (rank 0 only)
     seeds     what the seed does to weights on different ranks (q01 demo)
+    train     the student's training loop around the step, on the digits (q13; harness/train.py)
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import torch.distributed as dist
 
 from lab_src import exercises
 from lab_src.harness.case import Case
+from lab_src.harness.train import run_train
 from lab_src.pipeline import data, model, trace
 from lab_src.pipeline.baseline import compute_baseline, load_baseline
 from lab_src.pipeline.config import LabConfig
@@ -348,7 +350,8 @@ CALLS = {"pipeline": ("check_args", "activation_shape", "distribute_layers", "ne
          "comm": ("check_args", "activation_shape", "distribute_layers", "pipeline_communicate"),
          "layout": ("check_args", "activation_shape", "distribute_layers"),
          "shapes": ("check_args", "activation_shape"),
-         "baseline": ("baseline_step",), "units": (), "seeds": ()}
+         "baseline": ("baseline_step",), "units": (), "seeds": (),
+         "train": ("check_args", "activation_shape", "distribute_layers")}
 
 
 def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
@@ -357,7 +360,7 @@ def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
     question. The baseline the comparisons need is computed outside, so q04 is not among them."""
     by_function = {e.function: e.id for e in EXERCISES.values() if e.function}
     called = {by_function[f] for f in CALLS[kind]}
-    if kind == "pipeline":
+    if kind in ("pipeline", "train"):
         called |= {step, *EXERCISES[step].needs} - {by_function["baseline_step"]}
     if kind == "layout" and "q06" in calls:
         called.add(by_function["needs_dataloader"])
@@ -365,4 +368,4 @@ def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
 
 
 KINDS = {"pipeline": run_pipeline, "comm": run_comm, "layout": run_layout, "shapes": run_shapes,
-         "baseline": run_baseline, "units": run_units, "seeds": run_seeds}
+         "baseline": run_baseline, "units": run_units, "seeds": run_seeds, "train": run_train}
