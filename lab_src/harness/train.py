@@ -9,10 +9,15 @@ the step function and the numbers of the case, and keeps:
 - which events and forwards belong to which step: `step_fn` is the registry's step (the case's `step`:
   q08's AFAB; another schedule's step plugs in the same way), wrapped to note where each call starts and
   ends and to wait for the stage's sends at its end;
-- what it read of the data (`digits.READS`), the pieces it built and ran, and its events.
+- what it read of the data (`digits.READS`), the pieces it built and ran, and its events;
+- what every `optimizer.step()` of the run saw (`OptimizerWatch`, a hook PyTorch calls before any
+  optimizer's step): which optimizers, their settings, whether they hold this stage's parameters and
+  others, and whether those parameters had gradients at that moment.
 Judging happens in the launching process (lab_src/judge/training.py).
 """
 from __future__ import annotations
+
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -53,7 +58,9 @@ def run_train(case: Case, ctx, group, tracer, obs) -> None:
                 spans.append(start + [len(tracer.events), len(stage.forwards), plain(num_microbatches)])
 
         dist.barrier(group=group)
-        returned = exercises.train_pipeline(stage, data, step_fn, s["steps"], s["lr"])
+        with OptimizerWatch(stage) as watch:
+            returned = exercises.train_pipeline(stage, data, step_fn, s["steps"], s["lr"])
+        obs["optimizer"] = watch.record
         stage.flush()
         dist.barrier(group=group)
         obs["returned"] = _record(returned)
@@ -63,6 +70,52 @@ def run_train(case: Case, ctx, group, tracer, obs) -> None:
             obs["forwards"] = list(stage.forwards)
         obs["reads"] = dict(digits.READS)
         _record_instrumentation(obs, tracer)
+
+
+class OptimizerWatch:
+    """Within the block, notes what each `optimizer.step()` sees (torch.optim's global step pre-hook):
+    `record` = {"steps", "created" (distinct optimizers), "types", "settings" (distinct lr, betas, eps,
+    weight_decay, amsgrad), "own" (this stage's parameters), "own_held" (the fewest of them an optimizer
+    held at a step), "foreign_held" (the most other tensors it held), "steps_without_grads" (steps at
+    which none of this stage's parameters had a non-zero gradient)}."""
+
+    def __init__(self, stage):
+        self.own = {id(p) for p in stage.parameters()}
+        self.seen = weakref.WeakSet()
+        self.record = {"steps": 0, "created": 0, "types": [], "settings": [], "own": len(self.own),
+                       "own_held": None, "foreign_held": 0, "steps_without_grads": 0}
+        self.handle = None
+
+    def __enter__(self):
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+        self.handle = register_optimizer_step_pre_hook(self._before_step)
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+        return False
+
+    def _before_step(self, optimizer, args, kwargs):
+        rec = self.record
+        rec["steps"] += 1
+        if optimizer not in self.seen:
+            self.seen.add(optimizer)
+            rec["created"] += 1
+        name = type(optimizer).__name__
+        if name not in rec["types"]:
+            rec["types"].append(name)
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        own = [p for p in params if id(p) in self.own]
+        rec["own_held"] = len(own) if rec["own_held"] is None else min(rec["own_held"], len(own))
+        rec["foreign_held"] = max(rec["foreign_held"], len(params) - len(own))
+        if not any(p.grad is not None and bool(p.grad.any()) for p in own):
+            rec["steps_without_grads"] += 1
+        for g in optimizer.param_groups:
+            setting = [float(g.get("lr", 0.0)), [float(b) for b in g.get("betas", ())], float(g.get("eps", 0.0)),
+                       float(g.get("weight_decay", 0.0)), bool(g.get("amsgrad", False))]
+            if setting not in rec["settings"]:
+                rec["settings"].append(setting)
+        return None
 
 
 def _record(returned):

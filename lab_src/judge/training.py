@@ -7,8 +7,9 @@ Four parts, each a list of problems:
 - pipeline: the run is a real pipeline, judged by the schedule model: layers, pieces built and run, each
   step's messages and order by the case's schedule, the evaluation's by a forward-only program, which
   ranks read the tokens and the labels, which stage reports the loss;
-- evaluation: the held-out loss and accuracy are the single-process model's, computed in eval mode
-  without autograd.
+- evaluation: the held-out loss and accuracy the last stage reports are those of the model the ranks
+  ended training with (rebuilt here from their parameters: a mistake in training is not counted twice),
+  computed in eval mode without autograd.
 
 Why `CURVE_RTOL` is 1e-5 in float32: the pipeline computes each micro-batch's part of the batch on its
 own and adds the gradients over micro-batches, the single process computes the whole batch at once, so
@@ -72,22 +73,39 @@ def judge_training(outcome, expected: dict, qid: str, label: str, margin: Learni
     last = obs.get(p - 1, {})
     returned = last.get("returned")
     losses = returned.get("losses") if isinstance(returned, dict) else None
-    found["pipeline"] += pipeline_problems(outcome, qid, label)
-    found["evaluation"] += evaluation_problems(outcome, expected, qid, label)
+    found["pipeline"] += merge_ranks(pipeline_problems(outcome, qid, label))
+    found["evaluation"] += merge_ranks(evaluation_problems(outcome, expected, qid, label))
     if not _is_curve(losses):
         why = (f"train_pipeline returned {returned!r:.200} on the last stage; it returns a dict with the "
                f"\"losses\" of every step (floats), \"test_loss\" and \"test_accuracy\"")
         found["curves"].append(Problem(qid, why, p - 1, None, label))
         found["learning"].append(Problem(qid, "no loss curve to judge", p - 1, None, label))
         return found
-    found["curves"] += curve_problems(outcome, losses, expected, qid, label, mistaken_curve)
-    found["curves"] += frozen_parameters(outcome, expected, qid, label)
-    fall = margin.fall(losses) if losses and losses[0] else 0.0
+    updates = merge_ranks(optimizer_problems(outcome, qid, label))
+    found["curves"] += curve_problems(outcome, losses, expected, qid, label, mistaken_curve, explained=bool(updates))
+    found["curves"] += updates or merge_ranks(frozen_parameters(outcome, expected, qid, label))
+    fall = margin.fall(losses) if losses[0] > 0 else 0.0
     if fall < margin.fraction:
-        found["learning"].append(Problem(qid, f"the loss fell by {fall:.1%} over {len(losses)} steps "
-                                              f"({losses[0]:.4f} -> {losses[-1]:.4f}); the check asks that "
-                                              f"{margin.describe()}", p - 1, None, label))
+        how = (f"fell by {fall:.1%}" if fall > 0 else "did not fall") if losses[0] > 0 else "is not a cross-entropy"
+        found["learning"].append(Problem(qid, f"the loss {how} over {len(losses)} steps ({losses[0]:.4f} -> "
+                                              f"{losses[-1]:.4f}); the check asks that {margin.describe()}",
+                                         p - 1, None, label))
     return found
+
+
+def merge_ranks(problems: list[Problem]) -> list[Problem]:
+    """One problem for each message that several ranks share ("ranks 0, 1, 2: ..."), in order."""
+    groups: dict[tuple, list[Problem]] = {}
+    for p in problems:
+        groups.setdefault((p.exercise, p.message, p.microbatch, p.case), []).append(p)
+    out = []
+    for (ex, message, mb, case), same in groups.items():
+        ranks = sorted({p.rank for p in same if p.rank is not None})
+        if len(ranks) > 1:
+            out.append(Problem(ex, f"ranks {', '.join(map(str, ranks))}: {message}", None, mb, case))
+        else:
+            out.append(same[0])
+    return out
 
 
 def _is_curve(losses) -> bool:
@@ -95,7 +113,7 @@ def _is_curve(losses) -> bool:
 
 
 def curve_problems(outcome, losses: list[float], expected: dict, qid: str, label: str,
-                   mistaken_curve=None) -> list[Problem]:
+                   mistaken_curve=None, explained: bool = False) -> list[Problem]:
     case = outcome.case
     p, m = case.stages, case.microbatches
     want = expected["losses"]
@@ -120,16 +138,18 @@ def curve_problems(outcome, losses: list[float], expected: dict, qid: str, label
         else:
             why = ("the first step's loss comes before any update, so the data or the loss differ: the last "
                    "stage needs the labels of the same step and micro-batches as the first stage's tokens")
-        return [Problem(qid, f"{head}. {why}", p - 1, 0, label)]
-    named = _matching_mistake(losses, mistaken_curve, rtol)
-    if named:
+        return [Problem(qid, f"{head}. {why}", p - 1, None, label)]
+    named = None if explained else _matching_mistake(losses, mistaken_curve, rtol)
+    if explained:
+        why = "the optimizer's steps, below, say why"
+    elif named:
         why = f"it matches, step by step, a single-process run in which {MISTAKES[named]}"
     else:
         why = ("step 0 agrees, so the forward pass, the loss and the labels are right; what changes from then "
                "on is the update: one AdamW over this stage's parameters with learning rate lr and PyTorch's "
                "defaults, created once; gradients zeroed once per step, before the step's backward; "
                "optimizer.step() after the step")
-    return [Problem(qid, f"{head}. {why}", p - 1, bad, label)]
+    return [Problem(qid, f"{head}. {why}", p - 1, None, label)]
 
 
 def _matching_mistake(losses, mistaken_curve, rtol: float) -> str | None:
@@ -141,6 +161,56 @@ def _matching_mistake(losses, mistaken_curve, rtol: float) -> str | None:
                 max(relative_differences(losses, curve)) <= max(100 * rtol, 1e-4):
             return name
     return None
+
+
+def optimizer_problems(outcome, qid: str, label: str) -> list[Problem]:
+    """What the optimizer steps of each rank saw (harness/train.py, OptimizerWatch), against the contract:
+    one AdamW per rank, created once, over exactly this stage's parameters, with learning rate lr and
+    PyTorch's defaults, stepping once per training step while the step's gradients are there."""
+    from lab_src.harness.train import settings
+    case = outcome.case
+    s = settings(case)
+    steps, lr = s["steps"], s["lr"]
+    defaults = [lr, [0.9, 0.999], 1e-8, 0.01, False]
+    problems = []
+    for r, o in sorted(outcome.obs.items()):
+        rec = o.get("optimizer")
+        if not rec:
+            continue
+        found = []
+        if rec["steps"] == 0:
+            found.append("optimizer.step() never ran on this rank: without it the stage's parameters never change")
+        elif rec["steps"] != steps:
+            found.append(f"optimizer.step() ran {rec['steps']} times for {steps} training steps: once per step, after "
+                         f"the step has brought every micro-batch's gradient")
+        if rec["created"] > 1:
+            found.append(f"{rec['created']} optimizers stepped on this rank: {MISTAKES['fresh_optimizer']}")
+        if rec["types"] and rec["types"] != ["AdamW"]:
+            found.append(f"the optimizer is {', '.join(rec['types'])}; the exercise asks for torch.optim.AdamW")
+        if rec["foreign_held"]:
+            found.append(f"the optimizer holds {rec['foreign_held']} tensors that are not this stage's parameters: "
+                         f"an optimizer over a whole model built on every rank? It updates tensors the pipeline "
+                         f"never uses. Each rank's AdamW holds stage.parameters(), and only those")
+        if rec["own_held"] is not None and rec["own_held"] < rec["own"]:
+            found.append(f"the optimizer holds {rec['own_held']} of this stage's {rec['own']} parameters: the others "
+                         f"never train. Give it all of stage.parameters()")
+        if rec["steps"] and rec["steps_without_grads"] == rec["steps"]:
+            found.append(f"when optimizer.step() ran, none of this stage's parameters had a gradient: "
+                         f"{MISTAKES['zeroed_before_update']}")
+        wrong = [st for st in rec["settings"] if not _same_settings(st, defaults)]
+        if wrong:
+            got = wrong[0]
+            found.append(f"AdamW runs with lr={got[0]:g}, betas={tuple(got[1])}, eps={got[2]:g}, "
+                         f"weight_decay={got[3]:g}, amsgrad={got[4]}; the exercise asks for lr={lr:g} and PyTorch's "
+                         f"defaults (betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01), as the single process uses")
+        problems += [Problem(qid, text, r, None, label) for text in found]
+    return problems
+
+
+def _same_settings(got, want) -> bool:
+    lr, betas, eps, wd, ams = got
+    return (abs(lr - want[0]) <= 1e-12 * max(1.0, abs(want[0])) and list(betas) == want[1] and eps == want[2]
+            and wd == want[3] and ams == want[4])
 
 
 def frozen_parameters(outcome, expected: dict, qid: str, label: str) -> list[Problem]:
@@ -321,8 +391,13 @@ def evaluation_problems(outcome, expected: dict, qid: str, label: str) -> list[P
     if not isinstance(returned, dict):
         return problems + [Problem(qid, "the last stage returned no held-out metrics", p - 1, None, label)]
     got_loss, got_acc = returned.get("test_loss"), returned.get("test_accuracy")
-    want_loss, want_acc = expected["test_loss"], expected["test_accuracy"]
     data = _data(outcome)
+    # the evaluation is judged on the model the ranks ended training with, whatever its training was
+    trained = {n: t for o in outcome.obs.values() for n, t in (o.get("params") or {}).items()}
+    from lab_src.pipeline.single_process import evaluate_parameters
+    mine = evaluate_parameters(case.config, data, trained)
+    want_loss, want_acc = mine if mine is not None else (expected["test_loss"], expected["test_accuracy"])
+    whose = "the trained stages' model" if mine is not None else "the single-process model"
     n_images = data.num_test_microbatches * data.micro_batch_size
     if not isinstance(got_loss, float) or not isinstance(got_acc, float):
         return problems + [Problem(qid, f"test_loss and test_accuracy must be floats, got {got_loss!r:.60} and "
@@ -330,19 +405,20 @@ def evaluation_problems(outcome, expected: dict, qid: str, label: str) -> list[P
     rtol = max(100 * curve_tolerance(case.config.dtype), 1e-6)
     if abs(got_loss - want_loss) > rtol * abs(want_loss):
         if n_mbs > 1 and abs(got_loss / want_loss - n_mbs) < 1e-3 * n_mbs:
-            why = (f"it is {n_mbs}x the single process's, and {n_mbs} is the number of held-out micro-batches: "
+            why = (f"that is {n_mbs}x, and {n_mbs} is the number of held-out micro-batches: "
                    f"the held-out loss is the mean over them, not the sum")
         else:
-            why = "the held-out loss of a model trained like the single process's differs"
-        problems.append(Problem(qid, f"test_loss is {got_loss:.6g}, the single-process model's {want_loss:.6g}: {why}",
-                                p - 1, None, label))
+            why = ("the mean cross-entropy of the class scores over the held-out micro-batches, in eval mode, "
+                   "is what the evaluation reports")
+        problems.append(Problem(qid, f"test_loss is {got_loss:.6g}; {whose} has {want_loss:.6g} on the held-out "
+                                     f"images: {why}", p - 1, None, label))
     if abs(got_acc - want_acc) > 1.5 / n_images:
         if abs(got_acc - want_acc * n_images) < 1.5:
             why = f"that is the number of images classified right; the accuracy is their share of the {n_images}"
         else:
-            why = "the held-out accuracy of a model trained like the single process's differs"
-        problems.append(Problem(qid, f"test_accuracy is {got_acc:.4g}, the single-process model's {want_acc:.4g}: "
-                                     f"{why}", p - 1, None, label))
+            why = "the share of held-out images whose highest class score is their label is what it reports"
+        problems.append(Problem(qid, f"test_accuracy is {got_acc:.4g}; {whose} has {want_acc:.4g} on the held-out "
+                                     f"images: {why}", p - 1, None, label))
     return problems
 
 

@@ -29,20 +29,21 @@ MISTAKES = {
 
 
 def train_single_process(cfg: LabConfig, data: Digits, num_steps: int, lr: float, mistake: str | None = None,
-                         device="cpu") -> dict:
+                         device="cpu", progress=None) -> dict:
     """Train the whole model for `num_steps` batches of `data`; evaluate it on the held-out images.
-    Returns the loss of every step, the held-out loss and accuracy, and the final parameters."""
+    Returns the loss of every step, the held-out loss and accuracy, and the final parameters.
+    `progress(step)`, if given, is called after every step."""
     if mistake is not None and mistake not in MISTAKES:
         raise ValueError(f"unknown mistake {mistake!r}; known: {', '.join(MISTAKES)}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)        # a small model: more threads only wait for each other, more so on a busy machine
     try:
-        return _train(cfg, data, num_steps, lr, mistake, device)
+        return _train(cfg, data, num_steps, lr, mistake, device, progress)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(cfg: LabConfig, data: Digits, num_steps: int, lr: float, mistake: str | None, device) -> dict:
+def _train(cfg: LabConfig, data: Digits, num_steps: int, lr: float, mistake: str | None, device, progress) -> dict:
     model = build_model(cfg, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     losses = []
@@ -64,9 +65,24 @@ def _train(cfg: LabConfig, data: Digits, num_steps: int, lr: float, mistake: str
             optimizer.zero_grad()
         optimizer.step()
         losses.append(float(loss.detach()))
+        if progress is not None:
+            progress(step)
     test_loss, test_accuracy = evaluate(model, data, device)
     return {"losses": losses, "test_loss": test_loss, "test_accuracy": test_accuracy,
             "params": {n: p.detach().cpu().clone() for n, p in model.named_parameters()}}
+
+
+def evaluate_parameters(cfg: LabConfig, data: Digits, params: dict) -> tuple[float, float] | None:
+    """(held-out loss, accuracy) of the whole model with the given parameters (those a pipeline's ranks
+    ended training with), or None when some parameter is missing."""
+    model = build_model(cfg)
+    own = dict(model.named_parameters())
+    if set(params) != set(own) or any(params[n].shape != own[n].shape for n in own):
+        return None
+    with torch.no_grad():
+        for name, p in own.items():
+            p.copy_(params[name])
+    return evaluate(model, data)
 
 
 @torch.no_grad()

@@ -1,0 +1,54 @@
+"""Learning curves (exercise q13): the pipeline's loss and the single process's, step by step, on one
+figure, with their relative difference below and the held-out results in the title.
+
+    fig = curves_figure(pipeline_losses, single_losses, tolerance=1e-5,
+                        held_out={"pipeline": (0.93, 0.25), "single process": (0.93, 0.25)})
+    fig.savefig("curves.png")          # in a notebook the figure shows itself
+"""
+from __future__ import annotations
+
+from lab_src.views.static import TimelineFigure as PngFigure
+
+PIPELINE = "#1f77b4"
+SINGLE = "#ff7f0e"
+
+
+def curves_figure(pipeline: list[float], single: list[float], *, tolerance: float | None = None,
+                  held_out: dict[str, tuple[float, float]] | None = None, title: str = "",
+                  smooth: int = 0) -> PngFigure:
+    """Both loss curves overlaid (the pipeline's as dots, the single process's as a line), and the relative
+    difference per step on a log scale with the tolerance. `held_out` maps a run's name to its (accuracy,
+    loss) on the held-out images. With `smooth` > 1, a running mean over that many steps is drawn too."""
+    n = min(len(pipeline), len(single))
+    steps = list(range(n))
+    fig = PngFigure(figsize=(9, 5.6), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1.3])
+    marker = "o" if n <= 120 else None
+    top.plot(steps, single[:n], color=SINGLE, lw=2.2, alpha=0.8, label="single process (whole model)")
+    top.plot(steps, pipeline[:n], color=PIPELINE, lw=0.9 if marker else 1.0, ls="--" if marker else "-",
+             marker=marker, ms=3.5, label=f"pipeline ({'dots' if marker else 'thin line'})")
+    if smooth > 1 and n > smooth:
+        avg = [sum(single[i - smooth + 1:i + 1]) / smooth for i in range(smooth - 1, n)]
+        top.plot(range(smooth - 1, n), avg, color="black", lw=1.2, label=f"single process, mean of {smooth} steps")
+    top.set_ylabel("training loss (cross-entropy)")
+    top.grid(color="#e4e4e4", lw=0.6)
+    top.legend(fontsize=8.5, frameon=False)
+    diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(pipeline[:n], single[:n])]
+    shown = [max(d, 1e-12) for d in diffs]
+    bottom.semilogy(steps, shown, color=PIPELINE, lw=0.9, marker=marker, ms=2.5)
+    if tolerance:
+        bottom.axhline(tolerance, color="#d62728", lw=1, ls=":", label=f"tolerance {tolerance:.0e}")
+        bottom.legend(fontsize=8, frameon=False, loc="upper left")
+    bottom.set_ylabel("|pipeline - single|\n/ single")
+    bottom.set_xlabel("optimizer step")
+    bottom.grid(color="#e4e4e4", lw=0.6)
+    bottom.set_ylim(1e-12, max(1.0, max(shown) * 3))
+    lines = [title] if title else []
+    if diffs:
+        lines.append(f"largest relative difference over {n} steps: {max(diffs):.1e}")
+    if held_out:
+        lines.append("held out: " + " · ".join(f"{k} accuracy {acc:.1%}, loss {loss:.3f}"
+                                              for k, (acc, loss) in held_out.items()))
+    if lines:
+        top.set_title("\n".join(lines), fontsize=9.5, loc="left")
+    return fig
