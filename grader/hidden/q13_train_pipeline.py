@@ -18,7 +18,7 @@ QID = "q13"
 
 # name -> (configuration, the training case's settings, the learning margin, or None: not judged there)
 CASES = {
-    "4 stages, 30 steps": (DIGITS, {"steps": 30, "lr": 1e-2, "test_microbatches": 8}, LearningMargin(0.15, 5)),
+    "4 stages, 30 steps": (DIGITS, {"steps": 30, "lr": 1e-2, "test_microbatches": 8}, LearningMargin(0.10, 5)),
     "3 stages, uneven layers, float64, seed 3": (
         DIGITS.replace(num_stages=3, num_layers=5, num_microbatches=2, global_batch_size=16, seed=3, dtype="float64"),
         {"steps": 8, "lr": 1e-2, "test_microbatches": 4}, None),

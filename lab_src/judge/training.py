@@ -40,17 +40,17 @@ PARTS = ("curves", "learning", "pipeline", "evaluation")
 @dataclass(frozen=True)
 class LearningMargin:
     """The loss falls by at least `fraction`: the mean of the last `window` steps' losses is at most
-    (1 - fraction) times the first step's loss."""
-    fraction: float = 0.15
+    (1 - fraction) times the mean of the first `window` steps' (means, because one batch's loss is noisy)."""
+    fraction: float = 0.10
     window: int = 5
 
     def describe(self) -> str:
-        return (f"the mean loss of the last {self.window} steps is at least {self.fraction:.0%} below the "
-                f"first step's")
+        return (f"the mean loss of the last {self.window} steps is at least {self.fraction:.0%} below that of the "
+                f"first {self.window}")
 
     def fall(self, losses: list[float]) -> float:
-        tail = losses[-self.window:]
-        return 1.0 - (sum(tail) / len(tail)) / losses[0]
+        head, tail = losses[:self.window], losses[-self.window:]
+        return 1.0 - (sum(tail) / len(tail)) / (sum(head) / len(head))
 
 
 def curve_tolerance(dtype: str) -> float:
