@@ -167,6 +167,100 @@ def check_gradients(stage, baseline_grads):
     return checked
 '''
 
+
+# q13: the training loop never zeroes the gradients: every step adds its gradients to all the earlier ones.
+Q13_NEVER_ZEROED = '''
+import torch
+import torch.nn.functional as F
+
+from lab_src import pipeline_communicate
+
+
+def train_pipeline(stage, data, step_fn, num_steps, lr):
+    """Train this stage for num_steps steps, then evaluate on the held-out images."""
+    optimizer = torch.optim.AdamW(stage.parameters(), lr=lr)   # (and no zero_grad anywhere)
+    losses = []
+    stage.train()
+    for step in range(num_steps):
+        tokens = iter(data.train_tokens(step)) if stage.is_first_stage else None
+        if stage.is_last_stage:
+            stage.set_labels(data.train_labels(step))          # the loss is computed here
+        _, loss = step_fn(stage, tokens, data.num_microbatches)
+        optimizer.step()
+        if stage.is_last_stage:
+            losses.append(loss)
+
+    stage.eval()                                               # evaluation: forward only, no graph
+    tokens = data.test_tokens() if stage.is_first_stage else None
+    labels = data.test_labels() if stage.is_last_stage else None
+    if stage.is_last_stage:
+        stage.set_labels(None)                                 # the last stage returns class scores
+    test_loss, correct = 0.0, 0
+    with torch.no_grad():
+        for mb in range(data.num_test_microbatches):
+            x = pipeline_communicate("recv_forward", stage, microbatch=mb)
+            if x is None:
+                x = tokens[mb].to(stage.device)
+            y = stage.forward(x, microbatch=mb)
+            pipeline_communicate("send_forward", stage, tensor=y, microbatch=mb)
+            if stage.is_last_stage:
+                target = labels[mb].to(y.device)
+                test_loss += float(F.cross_entropy(y, target))
+                correct += int((y.argmax(dim=-1) == target).sum())
+    stage.flush()
+    stage.train()
+    if not stage.is_last_stage:
+        return None
+    n = data.num_test_microbatches
+    return {"losses": losses, "test_loss": test_loss / n, "test_accuracy": correct / (n * data.micro_batch_size)}
+'''
+
+# q13: the held-out evaluation runs like the training, in training mode and with autograd on.
+Q13_EVAL_TRAINING = '''
+import torch
+import torch.nn.functional as F
+
+from lab_src import pipeline_communicate
+
+
+def train_pipeline(stage, data, step_fn, num_steps, lr):
+    """Train this stage for num_steps steps, then evaluate on the held-out images."""
+    optimizer = torch.optim.AdamW(stage.parameters(), lr=lr)   # this stage's parameters, and only those
+    losses = []
+    stage.train()
+    for step in range(num_steps):
+        optimizer.zero_grad()                                  # before the step: its backwards accumulate
+        tokens = iter(data.train_tokens(step)) if stage.is_first_stage else None
+        if stage.is_last_stage:
+            stage.set_labels(data.train_labels(step))          # the loss is computed here
+        _, loss = step_fn(stage, tokens, data.num_microbatches)
+        optimizer.step()
+        if stage.is_last_stage:
+            losses.append(loss)
+
+    tokens = data.test_tokens() if stage.is_first_stage else None
+    labels = data.test_labels() if stage.is_last_stage else None
+    if stage.is_last_stage:
+        stage.set_labels(None)                                 # the last stage returns class scores
+    test_loss, correct = 0.0, 0
+    for mb in range(data.num_test_microbatches):      # the same loop as training, forward only
+        x = pipeline_communicate("recv_forward", stage, microbatch=mb)
+        if x is None:
+            x = tokens[mb].to(stage.device)
+        y = stage.forward(x, microbatch=mb)
+        pipeline_communicate("send_forward", stage, tensor=y, microbatch=mb)
+        if stage.is_last_stage:
+            target = labels[mb].to(y.device)
+            test_loss += float(F.cross_entropy(y, target).detach())
+            correct += int((y.detach().argmax(dim=-1) == target).sum())
+    stage.flush()
+    stage.train()
+    if not stage.is_last_stage:
+        return None
+    n = data.num_test_microbatches
+    return {"losses": losses, "test_loss": test_loss / n, "test_accuracy": correct / (n * data.micro_batch_size)}
+'''
+
 # ---- students who try something the grader must withstand ---------------------------------------
 
 Q08_WHOLE_MODEL = '''
@@ -461,6 +555,12 @@ COHORT = [
                     "ivo's mistake", answers={"q08": Q08_BORROW}, expect={"q08": 0.1667}),
     Student("nico", "q05 is right, with numpy integers where ints are expected", answers={"q05": Q05_NUMPY}),
     Student("xena", "q06 calls exit() on rank 1", answers={"q06": Q06_EXIT}, expect={"q06": 0.0}),
+    Student("yuki", "q13 never zeroes the gradients", answers={"q13": Q13_NEVER_ZEROED},
+            # the curves leave the single process's at step 2 and the loss falls too little; the pipeline and
+            # the evaluation are right: 2 of 4 parts
+            expect={"q13": 0.5}),
+    Student("zane", "q13 evaluates in training mode with autograd on", answers={"q13": Q13_EVAL_TRAINING},
+            expect={"q13": 0.75}),   # the evaluation part fails, the other three pass
 ]
 
 BY_NAME = {s.name: s for s in COHORT}

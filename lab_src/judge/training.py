@@ -86,10 +86,12 @@ def judge_training(outcome, expected: dict, qid: str, label: str, margin: Learni
     found["curves"] += updates or merge_ranks(frozen_parameters(outcome, expected, qid, label))
     fall = margin.fall(losses) if losses[0] > 0 else 0.0
     if fall < margin.fraction:
-        how = (f"fell by {fall:.1%}" if fall > 0 else "did not fall") if losses[0] > 0 else "is not a cross-entropy"
-        found["learning"].append(Problem(qid, f"the loss {how} over {len(losses)} steps ({losses[0]:.4f} -> "
-                                              f"{losses[-1]:.4f}); the check asks that {margin.describe()}",
-                                         p - 1, None, label))
+        if losses[0] > 0:
+            how = (f"fell by {fall:.1%}" if fall > 0 else "did not fall") + f" over {len(losses)} steps"
+        else:
+            how = "is negative, so it is no cross-entropy"
+        found["learning"].append(Problem(qid, f"the loss {how} ({losses[0]:.4f} -> {losses[-1]:.4f}); the check "
+                                              f"asks that {margin.describe()}", p - 1, None, label))
     return found
 
 
