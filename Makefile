@@ -20,4 +20,5 @@ train: setup
 
 benchmark: setup
 	.venv/bin/python benchmarks/afab_vs_gpipe.py
+	.venv/bin/python benchmarks/q13_curve_agreement.py
 	.venv/bin/python benchmarks/autograde_time.py

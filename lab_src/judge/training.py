@@ -14,7 +14,8 @@ Four parts, each a list of problems:
 Why `CURVE_RTOL` is 1e-5 in float32: the pipeline computes each micro-batch's part of the batch on its
 own and adds the gradients over micro-batches, the single process computes the whole batch at once, so
 their sums round differently: a few units in the last place of float32 (1.2e-7) per step. Measured on
-30 steps of the 4-stage configuration: at most 2.5e-7 (benchmarks/q13_curve_agreement.py prints it).
+30 steps of the 4-stage configuration: at most 2.5e-7 (benchmarks/q13_curve_agreement.py prints it
+for several seeds).
 AdamW divides each update by the root of the running squared gradient, so near-zero gradients can
 amplify rounding in a few parameters (the attention's key bias, whose true gradient is zero), but the
 loss does not depend on those. 1e-5 leaves a factor of 40 over what was measured, and stays more than a
