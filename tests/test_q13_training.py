@@ -195,7 +195,7 @@ def mistakes(ref: str) -> dict[str, tuple[str, float, list[str]]]:
         if stage.is_first_stage:
             tokens = iter(data.train_tokens(step))
             stage.set_labels(data.train_labels(step))
-'''), 0.25, ["the last stage ran forward without labels", "rank 0: this rank read train_labels"]),
+'''), 0.25, ["the last stage ran forward without labels", "rank 0: read train_labels, but only the last stage"]),
         "eval_with_autograd": (v("    with torch.no_grad():\n", "    if True:\n").replace(
             "float(F.cross_entropy(y, target))", "float(F.cross_entropy(y, target).detach())").replace(
             "int((y.argmax", "int((y.detach().argmax"), 0.75, ["the evaluation ran with autograd on"]),
@@ -209,7 +209,7 @@ def mistakes(ref: str) -> dict[str, tuple[str, float, list[str]]]:
             stage.set_labels(labels)
         if not stage.is_first_stage:
             tokens = None
-'''), 0.75, ["rank 1: this rank read train_tokens", "only the first stage embeds pixel tokens"]),
+'''), 0.75, ["read train_tokens, but only the first stage embeds pixel tokens", "ranks 0, 1, 2: read train_labels"]),
     }
 
 

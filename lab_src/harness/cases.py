@@ -355,9 +355,9 @@ CALLS = {"pipeline": ("check_args", "activation_shape", "distribute_layers", "ne
 
 
 def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
-    """The exercises a case of `kind` calls on its ranks: those of CALLS, for a pipeline its step and
-    what the step itself uses (the point-to-point operations), for a layout with "q06" the dataloader
-    question. The baseline the comparisons need is computed outside, so q04 is not among them."""
+    """The exercises a case of `kind` calls on its ranks: those of CALLS, for a pipeline or a training run
+    its step and what the step itself uses (the point-to-point operations), for a layout with "q06" the
+    dataloader question. The baseline the comparisons need is computed outside, so q04 is not among them."""
     by_function = {e.function: e.id for e in EXERCISES.values() if e.function}
     called = {by_function[f] for f in CALLS[kind]}
     if kind in ("pipeline", "train"):

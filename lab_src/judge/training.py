@@ -187,7 +187,7 @@ def optimizer_problems(outcome, qid: str, label: str) -> list[Problem]:
             found.append(f"optimizer.step() ran {rec['steps']} times for {steps} training steps: once per step, after "
                          f"the step has brought every micro-batch's gradient")
         if rec["created"] > 1:
-            found.append(f"{rec['created']} optimizers stepped on this rank: {MISTAKES['fresh_optimizer']}")
+            found.append(f"{rec['created']} optimizers stepped: {MISTAKES['fresh_optimizer']}")
         if rec["types"] and rec["types"] != ["AdamW"]:
             found.append(f"the optimizer is {', '.join(rec['types'])}; the exercise asks for torch.optim.AdamW")
         if rec["foreign_held"]:
@@ -334,10 +334,10 @@ def _reads(o: dict, r: int, p: int, qid: str, label: str) -> list[Problem]:
     tokens = [k for k in ("train_tokens", "test_tokens") if reads.get(k)]
     labels = [k for k in ("train_labels", "test_labels") if reads.get(k)]
     if r != 0 and tokens:
-        problems.append(Problem(qid, f"this rank read {' and '.join(tokens)}: only the first stage embeds pixel "
+        problems.append(Problem(qid, f"read {' and '.join(tokens)}, but only the first stage embeds pixel "
                                      f"tokens; the others receive activations (q06)", r, None, label))
     if r != p - 1 and labels:
-        problems.append(Problem(qid, f"this rank read {' and '.join(labels)}: only the last stage computes the "
+        problems.append(Problem(qid, f"read {' and '.join(labels)}, but only the last stage computes the "
                                      f"loss, so only it needs the labels", r, None, label))
     return problems
 
