@@ -380,16 +380,23 @@ def evaluation_problems(outcome, expected: dict, qid: str, label: str) -> list[P
             problems.append(Problem(qid, f"the evaluation ran {len(outside)} forwards for {n_mbs} held-out "
                                          f"micro-batches", r, None, label))
         training = [f for f in outside if f.get("training")]
+        grads = [f for f in outside if f.get("grad")]
+        if training and grads:
+            problems.append(Problem(qid, "the evaluation ran in training mode and with autograd on: call stage.eval() "
+                                         "before it and stage.train() after (dropout and batch norm layers behave "
+                                         "differently when evaluating), and wrap it in torch.no_grad() (else every "
+                                         "forward keeps its activations for a backward that never comes)",
+                                    r, None, label))
+            continue
         if training:
             problems.append(Problem(qid, "the evaluation ran in training mode: call stage.eval() before it (layers "
                                          "such as dropout and batch norm behave differently when evaluating; this "
                                          "model has none, but a model that has them would be judged on the wrong "
-                                         "numbers), and stage.train() after", r, training[0].get("microbatch"), label))
-        grads = [f for f in outside if f.get("grad")]
+                                         "numbers), and stage.train() after", r, None, label))
         if grads:
             problems.append(Problem(qid, "the evaluation ran with autograd on: wrap it in torch.no_grad(). Without "
                                          "it, every forward keeps its activations for a backward that never comes",
-                                    r, grads[0].get("microbatch"), label))
+                                    r, None, label))
     returned = outcome.obs.get(p - 1, {}).get("returned")
     if not isinstance(returned, dict):
         return problems + [Problem(qid, "the last stage returned no held-out metrics", p - 1, None, label)]
