@@ -13,14 +13,14 @@ Four parts, each a list of problems:
 
 Why `CURVE_RTOL` is 1e-5 in float32: the pipeline computes each micro-batch's part of the batch on its
 own and adds the gradients over micro-batches, the single process computes the whole batch at once, so
-their sums round differently: a few units in the last place of float32 (1.2e-7) per step. Measured on
-30 steps of the 4-stage configuration: at most 2.5e-7 (benchmarks/q13_curve_agreement.py prints it
-for several seeds).
-AdamW divides each update by the root of the running squared gradient, so near-zero gradients can
-amplify rounding in a few parameters (the attention's key bias, whose true gradient is zero), but the
-loss does not depend on those. 1e-5 leaves a factor of 40 over what was measured, and stays more than a
-hundred times below the smallest effect of a real mistake (gradients never zeroed, an optimizer created
-every step, zeroing between micro-batches: 1e-3 or more from step 2 on). In float64: 1e-10.
+their sums round differently: a few units in the last place of float32 (1.2e-7) per step. Measured
+over 30 steps of the 4-stage configuration (benchmarks/q13_curve_agreement.py, seeds 0 to 3): at most
+1.7e-7, 1.8e-7, 2.0e-7 and 5.0e-7. Training amplifies such differences by roughly a tenth per step once
+they start to grow (AdamW divides each update by the root of the running squared gradient, so near-zero
+gradients turn rounding into whole updates), and over a long run they pass 1e-5 near step 65 (`make
+train`): 30 graded steps stay a factor of 20 below the tolerance. Every real mistake is larger by far:
+gradients never zeroed, an optimizer created every step, zeroing between micro-batches all move the loss
+by 1e-3 or more from step 2 on. In float64: 1e-10.
 """
 from __future__ import annotations
 
