@@ -47,8 +47,8 @@ def _train(cfg: LabConfig, data: Digits, num_steps: int, lr: float, mistake: str
     model = build_model(cfg, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     losses = []
-    for step in range(num_steps):
-        tokens, labels = (t.to(device) for t in data.batch(step))
+    for k in range(num_steps):
+        tokens, labels = (t.to(device) for t in data.batch(k))
         if mistake == "fresh_optimizer":
             optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
         if mistake != "never_zeroed":
@@ -66,7 +66,7 @@ def _train(cfg: LabConfig, data: Digits, num_steps: int, lr: float, mistake: str
         optimizer.step()
         losses.append(float(loss.detach()))
         if progress is not None:
-            progress(step)
+            progress(k)
     test_loss, test_accuracy = evaluate(model, data, device)
     return {"losses": losses, "test_loss": test_loss, "test_accuracy": test_accuracy,
             "params": {n: p.detach().cpu().clone() for n, p in model.named_parameters()}}
