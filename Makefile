@@ -1,7 +1,8 @@
 # The two commands of README.md:
 #   make demo   set up .venv, then the reference pipeline on 4 CPU processes, the release, the sample cohort graded
 #   make test   set up .venv and the system packages the end-to-end tests need, then the whole test suite
-.PHONY: setup demo test release benchmark
+#   make hub    a local course hub (JupyterHub, PAM accounts, nbgrader exchange) to try as instructor and students
+.PHONY: setup demo test release benchmark hub hub-env
 
 setup:
 	@scripts/setup.sh
@@ -11,8 +12,18 @@ demo: setup
 
 test: setup
 	@scripts/system_deps.sh
+	@hub/setup.sh >/dev/null || echo "hub/setup.sh failed: tests/test_hub.py will fail" >&2
 	.venv/bin/python -m pytest -ra --durations=15 $(PYTEST_ARGS)
 
 benchmark: setup
 	.venv/bin/python benchmarks/afab_vs_gpipe.py
 	.venv/bin/python benchmarks/autograde_time.py
+
+# the single-user environment and configurable-http-proxy of the local hub (cached; hub/README.md)
+hub-env:
+	@hub/setup.sh
+
+# start the local course hub as root; prints the URL and the test accounts; Ctrl-C stops it
+hub: setup
+	@scripts/system_deps.sh
+	.venv/bin/python hub/localhub.py $(HUB_ARGS)
