@@ -70,32 +70,17 @@ c.Exchange.root = {exchange!r}
 # answers/ and runs/ (what the %%answer cells and the checks write beside the notebooks) are not submitted:
 # the grader reads the answer cells of the notebooks themselves
 c.CourseDirectory.ignore = {ignore!r}
-# A submission that lacks a notebook of the release (renamed, moved or deleted) is refused, so that it never
-# replaces a complete earlier one; the student's files stay as they are. The Assignments panel shows the
-# message below (at the end of nbgrader's traceback).
+# A submission that lacks a notebook, or made while a check runs, is refused: hub/lab_submit.py follows.
 c.ExchangeSubmit.strict = True
-from nbgrader.exchange.default.submit import ExchangeSubmit as _ExchangeSubmit
-from nbgrader.utils import find_all_notebooks as _notebooks
-
-
-class LabSubmit(_ExchangeSubmit):
-    def check_filename_diff(self):
-        missing = sorted(set(_notebooks(self.release_path)) - set(_notebooks(self.src_path)))
-        extra = sorted(n for n in set(_notebooks(self.src_path)) - set(_notebooks(self.release_path))
-                       if ".ipynb_checkpoints" not in n)
-        if missing and self.strict:
-            self.fail(
-                "NOT SUBMITTED. These notebooks of {{a}} are not in your {{a}} folder: {{m}}."
-                "{{e}} Rename or move them back (a fresh copy of every notebook is in {{r}}) and submit again. "
-                "Nothing was changed: your files and your earlier submissions stay as they were.".format(
-                    a=self.coursedir.assignment_id, m=", ".join(missing), r=self.release_path,
-                    e=(" Notebooks that are not part of the assignment (renamed?): " + ", ".join(extra) + "."
-                       if extra else "")))
-        super().check_filename_diff()
-
-
-c.ExchangeFactory.submit = LabSubmit
 '''
+
+
+def nbgrader_config(exchange: Path | str) -> str:
+    """The nbgrader_config.py every user of the hub reads: course, exchange, and hub/lab_submit.py."""
+    return (NBGRADER_CONFIG.format(course_id=COURSE_ID, exchange=str(exchange), ignore=IGNORE)
+            + "\n# ---- hub/lab_submit.py\n" + (HUB / "lab_submit.py").read_text()
+            + "\n\nc.ExchangeFactory.submit = LabSubmit\n")
+
 
 # nbgrader's instructor pages are of no use to students: hidden from them, shown to the instructor
 INSTRUCTOR_EXTENSIONS = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
@@ -199,8 +184,7 @@ class LocalHub:
         self.state.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state, 0o755)
         self.config_dir.mkdir(parents=True, exist_ok=True)
-        (self.config_dir / "nbgrader_config.py").write_text(NBGRADER_CONFIG.format(
-            course_id=COURSE_ID, exchange=str(self.exchange), ignore=IGNORE))
+        (self.config_dir / "nbgrader_config.py").write_text(nbgrader_config(self.exchange))
         labconfig = self.config_dir / "labconfig"
         labconfig.mkdir(exist_ok=True)
         (labconfig / "page_config.json").write_text(json.dumps(

@@ -46,7 +46,7 @@ def measure(python: Path, folder: Path, qid: str, cpus: str, user: str) -> dict:
                     rss += p.memory_info().rss
                 except psutil.Error:
                     pass
-            most_procs, most_rss = max(most_procs, len(tree) - 2), max(most_rss, rss)   # less taskset, setpriv
+            most_procs, most_rss = max(most_procs, len(tree)), max(most_rss, rss)   # taskset and setpriv exec python
         except psutil.Error:
             pass
         time.sleep(0.05)

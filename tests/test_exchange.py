@@ -1,8 +1,9 @@
 """The grader with nbgrader's exchange, without a hub (tests/test_hub.py does it all in a browser):
 release into an exchange, students fetching and submitting with nbgrader's own commands and the
 hub's student config (hub/localhub.py), and `grader collect --exchange` telling what it found.
-Bad input: a second submission (the later counts, the earlier stays), a renamed notebook (refused
-with a clear message, nothing reaches the exchange), a submission missing a notebook made anyway."""
+Bad input: a submission while a check runs and one with a renamed notebook (refused with a clear
+message, nothing reaches the exchange), a second submission (the later counts, the earlier stays), a
+submission missing a notebook made anyway (the grader names it)."""
 from __future__ import annotations
 
 import os
@@ -13,13 +14,18 @@ from pathlib import Path
 
 from grader import exchange
 from grader.cli import main as grader_cli
-from grader.course import COURSE_ID, IGNORE, Course
+from grader.course import COURSE_ID, Course
 from lab_src.registry import ASSIGNMENT, EXERCISES
 
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "hub"))
-from localhub import NBGRADER_CONFIG  # noqa: E402
+from localhub import nbgrader_config  # noqa: E402
+
+
+def flat(text: str) -> str:
+    """Whitespace collapsed: nbgrader's log and the panel's dialog break and indent messages differently."""
+    return " ".join(text.split())
 
 
 def test_exchange_round_trip_with_the_grader(tmp_path, capsys):
@@ -33,8 +39,7 @@ def test_exchange_round_trip_with_the_grader(tmp_path, capsys):
 
     config = tmp_path / "etc"               # what every user of the hub reads
     config.mkdir()
-    (config / "nbgrader_config.py").write_text(NBGRADER_CONFIG.format(course_id=COURSE_ID, exchange=str(root),
-                                                                      ignore=IGNORE))
+    (config / "nbgrader_config.py").write_text(nbgrader_config(root))
 
     def student(name: str, *args: str) -> subprocess.CompletedProcess:
         home = tmp_path / name
@@ -53,6 +58,18 @@ def test_exchange_round_trip_with_the_grader(tmp_path, capsys):
         (work / "runs" / "q05-1").mkdir(parents=True)
     inbound = root / COURSE_ID / "inbound"
 
+    # Ana's check is still running (a process standing in for its torchrun): refused, nothing lost
+    run = tmp_path / "ana" / ASSIGNMENT / "runs" / "q08-20260101-000000-1"
+    run.mkdir(parents=True)
+    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "torch.distributed.run"], cwd=run)
+    try:
+        proc = student("ana", "submit", ASSIGNMENT)
+    finally:
+        fake.kill()
+        fake.wait()
+    assert proc.returncode != 0 and "NOT SUBMITTED. A check is still running (q08 for " in flat(proc.stderr), proc.stderr
+    assert "wait for it to finish, save your notebooks" in flat(proc.stderr) and "Nothing was changed" in proc.stderr
+    assert not list(inbound.glob("ana+*"))
     # Ana submits twice
     for _ in range(2):
         proc = student("ana", "submit", ASSIGNMENT)
@@ -63,8 +80,8 @@ def test_exchange_round_trip_with_the_grader(tmp_path, capsys):
     proc = student("ben", "submit", ASSIGNMENT)
     assert proc.returncode != 0
     assert "NOT SUBMITTED. These notebooks of pipeline_lab are not in your pipeline_lab folder: " \
-           "q09_check_outputs.ipynb." in proc.stderr, proc.stderr
-    assert "(renamed?): q09_mine.ipynb." in proc.stderr and "Nothing was changed" in proc.stderr
+           "q09_check_outputs.ipynb." in flat(proc.stderr), proc.stderr
+    assert "(renamed?): q09_mine.ipynb." in flat(proc.stderr) and "Nothing was changed" in proc.stderr
     assert not list(inbound.glob("ben+*")) and (work / "q09_mine.ipynb").exists()
     # ... a submission made anyway (not strict) goes in, and the grader names the problem
     proc = student("ben", "submit", ASSIGNMENT, "--ExchangeSubmit.strict=False")

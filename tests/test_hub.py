@@ -12,7 +12,8 @@ hub/setup.sh, and nbgrader's exchange for the course. Then:
    Ben's Q8 check passes and he sees the timeline; Ana's Q8 check fails with its message;
 4. Ana first tries to submit with Q9 renamed and Q10 moved out of the folder: refused, with the list of
    what is missing, nothing lost; she puts them back and submits after Q5, and again after Q8 (the later
-   counts, the earlier stays in the exchange); Ben submits while his Q8 check is still running;
+   counts, the earlier stays in the exchange); Ben tries to submit while his Q8 check is still running:
+   refused with the reason (his check goes on), and he submits once it is done;
 5. the instructor collects, autogrades and releases feedback (`grader collect --exchange`, `autograde`,
    `feedback --release`), and each student's points are what their answers deserve;
 6. both students fetch their feedback in the panel and open it in the browser: each sees their own only;
@@ -51,6 +52,11 @@ TIMEOUT_MS = 240_000          # two cores shared by two JupyterLabs, their check
 
 
 # ------------------------------------------------------------------------------------- the people
+def flat(text: str) -> str:
+    """Whitespace collapsed: nbgrader's log and the panel's dialog break and indent messages differently."""
+    return " ".join(text.split())
+
+
 def plans():
     from grader.cohort.students import Q05_LATE_EXTRA, Q08_NO_SCALE, Student
     from grader.reference import reference_sources
@@ -387,10 +393,11 @@ def test_course_round_trip_on_a_hub(tmp_path):
         dialog = pa.locator(".jp-Dialog")
         dialog.wait_for(timeout=60_000)
         message = dialog.inner_text()
+        dialog.locator("pre").first.evaluate("e => e.scrollTop = e.scrollHeight")   # the message ends it
         shot(pa, "05_ana_submit_refused.png", saved)
         assert "NOT SUBMITTED. These notebooks of pipeline_lab are not in your pipeline_lab folder: " \
-               "q09_check_outputs.ipynb, q10_check_gradients.ipynb." in message, message
-        assert "(renamed?): q09_mine.ipynb" in message and "Nothing was changed" in message, message
+               "q09_check_outputs.ipynb, q10_check_gradients.ipynb." in flat(message), message
+        assert "(renamed?): q09_mine.ipynb" in flat(message) and "Nothing was changed" in message, message
         dialog.get_by_role("button").last.click()
         inbound = hub.exchange / "pipeline-lab" / "inbound"
         assert not list(inbound.glob(f"{ana.name}+*")), "a refused submission reached the exchange"
@@ -414,9 +421,16 @@ def test_course_round_trip_on_a_hub(tmp_path):
             time.sleep(0.1)
         running_at_submit = [p for p in user_processes({ben.uid}) if "torch.distributed.run" in p or "lab_src.worker" in p]
         assert running_at_submit, "Ben's Q8 check should be running when he submits"
-        submit(pb)
-        wait_submitted(pb, 1)
-        shot(pb, "06_ben_submitted_during_check.png", saved)
+        submit(pb)                                   # refused: the check runs
+        dialog = pb.locator(".jp-Dialog")
+        dialog.wait_for(timeout=60_000)
+        message = dialog.inner_text()
+        dialog.locator("pre").first.evaluate("e => e.scrollTop = e.scrollHeight")
+        shot(pb, "06_ben_submit_refused_check_running.png", saved)
+        assert "NOT SUBMITTED. A check is still running (q08 for " in flat(message), message
+        assert "save your notebooks" in message and "Nothing was changed" in message, message
+        dialog.get_by_role("button").last.click()
+        assert not list(inbound.glob(f"{ben.name}+*"))
         pb.locator(".lm-TabBar-tab", has_text="q08_afab_step.ipynb").click()
         out_b = wait_check(pb, "q08")
         assert "q08: all checks passed" in out_b, out_b
@@ -426,12 +440,15 @@ def test_course_round_trip_on_a_hub(tmp_path):
         assert "q08:" in out_a and "problem" in out_a and "micro-batches" in out_a, out_a
         for page in (pa, pb):
             save(page)
-        steps.done("Q8 answered and checked by both at once (Ben submitted mid-check)")
+        assert running_at_submit and [p for p in user_processes({ben.uid}) if "ipykernel" in p]   # untouched
+        steps.done("Q8 answered and checked by both at once (Ben's submit during his check refused)")
         pb.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .pp-timeline").scroll_into_view_if_needed()
         shot(pb, "07_ben_q08_timeline.png", saved)
         pa.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output",
                    has_text="problem").last.scroll_into_view_if_needed()
         shot(pa, "08_ana_q08_failed.png", saved)
+        submit(pb)                                   # Ben's one submission, after his check
+        wait_submitted(pb, 1)
         submit(pa)                                   # Ana's second submission: the one that counts
         wait_submitted(pa, 2)
         shot(pa, "09_ana_submitted_twice.png", saved)
