@@ -57,7 +57,7 @@ c.Spawner.environment = {
     "PATH": f"{VENV / 'bin'}:/usr/local/bin:/usr/bin:/bin",
     # nbgrader_config.py (course id, exchange) and labconfig/ (extensions students do not need)
     "JUPYTER_CONFIG_PATH": str(STATE / "etc" / "jupyter"),
-    # a check's torchrun workers use one thread each (lab_src.launcher); say so explicitly
+    # a check's torchrun workers use one thread each (lab_src/harness/launcher.py); say so explicitly
     "LAB_OMP_THREADS": "1",
 }
 extra = os.environ.get("PP_LAB_HUB_SPAWNER_ENV")   # "NAME=value NAME=value", e.g. from the test

@@ -58,16 +58,20 @@ def flat(text: str) -> str:
 
 
 def plans():
-    from grader.cohort.students import Q05_LATE_EXTRA, Q08_NO_SCALE, Student
+    """Ana and Ben: each carries one mistake of the sample cohort (grader/cohort/students.py), and what
+    that mistake deserves is taken from the cohort's expectations, which tests/test_cohort.py checks."""
+    from grader.cohort.students import COHORT, Student
     from grader.reference import reference_sources
     refs = {q: Path(p).read_text() for q, p in reference_sources().items()}
+    cohort = {s.name: s for s in COHORT}
+    late_extra, no_scale = cohort["elif"], cohort["ivo"]        # q05 extra layers last; q08 loss not divided
     done_before = {q: 1.0 for q in ("q02", "q03", "q04", "q06", "q07")}     # earlier weeks' work
     ana = Student("pphub-ana", "Q5 right, Q8 forgets to divide the loss by the number of micro-batches",
-                  base="release", answers={"q05": refs["q05"], "q08": Q08_NO_SCALE},
-                  expect={**done_before, "q05": 1.0, "q08": 0.1667})
+                  base="release", answers={"q05": refs["q05"], "q08": no_scale.answers["q08"]},
+                  expect={**done_before, "q05": 1.0, "q08": no_scale.expected("q08")})
     ben = Student("pphub-ben", "Q5 gives the extra layers to the last stages, Q8 right",
-                  base="release", answers={"q05": Q05_LATE_EXTRA, "q08": refs["q08"]},
-                  expect={**done_before, "q05": 0.5877, "q08": 1.0})
+                  base="release", answers={"q05": late_extra.answers["q05"], "q08": refs["q08"]},
+                  expect={**done_before, "q05": late_extra.expected("q05"), "q08": 1.0})
     return refs, [ana, ben]
 
 
@@ -103,7 +107,7 @@ def shot(page, name: str, saved: list[Path], full_page: bool = False) -> None:
 
 
 # ------------------------------------------------------------------------------------- processes
-LAB = ("lab_src.worker", "torch.distributed.run")
+LAB = ("lab_src.harness.worker", "torch.distributed.run")
 
 
 class Sampler(threading.Thread):
@@ -138,6 +142,30 @@ class Sampler(threading.Thread):
             if len(running) >= 2:
                 self.overlap = True
             time.sleep(0.1)
+
+
+class SandboxWatch(threading.Thread):
+    """Samples the grading sandboxes while the instructor autogrades: the fork server of each launch
+    (lab_src/harness/zygote.py), who owns it and whether it sits in a user namespace of its own (as a
+    non-root instructor, bubblewrap makes an unprivileged one)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.host_userns = os.readlink("/proc/self/ns/user")
+        self.seen: dict[int, tuple[int, bool]] = {}     # pid -> (uid, in a user namespace of its own)
+
+    def run(self):
+        while not self.stop.is_set():
+            for p in psutil.process_iter(["uids", "cmdline"]):
+                try:
+                    if "lab_src.harness.zygote" in " ".join(p.info["cmdline"] or []) and p.pid not in self.seen \
+                            and "bwrap" not in (p.info["cmdline"] or [""])[0]:
+                        own_ns = os.readlink(f"/proc/{p.pid}/ns/user") != self.host_userns
+                        self.seen[p.pid] = (p.info["uids"].real, own_ns)
+                except (psutil.Error, OSError, TypeError):
+                    continue
+            time.sleep(0.5)
 
 
 def user_processes(uids) -> list[str]:
@@ -419,7 +447,7 @@ def test_course_round_trip_on_a_hub(tmp_path):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not [p for p in user_processes({ben.uid}) if "torch.distributed.run" in p]:
             time.sleep(0.1)
-        running_at_submit = [p for p in user_processes({ben.uid}) if "torch.distributed.run" in p or "lab_src.worker" in p]
+        running_at_submit = [p for p in user_processes({ben.uid}) if "torch.distributed.run" in p or "lab_src.harness.worker" in p]
         assert running_at_submit, "Ben's Q8 check should be running when he submits"
         submit(pb)                                   # refused: the check runs
         dialog = pb.locator(".jp-Dialog")
@@ -495,9 +523,21 @@ def test_course_round_trip_on_a_hub(tmp_path):
         latest = (subs[ana.name][-1] / "timestamp.txt").read_text().strip()
         assert (hub.course / "submitted" / ana.name / "pipeline_lab" / "timestamp.txt").read_text().strip() == latest
         steps.done("instructor: collect from the exchange")
-        out = hub.grader("autograde", "--jobs", "2", timeout=1200).stdout
+        watch = SandboxWatch()
+        watch.start()
+        try:
+            out = hub.grader("autograde", "--jobs", "2", timeout=1200).stdout
+        finally:
+            watch.stop.set()
+            watch.join()
         print(out)
         steps.done("instructor: autograde both (2 at a time)")
+        # the students' code ran in bubblewrap, as the instructor (not root), in user namespaces of its own
+        for a in (ana, ben):
+            verdicts = json.loads((hub.course / "grader" / a.name / "verdicts.json").read_text())
+            assert verdicts["sandbox"] == "bubblewrap", verdicts["sandbox"]
+        assert watch.seen, "no sandboxed fork server was seen while autograding"
+        assert all(uid == inst.uid and own_ns for uid, own_ns in watch.seen.values()), watch.seen
         from grader.course import Course, hidden_points
         from grader.report import grade_rows
         rows = {r["student"]: r for r in grade_rows(Course(hub.course))}
