@@ -236,15 +236,13 @@ class LocalHub:
 
     def grader(self, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
         """`python -m grader --course ~/course ARGS` as the instructor, from their checkout. The reference
-        answers are extracted into the instructor's mode-700 home, never into a shared /tmp."""
-        inst = self.instructor
-        return self.as_user(inst, [str(self.venv / "bin" / "python"), "-m", "grader", "--course", str(self.course),
-                                   *args], cwd=self.checkout, timeout=timeout, check=check,
-                            env={"LAB_CACHE": str(inst.home / ".cache" / "pp-lab"), "TMPDIR": str(inst.home / ".cache")})
+        answers go to the instructor's own cache (~/.cache/pp-lab, mode 0700); students' code runs in
+        bubblewrap sandboxes in unprivileged user namespaces (hub/README.md)."""
+        return self.as_user(self.instructor, [str(self.venv / "bin" / "python"), "-m", "grader", "--course",
+                                              str(self.course), *args], cwd=self.checkout, timeout=timeout, check=check)
 
     def release(self) -> str:
         """The instructor releases the assignment into the exchange (generate_assignment, release_assignment)."""
-        self.as_user(self.instructor, ["mkdir", "-p", str(self.instructor.home / ".cache")])
         return self.grader("release", "--exchange").stdout
 
     # ---- the hub -------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from grader import exchange
 from grader.cli import main as grader_cli
 from grader.course import COURSE_ID, Course
@@ -21,6 +23,8 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "hub"))
 from localhub import nbgrader_config  # noqa: E402
+
+pytestmark = pytest.mark.slow      # a dozen nbgrader commands: 3.5 minutes on 2 loaded cores
 
 
 def flat(text: str) -> str:

@@ -538,6 +538,8 @@ def test_course_round_trip_on_a_hub(tmp_path):
             assert verdicts["sandbox"] == "bubblewrap", verdicts["sandbox"]
         assert watch.seen, "no sandboxed fork server was seen while autograding"
         assert all(uid == inst.uid and own_ns for uid, own_ns in watch.seen.values()), watch.seen
+        cache = inst.home / ".cache" / "pp-lab"           # the reference answers: the instructor's alone
+        assert owner(cache) == inst.name and mode(cache) == 0o700 and list(cache.glob("reference-*/*.py"))
         from grader.course import Course, hidden_points
         from grader.report import grade_rows
         rows = {r["student"]: r for r in grade_rows(Course(hub.course))}

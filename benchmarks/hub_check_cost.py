@@ -1,13 +1,14 @@
 """What one visible check costs a hub user: wall time, processes, memory, under 1 and 2 cores.
 
-    sudo .venv/bin/python hub/measure_check.py [--qid q08] [--cpus 0 0-1] [--repeat 3]
+    sudo .venv/bin/python benchmarks/hub_check_cost.py [--qid q08] [--cpus 0 0-1] [--repeat 3]
 
 Runs `check(qid)` as an unprivileged user (nobody) with the single-user environment's Python, in a
 folder holding the reference answers of the exercises it needs, pinned to the given cores with
 taskset, exactly as a kernel of a JupyterLab server started under `taskset` (hub/localhub.py --cpus)
-or in a container limited to that many CPUs would run it. Samples the process tree every 50 ms:
+or in a container limited to that many CPUs would run it. The core settings alternate run by run, so
+that a change in the machine's load touches both alike. Samples the process tree every 50 ms:
 how many processes the check had at once (the kernel's python, torchrun, its workers) and their
-summed resident memory. Prints a table; hub/README.md quotes it.
+summed resident memory. Prints a table and the load average; hub/README.md quotes it.
 """
 from __future__ import annotations
 
@@ -76,13 +77,18 @@ def main(argv=None) -> int:
     pw = pwd.getpwnam(args.user)
     for p in [folder, *folder.rglob("*")]:
         os.chown(p, pw.pw_uid, pw.pw_gid)
+    print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"{'check':<6} {'cores':<6} {'wall s (median of ' + str(args.repeat) + ')':<24} {'processes':<10} peak RSS MB")
     try:
         for qid in args.qid:
-            for cpus in args.cpus:
-                runs = [measure(python, folder, qid, cpus, args.user) for _ in range(args.repeat)]
-                print(f"{qid:<6} {cpus:<6} {statistics.median(r['wall_s'] for r in runs):<24.1f} "
-                      f"{max(r['procs'] for r in runs):<10} {max(r['rss_mb'] for r in runs):.0f}", flush=True)
+            runs = {cpus: [] for cpus in args.cpus}
+            for _ in range(args.repeat):
+                for cpus in args.cpus:          # alternate: the machine's load changes for both alike
+                    runs[cpus].append(measure(python, folder, qid, cpus, args.user))
+            for cpus, got in runs.items():
+                print(f"{qid:<6} {cpus:<6} {statistics.median(r['wall_s'] for r in got):<24.1f} "
+                      f"{max(r['procs'] for r in got):<10} {max(r['rss_mb'] for r in got):.0f}", flush=True)
+        print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return 0
