@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import psutil
@@ -91,7 +92,15 @@ def test_the_sandbox_of_an_unprivileged_grader():
         assert probe["network"] is False
         assert 0 < probe["forks"] < 512, "the process limit holds"
         assert out["userns_inside"] and out["userns_inside"] != out["userns_outside"], out
-        left = [p.pid for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[:2] == ["sleep", "300"]]
+        # the probe's `sleep 300`, in a session of its own, dies with the sandbox's PID namespace (others'
+        # tests on this machine may run a `sleep 300` too: only the probe's user counts)
+        deadline = time.monotonic() + 10
+        while True:
+            left = [p.pid for p in psutil.process_iter(["cmdline", "uids"])
+                    if (p.info["cmdline"] or [])[:2] == ["sleep", "300"] and p.info["uids"].real == user.pw_uid]
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert not left, f"a process outlived the unprivileged sandbox: {left}"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
