@@ -361,10 +361,15 @@ def main(argv=None) -> int:
         print(f"\nThe course hub runs at {hub.url}/  (course {COURSE_ID}, assignment {ASSIGNMENT})")
         for a in hub.accounts:
             print(f"  {a.role:<10}  user {a.name:<14}  password {a.password}")
-        print(f"exchange: {hub.exchange}\ninstructor's course folder: {hub.course}; grade as the instructor with\n"
-              f"  cd {hub.checkout} && python -m grader --course {hub.course} collect --exchange   (then autograde, "
-              f"feedback --release)\nlog: {hub.state / 'jupyterhub.log'}\nCtrl-C stops the hub and every server.",
-              flush=True)
+        py = hub.venv / "bin" / "python"
+        print(f"exchange: {hub.exchange}\ninstructor's course folder: {hub.course}\n"
+              f"grade as the instructor (in their JupyterLab's terminal, or after `su - {hub.instructor.name}`):\n"
+              f"  export JUPYTER_CONFIG_PATH={hub.config_dir}   # already set in the hub's terminals\n"
+              f"  cd {hub.checkout}\n"
+              f"  {py} -m grader --course {hub.course} collect --exchange\n"
+              f"  {py} -m grader --course {hub.course} autograde --jobs 2\n"
+              f"  {py} -m grader --course {hub.course} feedback --release\n"
+              f"log: {hub.state / 'jupyterhub.log'}\nCtrl-C stops the hub and every server.", flush=True)
         while not stop and hub.proc.poll() is None:
             time.sleep(0.5)
     except KeyboardInterrupt:
