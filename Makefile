@@ -17,7 +17,11 @@ test: setup
 
 benchmark: setup
 	.venv/bin/python benchmarks/afab_vs_gpipe.py
+	.venv/bin/python benchmarks/one_f_one_b_vs_schedule1f1b.py
+	.venv/bin/python benchmarks/memory_microbatches.py
+	.venv/bin/python benchmarks/interleaved_vs_torch.py
 	.venv/bin/python benchmarks/autograde_time.py
+	.venv/bin/python benchmarks/grid_traffic.py
 
 # the single-user environment and configurable-http-proxy of the local hub (cached; hub/README.md)
 hub-env:

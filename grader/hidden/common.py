@@ -124,6 +124,13 @@ def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extr
     return item
 
 
+def causes_first(item: Item) -> Item:
+    """The item's problems with the ranks that waited for a message last: when one rank raises, its
+    neighbours wait until they time out, and the raise is what the student needs to read first."""
+    item.problems.sort(key=lambda p: "waited in " in p.message)
+    return item
+
+
 def units_case(ctx: Context, qid: str, label: str, calls: list[tuple]) -> dict:
     """A case that calls the student's function of `qid` directly, on rank 0: calls = [(args, kwargs)]."""
     def encode(v):

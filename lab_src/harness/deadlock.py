@@ -13,7 +13,9 @@ from lab_src.harness.runfolder import journal_path, read_journal
 
 
 def describe_op(kind: str, mb, peer) -> str:
-    op = Op(kind)
+    op = Op.of(kind)
+    if op is None:              # a collective: its `peer` is the list of ranks taking part
+        return f"{kind} over ranks {peer}"
     if op.is_compute:
         return f"{kind[0].upper()}{mb}"
     return f"{kind}(mb={mb}) {'to' if op.is_send else 'from'} rank {peer}"
@@ -23,6 +25,7 @@ def rank_state(journal: Path, case_index: int) -> dict:
     """What one rank's journal says about one case."""
     state = {"started": False, "ended": False, "last_done": None, "pending": None}
     label = str(case_index)
+    waiting: list[str] = []     # begun and not ended; posted messages (q11) may be several at once
     for _, tag, payload in read_journal(journal):
         if tag == "C":
             if payload == f"start {case_index}":
@@ -32,9 +35,12 @@ def rank_state(journal: Path, case_index: int) -> dict:
         elif tag in ("B", "E") and payload and payload[0] == label:
             op = describe_op(*payload[1:4])
             if tag == "B":
-                state["pending"] = op
+                waiting.append(op)
             else:
-                state["last_done"], state["pending"] = op, None
+                state["last_done"] = op
+                if op in waiting:
+                    waiting.remove(op)
+    state["pending"] = " and ".join(waiting) or None
     return state
 
 

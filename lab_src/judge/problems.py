@@ -35,9 +35,16 @@ def from_error(exercise: str, rank: int, error: dict, case: str = "") -> Problem
     msg = f"{error['type']}: {error['message']}"
     if error.get("pending"):
         _, kind, mb, peer = error["pending"]
-        op = f"{kind}(mb={mb})" + (f" with rank {peer}" if peer is not None else "")
+        if isinstance(peer, list):      # a collective, over these ranks
+            op = f"{kind} over ranks {peer}"
+        else:
+            op = f"{kind}(mb={mb})" + (f" with rank {peer}" if peer is not None else "")
         gave_up = gave_up_waiting(error["message"])
-        if gave_up == "timeout":
+        if gave_up and isinstance(peer, list):
+            msg = (f"waited in {op} until the {'timeout' if gave_up == 'timeout' else 'others gave up'}: not every "
+                   f"member joined it. Every rank of the group must call the same all-reduces in the same order "
+                   f"({error['type']})")
+        elif gave_up == "timeout":
             msg = (f"waited in {op} until the timeout: no matching message arrived. Check that every "
                    f"send has a receive on the peer, in the same order ({error['type']})")
         elif gave_up == "peer":
