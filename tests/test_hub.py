@@ -146,26 +146,29 @@ class Sampler(threading.Thread):
 
 
 class SandboxWatch(threading.Thread):
-    """Samples the grading sandboxes while the instructor autogrades: the fork server of each launch
-    (lab_src/harness/zygote.py), who owns it and whether it sits in a user namespace of its own (as a
-    non-root instructor, bubblewrap makes an unprivileged one)."""
+    """Samples the grading sandboxes while the instructor autogrades: the fork server of each launch of
+    the hidden tests (lab_src/harness/zygote.py) and the kernels nbgrader starts to execute the
+    notebooks (grader/kernel_sandbox.py): who owns them and whether they sit in a user namespace of
+    their own (as a non-root instructor, bubblewrap makes an unprivileged one)."""
 
     def __init__(self, course: Path):
         super().__init__(daemon=True)
         self.course = str(course) + "/"                 # other people's grading on this machine is not ours
         self.stop = threading.Event()
         self.host_userns = os.readlink("/proc/self/ns/user")
-        self.seen: dict[int, tuple[int, bool]] = {}     # pid -> (uid, in a user namespace of its own)
+        self.seen: dict[int, tuple[str, int, bool]] = {}   # pid -> (what, uid, in a user namespace of its own)
 
     def run(self):
         while not self.stop.is_set():
             for p in psutil.process_iter(["uids", "cmdline", "cwd"]):
                 try:
-                    if "lab_src.harness.zygote" in " ".join(p.info["cmdline"] or []) and p.pid not in self.seen \
-                            and "bwrap" not in (p.info["cmdline"] or [""])[0] \
+                    cmd = p.info["cmdline"] or [""]
+                    what = "hidden tests" if "lab_src.harness.zygote" in cmd else \
+                        "nbgrader kernel" if "ipykernel_launcher" in cmd else None
+                    if what and p.pid not in self.seen and "bwrap" not in cmd[0] \
                             and (p.info["cwd"] or "").startswith(self.course):
                         own_ns = os.readlink(f"/proc/{p.pid}/ns/user") != self.host_userns
-                        self.seen[p.pid] = (p.info["uids"].real, own_ns)
+                        self.seen[p.pid] = (what, p.info["uids"].real, own_ns)
                 except (psutil.Error, OSError, TypeError):
                     continue
             time.sleep(0.5)
@@ -336,6 +339,8 @@ def test_course_round_trip_on_a_hub(tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     from localhub import Account, LocalHub, build_environment
 
+    from lab_src.registry import EXERCISES
+
     steps = Steps()
     SHOTS.mkdir(parents=True, exist_ok=True)
     for old in SHOTS.glob("*.png"):
@@ -392,7 +397,7 @@ def test_course_round_trip_on_a_hub(tmp_path):
         steps.done("both fetched pipeline_lab in the Assignments panel")
         for a in (ana, ben):
             nbs = sorted((a.home / "pipeline_lab").glob("*.ipynb"))
-            assert len(nbs) == 10 and all(owner(p) == a.name for p in nbs)
+            assert len(nbs) == len(EXERCISES) and all(owner(p) == a.name for p in nbs)
             assert mode(a.home) == 0o700
             seed_earlier_work(a, refs)
 
@@ -535,12 +540,13 @@ def test_course_round_trip_on_a_hub(tmp_path):
             watch.join()
         print(out)
         steps.done("instructor: autograde both (2 at a time)")
-        # the students' code ran in bubblewrap, as the instructor (not root), in user namespaces of its own
+        # the students' code ran in bubblewrap (hidden tests and nbgrader's kernels), as the instructor
+        # (not root), in user namespaces of its own
         for a in (ana, ben):
             verdicts = json.loads((hub.course / "grader" / a.name / "verdicts.json").read_text())
             assert verdicts["sandbox"] == "bubblewrap", verdicts["sandbox"]
-        assert watch.seen, "no sandboxed fork server was seen while autograding"
-        assert all(uid == inst.uid and own_ns for uid, own_ns in watch.seen.values()), watch.seen
+        assert {what for what, _, _ in watch.seen.values()} == {"hidden tests", "nbgrader kernel"}, watch.seen
+        assert all(uid == inst.uid and own_ns for _, uid, own_ns in watch.seen.values()), watch.seen
         cache = inst.home / ".cache" / "pp-lab"           # the reference answers: the instructor's alone
         assert owner(cache) == inst.name and mode(cache) == 0o700 and list(cache.glob("reference-*/*.py"))
         from grader.course import Course, hidden_points
@@ -568,7 +574,7 @@ def test_course_round_trip_on_a_hub(tmp_path):
             if a is ana:
                 shot(page, "10_ana_feedback_fetched.png", saved)
             fb_files = sorted((a.home / "pipeline_lab" / "feedback").rglob("*.html"))
-            assert len(fb_files) == 10 and all(owner(p) == a.name for p in fb_files)
+            assert len(fb_files) == len(EXERCISES) and all(owner(p) == a.name for p in fb_files)
             other = ben if a is ana else ana
             assert not any(other.name in p.read_text() for p in fb_files), "feedback names another student"
             q08 = next(p for p in fb_files if p.name == "q08_afab_step.html")

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -29,12 +30,13 @@ DRIVER = textwrap.dedent('''
     import json, os, subprocess, sys
     from pathlib import Path
     from lab_src.harness import sandbox
-    folder, readable, writable = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    folder, readable, writable, sleep = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     out = {"available": sandbox.available()}
     run = folder / "run"
     sandbox.prepare(run)
     (run / "probe.py").write_text((folder / "probe.py").read_text())
-    cmd = sandbox.wrap([sys.executable, "probe.py", readable, writable], writable=run, env={"LAB_RUN_TAG": "probe"})
+    cmd = sandbox.wrap([sys.executable, "probe.py", readable, writable, sleep], writable=run,
+                       env={"LAB_RUN_TAG": "probe"})
     out["bwrap_args"] = cmd[:3]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     out["rc"], out["stderr"] = proc.returncode, proc.stderr[-2000:]
@@ -65,6 +67,7 @@ def test_the_sandbox_of_an_unprivileged_grader():
         for p in (secret, folder / "probe.py"):
             os.chown(p, user.pw_uid, user.pw_gid)
         inside = "/opt/pp-lab/lab_src/registry.py"
+        sleep = f"300.{uuid.uuid4().int % 10**9}"        # the probe leaves `sleep <this>` behind: ours alone
         readable = [ROOT / "solutions" / "pipeline_lab" / "q08_afab_step.ipynb", ROOT / "grader" / "trusted.py",
                     secret, inside]
         writable = ["/opt/pp-lab/lab_src/pwned.py", folder / "pwned", "/tmp/ok.txt", folder / "run" / "ok.txt"]
@@ -74,7 +77,7 @@ def test_the_sandbox_of_an_unprivileged_grader():
             ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--reset-env", "--",
              "env", f"PATH={python.parent}:/usr/bin:/bin", f"PYTHONPATH={ROOT}", f"HOME={folder}",
              f"TMPDIR={folder}", "LANG=C.UTF-8", str(python), "-c", DRIVER, str(folder),
-             ",".join(map(str, readable)), ",".join(map(str, writable))],
+             ",".join(map(str, readable)), ",".join(map(str, writable)), sleep],
             cwd=folder, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -92,12 +95,10 @@ def test_the_sandbox_of_an_unprivileged_grader():
         assert probe["network"] is False
         assert 0 < probe["forks"] < 512, "the process limit holds"
         assert out["userns_inside"] and out["userns_inside"] != out["userns_outside"], out
-        # the probe's `sleep 300`, in a session of its own, dies with the sandbox's PID namespace (others'
-        # tests on this machine may run a `sleep 300` too: only the probe's user counts)
+        # the probe's `sleep`, in a session of its own, dies with the sandbox's PID namespace
         deadline = time.monotonic() + 10
         while True:
-            left = [p.pid for p in psutil.process_iter(["cmdline", "uids"])
-                    if (p.info["cmdline"] or [])[:2] == ["sleep", "300"] and p.info["uids"].real == user.pw_uid]
+            left = [p.pid for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[:2] == ["sleep", sleep]]
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
