@@ -242,6 +242,32 @@ def interleaved_step(stage, data_iter, num_microbatches):
     """
 
 
+@_exercise_api("q13")
+def train_pipeline(stage, data, step_fn, num_steps, lr):
+    """Train this rank's `stage` for `num_steps` optimizer steps on the digits, then evaluate it on the
+    held-out images. Every rank of the pipeline runs this function at once.
+
+    `stage` is a `ClassifierStage`: a `PipelineStage` whose last stage ends in the loss (given the
+    step's labels with `stage.set_labels(...)`, its forward returns each image's cross-entropy; with
+    `set_labels(None)`, the ten class scores). `data` is a `Digits`. `step_fn(stage, data_iter,
+    num_microbatches)` is the pipelined step (q08's afab_step, or another schedule's with its contract),
+    which waits for the stage's messages before it returns.
+
+    - One `torch.optim.AdamW` over this stage's own parameters, with learning rate `lr` (PyTorch's
+      defaults otherwise), created once.
+    - Each step `k`: zero the gradients; the first stage iterates over `data.train_tokens(k)`, the last
+      stage gets `stage.set_labels(data.train_labels(k))` (no other stage reads either); run `step_fn`
+      with `data.num_microbatches`; `optimizer.step()`.
+    - Then the held-out evaluation, in eval mode and without autograd: each of the
+      `data.num_test_microbatches` micro-batches forward through the pipeline (`pipeline_communicate`
+      and `stage.forward`), the first stage reading `data.test_tokens()`, the last `data.test_labels()`
+      with its labels set to None, so that its forward returns class scores.
+
+    Return on the last stage `{"losses": [the loss of each step], "test_loss": the mean held-out
+    cross-entropy, "test_accuracy": the share of held-out images classified right}`; None elsewhere.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

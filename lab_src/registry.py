@@ -94,6 +94,9 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              schedule="1f1b", step="q12", timeline="more micro-batches than stages"),
     Exercise("q12", "one_f_one_b_step", "One-Forward-One-Backward", ("q02", "q03", "q04", "q05", "q06", "q11"),
              schedule="1f1b", timeline="more micro-batches than stages", other_schedule_credit=0.5),
+    # q13 trains with the step of `step` (AFAB today): a step of another schedule with the same contract plugs in here
+    Exercise("q13", "train_pipeline", "Train it: a real loss, an optimizer, one process's learning curve",
+             ("q02", "q03", "q05", "q06", "q07", "q08"), step="q08"),
     # its own step (schedule set, no `step`): judged on the numbers, like q08; the pipeline inside it is q08's AFAB
     Exercise("q14", "dp_pp_step", "Data x pipeline parallel on a grid of ranks, tied embeddings",
              ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), schedule="afab"),

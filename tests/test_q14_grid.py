@@ -85,17 +85,17 @@ def grid_events() -> list[Event]:
                Event(b, "recv_forward", 0, a, shape, 4096, 0.5, 1.2), Event(b, "forward", 0, None, shape, 0, 1.2, 2.0),
                Event(b, "backward", 0, None, (), 0, 2.0, 3.0), Event(b, "send_backward", 0, a, shape, 4096, 3.0, 3.1),
                Event(a, "recv_backward", 0, b, shape, 4096, 1.1, 3.2), Event(a, "backward", 0, None, shape, 0, 3.2, 4.0)]
-        ev += [Event(r, "allreduce_tied", None, None, (64, 32), 8192, 4.0, 4.2, 0, (a, b)) for r in (a, b)]
-    ev += [Event(r, "allreduce_dp", None, None, (100,), 400, 4.2, 4.6, 0, (r % 2, r % 2 + 2)) for r in range(4)]
+        ev += [Event(r, "allreduce_tied", None, None, (64, 32), 8192, 4.0, 4.2, 0, group=(a, b)) for r in (a, b)]
+    ev += [Event(r, "allreduce_dp", None, None, (100,), 400, 4.2, 4.6, 0, group=(r % 2, r % 2 + 2)) for r in range(4)]
     return ev
 
 
 def test_collectives_round_trip_and_p2p_rows_keep_their_old_length():
-    e = Event(0, "allreduce_dp", None, None, (100,), 400, 1.0, 2.0, 0, (0, 2))
+    e = Event(0, "allreduce_dp", None, None, (100,), 400, 1.0, 2.0, 0, group=(0, 2))
     assert Event.from_row(json.loads(json.dumps(e.to_row()))) == e
     assert e.is_collective and not e.is_send and e.phase == "collective" and "over ranks [0, 2]" in e.label()
     p2p = Event(0, "send_forward", 1, 1, (2,), 8, 0.0, 1.0)
-    assert len(p2p.to_row()) == 9 and Event.from_row(p2p.to_row()) == p2p
+    assert len(p2p.to_row()) == 10 and Event.from_row(p2p.to_row()) == p2p      # ... chunk, held: no group
 
 
 def test_bytes_by_kind_and_on_the_wire():

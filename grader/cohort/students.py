@@ -307,6 +307,99 @@ Q14_SUMMED = q14_answer(dp_reduce='grid.all_reduce(p.grad, dp_sets[pp_rank], "dp
 # never sums the two copies' gradients of the tied embedding
 Q14_NO_TIED = q14_answer(tied_reduce="pass")
 
+# q13: the training loop never zeroes the gradients: every step adds its gradients to all the earlier ones.
+Q13_NEVER_ZEROED = '''
+import torch
+import torch.nn.functional as F
+
+from lab_src import pipeline_communicate
+
+
+def train_pipeline(stage, data, step_fn, num_steps, lr):
+    """Train this stage for num_steps steps, then evaluate on the held-out images."""
+    optimizer = torch.optim.AdamW(stage.parameters(), lr=lr)   # (and no zero_grad anywhere)
+    losses = []
+    stage.train()
+    for step in range(num_steps):
+        tokens = iter(data.train_tokens(step)) if stage.is_first_stage else None
+        if stage.is_last_stage:
+            stage.set_labels(data.train_labels(step))          # the loss is computed here
+        _, loss = step_fn(stage, tokens, data.num_microbatches)
+        optimizer.step()
+        if stage.is_last_stage:
+            losses.append(loss)
+
+    stage.eval()                                               # evaluation: forward only, no graph
+    tokens = data.test_tokens() if stage.is_first_stage else None
+    labels = data.test_labels() if stage.is_last_stage else None
+    if stage.is_last_stage:
+        stage.set_labels(None)                                 # the last stage returns class scores
+    test_loss, correct = 0.0, 0
+    with torch.no_grad():
+        for mb in range(data.num_test_microbatches):
+            x = pipeline_communicate("recv_forward", stage, microbatch=mb)
+            if x is None:
+                x = tokens[mb].to(stage.device)
+            y = stage.forward(x, microbatch=mb)
+            pipeline_communicate("send_forward", stage, tensor=y, microbatch=mb)
+            if stage.is_last_stage:
+                target = labels[mb].to(y.device)
+                test_loss += float(F.cross_entropy(y, target))
+                correct += int((y.argmax(dim=-1) == target).sum())
+    stage.flush()
+    stage.train()
+    if not stage.is_last_stage:
+        return None
+    n = data.num_test_microbatches
+    return {"losses": losses, "test_loss": test_loss / n, "test_accuracy": correct / (n * data.micro_batch_size)}
+'''
+
+# q13: the held-out evaluation runs like the training, in training mode and with autograd on.
+Q13_EVAL_TRAINING = '''
+import torch
+import torch.nn.functional as F
+
+from lab_src import pipeline_communicate
+
+
+def train_pipeline(stage, data, step_fn, num_steps, lr):
+    """Train this stage for num_steps steps, then evaluate on the held-out images."""
+    optimizer = torch.optim.AdamW(stage.parameters(), lr=lr)   # this stage's parameters, and only those
+    losses = []
+    stage.train()
+    for step in range(num_steps):
+        optimizer.zero_grad()                                  # before the step: its backwards accumulate
+        tokens = iter(data.train_tokens(step)) if stage.is_first_stage else None
+        if stage.is_last_stage:
+            stage.set_labels(data.train_labels(step))          # the loss is computed here
+        _, loss = step_fn(stage, tokens, data.num_microbatches)
+        optimizer.step()
+        if stage.is_last_stage:
+            losses.append(loss)
+
+    tokens = data.test_tokens() if stage.is_first_stage else None
+    labels = data.test_labels() if stage.is_last_stage else None
+    if stage.is_last_stage:
+        stage.set_labels(None)                                 # the last stage returns class scores
+    test_loss, correct = 0.0, 0
+    for mb in range(data.num_test_microbatches):      # the same loop as training, forward only
+        x = pipeline_communicate("recv_forward", stage, microbatch=mb)
+        if x is None:
+            x = tokens[mb].to(stage.device)
+        y = stage.forward(x, microbatch=mb)
+        pipeline_communicate("send_forward", stage, tensor=y, microbatch=mb)
+        if stage.is_last_stage:
+            target = labels[mb].to(y.device)
+            test_loss += float(F.cross_entropy(y, target).detach())
+            correct += int((y.detach().argmax(dim=-1) == target).sum())
+    stage.flush()
+    stage.train()
+    if not stage.is_last_stage:
+        return None
+    n = data.num_test_microbatches
+    return {"losses": losses, "test_loss": test_loss / n, "test_accuracy": correct / (n * data.micro_batch_size)}
+'''
+
 # ---- students who try something the grader must withstand ---------------------------------------
 
 Q08_WHOLE_MODEL = '''
@@ -685,15 +778,20 @@ COHORT = [
             # that ran to their end), no pipeline: (3/6 + 2/5 + 0) / 3. q12: right numbers everywhere; 1 of 6 cases
             # is still 1F1B (one micro-batch), 2 are a valid AFAB (half credit): (1 + 0.5 + 0.5) / 6
             expect={"q11": 0.3, "q12": 0.3333}),
-    Student("yuki", "q11 receives activations into buffers that do not require grad; q12 has no cool-down",
-            answers={"q11": Q11_NO_REQUIRES_GRAD, "q12": Q12_NO_COOLDOWN},
+    Student("yuki", "q11 receives activations into buffers that do not require grad; q12 has no cool-down; q13 never "
+                    "zeroes the gradients",
+            answers={"q11": Q11_NO_REQUIRES_GRAD, "q12": Q12_NO_COOLDOWN, "q13": Q13_NEVER_ZEROED},
             # q11: every message right (6 of 6), no buffer right (0 of 5), no pipeline: 1/3. q12: only the
             # single stage, which needs no cool-down, passes; the others wait for the missing backwards
-            expect={"q11": 0.3333, "q12": 0.1667}),
+            # q13 (its step is q08's, so q11 and q12 do not matter there): the curves leave the single process's
+            # at step 2 and the loss falls too little; the pipeline and the evaluation are right: 2 of 4 parts
+            expect={"q11": 0.3333, "q12": 0.1667, "q13": 0.5}),
     # q14: three parts of a third each: data parallel (5 grids), tied embeddings (4 tied grids), the prediction
-    Student("uma", "q14 sums the replicas' gradients instead of averaging them", answers={"q14": Q14_SUMMED},
-            # right only on the 1 x 4 grid (one replica): (1/5 + 4/4 + 3/3) / 3
-            expect={"q14": 0.7333}),
+    Student("uma", "q13 evaluates in training mode with autograd on; q14 sums the replicas' gradients instead of "
+                   "averaging them", answers={"q13": Q13_EVAL_TRAINING, "q14": Q14_SUMMED},
+            # q13: the evaluation part fails, the other three pass. q14: right only on the 1 x 4 grid (one
+            # replica): (1/5 + 4/4 + 3/3) / 3
+            expect={"q13": 0.75, "q14": 0.7333}),
     Student("vito", "q14 never all-reduces the tied embedding's gradient: the copies drift apart",
             # the tied part holds only on the 4 x 1 grid (one stage, one parameter): (5/5 + 1/4 + 3/3) / 3
             answers={"q14": Q14_NO_TIED}, expect={"q14": 0.75}),

@@ -68,13 +68,18 @@ class Context:
         """Reference answers everywhere except `qid`, which is the student's."""
         return {**self.reference, qid: self.student.get(qid)}
 
-    def case(self, qid: str, kind: str, config: str | None = None, stages: int | None = None, **extra) -> Case:
-        """A case of `kind` on the named grading configuration, testing the student's answer to `qid`;
-        pipeline and communication cases follow the schedule `qid` declares."""
-        cfg = CONFIGS[config] if config else LabConfig(num_stages=stages or 1)
+    def case(self, qid: str, kind: str, config: str | LabConfig | None = None, stages: int | None = None,
+             **extra) -> Case:
+        """A case of `kind` on the named grading configuration (or a configuration of its own, named by
+        `label`), testing the student's answer to `qid`; pipeline, communication and training cases follow
+        the schedule `qid` declares."""
+        if isinstance(config, LabConfig):
+            cfg, config = config, None
+        else:
+            cfg = CONFIGS[config] if config else LabConfig(num_stages=stages or 1)
         ex = exercise(qid)
         extra.setdefault("label", config or kind)
-        if kind in ("pipeline", "comm"):
+        if kind in ("pipeline", "comm", "train"):
             extra.setdefault("schedule", ex.schedule_of_step)
             extra.setdefault("step", ex.step_exercise)
         if kind == "pipeline" and config:

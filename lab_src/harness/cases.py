@@ -15,6 +15,7 @@ Kinds:
     grid      the student's step on a data x pipeline grid of all the case's ranks (q14, grid_case.py)
     p2p       q11's raw torch.distributed operations in the order of the case's schedule (harness/p2p_case.py)
     interleaved  an interleaved step (q15) on a rank holding several model chunks (harness/interleaved.py)
+    train     the student's training loop around the step, on the digits (q13; harness/train.py)
 
 A pipeline case also counts, per rank, the activation memory its step holds (harness/memory.py): every
 event carries it, and obs["memory"] has the peak, beside the process's peak resident set size so far
@@ -33,6 +34,7 @@ from lab_src.harness.case import Case
 from lab_src.harness.grid_case import run_grid
 from lab_src.harness.memory import counting, peak_rss_bytes
 from lab_src.harness.p2p_case import run_p2p
+from lab_src.harness.train import run_train
 from lab_src.pipeline import data, model, trace
 from lab_src.pipeline.baseline import compute_baseline, load_baseline
 from lab_src.pipeline.config import LabConfig
@@ -365,16 +367,17 @@ CALLS = {"pipeline": ("check_args", "activation_shape", "distribute_layers", "ne
          "grid": ("check_args", "activation_shape", "distribute_layers", "needs_dataloader", "pipeline_communicate",
                   "afab_step"),
          "p2p": ("check_args", "activation_shape", "distribute_layers", "p2p_communicate"),
-         "interleaved": ("check_args", "activation_shape", "distribute_layers", "needs_dataloader")}
+         "interleaved": ("check_args", "activation_shape", "distribute_layers", "needs_dataloader"),
+         "train": ("check_args", "activation_shape", "distribute_layers")}
 
 
 def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
-    """The exercises a case of `kind` calls on its ranks: those of CALLS, for a pipeline its step and
-    what the step itself uses (the point-to-point operations), for a layout with "q06" the dataloader
-    question. The baseline the comparisons need is computed outside, so q04 is not among them."""
+    """The exercises a case of `kind` calls on its ranks: those of CALLS, for a pipeline or a training run
+    its step and what the step itself uses (the point-to-point operations), for a layout with "q06" the
+    dataloader question. The baseline the comparisons need is computed outside, so q04 is not among them."""
     by_function = {e.function: e.id for e in EXERCISES.values() if e.function}
     called = {by_function[f] for f in CALLS[kind]}
-    if kind == "pipeline":
+    if kind in ("pipeline", "train"):
         called |= {step, *EXERCISES[step].needs} - {by_function["baseline_step"]}
     if kind == "layout" and "q06" in calls:
         called.add(by_function["needs_dataloader"])
@@ -382,6 +385,6 @@ def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
 
 
 KINDS = {"pipeline": run_pipeline, "comm": run_comm, "layout": run_layout, "shapes": run_shapes,
-         "baseline": run_baseline, "units": run_units, "seeds": run_seeds, "p2p": run_p2p,
+         "baseline": run_baseline, "units": run_units, "seeds": run_seeds, "p2p": run_p2p, "train": run_train,
          "interleaved": lambda *args: interleaved.run_interleaved(*args)}
 KINDS["grid"] = run_grid        # q14: the data x pipeline grid (harness/grid_case.py)

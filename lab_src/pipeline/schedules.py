@@ -361,3 +361,27 @@ def schedule(name: str) -> Schedule:
 def matching_schedules(events, p: int, m: int) -> list[Schedule]:
     """The declared schedules (one chunk per rank) whose rules a run kept."""
     return [s for s in SCHEDULES.values() if s.chunks_per_rank == 1 and not s.violations(events, p, m)]
+
+
+class ForwardOnly(Schedule):
+    """Evaluation: every micro-batch forward through the pipeline, in order, and no backward. Not a
+    training schedule, so it is not in SCHEDULES: no training step is ever judged against it."""
+    name = "forward"
+    title = "forward only (evaluation)"
+
+    def program(self, rank, p, m, noops=False):
+        steps = []
+        for mb in range(m):
+            steps += _forward(rank, p, mb, noops=noops)
+        return steps
+
+    def violations(self, events, p, m):
+        found = []
+        for r in range(p):
+            late = [e for e in compute_order(events, r) if e.kind == Op.BACKWARD]
+            if late:
+                found.append((r, late[0].microbatch, "a backward ran during evaluation, which is forward only"))
+        return found
+
+
+FORWARD_ONLY = ForwardOnly()

@@ -55,7 +55,7 @@ def predicted_events(measured: list[Event], dp: int, pp: int, m: int, net, stage
         start = max(ready[r] for r in group)
         end = start + net.allreduce_s(group, nbytes)
         for r in group:
-            events.append(Event(r, kind, None, None, None, int(nbytes), start, end, 0, tuple(group)))
+            events.append(Event(r, kind, None, None, None, int(nbytes), start, end, 0, group=tuple(group)))
             ready[r] = end
 
     if tied and pp > 1 and sizes["tied_bytes"]:
