@@ -3,7 +3,8 @@
 #   make test   set up .venv and the system packages the end-to-end tests need, then the whole test suite
 #   make train  (not graded) the digits trained for longer in a 4-stage pipeline and in one process:
 #               a progress bar, out/train/curves.png and out/train/metrics.json
-.PHONY: setup demo test release benchmark train
+#   make hub    a local course hub (JupyterHub, PAM accounts, nbgrader exchange) to try as instructor and students
+.PHONY: setup demo test release benchmark train hub hub-env
 
 setup:
 	@scripts/setup.sh
@@ -13,6 +14,7 @@ demo: setup
 
 test: setup
 	@scripts/system_deps.sh
+	@hub/setup.sh >/dev/null || echo "hub/setup.sh failed: tests/test_hub.py will fail" >&2
 	.venv/bin/python -m pytest -ra --durations=15 $(PYTEST_ARGS)
 
 train: setup
@@ -26,3 +28,12 @@ benchmark: setup
 	.venv/bin/python benchmarks/q13_curve_agreement.py
 	.venv/bin/python benchmarks/autograde_time.py
 	.venv/bin/python benchmarks/grid_traffic.py
+
+# the single-user environment and configurable-http-proxy of the local hub (cached; hub/README.md)
+hub-env:
+	@hub/setup.sh
+
+# start the local course hub as root; prints the URL and the test accounts; Ctrl-C stops it
+hub: setup
+	@scripts/system_deps.sh
+	.venv/bin/python hub/localhub.py $(HUB_ARGS)
