@@ -50,7 +50,11 @@ _checked: dict[str, str | None] = {}
 
 
 def record_check(qid: str, error: BaseException | None) -> None:
-    _checked[qid] = None if error is None else (f"{type(error).__name__}: {error}".strip())
+    if isinstance(error, KeyboardInterrupt):
+        _checked[qid] = ("the check was interrupted (under Validate: it ran longer than nbgrader's "
+                         "Execute.timeout allows a cell)")
+    else:
+        _checked[qid] = None if error is None else f"{type(error).__name__}: {error}".strip()
 
 
 def require_check(qid: str) -> None:
@@ -66,7 +70,9 @@ def require_check(qid: str) -> None:
     else:
         state = None
     if validating() and state:
-        raise CheckNotPassed(wrap(state))
+        lines = wrap(state).splitlines()
+        more = [f"... ({len(lines) - 12} more lines: run the notebook to see them all)"] if len(lines) > 12 else []
+        raise CheckNotPassed("\n".join(lines[:12] + more))
     print(state or f"{qid}: the check passed. The grader's hidden tests run on your answer cell after you submit.")
 
 

@@ -26,8 +26,8 @@ def check(qid: str) -> CheckReport:
         raise ValueError(f"{ex.id} has no check: its answers are written ones")
     try:
         report = importlib.import_module(f"lab_src.checks.{ex.module}").check()
-    except Exception as e:
-        record_check(ex.id, e)   # the test cell's Validate reads it (lab_src.grading.require_check)
+    except BaseException as e:   # an interrupt too: Validate stops a cell that overruns its Execute.timeout
+        record_check(ex.id, e)     # the test cell's Validate reads it (lab_src.grading.require_check)
         raise
     record_check(ex.id, None)
     return report
