@@ -173,7 +173,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("autograde", help="grade submissions (nbgrader + out-of-process hidden tests)")
     p.add_argument("--student", nargs="+")
     p.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
-                   help=f"students graded at once (default {DEFAULT_JOBS}: see README, kernel start under load)")
+                   help=f"students graded at once (default {DEFAULT_JOBS}: one per core, at most 4)")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="grade without bubblewrap where none is available (every report says so)")
     p = sub.add_parser("feedback", help="HTML feedback for students")
