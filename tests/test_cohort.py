@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+from html import unescape
 
 import psutil
 import pytest
@@ -20,7 +21,9 @@ from grader.formgrader_view import describe, problems, submissions
 from grader.report import grade_rows, progress
 from lab_src.registry import EXERCISES
 
-pytestmark = pytest.mark.slow
+# the first test to use conftest.graded_cohort grades the whole cohort in its setup: far more than the
+# default per-test limit on a loaded 2-core machine
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 # graded one at a time as well, to compare with the concurrent run (cheap ones: little to run)
 SEQUENTIAL = ["untouched", "sam", "tess", "quinn"]
@@ -94,8 +97,9 @@ def test_feedback_shows_verdicts_but_not_the_hidden_tests(cohort):
     hana = (course.feedback("hana") / "q07_pipeline_communicate.html").read_text()
     assert "wrong peer" in hana and "gradients come back from the next stage" in hana
     for html in course.root.glob("feedback/*/*/*.html"):
-        text = html.read_text()
-        assert "scored_out_of_process" not in text and "HIDDEN TESTS" not in text, html
+        # the hidden tests' call, never shown (pia's own cell names the function: she patches it)
+        text = unescape(re.sub(r"<[^>]+>", "", html.read_text()))
+        assert 'scored_out_of_process("q' not in text and "HIDDEN TESTS" not in text, html
 
 
 def test_autograded_q08_draws_the_graders_run_as_a_static_figure(cohort):

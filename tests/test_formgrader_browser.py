@@ -23,7 +23,9 @@ from lab_src.registry import ASSIGNMENT
 from test_timeline_browser import (CHROMIUM, CHROMIUM_ARGS, SHOTS, alive, describe, free_port, settle, start_lab,
                                    stop_lab, tagged, wait_http)
 
-pytestmark = pytest.mark.slow
+# the first test to use conftest.graded_cohort grades the whole cohort in its setup: far more than the
+# default per-test limit on a loaded 2-core machine
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 OUT = SHOTS / "formgrader"
 ROWS = "table.dataTable tbody tr"
