@@ -28,6 +28,7 @@ benchmark: setup
 	.venv/bin/python benchmarks/q13_curve_agreement.py
 	.venv/bin/python benchmarks/autograde_time.py
 	.venv/bin/python benchmarks/grid_traffic.py
+	.venv/bin/python benchmarks/validate_time.py
 
 # the single-user environment and configurable-http-proxy of the local hub (cached; hub/README.md)
 hub-env:
