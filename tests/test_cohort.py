@@ -1,5 +1,5 @@
 """The sample cohort (conftest.graded_cohort), autograded for real (nbgrader + the out-of-process hidden
-tests), four at a time: each student gets exactly what they deserve, cheaters and broken submissions included, nobody's
+tests), eight at a time: each student gets exactly what they deserve, cheaters and broken submissions included, nobody's
 grading disturbs anybody else's, nothing hangs and no process survives."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from html import unescape
 import psutil
 import pytest
 
-from conftest import lab_processes
+from conftest import PARTIAL_COHORT, lab_processes
 from grader.autograde import grade_all
 from grader.cli import main as grader_cli
 from grader.cohort import BY_NAME, COHORT
@@ -32,11 +32,13 @@ SEQUENTIAL = ["untouched", "sam", "tess", "quinn"]
 
 @pytest.fixture(scope="module")
 def cohort(graded_cohort):
+    if PARTIAL_COHORT:
+        pytest.skip(f"LAB_TEST_COHORT grades only {', '.join(PARTIAL_COHORT)}")
     return graded_cohort
 
 
 def test_every_submission_was_graded(cohort):
-    """Both halves, for everybody: the hidden tests, and nbgrader's autograde (four students at a time on
+    """Both halves, for everybody: the hidden tests, and nbgrader's autograde (eight students at a time on
     this machine's cores: nbgrader's kernels start under load, grader/execute.py)."""
     course, results, rows = cohort
     assert {s: (r["state"], r.get("error")) for s, r in results.items()} == {s.name: ("graded", None) for s in COHORT}
@@ -132,8 +134,15 @@ def test_autograded_q08_draws_the_graders_run_as_a_static_figure(cohort):
 
 def test_output_of_a_loud_student_is_bounded(cohort):
     course, _, _ = cohort
-    sizes = [p.stat().st_size for p in course.autograded("nils").glob("*.ipynb")]
-    assert max(sizes) < 500_000
+    # nils prints megabytes from q05; what each autograded notebook keeps of its outputs, the lab's own
+    # pictures aside (a timeline PNG is 200-250 KB and its size follows the measured times), is cut down
+    def text_outputs(path) -> int:
+        outputs = [o for c in json.loads(path.read_text())["cells"] for o in c.get("outputs", [])]
+        return sum(len(json.dumps({**o, "data": {k: v for k, v in o.get("data", {}).items()
+                                                 if not k.startswith("image/")}})) for o in outputs)
+    sizes = {p.name: text_outputs(p) for p in course.autograded("nils").glob("*.ipynb")}
+    assert len(sizes) == len(EXERCISES) and max(sizes.values()) < 100_000, sizes
+    assert sizes["q05_distribute_layers.ipynb"] > 10_000         # his print is there, cut down, not dropped
     logs = list((course.root / "grader" / "nils" / "work" / "run").glob("rank*.log"))
     assert logs and max(p.stat().st_size for p in logs) < 400_000
 

@@ -478,9 +478,10 @@ def test_grade_sh_on_a_real_slurm(slurm, graded_cohort, tmp_path):
     # Cancel the first array task while it grades ada; the others go on.
     wait_for(lambda: (run.state("ada") or {}).get("state") == "running", 180, "ada's task to start")
     ada_job = run.state("ada")["job"]
-    wait_for(lambda: any("torch.distributed.run" in cmdline(p) for p in slurm.our_processes(ada_job)),
-             120, "ada's hidden tests to launch torchrun", every=0.5)
-    tree = slurm.our_processes(ada_job)          # the task, its sandbox, torchrun and the ranks
+    # the hidden tests run in a sandbox whose fork server (lab_src.harness.zygote) forks the ranks
+    wait_for(lambda: any("lab_src.harness.zygote" in cmdline(p) for p in slurm.our_processes(ada_job)),
+             120, "ada's hidden tests to start their sandbox", every=0.5)
+    tree = slurm.our_processes(ada_job)          # the task, its sandbox, the fork server and the ranks
     slurm.cmd("scancel", f"{first['array_job']}_0")
     assert slurm.wait_job(f"{first['array_job']}_0", 60) == ["CANCELLED"]
     wait_for(lambda: not slurm.our_processes(job=ada_job) and not [p for p in tree if alive(p)], 20,
