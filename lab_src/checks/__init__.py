@@ -2,7 +2,9 @@
 
     from lab_src.checks import check
     report = check("q08")          # launches torchrun, compares with the baseline, prints what happened
-    report.timeline()              # the animated P2P timeline of the run
+    report.timeline()              # the animated P2P timeline of the run (of the failing one, if any)
+    report.ok, report.problems     # passed?, and what went wrong, causes first
+    report.traceback               # the full tracebacks behind the messages, for the curious
 
 `check("qNN")` runs `lab_src/checks/qNN_<function>.py`. These checks know the rules every correct
 answer obeys, not the answers themselves; the grader's hidden tests (grader/hidden/) compare with the
@@ -12,18 +14,26 @@ from __future__ import annotations
 
 import importlib
 
-from lab_src.checks.common import CheckFailed, CheckReport, autograding, autograding_report
+from lab_src.checks.common import CheckFailed, CheckReport, autograding, autograding_report, failed_in_notebook
 from lab_src.registry import exercise
 
 
 def check(qid: str) -> CheckReport:
-    """Run the visible check of exercise `qid` ("q02", ...)."""
+    """Run the visible check of exercise `qid` ("q02", ...). It returns its report whether it passed
+    or not; `report.raise_if_failed()` raises `CheckFailed` for scripts that want an exception."""
     ex = exercise(qid)
     if autograding():
         return autograding_report(ex.id)
     if not ex.function:
         raise ValueError(f"{ex.id} has no check: its answers are written ones")
-    return importlib.import_module(f"lab_src.checks.{ex.module}").check()
+    module = importlib.import_module(f"lab_src.checks.{ex.module}")
+    try:
+        return module.check()
+    except Exception as e:  # noqa: BLE001 - a missing or raising answer becomes the report's message
+        report = failed_in_notebook(ex.id, e)
+        if report is None:
+            raise
+        return report
 
 
 def demo_seeds(num_ranks: int = 4) -> CheckReport:

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from lab_src import exercises
 from lab_src.harness.case import Case
-from lab_src.pipeline import data, model, trace
+from lab_src.pipeline import data, model, trace, waiting
 from lab_src.pipeline.baseline import compute_baseline, load_baseline
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.schedules import schedule
@@ -83,6 +83,19 @@ def _stage(cfg, rank, ctx, group, obs) -> PipelineStage:
     return stage
 
 
+def _barrier(group) -> None:
+    """A barrier of the case's ranks that the check can stop (pipeline/waiting.py)."""
+    waiting.wait(dist.barrier(group=group, async_op=True))
+
+
+def _finish_messages(stage, group, tracer) -> None:
+    """The end of a rank's part of a case: it sends nothing more (journalled for the deadlock watch),
+    waits until its messages are delivered, then for the other ranks."""
+    tracer.finished()
+    stage.flush()
+    _barrier(group)
+
+
 def _record_instrumentation(obs: dict, tracer) -> None:
     obs["built"] = list(model.BUILT)
     obs["ran"] = dict(model.RAN)
@@ -100,11 +113,10 @@ def run_pipeline(case: Case, ctx, group, tracer, obs) -> None:
         needs = exercises.needs_dataloader(rank, cfg.num_stages)
         obs["needs_dataloader"] = plain(needs)
         loader = data.make_dataloader(cfg, obs["micro_batch_size"]) if needs else None
-        dist.barrier(group=group)
+        _barrier(group)
         step = exercises.API[case.step]
         returned = step(stage, iter(loader) if loader is not None else None, cfg.num_microbatches)
-        stage.flush()
-        dist.barrier(group=group)
+        _finish_messages(stage, group, tracer)
         outputs, loss = _unpack_step(returned, obs)
         obs["outputs"] = outputs
         obs["loss"] = loss
@@ -237,7 +249,7 @@ def run_comm(case: Case, ctx, group, tracer, obs) -> None:
     try:
         stage = _stage(cfg, ctx.rank, ctx, group, obs)
         obs["probes"] = {"noop_ends": _probe_noop_ends(stage)}
-        dist.barrier(group=group)
+        _barrier(group)
         calls = []
         for step in schedule(case.schedule).messages(ctx.rank, cfg.num_stages, cfg.num_microbatches):
             op, mb = step.op.value, step.microbatch
@@ -251,8 +263,7 @@ def run_comm(case: Case, ctx, group, tracer, obs) -> None:
             traced = [e.microbatch for e in tracer.events[before:]]
             calls.append([op, mb, _read_label(got), traced])
         obs["calls"] = calls
-        stage.flush()
-        dist.barrier(group=group)
+        _finish_messages(stage, group, tracer)
     finally:
         _record_instrumentation(obs, tracer)
 

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lab_src.pipeline import trace
+from lab_src.pipeline import trace, waiting
 from lab_src.pipeline.config import LabConfig
 from lab_src.exercises import activation_shape, distribute_layers
 from lab_src.pipeline.model import build_piece
@@ -110,8 +110,9 @@ class PipelineStage(nn.Module):
     def flush(self) -> None:
         """Wait until every message this stage sent has been delivered (the end of a step)."""
         while self._sends:
-            work, _ = self._sends.pop(0)
-            work.wait()
+            work, _ = self._sends[0]
+            waiting.wait(work)
+            self._sends.pop(0)
 
     def recv(self, src: int, shape, operation: str, microbatch: int = 0) -> torch.Tensor:
         where = f"stage {self.pp_rank} {operation}(mb={microbatch})"
@@ -119,7 +120,7 @@ class PipelineStage(nn.Module):
         shape = tuple(int(s) for s in shape)
         buffer = torch.empty(shape, dtype=self.dtype, device=self.device)
         with trace.span(operation, microbatch, src, shape, buffer.numel() * buffer.element_size()):
-            dist.recv(buffer, group=self.group, group_src=src)
+            waiting.wait(dist.irecv(buffer, group=self.group, group_src=src))
         return buffer
 
     # ---- checks that turn a hang or a wrong number into a message ---------------------------

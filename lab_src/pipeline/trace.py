@@ -91,6 +91,7 @@ class Tracer:
         self.sync = sync                      # e.g. torch.cuda.synchronize, so GPU times are real
         self.label = label                    # which case of a launch this is
         self.pending: list | None = None      # the operation in progress: [label, kind, mb, peer]
+        self.pending_since: float | None = None   # when it began (time.perf_counter)
         self._journal = journal               # journal(tag, pending): harness/runfolder.py's format, or None
 
     @contextlib.contextmanager
@@ -98,16 +99,23 @@ class Tracer:
         pending = self.pending = [self.label, kind, microbatch, peer]
         if self._journal:
             self._journal("B", pending)
-        t_start = time.perf_counter()
+        t_start = self.pending_since = time.perf_counter()
         yield
         if self.sync is not None:
             self.sync()
         t_end = time.perf_counter()
-        self.pending = None
+        self.pending = self.pending_since = None
         self.events.append(Event(self.rank, kind, microbatch, peer,
                                  tuple(shape) if shape is not None else None, nbytes, t_start, t_end, chunk))
         if self._journal:
             self._journal("E", pending)
+
+
+    def finished(self) -> None:
+        """Journal that this rank has done its part of the case: from now on it only waits for its sends
+        to be delivered and for the other ranks (the deadlock watch counts it as sending nothing more)."""
+        if self._journal:
+            self._journal("W", [self.label])
 
 
 _active: list[Tracer] = []

@@ -28,9 +28,10 @@ class TimelineFigure(Figure):
 
 
 def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
-    """Draw one timeline on `ax`; the axis ends at `t_max` seconds (default: the end of the step)."""
+    """Draw one timeline on `ax`; the axis ends at `t_max` seconds (default: the end of the step, and
+    for a run that did not finish a little more, for where its ranks were left waiting)."""
     ms = 1e3
-    t_max = t_max or tl.span or 1e-3
+    t_max = t_max or tl.drawn_until or 1e-3
     for r in range(tl.p):   # the whole step is hatched idle time; what the rank did is drawn over it
         ax.barh(r, tl.span * ms, left=0, height=ROW, color=COLORS["idle"], hatch="///", edgecolor="#d4d4d4", lw=0)
     for e in tl.events:
@@ -50,19 +51,51 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
                     xytext=(send.t_start * ms, send.rank + (BAR if down else -BAR) / 2),
                     arrowprops=dict(arrowstyle="-|>", color=color, lw=0.9, alpha=0.8, shrinkA=0, shrinkB=0,
                                     mutation_scale=8))
+    _draw_unfinished(ax, tl, t_max)
     for r, n in tl.bytes_sent().items():
         ax.text(1.005, r, f"sent {n:,} B", transform=ax.get_yaxis_transform(), va="center", fontsize=8)
     ax.set_yticks(range(tl.p), [f"rank {r}" for r in range(tl.p)])
     ax.set_ylim(tl.p - 0.5, -0.5)     # rank 0 on top
     ax.set_xlim(0, t_max * ms * 1.01)
     title = f"{tl.kind}: step {tl.span * ms:.1f} ms · {tl.bubble_text()}"
-    ax.set_title(title + (f"\n{tl.kind}: {tl.note}" if tl.note else ""), fontsize=9.5, loc="left")
+    if tl.unfinished:
+        title = f"{tl.kind}: this run did not finish" + (f": {tl.verdict}" if tl.verdict else "")
+    ax.set_title(title + (f"\n{tl.kind}: {tl.note}" if tl.note else ""), fontsize=9.5, loc="left",
+                 color=COLORS["wait"] if tl.unfinished else "black")
     ax.grid(axis="x", color="#e4e4e4", lw=0.6)
     ax.set_axisbelow(True)
 
 
-def legend_handles() -> list:
-    return [Patch(color=COLORS["forward"], label="forward"), Patch(color=COLORS["backward"], label="backward"),
+def _draw_unfinished(ax, tl: Timeline, t_max: float) -> None:
+    """Where a run that did not finish left its ranks (see svg.py's `_unfinished`)."""
+    ms, red = 1e3, COLORS["wait"]
+    for w in tl.waits:
+        end = min(w.t_end, t_max)
+        ax.barh(w.rank, (end - w.t_start) * ms, left=w.t_start * ms, height=ROW * 0.8, color=red, alpha=0.13,
+                edgecolor=red, lw=1.2, linestyle="--")
+        peer = f" from rank {w.peer}" if w.peer is not None else ""
+        ax.text((w.t_start + 0.004 * t_max) * ms, w.rank, f"waits in {w.kind}(mb={w.microbatch}){peer}",
+                va="center", ha="left", color=red, fontsize=7.5, clip_on=True)
+        if w.t_end > t_max:
+            ax.text(t_max * ms, w.rank, f"until stopped at {w.t_end * ms:.0f} ms »", va="center", ha="right",
+                    color=red, fontsize=7, clip_on=True)
+    for send in tl.matching.lost_sends:
+        down = send.peer > send.rank
+        x0 = send.t_start * ms
+        x1 = min(send.t_start + 0.04 * t_max, t_max * 0.99) * ms
+        y1 = send.peer - (ROW / 2 if down else -ROW / 2)
+        ax.plot([x0, x1], [send.rank, y1], color=red, lw=1, linestyle="--")
+        ax.text(x1, y1, "✕", color=red, fontsize=9, ha="center", va="center")
+    for rank, t, what in tl.ends:
+        x = min(t, t_max) * ms
+        ax.text(x, rank, "✕", color=red, fontsize=12, fontweight="bold", ha="center", va="center")
+        ax.text(x, rank - ROW / 2, f" {what}", color=red, fontsize=7.5, ha="left", va="bottom")
+
+
+def legend_handles(unfinished: bool = False) -> list:
+    extra = [Patch(facecolor=COLORS["wait"], alpha=0.3, edgecolor=COLORS["wait"], linestyle="--",
+                   label="left waiting")] if unfinished else []
+    return extra + [Patch(color=COLORS["forward"], label="forward"), Patch(color=COLORS["backward"], label="backward"),
             Patch(color=COLORS["send"], label="send"), Patch(color=COLORS["recv"], label="receive (waiting)"),
             Patch(facecolor=COLORS["idle"], hatch="///", edgecolor="#c8c8c8", label="idle (bubble)"),
             Line2D([], [], color="#555", marker=">", markersize=5, lw=1, label="message: send → receive")]
@@ -78,5 +111,6 @@ def figure(timelines: list[Timeline], title: str = "") -> TimelineFigure:
     axes[-1].set_xlabel("time since the step started (ms)")
     if title:
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")
-    fig.legend(handles=legend_handles(), loc="outside lower center", ncol=6, fontsize=8, frameon=False)
+    unfinished = any(tl.unfinished for tl in timelines)
+    fig.legend(handles=legend_handles(unfinished), loc="outside lower center", ncol=7, fontsize=8, frameon=False)
     return fig
