@@ -11,9 +11,11 @@ exercises and the wrong one, as a student's notebook folder would:
 It prints, per wrong answer, the seconds the check cell took (the kernel's own execution times),
 the first three non-empty lines the check cell showed (printed text, then any traceback, as the
 notebook shows them), the line on which the real cause first appears, how many lines the cell showed
-in all, and what the timeline cell gave.
+in all, and what the timeline cell gave. With `--tree OLD_CHECKOUT`, every wrong answer is measured
+with that checkout's lab_src too, alternating with this one, so that both see the same machine load
+(an earlier commit: `git archive <commit> | tar -x -C DIR`).
 
-    python benchmarks/failure_report.py [--only q07-wrong-peer ...] [--json out.json]
+    python benchmarks/failure_report.py [--only q07-wrong-peer ...] [--tree DIR] [--json out.json]
 """
 from __future__ import annotations
 
@@ -60,9 +62,12 @@ def printing_q05() -> str:
                                           "    base, extra", 1)
 
 
-# name -> (exercise, wrong answer's source, words that name the real cause)
+# name -> (exercise, wrong answer's source, words that name the real cause); the right answers give the
+# time a check takes under the same load
 WRONG = {
+    "q07-right": ("q07", lambda: _reference_text("q07"), "all checks passed"),
     "q07-wrong-peer": ("q07", wrong_peer_q07, "wrong peer"),
+    "q08-right": ("q08", lambda: _reference_text("q08"), "all checks passed"),
     "q08-no-requires-grad": ("q08", no_requires_grad_q08, "requires_grad"),
     "q08-loss-not-divided": ("q08", no_scale_q08, "number of micro-batches"),
     "q05-print": ("q05", printing_q05, "distribute_layers: rank"),
@@ -108,7 +113,9 @@ def seconds(cell) -> float | None:
     return (t1 - t0).total_seconds()
 
 
-def measure(name: str) -> dict:
+def measure(name: str, tree: Path = ROOT) -> dict:
+    import os
+
     import nbformat
     from nbclient import NotebookClient
     qid, make, cause = WRONG[name]
@@ -123,7 +130,12 @@ def measure(name: str) -> dict:
         client = NotebookClient(nb, timeout=300, allow_errors=True, record_timing=True,
                                 resources={"metadata": {"path": str(folder)}})
         started = time.monotonic()
-        client.execute()
+        old = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = str(tree)          # the kernel imports this tree's lab_src
+        try:
+            client.execute()
+        finally:
+            os.environ.pop("PYTHONPATH") if old is None else os.environ.__setitem__("PYTHONPATH", old)
         wall = time.monotonic() - started
         check_cell, timeline_cell = nb.cells[1], nb.cells[2]
         text = cell_text(check_cell)
@@ -132,7 +144,7 @@ def measure(name: str) -> dict:
         timeline = cell_text(timeline_cell).strip().splitlines()
         errors = [o for o in check_cell.outputs if o.output_type == "error"]
         shutil.rmtree(folder / "runs", ignore_errors=True)
-    return {"wrong_answer": name, "exercise": qid, "check_s": seconds(check_cell), "notebook_s": round(wall, 1),
+    return {"wrong_answer": name, "exercise": qid, "tree": str(tree), "check_s": seconds(check_cell), "notebook_s": round(wall, 1),
             "first_lines": lines[:3], "cause_on_line": first_cause, "lines_shown": len(lines),
             "raised": errors[0]["ename"] if errors else None,
             "timeline_cell": (timeline[-1] if timeline else "(no output)")[:160], "shown": text}
@@ -143,19 +155,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", choices=sorted(WRONG))
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--tree", type=Path, help="also measure this checkout (before), alternating with this one")
     ap.add_argument("--show", action="store_true", help="print everything the check cell showed")
     args = ap.parse_args()
     results = []
+    trees = [args.tree.resolve(), ROOT] if args.tree else [ROOT]
     for name in args.only or WRONG:
-        r = measure(name)
-        results.append(r)
-        print(f"\n== {name} ({r['exercise']}): check cell {r['check_s']:.1f} s, {r['lines_shown']} lines shown, "
-              f"the cause first on line {r['cause_on_line']}, raised {r['raised']}")
-        for ln in r["first_lines"]:
-            print(f"   | {ln[:200]}")
-        print(f"   timeline cell: {r['timeline_cell']}")
-        if args.show:
-            print(r["shown"])
+        for tree in trees:
+            r = measure(name, tree)
+            results.append(r)
+            which = "this checkout" if tree == ROOT else str(tree)
+            print(f"\n== {name} ({r['exercise']}, {which}): check cell {r['check_s']:.1f} s, {r['lines_shown']} "
+                  f"lines shown, the cause first on line {r['cause_on_line']}, raised {r['raised']}")
+            for ln in r["first_lines"]:
+                print(f"   | {ln[:200]}")
+            print(f"   timeline cell: {r['timeline_cell']}")
+            if args.show:
+                print(r["shown"])
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

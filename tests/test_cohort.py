@@ -46,7 +46,7 @@ def test_each_student_gets_exactly_what_they_deserve(cohort, student):
 
 def test_written_answers_wait_for_the_instructor(cohort):
     _, _, rows = cohort
-    assert rows["ada"]["written_pending"] == 5          # Q1's four answers and Q7's one
+    assert rows["ada"]["written_pending"] == 6          # Q1's four answers, Q7's one and Q8's one
     assert rows["untouched"]["written_pending"] == 0    # unanswered: nbgrader scores them 0 at once
 
 

@@ -60,6 +60,10 @@ class CheckReport:
     def microbatches(self, case: int = 0) -> int:
         return self.views[case]["microbatches"]
 
+    def observations(self, case: int = 0) -> dict[int, dict]:
+        """What each rank observed in one case of the run (plain values: harness/cases.py)."""
+        return dict(self.run.outcomes[case].obs) if self.run else {}
+
     def failed_case(self) -> int:
         """The first case with a problem (0 when none has one)."""
         failed = {p.case for p in self.problems}
@@ -102,7 +106,7 @@ class CheckReport:
         if self.skipped:
             return [f"{title}: not checked here while autograding"]
         if self.ok:
-            return [f"{title}: all checks passed"]
+            return [f"{title}: all checks passed" if exercise(self.qid).function else f"{title}: the demo ran"]
         causes, caused = counts(self.problems)
         head = f"{title}: FAILED, {causes} problem{'s' if causes != 1 else ''}" + \
             (", and what it caused" if caused else "")
@@ -189,7 +193,12 @@ def autograding_report(qid: str) -> CheckReport:
     lines = [f"{qid}: the visible check is skipped while autograding; the grader runs the hidden tests."]
     views = [v for v in [grader_view(qid)] if v is not None]
     if views:
-        lines.append(f"The timeline below is the grader's run of your answer ({views[0].get('title', '')}).")
+        v = views[0]
+        said = v.get("messages") or []
+        lines.append(f"The timeline below is {v.get('title', 'the grader run of your answer')}"
+                     + (f" ({v['label']})" if v.get("label") else "")
+                     + (", which went wrong:" if said else ", which passed."))
+        lines += ["  " + line for line in said]
     print("\n".join(lines))
     return CheckReport(qid, None, [], lines, views, skipped=True)
 

@@ -350,8 +350,15 @@ def run_seeds(case: Case, ctx, group, tracer, obs) -> None:
     torch.manual_seed(seed + rank)
     offset = torch.randn(cfg.hidden_size, cfg.hidden_size // cfg.num_stages)
     block = model.build_piece(cfg, "blocks.3")
+    # which samples a data-parallel replica reads first: a shuffle of its own, or its slice of a shared one
+    samples = 4 * cfg.global_batch_size
+    torch.manual_seed(seed)
+    data_same = torch.randperm(samples)[:3]
+    shared = torch.randperm(samples, generator=torch.Generator().manual_seed(seed))
+    data_split = shared[rank::cfg.num_stages][:3]
     obs.update({"same_seed": fingerprint(same), "rank_seed": fingerprint(offset),
-                "block3": fingerprint(block.qkv.weight.detach())})
+                "block3": fingerprint(block.qkv.weight.detach()),
+                "data_same": [int(i) for i in data_same], "data_split": [int(i) for i in data_split]})
 
 
 # The exercises whose functions the ranks call, by kind of case: a case must carry their answers.

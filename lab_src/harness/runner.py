@@ -260,9 +260,11 @@ def stage_inputs(cases: list[Case], run_dir: Path, folder: Path | None = None) -
 
 def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0, timeout_s: float = 10.0,
               startup_s: float = 120.0, env: dict | None = None, max_launch_failures_per_exercise: int = 2,
-              log_limit: int = 200_000, sandboxed: bool = False) -> Run:
+              log_limit: int = 200_000, sandboxed: bool = False, stop_deadlocks: bool = True) -> Run:
     """Run `cases` in as few launches as possible (see the module's docstring). `sandboxed`: every
-    launch in bubblewrap (harness/sandbox.py), as the grader runs students' code."""
+    launch in bubblewrap (harness/sandbox.py), as the grader runs students' code. `stop_deadlocks`:
+    stop a case as soon as all its ranks wait for messages nobody will send (harness/deadlock.py);
+    without it, only the receives' timeouts and the case deadline end a deadlock (the last resort)."""
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     for old in run_dir.glob("stop.c*"):        # requests to stop the cases of an earlier run here
@@ -279,7 +281,7 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
             groups = group_cases(remaining)
             remaining = [c for g in groups for c in g]      # the order they run in
             result, watches = _launch_grouped(groups, run_dir, len(launches), timeout_s, log_limit, deadline,
-                                              case_deadline_s, startup_s, env)
+                                              case_deadline_s, startup_s, env, stop_deadlocks)
             started = any(w.current is not None for w in watches)
         else:
             nproc = max(c.stages for c in remaining)
@@ -289,7 +291,8 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
             spec_path.write_text(json.dumps(spec))
             for r in range(nproc):  # a journal tells about one launch only
                 runfolder.journal_path(run_dir, r).unlink(missing_ok=True)
-            watch = _CaseWatch(run_dir, nproc, case_deadline_s, startup_s, {c.index: c.stages for c in remaining})
+            watch = _CaseWatch(run_dir, nproc, case_deadline_s, startup_s,
+                               {c.index: c.stages for c in remaining} if stop_deadlocks else {})
             watches = [watch]
             result = launch(nproc, "lab_src.harness.worker", [str(spec_path)], run_dir=run_dir, deadline_s=deadline,
                             watchdog=watch, env=worker_env(env))
@@ -336,7 +339,8 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
 
 
 def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, timeout_s: float, log_limit: int,
-                    deadline: float, case_deadline_s: float, startup_s: float, env: dict | None):
+                    deadline: float, case_deadline_s: float, startup_s: float, env: dict | None,
+                    stop_deadlocks: bool = True):
     """One sandboxed launch of `groups` through the fork server: each group's spec and inputs are
     written just before it runs, in a folder of its own, and deleted once it has ended."""
     folders = [run_dir / f"group{launch_no}-{i}" for i in range(len(groups))]
@@ -358,7 +362,7 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
 
     def watchdog(i: int, nproc: int):
         watches.append(_CaseWatch(run_dir, nproc, case_deadline_s, startup_s,
-                                  {c.index: c.stages for c in groups[i]}))
+                                  {c.index: c.stages for c in groups[i]} if stop_deadlocks else {}))
         return watches[-1]
 
     result = launch_groups(specs, run_dir=run_dir, deadline_s=deadline, make_watchdog=watchdog,
