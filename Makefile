@@ -16,3 +16,4 @@ test: setup
 benchmark: setup
 	.venv/bin/python benchmarks/afab_vs_gpipe.py
 	.venv/bin/python benchmarks/autograde_time.py
+	.venv/bin/python benchmarks/failure_report.py

@@ -157,11 +157,12 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tree", type=Path, help="also measure this checkout (before), alternating with this one")
     ap.add_argument("--show", action="store_true", help="print everything the check cell showed")
+    ap.add_argument("--repeat", type=int, default=1, help="measure each this many times (alternating trees)")
     args = ap.parse_args()
     results = []
     trees = [args.tree.resolve(), ROOT] if args.tree else [ROOT]
     for name in args.only or WRONG:
-        for tree in trees:
+        for tree in trees * args.repeat:
             r = measure(name, tree)
             results.append(r)
             which = "this checkout" if tree == ROOT else str(tree)
@@ -174,6 +175,15 @@ def main() -> int:
                 print(r["shown"])
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
+    if args.repeat > 1 or args.tree:
+        print("\nmedian seconds of the check cell:")
+        for name in args.only or WRONG:
+            row = []
+            for tree in trees:
+                times = sorted(r["check_s"] for r in results if r["wrong_answer"] == name and r["tree"] == str(tree))
+                row.append(f"{'this checkout' if tree == ROOT else tree.name}: {times[len(times) // 2]:.1f} "
+                           f"({', '.join(f'{t:.1f}' for t in times)})")
+            print(f"  {name:<22} " + "; ".join(row))
     return 0
 
 

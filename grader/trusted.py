@@ -68,6 +68,16 @@ def missing_verdict(qid: str, reason: str) -> dict:
                          f"%%answer {qid} in {ex.notebook}."]}
 
 
+def drawn_run(outcomes, label: str) -> list:
+    """The run of `label` for the notebook's timeline; when it was not run (earlier cases of the
+    exercise deadlocked), the first run of the exercise that recorded something and failed."""
+    chosen = [o for o in outcomes if o.case.label == label]
+    if chosen and not chosen[0].events(recovered=True):
+        failed = [o for o in outcomes if (o.errors() or o.failure) and o.events(recovered=True)]
+        return failed[:1] or chosen
+    return chosen
+
+
 def save_timeline(qid: str, outcomes, items: list[Item], folder: Path) -> None:
     """The events of the grader's run of `qid` (whatever the ranks recorded, even of a failed run, with
     where each rank was left waiting), and what went wrong in it, for the notebook's timeline cell."""
@@ -125,7 +135,7 @@ def grade_submission(submission: Path, work: Path, only: list[str] | None = None
             verdicts[qid]["messages"].append(f"{qid}: {UNSAFE}")
         drawn = exercise(qid).timeline
         if drawn:
-            save_timeline(qid, [o for o in outcomes if o.case.label == drawn], items, work / "timeline")
+            save_timeline(qid, drawn_run(outcomes, drawn), items, work / "timeline")
     return {"exercises": verdicts, "cases": len(all_cases), "launches": len(run.launches) if run else 0,
             "sandbox": "bubblewrap" if sandboxed else "none (--unsafe-no-sandbox)",
             "wall_s": round(time.monotonic() - started, 2)}

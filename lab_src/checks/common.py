@@ -102,7 +102,7 @@ class CheckReport:
         return self
 
     def verdict(self) -> list[str]:
-        title = f"{self.qid} {exercise(self.qid).function}".rstrip()
+        title = self.qid
         if self.skipped:
             return [f"{title}: not checked here while autograding"]
         if self.ok:
