@@ -113,6 +113,17 @@ def seconds(cell) -> float | None:
     return (t1 - t0).total_seconds()
 
 
+# After the check: how long the deadlocked case waited once every rank was waiting, before it was stopped
+# (only a report that records where ranks waited can say; an older one prints nothing).
+PROBE = """
+try:
+    _w = report.run.outcomes[report.failed_case()].waits()
+    print("STOPPED_AFTER", max(x.t_end for x in _w) - max(x.t_start for x in _w))
+except Exception:
+    pass
+"""
+
+
 def measure(name: str, tree: Path = ROOT) -> dict:
     import os
 
@@ -126,6 +137,7 @@ def measure(name: str, tree: Path = ROOT) -> dict:
             nbformat.v4.new_code_cell("%load_ext lab_src\nfrom lab_src.checks import check"),
             nbformat.v4.new_code_cell(f'report = check("{qid}")'),
             nbformat.v4.new_code_cell("report.timeline()"),
+            nbformat.v4.new_code_cell(PROBE),
         ])
         client = NotebookClient(nb, timeout=300, allow_errors=True, record_timing=True,
                                 resources={"metadata": {"path": str(folder)}})
@@ -138,6 +150,7 @@ def measure(name: str, tree: Path = ROOT) -> dict:
             os.environ.pop("PYTHONPATH") if old is None else os.environ.__setitem__("PYTHONPATH", old)
         wall = time.monotonic() - started
         check_cell, timeline_cell = nb.cells[1], nb.cells[2]
+        probe = [ln for ln in cell_text(nb.cells[3]).splitlines() if ln.startswith("STOPPED_AFTER")]
         text = cell_text(check_cell)
         lines = [ln for ln in text.splitlines() if ln.strip()]
         first_cause = next((i + 1 for i, ln in enumerate(lines) if cause.lower() in ln.lower()), None)
@@ -147,6 +160,7 @@ def measure(name: str, tree: Path = ROOT) -> dict:
     return {"wrong_answer": name, "exercise": qid, "tree": str(tree), "check_s": seconds(check_cell), "notebook_s": round(wall, 1),
             "first_lines": lines[:3], "cause_on_line": first_cause, "lines_shown": len(lines),
             "raised": errors[0]["ename"] if errors else None,
+            "stopped_after_s": float(probe[0].split()[1]) if probe else None,
             "timeline_cell": (timeline[-1] if timeline else "(no output)")[:160], "shown": text}
 
 
@@ -167,7 +181,9 @@ def main() -> int:
             results.append(r)
             which = "this checkout" if tree == ROOT else str(tree)
             print(f"\n== {name} ({r['exercise']}, {which}): check cell {r['check_s']:.1f} s, {r['lines_shown']} "
-                  f"lines shown, the cause first on line {r['cause_on_line']}, raised {r['raised']}")
+                  f"lines shown, the cause first on line {r['cause_on_line']}, raised {r['raised']}"
+                  + (f"; the deadlock was stopped {r['stopped_after_s']:.2f} s after every rank waited"
+                     if r["stopped_after_s"] is not None else ""))
             for ln in r["first_lines"]:
                 print(f"   | {ln[:200]}")
             print(f"   timeline cell: {r['timeline_cell']}")

@@ -3,7 +3,10 @@
 While a launch runs, `Progress` follows the journals line by line and says when a case is stuck: every
 one of its ranks either waits in a receive whose message no rank has sent, or has done its part (it
 will send nothing more). Nothing can change that, so the launching process stops the case at once
-(harness/runner.py) instead of waiting for the receive's timeout.
+(harness/runner.py) instead of waiting for the receive's timeout. A send counts from the moment it
+begins (B): the watch errs towards "a message is on its way", never towards stopping a run that could
+go on. Code that journals a send and a receive as one operation would hide the send from it: journal
+each send on its own.
 
 After a run that did not finish, `report` gives, for each rank, the last operation it completed and
 the operation it is still waiting in:
@@ -167,13 +170,15 @@ class Progress:
             state.finished = True
         elif tag == "B":
             state.pending, state.pending_since = payload, t
+            kind, mb, peer = payload[1:4]
+            op = Op.of(kind)
+            if op is not None and op.is_send:     # counted when it begins: a message on its way, or about to be
+                self.posted[(case, rank, peer)].append((kind, mb))
         elif tag == "E":
             state.pending = state.pending_since = None
             kind, mb, peer = payload[1:4]
             op = Op.of(kind)
-            if op is not None and op.is_send:
-                self.posted[(case, rank, peer)].append((kind, mb))
-            elif op is not None and op.is_recv:
+            if op is not None and op.is_recv:
                 self.received[(case, peer, rank)] += 1
 
     def stuck(self, case: int, stages: int) -> Stuck | None:

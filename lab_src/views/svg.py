@@ -154,10 +154,14 @@ def _unfinished(tl: Timeline, x, mid, cursor: float, t_max: float) -> list[str]:
                    f'fill="{red}" fill-opacity="0.13" stroke="{red}" stroke-width="1.4" stroke-dasharray="4,2">'
                    f'<title>{escape(describe_wait(w))}</title></rect>')
         peer = f" from rank {w.peer}" if w.peer is not None else ""
-        out.append(f'<text x="{x0 + 4:.1f}" y="{mid(w.rank) - 2}" fill="{red}" font-size="10" '
-                   f'pointer-events="none">{escape(f"waits in {w.kind}(mb={w.microbatch}){peer}")}</text>')
+        label = escape(f"waits in {w.kind}(mb={w.microbatch}){peer}")
+        edge = x(t_max)
+        fits = x0 + 4 + 5.6 * len(label) < edge
+        out.append(f'<text x="{x0 + 4 if fits else edge - 2:.1f}" y="{mid(w.rank) - BOX_H / 2 - 3:.1f}" '
+                   f'fill="{red}" font-size="10" text-anchor="{"start" if fits else "end"}" '
+                   f'pointer-events="none">{label}</text>')
         if cut:
-            out.append(f'<text x="{x1 - 3:.1f}" y="{mid(w.rank) + 10}" fill="{red}" font-size="9" '
+            out.append(f'<text x="{x1 - 3:.1f}" y="{mid(w.rank) + 4}" fill="{red}" font-size="9" '
                        f'text-anchor="end">until stopped at {w.t_end * 1e3:.0f} ms »</text>')
     for send in tl.matching.lost_sends:
         if send.t_start > cursor:
