@@ -60,6 +60,15 @@ def test_a_wrong_peer_is_the_cause_and_the_others_waiting_its_consequence():
                                       "wrong peer" in consequence.message
 
 
+def test_a_case_not_run_is_a_problem_of_its_own_and_every_error_gives_one():
+    not_run = {"type": "NotRun", "message": "not run: 2 earlier cases of q08 deadlocked or timed out",
+               "pending": None, "where": []}
+    (problem,) = rank_problems("q08", {0: not_run}, "float64")
+    assert "not run" in problem.message and not problem.consequence
+    finished = {"type": "StoppedWaiting", "message": "stopped by the check", "pending": None, "where": []}
+    assert rank_problems("q08", {3: finished}, "x")            # a rank that only waited at the end
+
+
 def feed(progress: Progress, rank: int, *lines) -> None:
     for tag, payload in lines:
         progress.feed(rank, time.perf_counter(), tag, payload)

@@ -16,7 +16,10 @@ from lab_src.judge.problems import Problem, from_error, gave_up_waiting, sanitiz
 
 
 def is_wait(error: dict) -> bool:
-    """Whether a rank's error is that it stopped waiting (a timeout, its peer gone, or the check)."""
+    """Whether a rank's error is that it stopped waiting (a timeout, its peer gone, or the check); a
+    case that was not run at all (its exercise deadlocked twice before) is not."""
+    if error.get("type") == "NotRun":
+        return False
     return gave_up_waiting(error.get("message", ""), error.get("type", "")) is not None
 
 
@@ -43,7 +46,8 @@ def rank_problems(qid: str, errors: dict[int, dict], label: str = "", stuck=None
     left = {r: e for r, e in waits.items() if r not in wrong}
     lines = _waiting_lines(left, stuck, set(raised), set(wrong))
     if not lines:
-        return causes
+        # every error is accounted for above, or (ranks that only waited at the end) is one of its own
+        return causes or [from_error(qid, r, e, label) for r, e in sorted(errors.items())]
     how = "until the check stopped the run" if stuck is not None or _stopped(left) else "until their timeout"
     if causes:
         return causes + [Problem(qid, f"the other ranks were left waiting {how}:\n" + _indent(lines), None, None,

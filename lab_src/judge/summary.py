@@ -39,21 +39,24 @@ def counts(problems: list[Problem]) -> tuple[int, int]:
 
 
 def render(problems: list[Problem], limit: int = 12) -> list[str]:
-    """The lines to print: each problem once, with where else it showed; consequences last."""
+    """The lines to print: each problem once, with where else it showed; the first `limit` causes, then
+    the first `limit` consequences under their heading."""
     groups = grouped(problems)
-    lines, shown = [], 0
-    heading_done = False
-    for group in groups:
-        if shown == limit:
-            lines.append(f"... and {len(groups) - limit} more")
-            break
-        if group[0].consequence and not heading_done:
-            heading_done = True
-            if lines:
-                lines.append(CONSEQUENCES)
-        pad = "  " if group[0].consequence and len(lines) > 1 else ""
-        lines += [pad + line for line in describe(group)]
-        shown += 1
+    causes = [g for g in groups if not g[0].consequence]
+    caused = [g for g in groups if g[0].consequence]
+    lines = []
+    for group in causes[:limit]:
+        lines += describe(group)
+    if len(causes) > limit:
+        lines.append(f"... and {len(causes) - limit} more")
+    if caused:
+        pad = "  " if lines else ""
+        if lines:
+            lines.append(CONSEQUENCES)
+        for group in caused[:limit]:
+            lines += [pad + line for line in describe(group)]
+        if len(caused) > limit:
+            lines.append(f"{pad}... and {len(caused) - limit} more")
     return lines
 
 
