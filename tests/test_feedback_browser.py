@@ -86,7 +86,9 @@ def feedback(tmp_path_factory):
 
 
 def text_of(html: str) -> str:
-    return re.sub(r"<[^>]+>", "", html).replace("&gt;", ">").replace("&lt;", "<").replace("&#39;", "'")
+    """The page's text, every run of white space one space (long messages wrap)."""
+    import html as entities
+    return " ".join(entities.unescape(re.sub(r"<[^>]+>", "", html)).split())
 
 
 @pytest.mark.parametrize("notebook, cause, caused", [

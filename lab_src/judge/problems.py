@@ -59,7 +59,7 @@ def sanitize(text: str) -> str:
 
 def from_error(exercise: str, rank: int, error: dict, case: str = "") -> Problem:
     """A problem from an exception a rank recorded, with the operation it was in and the student's line."""
-    msg = f"{error['type']}: {sanitize(error['message'])}"
+    msg = f"{error['type']}: {sanitize(error['message'])}" if error["type"] != "NotRun" else error["message"]
     if error.get("pending"):
         _, kind, mb, peer = error["pending"]
         op = f"{kind}(mb={mb})" + (f" with rank {peer}" if peer is not None else "")

@@ -9,11 +9,13 @@ under a heading that says so. The visible checks and the grader's feedback both 
 from __future__ import annotations
 
 import re
+import textwrap
 
 from lab_src.judge.problems import Problem
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 CONSEQUENCES = "What that caused (it follows from the problem above: fix that first):"
+WIDTH = 110          # long lines wrap, so that a page without horizontal scrolling shows all of a message
 
 
 def same(p: Problem) -> tuple:
@@ -57,7 +59,14 @@ def render(problems: list[Problem], limit: int = 12) -> list[str]:
             lines += [pad + line for line in describe(group)]
         if len(caused) > limit:
             lines.append(f"{pad}... and {len(caused) - limit} more")
-    return lines
+    return [part for line in lines for part in wrap(line)]
+
+
+def wrap(line: str) -> list[str]:
+    """A long line as lines of at most WIDTH characters, the continuations indented under it."""
+    lead = line[:len(line) - len(line.lstrip())]
+    return textwrap.wrap(line, WIDTH, subsequent_indent=lead + "    ", break_long_words=False,
+                         break_on_hyphens=False) or [line]
 
 
 def describe(group: list[Problem]) -> list[str]:

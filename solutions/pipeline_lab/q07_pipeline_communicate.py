@@ -124,8 +124,9 @@ def pipeline_communicate(operation, stage, tensor=None, microbatch=0):
 #
 # Four `torchrun` ranks call your function in AFAB order, without any model compute: each send carries a
 # tensor filled with a label that says who sent it and for which micro-batch, and each receive reports
-# what arrived. Then the same with 2 ranks. A mistake shows as a wrong label, or as a receive that waits
-# until its timeout: the report then says what every rank was waiting for.
+# what arrived. Then the same with 2 ranks. A mistake shows as a wrong label, or as receives that wait
+# for messages no rank is going to send: as soon as every rank waits, the check stops the run and says
+# what each rank was waiting for, the cause first.
 
 # %%
 report = check("q07")
