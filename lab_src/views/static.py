@@ -74,11 +74,17 @@ def _draw_unfinished(ax, tl: Timeline, t_max: float) -> None:
         ax.barh(w.rank, (end - w.t_start) * ms, left=w.t_start * ms, height=ROW * 0.8, color=red, alpha=0.13,
                 edgecolor=red, lw=1.2, linestyle="--")
         peer = f" from rank {w.peer}" if w.peer is not None else ""
-        ax.text((w.t_start + 0.004 * t_max) * ms, w.rank, f"waits in {w.kind}(mb={w.microbatch}){peer}",
-                va="center", ha="left", color=red, fontsize=7.5, clip_on=True)
-        if w.t_end > t_max:
-            ax.text(t_max * ms, w.rank, f"until stopped at {w.t_end * ms:.0f} ms »", va="center", ha="right",
-                    color=red, fontsize=7, clip_on=True)
+        label = f"waits in {w.kind}(mb={w.microbatch}){peer}"
+        until = f"until stopped at {w.t_end * ms:.0f} ms »" if w.t_end > t_max else ""
+        if (t_max - w.t_start) > 0.007 * t_max * (len(label) + len(until) + 4):    # room for both in the bar
+            ax.text((w.t_start + 0.004 * t_max) * ms, w.rank, label, va="center", ha="left", color=red,
+                    fontsize=7.5, clip_on=True)
+            if until:
+                ax.text(t_max * ms, w.rank, until, va="center", ha="right", color=red, fontsize=7, clip_on=True)
+        else:                                  # a wait that began late: one line, ending at the edge
+            ax.text(t_max * ms, w.rank, " · ".join(filter(None, [label, until])), va="center", ha="right",
+                    color=red, fontsize=7, clip_on=True,
+                    bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=1))
     for send in tl.matching.lost_sends:
         down = send.peer > send.rank
         x0 = send.t_start * ms
