@@ -65,9 +65,10 @@ class CheckReport:
         return dict(self.run.outcomes[case].obs) if self.run else {}
 
     def failed_case(self) -> int:
-        """The first case with a problem (0 when none has one)."""
+        """The first case that did not run cleanly or has a problem (0 when none)."""
         failed = {p.case for p in self.problems}
-        return next((i for i, v in enumerate(self.views) if v.get("label") in failed), 0)
+        outcomes = self.run.outcomes if self.run else []
+        return next((i for i, o in enumerate(outcomes) if o.failure or o.errors() or o.case.label in failed), 0)
 
     def timeline(self, case: int | None = None):
         """The animated P2P timeline of one case of this run (a static figure while autograding): by
