@@ -93,6 +93,13 @@ def student_line(error: dict) -> str:
     return f"\n    at {file} line {line}, in {fn}: {text}"
 
 
+def from_errors(exercise: str, errors: dict[int, dict], case: str = "") -> list[Problem]:
+    """The exceptions of a case's ranks as problems: causes first, then what they caused, labelled
+    (judge/failures.py; `failures.case_problems` also knows whether the run was stopped in a deadlock)."""
+    from lab_src.judge.failures import rank_problems
+    return rank_problems(exercise, errors, case)
+
+
 def gave_up_waiting(message: str, kind: str = "") -> str | None:
     """"stopped" when the check stopped a rank waiting in a deadlock (pipeline/waiting.py), "timeout"
     when a receive (or send) timed out, "peer" when the peer's connection closed under it (the peer
