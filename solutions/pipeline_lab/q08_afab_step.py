@@ -103,7 +103,7 @@ def afab_step(stage, data_iter, num_microbatches):
         input_grad = stage.backward(inputs[mb], outputs[mb], grad, microbatch=mb)
         pipeline_communicate("send_backward", stage, tensor=input_grad, microbatch=mb)
     if stage.is_last_stage:
-        return logits, sum(float(loss) for loss in outputs)
+        return logits, sum(loss.item() for loss in outputs)
     return [], None
     ### END SOLUTION
 
