@@ -31,6 +31,7 @@ from lab_src.registry import ASSIGNMENT
 
 from . import verdicts
 from .course import Course, tool_env
+from .kernel_sandbox import UNSAFE
 
 NBGRADER_TIMEOUT_S = 900
 TRUSTED_TIMEOUT_S = 900
@@ -89,7 +90,8 @@ def grade_student(course: Course, student: str, unsafe_no_sandbox: bool = False)
         t_hidden = time.monotonic()
         timelines = course.root / "grader" / student / "work" / "timeline"
         nb = course.nbgrader("autograde", ASSIGNMENT, "--student", student, "--force", check=False,
-                             timeout=NBGRADER_TIMEOUT_S, env={GRADER_TIMELINES: str(timelines)})
+                             timeout=NBGRADER_TIMEOUT_S,
+                             env={GRADER_TIMELINES: str(timelines), **({UNSAFE: "1"} if unsafe_no_sandbox else {})})
         log = course.root / "grader" / student / "nbgrader.log"
         log.write_text(nb.stdout[-50000:] + "\n" + nb.stderr[-50000:])
         t_nbgrader = time.monotonic()

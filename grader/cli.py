@@ -1,10 +1,13 @@
 """Instructor commands, one line each (run from the repository, with .venv/bin/python or the venv active):
 
     python -m grader release                          # solutions/ -> notebooks/ (nbgrader generate_assignment)
+    python -m grader release --exchange [DIR]         # ... then into nbgrader's exchange (release_assignment)
+    python -m grader collect --exchange [DIR]         # each student's latest submission from nbgrader's exchange
     python -m grader collect --from DIR               # DIR/<student>/*.ipynb -> course/submitted/
     python -m grader collect --zip A.zip [B.zip ...]  # archives of <student>/*.ipynb, via nbgrader zip_collect
     python -m grader autograde [--student S ...] [--jobs N]
     python -m grader feedback [--student S ...]       # course/feedback/<student>/pipeline_lab/*.html
+    python -m grader feedback --release               # ... then into the exchange (nbgrader release_feedback)
     python -m grader export [--to grades.csv]         # nbgrader's grades.csv and per-exercise grades
     python -m grader status                           # graded / running / failed / waiting
     python -m grader table                            # the grade table
@@ -14,6 +17,7 @@
 
 `--course DIR` (default ./course) chooses the course folder: gradebook.db (SQLite), submissions,
 autograded notebooks and feedback. Checks run on the CPU with gloo unless every rank has a GPU.
+`--exchange` without DIR uses nbgrader's configured `Exchange.root` (grader/exchange.py).
 """
 from __future__ import annotations
 
@@ -29,6 +33,11 @@ from .course import Course
 
 
 def cmd_release(course: Course, args) -> int:
+    if args.exchange is not None:
+        from . import exchange
+        print(exchange.release(course, args.exchange or None).strip())
+        print(f"{ASSIGNMENT} released into nbgrader's exchange")
+        return 0
     path = course.generate_release()
     print(f"release written to {path}")
     return 0
@@ -48,6 +57,11 @@ def collect_folder(course: Course, src: Path) -> list[str]:
 
 
 def cmd_collect(course: Course, args) -> int:
+    if args.exchange is not None:
+        from . import exchange
+        students = exchange.collect(course, args.exchange or None)
+        print(f"collected {len(students)} submissions into {course.submitted()}")
+        return 0
     if args.source:
         students = collect_folder(course, args.source)
     else:
@@ -96,6 +110,10 @@ def cmd_feedback(course: Course, args) -> int:
     else:
         course.nbgrader("generate_feedback", ASSIGNMENT, "--force")
     print(f"feedback written under {course.root / 'feedback'}")
+    if args.release:
+        from . import exchange
+        exchange.release_feedback(course, args.exchange or None)
+        print("feedback released into nbgrader's exchange: students fetch it in the Assignments panel")
     return 0
 
 
@@ -151,11 +169,13 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--course", default="course", help="course folder (default: ./course)")
     sub = ap.add_subparsers(dest="command", required=True)
-    sub.add_parser("release", help="generate notebooks/ from solutions/")
+    p = sub.add_parser("release", help="generate notebooks/ from solutions/")
+    p.add_argument("--exchange", nargs="?", const="", metavar="DIR", help="then release it into nbgrader's exchange")
     p = sub.add_parser("collect", help="file returned notebooks into the course")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--from", dest="source", type=Path, help="folder of <student>/ folders")
     g.add_argument("--zip", nargs="+", type=Path, help="zip archives of <student>/*.ipynb")
+    g.add_argument("--exchange", nargs="?", const="", metavar="DIR", help="the latest submissions in nbgrader's exchange")
     p = sub.add_parser("autograde", help="grade submissions (nbgrader + out-of-process hidden tests)")
     p.add_argument("--student", nargs="+")
     p.add_argument("--jobs", type=int, default=1, help="students graded at once (default 1)")
@@ -163,6 +183,8 @@ def main(argv=None) -> int:
                    help="grade without bubblewrap where none is available (every report says so)")
     p = sub.add_parser("feedback", help="HTML feedback for students")
     p.add_argument("--student", nargs="+")
+    p.add_argument("--release", action="store_true", help="then release it into nbgrader's exchange")
+    p.add_argument("--exchange", metavar="DIR", help="with --release: the exchange folder")
     p = sub.add_parser("export", help="grades as CSV")
     p.add_argument("--to", default="grades.csv")
     sub.add_parser("status", help="how many submissions are graded, running, failed")

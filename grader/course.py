@@ -34,9 +34,14 @@ c.CourseDirectory.db_url = {db_url!r}
 c.CourseDirectory.ignore = {ignore!r}
 # A student's deleted or edited test cell is restored from the source notebook and scored.
 c.OverwriteCells.add_missing_cells = True
+# nbgrader makes autograded notebooks read-only (444); the grader then writes the verdicts into them, which
+# only root could do: keep them writable by the grading user (an instructor's account on a hub)
+c.Autograde.permissions = 644          # nbgrader reads the digits as octal
 # Per-cell limit while autograding; a hung cell fails, the notebook goes on.
 c.Execute.timeout = {cell_timeout}
 c.Execute.interrupt_on_timeout = True
+# The kernels that execute submitted notebooks run in the grading sandbox (grader/kernel_sandbox.py).
+c.Execute.kernel_manager_class = "grader.kernel_sandbox.SandboxedKernelManager"
 # Huge outputs (a student printing megabytes) are cut down in the autograded notebook.
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 60

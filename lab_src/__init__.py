@@ -3,7 +3,7 @@
     %load_ext lab_src                   # in a notebook: enables the %%answer cell magic
     from lab_src import distribute_layers, pipeline_communicate, PipelineStage, LabConfig
 
-The exercise functions (q02..q10) are stubs until the matching notebook's answer cell has run; see
+The exercise functions (q02..q12) are stubs until the matching notebook's answer cell has run; see
 `lab_src.exercises` for their contracts. Importing lab_src does not import torch; the parts that need
 it load on first use, so notebooks without tensors start fast.
 """

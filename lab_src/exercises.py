@@ -17,6 +17,9 @@ from lab_src.registry import CODED, exercise
 _caller: list[str] = []
 _checked: set[int] = set()
 API: dict = {}    # qid -> the dispatching function, for every exercise with code (filled below)
+# qid -> a context manager factory run around every call of that exercise, given the call's arguments
+# (the checks' processes record q11's raw torch.distributed messages with it: harness/rawp2p.py)
+AROUND: dict = {}
 
 
 @contextlib.contextmanager
@@ -43,6 +46,9 @@ def _exercise_api(qid: str):
                 answers.check_signature(qid, fn, contract)
                 _checked.add(id(fn))
             try:
+                if qid in AROUND:
+                    with AROUND[qid](*args, **kwargs):
+                        return fn(*args, **kwargs)
                 return fn(*args, **kwargs)
             except NotImplementedError as e:
                 if str(e):
@@ -146,6 +152,119 @@ def check_gradients(stage, baseline_grads):
 
     `baseline_grads` maps full-model parameter names (e.g. "blocks.5.up.weight") to gradients.
     Raise AssertionError when a gradient differs or is missing; return the names checked.
+    """
+
+
+@_exercise_api("q11")
+def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch=None):
+    """One point-to-point operation of `stage` with raw torch.distributed calls, or nothing where it
+    does not apply.
+
+    `operation` is one of the four single operations of q07 ("recv_forward", "send_forward",
+    "recv_backward", "send_backward") or one of the two combined operations of a 1F1B steady state:
+    "send_forward_recv_backward" (send `tensor`, this stage's output, to the next stage and receive the
+    gradient of an earlier output from it) and "send_backward_recv_forward" (send `tensor`, the gradient
+    of this stage's input, to the previous stage and receive the next activation from it).
+
+    Allocate each receive buffer yourself: `stage.activation_shape`, `stage.dtype`, `stage.device`, and
+    `requires_grad=True` for a received activation (this stage's backward needs its gradient). Build
+    `dist.P2POp`s on `stage.group` with the peer's pipeline rank (`group_peer=`), post them with
+    `dist.batch_isend_irecv`, and wait for every request before returning.
+    Return the received tensor (for a combined operation, the one it received), else None; at the ends
+    of the pipeline, where an operation has no peer, do nothing and return None. `microbatch` is the
+    micro-batch of the tensor sent (or received, for a single receive), `recv_microbatch` that of the
+    tensor a combined operation receives (default: `microbatch`); the checks label the messages with
+    them.
+    """
+
+
+@_exercise_api("q12")
+def one_f_one_b_step(stage, data_iter, num_microbatches):
+    """One One-Forward-One-Backward training step of `stage` over `num_microbatches` micro-batches.
+
+    Rank r runs min(p - r - 1, m) warm-up forwards, then alternates one forward and one backward, then
+    runs the remaining backwards (the cool-down), so that it never holds more than min(p - r, m)
+    micro-batches whose backward has not run. Use `p2p_communicate` (q11; its combined operations in
+    the steady state), `stage.forward` and `stage.backward`. Loss, scaling and return value are those
+    of `afab_step` (q08): on the last stage `(outputs, loss)` with each micro-batch's output (detached,
+    in micro-batch order) and the total loss as a float; on other stages `([], None)`.
+    """
+
+
+@_exercise_api("q14")
+def dp_pp_step(grid, cfg):
+    """One training step of this rank on a grid of `grid.dp_size` data-parallel replicas of a
+    `grid.pp_size`-stage pipeline (`grid.world_size` = dp_size * pp_size ranks). Return `(stage, outputs, loss)`.
+
+    1. Coordinates: global rank = dp_rank * pp_size + pp_rank (the layout of
+       `torch.arange(world_size).view(dp_size, pp_size)`: a pipeline is a row, a data-parallel set a column).
+    2. Groups, with `grid.new_group(ranks)` (collective: every rank creates every group, in the same order):
+       one per pipeline (its pp_size ranks), one per data-parallel set (the dp_size ranks that hold the same
+       stage), and with `cfg.tie_embeddings` and more than one stage, one per pipeline of its first and
+       last stage.
+    3. The stage: `PipelineStage(cfg, pp_rank, pp_size, micro_batch_size, grid.device, pipeline_group)`,
+       with the same `cfg` (and so the same seed and weights) on every replica; each replica's micro-batch
+       size is cfg.global_batch_size / (dp_size * cfg.num_microbatches).
+    4. Data: the stages that need it read their replica's own shard, `make_dataloader(cfg, micro_batch_size,
+       dp_rank=dp_rank)`.
+    5. The pipelined step: `afab_step(stage, data_iter, cfg.num_microbatches)` (q08).
+    6. Tied embeddings: on the first and last stage, sum the gradient of `stage.tied_embedding` over the
+       group of the first and last stage of this pipeline, so that both copies hold the whole gradient.
+    7. Data parallelism: average every parameter's gradient over this stage's data-parallel set.
+    Reduce with `grid.all_reduce(tensor, group, kind, op="sum" or "avg")`, kind "tied" or "dp".
+    `outputs` and `loss` are what afab_step returned on this rank (the last stage: this replica's outputs
+    and the loss of its shard; other stages: [] and None). After the step every gradient equals the
+    single-process baseline's over the whole global batch, on every rank, tied copies included.
+    """
+
+
+@_exercise_api("q15")
+def interleaved_step(stage, data_iter, num_microbatches):
+    """One Interleaved 1F1B training step of a rank that holds `stage.num_chunks` model chunks.
+
+    `stage` is an `InterleavedStage` (lab_src/pipeline/chunked.py) of rank `stage.pp_rank` of
+    `stage.pp_size`: its chunk c is virtual stage c * pp_size + pp_rank of num_chunks * pp_size, so the
+    next virtual stage is on rank (pp_rank + 1) % pp_size and the previous one on (pp_rank - 1) % pp_size.
+    Virtual stage 0 (chunk 0 of rank 0) reads its micro-batches of tokens from `data_iter` (None on the
+    other ranks); every other chunk receives its input from the previous virtual stage. Use
+    `stage.forward(x, chunk=c, microbatch=mb)`, `stage.backward(x, y, grad, chunk=c, microbatch=mb)`,
+    `stage.send(tensor, dst=..., operation=..., microbatch=mb, chunk=c)` and
+    `stage.recv(src=..., shape=stage.activation_shape, operation=..., microbatch=mb, chunk=c)`.
+
+    Order the operations as Interleaved 1F1B (`num_microbatches` is a multiple of pp_size): forwards take
+    chunk 0 for micro-batches 0..p-1, then chunk 1 for the same group, ..., then the next group;
+    backwards the same with the chunks in reverse; rank r first runs min((p - r - 1) * 2 + (v - 1) * p,
+    m * v) forwards, then one forward and one backward in turn, then the remaining backwards.
+
+    The loss of a micro-batch is the mean of the last virtual stage's output divided by
+    `num_microbatches`. Return `(outputs, loss)`: on the last rank the list of each micro-batch's output
+    (detached, in micro-batch order) and the total loss as a float; on other ranks `([], None)`.
+    """
+
+
+@_exercise_api("q13")
+def train_pipeline(stage, data, step_fn, num_steps, lr):
+    """Train this rank's `stage` for `num_steps` optimizer steps on the digits, then evaluate it on the
+    held-out images. Every rank of the pipeline runs this function at once.
+
+    `stage` is a `ClassifierStage`: a `PipelineStage` whose last stage ends in the loss (given the
+    step's labels with `stage.set_labels(...)`, its forward returns each image's cross-entropy; with
+    `set_labels(None)`, the ten class scores). `data` is a `Digits`. `step_fn(stage, data_iter,
+    num_microbatches)` is the pipelined step (q08's afab_step, or another schedule's with its contract),
+    which waits for the stage's messages before it returns.
+
+    - One `torch.optim.AdamW` over this stage's own parameters, with learning rate `lr` (PyTorch's
+      defaults otherwise), created once.
+    - Each step `k`: zero the gradients; the first stage iterates over `data.train_tokens(k)`, the last
+      stage gets `stage.set_labels(data.train_labels(k))` (no other stage reads either); run `step_fn`
+      with `data.num_microbatches`; `optimizer.step()`.
+    - Then the held-out evaluation, in eval mode and without autograd: each of the
+      `data.num_test_microbatches` micro-batches forward through the pipeline (`pipeline_communicate`
+      and `stage.forward`), the first stage reading `data.test_tokens()`, the last `data.test_labels()`
+      with its labels set to None, so that its forward returns class scores.
+
+    Return on the last stage `{"losses": [the loss of each step], "test_loss": the mean held-out
+    cross-entropy, "test_accuracy": the share of held-out images classified right}`; None elsewhere.
     """
 
 

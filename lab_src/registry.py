@@ -90,6 +90,18 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), step="q08"),
     Exercise("q10", "check_gradients", "Each stage's gradients equal the baseline",
              ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), step="q08"),
+    Exercise("q11", "p2p_communicate", "Point-to-point messages with torch.distributed", ("q02", "q03", "q05"),
+             schedule="1f1b", step="q12", timeline="more micro-batches than stages"),
+    Exercise("q12", "one_f_one_b_step", "One-Forward-One-Backward", ("q02", "q03", "q04", "q05", "q06", "q11"),
+             schedule="1f1b", timeline="more micro-batches than stages", other_schedule_credit=0.5),
+    # q13 trains with the step of `step` (AFAB today): a step of another schedule with the same contract plugs in here
+    Exercise("q13", "train_pipeline", "Train it: a real loss, an optimizer, one process's learning curve",
+             ("q02", "q03", "q05", "q06", "q07", "q08"), step="q08"),
+    # its own step (schedule set, no `step`): judged on the numbers, like q08; the pipeline inside it is q08's AFAB
+    Exercise("q14", "dp_pp_step", "Data x pipeline parallel on a grid of ranks, tied embeddings",
+             ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), schedule="afab"),
+    Exercise("q15", "interleaved_step", "Interleaved 1F1B with virtual stages", ("q02", "q03", "q04", "q05", "q06"),
+             schedule="interleaved", timeline="4 ranks, 2 chunks, 8 micro-batches", other_schedule_credit=0.5),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]

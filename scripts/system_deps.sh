@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System packages the end-to-end tests need, installed only when missing (Debian/Ubuntu, as root):
-# Chromium for the browser test of the timeline widget, Slurm and munge for the cluster-grading test,
-# bubblewrap for the sandbox every grading launch runs in (lab_src/harness/sandbox.py).
+# Chromium for the browser tests (timeline widget, course hub), Slurm and munge for the cluster-grading test,
+# bubblewrap for the sandbox every grading launch runs in (lab_src/harness/sandbox.py),
+# npm (with node) for the course hub's configurable-http-proxy.
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
@@ -10,6 +11,7 @@ command -v slurmd >/dev/null 2>&1 || need+=(slurmd)
 command -v sbatch >/dev/null 2>&1 || need+=(slurm-client)
 command -v munged >/dev/null 2>&1 || need+=(munge)
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+command -v npm >/dev/null 2>&1 || need+=(npm)          # configurable-http-proxy of the local hub (hub/)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

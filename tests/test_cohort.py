@@ -4,6 +4,7 @@ grading disturbs anybody else's, nothing hangs and no process survives."""
 from __future__ import annotations
 
 import json
+import sys
 import zipfile
 
 import psutil
@@ -46,7 +47,7 @@ def test_each_student_gets_exactly_what_they_deserve(cohort, student):
 
 def test_written_answers_wait_for_the_instructor(cohort):
     _, _, rows = cohort
-    assert rows["ada"]["written_pending"] == 6          # Q1's four answers, Q7's one and Q8's one
+    assert rows["ada"]["written_pending"] == 7          # Q1's four answers, Q7's one, Q8's one and Q11's one
     assert rows["untouched"]["written_pending"] == 0    # unanswered: nbgrader scores them 0 at once
 
 
@@ -60,6 +61,25 @@ def test_feedback_shows_verdicts_but_not_the_hidden_tests(cohort):
     for html in course.root.glob("feedback/*/*/*.html"):
         text = html.read_text()
         assert "scored_out_of_process" not in text and "HIDDEN TESTS" not in text, html
+
+
+def test_feedback_names_the_p2p_and_1f1b_mistakes(cohort):
+    course, _, _ = cohort
+    assert grader_cli(["--course", str(course.root), "feedback", "--student", "wren", "yuki"]) == 0
+    wren_q11 = (course.feedback("wren") / "q11_p2p_communicate.html").read_text()
+    assert "each wait inside a send to the other" in wren_q11 and "batch_isend_irecv" in wren_q11
+    assert "The warm-up is off by +1" in (course.feedback("wren") / "q12_one_f_one_b_step.html").read_text()
+    assert "does not require grad" in (course.feedback("yuki") / "q11_p2p_communicate.html").read_text()
+    assert "never backward" in (course.feedback("yuki") / "q12_one_f_one_b_step.html").read_text()
+
+
+def test_autograded_q12_draws_the_graders_run_with_its_memory_lane(cohort):
+    course, _, _ = cohort
+    nb = json.loads((course.autograded("ada") / "q12_one_f_one_b_step.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if "report.timeline()" in "".join(c["source"]))
+    assert any("image/png" in o.get("data", {}) for o in cell["outputs"])
+    first = next(c for c in nb["cells"] if "schedule_figure(" in "".join(c["source"]))
+    assert any("image/png" in o.get("data", {}) for o in first["outputs"])     # the schedules, drawn before any code
 
 
 def test_autograded_q08_draws_the_graders_run_as_a_static_figure(cohort):
@@ -140,6 +160,22 @@ def test_mallory_reached_nothing_outside_her_sandbox_and_left_nothing(cohort):
         assert 0 < seen["forks"] < Limits().processes
     left = [p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real in UIDS]
     assert left == [], "a sandboxed process outlived its grading"
+
+
+def test_nbgraders_kernel_ran_mallorys_cell_in_the_sandbox(cohort):
+    """nbgrader's kernel executed her answer cell too (it defines the function in the notebook): from
+    there as well she saw only her own notebook folder, wrote nothing, reached no network."""
+    course, _, _ = cohort
+    folder = course.autograded("mallory")
+    nb = json.loads(next(folder.glob("q06_*.ipynb")).read_text())
+    texts = ["".join(out.get("text", "")) for cell in nb["cells"] for out in cell.get("outputs", [])]
+    reports = [json.loads(line.split(" ", 1)[1]) for text in texts for line in text.splitlines()
+               if line.startswith("MALLORY ")]
+    assert reports, "nbgrader's kernel ran her answer cell"
+    for seen in reports:
+        outside = [p for p in seen["found"] if not p.startswith((str(folder.resolve()), sys.prefix))]
+        assert outside == [] and seen["wrote"] == [] and seen["net"] is False, seen
+        assert 0 < seen["forks"] < 3000
 
 
 def test_an_exit_in_one_answer_costs_only_that_exercise_and_names_the_rank(cohort):

@@ -17,7 +17,7 @@ def pins_of(requirements):
 def test_environment_yml_has_the_pyproject_pins():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pip = pins_of(project["dependencies"])
-    for extra in ("student", "instructor"):
+    for extra in ("student", "instructor", "hub"):
         pip.update(pins_of(project["optional-dependencies"][extra]))
     env = (ROOT / "environment.yml").read_text()
     conda = pins_of(re.findall(r"^\s+- ([A-Za-z0-9_.-]+==[^\s#]+)", env, flags=re.M))

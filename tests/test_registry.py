@@ -98,22 +98,22 @@ def test_grader_new_writes_a_working_skeleton_in_at_most_seven_files(tmp_path):
     run = lambda *args: subprocess.run([sys.executable, "-P", *args], cwd=copy, capture_output=True, text=True,  # noqa: E731
                                        timeout=600, env={"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path),
                                                          "PYTHONPATH": str(copy)})
-    made = run("-m", "grader", "new", "q11", "p2p_exchange", "--title", "Raw P2P", "--points", "8")
+    made = run("-m", "grader", "new", "q99", "p2p_exchange", "--title", "Raw P2P", "--points", "8")
     assert made.returncode == 0, made.stderr
     written = [line.split(" ", 1)[1] for line in made.stdout.splitlines() if line.startswith("wrote ")]
     assert len(written) <= 7, written
     probe = run("-c", "import lab_src, json\n"
                 "from grader.hidden import hidden_tests\nfrom grader.readme import table\n"
                 "from lab_src.checks import check\nimport importlib\n"
-                "importlib.import_module('lab_src.checks.q11_p2p_exchange')\n"
-                "print(json.dumps({'api': 'p2p_exchange' in lab_src.__all__, 'hidden': hidden_tests('q11').__name__,"
-                "'readme': 'q11_p2p_exchange.ipynb' in table() and '| 8 |' in table()}))")
+                "importlib.import_module('lab_src.checks.q99_p2p_exchange')\n"
+                "print(json.dumps({'api': 'p2p_exchange' in lab_src.__all__, 'hidden': hidden_tests('q99').__name__,"
+                "'readme': 'q99_p2p_exchange.ipynb' in table() and '| 8 |' in table()}))")
     assert probe.returncode == 0, probe.stderr
-    assert json.loads(probe.stdout.splitlines()[-1]) == {"api": True, "hidden": "grader.hidden.q11_p2p_exchange",
+    assert json.loads(probe.stdout.splitlines()[-1]) == {"api": True, "hidden": "grader.hidden.q99_p2p_exchange",
                                                           "readme": True}
     release = run("-m", "grader", "--course", str(tmp_path / "course"), "release")
     assert release.returncode == 0, release.stderr
-    released = json.loads((copy / "notebooks" / "pipeline_lab" / "q11_p2p_exchange.ipynb").read_text())
+    released = json.loads((copy / "notebooks" / "pipeline_lab" / "q99_p2p_exchange.ipynb").read_text())
     text = json.dumps(released)
     assert "raise NotImplementedError" in text and "BEGIN SOLUTION" not in text and "BEGIN HIDDEN" not in text
     assert not list((copy / "notebooks" / "pipeline_lab").glob("*.py")), "the jupytext twins must not ship"

@@ -65,7 +65,7 @@ def snapshot(course: Course, students=None) -> dict:
 
 
 def tiny_course(root: Path) -> Course:
-    """A course whose gradebook knows the assignment (the ten notebooks, a hidden-test cell per coded
+    """A course whose gradebook knows the assignment (every notebook, a hidden-test cell per coded
     exercise and a written answer per notebook) without running nbgrader."""
     from nbgrader.api import Gradebook
     course = Course(root)
@@ -145,7 +145,7 @@ def test_merge_copies_the_grades_and_is_idempotent(tiny_run):
     assert first["_students"] == ["ada", "bo"]
     rows = {r["student"]: r for r in grade_rows(course)}
     assert rows["ada"]["autograded"] == 5.0 * len(CODED) and rows["bo"]["autograded"] == 1.67 and rows["bo"]["q08"] == 1.67
-    assert rows["ada"]["written_pending"] == 10
+    assert rows["ada"]["written_pending"] == len(EXERCISES)     # a written answer per notebook (tiny_course)
     assert first["ada"] == snapshot(run.space("ada"))["ada"]  # exactly what the task space holds
     assert json.loads((course.autograded("bo") / "q02_check_args.ipynb").read_text()) == {"scores": {"q08": 1.67}}
     assert json.loads((course.root / "grader" / "bo" / "status.json").read_text())["state"] == "graded"
@@ -271,6 +271,13 @@ def cmdline(p: psutil.Process) -> str:
         return ""
 
 
+def alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -374,9 +381,10 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
                         every=2)
 
     def our_processes(self, job: str | None = None) -> list[psutil.Process]:
-        """Processes with our SLURM_CONF in their environment (and SLURM_JOB_ID=`job`), daemons aside."""
+        """Processes with our SLURM_CONF in their environment (and SLURM_JOB_ID=`job`), daemons aside,
+        and their descendants: the grading sandbox clears the environment of what it starts."""
         daemons = {p.pid for p in self.daemons.values()}
-        found = []
+        found: dict[int, psutil.Process] = {}
         for p in psutil.process_iter():
             try:
                 env = p.environ()
@@ -384,8 +392,12 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
                 continue
             if p.pid not in daemons and env.get("SLURM_CONF") == str(self.conf) \
                     and (job is None or env.get("SLURM_JOB_ID") == job):
-                found.append(p)
-        return found
+                found[p.pid] = p
+                try:
+                    found.update((c.pid, c) for c in p.children(recursive=True))
+                except psutil.Error:
+                    pass
+        return list(found.values())
 
     def stop(self) -> None:
         """Cancel our jobs, stop our daemons, and end whatever our jobs left running."""
@@ -468,9 +480,11 @@ def test_grade_sh_on_a_real_slurm(slurm, graded_cohort, tmp_path):
     ada_job = run.state("ada")["job"]
     wait_for(lambda: any("torch.distributed.run" in cmdline(p) for p in slurm.our_processes(ada_job)),
              120, "ada's hidden tests to launch torchrun", every=0.5)
+    tree = slurm.our_processes(ada_job)          # the task, its sandbox, torchrun and the ranks
     slurm.cmd("scancel", f"{first['array_job']}_0")
     assert slurm.wait_job(f"{first['array_job']}_0", 60) == ["CANCELLED"]
-    wait_for(lambda: not slurm.our_processes(job=ada_job), 20, "the cancelled task's processes to end")
+    wait_for(lambda: not slurm.our_processes(job=ada_job) and not [p for p in tree if alive(p)], 20,
+             "the cancelled task's processes (sandboxed ones included) to end")
     assert run.state("ada")["state"] == "failed" and "SIGTERM" in run.state("ada")["error"]
     assert slurm.wait_job(first["merge_job"], 600) == ["COMPLETED"]
     assert sorted(slurm.job_states(first["array_job"])) == ["CANCELLED", "COMPLETED", "COMPLETED"]

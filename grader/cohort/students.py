@@ -167,6 +167,239 @@ def check_gradients(stage, baseline_grads):
     return checked
 '''
 
+# q11: blocking calls, each sending before it receives. The single operations work; in a 1F1B steady
+# state two neighbours both send first and wait for each other forever.
+Q11_BLOCKING = '''
+import torch
+import torch.distributed as dist
+
+
+def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch=None):
+    # plain blocking calls, in order: first send, then receive
+    to_next = operation in ("send_forward", "recv_backward", "send_forward_recv_backward")
+    if (to_next and stage.is_last_stage) or (not to_next and stage.is_first_stage):
+        return None
+    peer = stage.pp_rank + 1 if to_next else stage.pp_rank - 1
+    if operation.startswith("send"):
+        dist.send(tensor.detach(), group=stage.group, group_dst=peer)
+    if "recv" not in operation:
+        return None
+    buffer = torch.empty(stage.activation_shape, dtype=stage.dtype, device=stage.device,
+                         requires_grad=operation.endswith("recv_forward"))
+    dist.recv(buffer, group=stage.group, group_src=peer)
+    return buffer
+'''
+
+# q11: every message right, but received activations do not require grad, so no gradient reaches the
+# earlier stages of a pipeline.
+Q11_NO_REQUIRES_GRAD = '''
+import torch
+import torch.distributed as dist
+
+
+def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch=None):
+    to_next = operation in ("send_forward", "recv_backward", "send_forward_recv_backward")
+    if (to_next and stage.is_last_stage) or (not to_next and stage.is_first_stage):
+        return None
+    peer = stage.pp_rank + 1 if to_next else stage.pp_rank - 1
+    ops, received = [], None
+    if operation.startswith("send"):
+        ops.append(dist.P2POp(dist.isend, tensor.detach(), group=stage.group, group_peer=peer))
+    if "recv" in operation:
+        received = torch.empty(stage.activation_shape, dtype=stage.dtype, device=stage.device)
+        ops.append(dist.P2POp(dist.irecv, received, group=stage.group, group_peer=peer))
+    for request in dist.batch_isend_irecv(ops):
+        request.wait()
+    return received
+'''
+
+# The reference 1F1B step with one change (a mark below), for the q12 mistakes.
+_Q12 = '''
+from lab_src import p2p_communicate
+
+
+def one_f_one_b_step(stage, data_iter, num_microbatches):
+    m = num_microbatches
+    warmup = WARMUP
+    inputs, outputs, logits, losses = {}, {}, [], []
+
+    def forward(mb, x):
+        x = next(data_iter).to(stage.device) if x is None else x
+        y = stage.forward(x, microbatch=mb)
+        inputs[mb], outputs[mb] = x, y
+        if stage.is_last_stage:
+            logits.append(y.detach())
+            outputs[mb] = y.mean() / m
+            losses.append(float(outputs[mb]))
+        return y
+
+    def backward(mb, grad):
+        return stage.backward(inputs.pop(mb), outputs.pop(mb), grad, microbatch=mb)
+
+    for mb in range(warmup):
+        y = forward(mb, p2p_communicate("recv_forward", stage, microbatch=mb))
+        p2p_communicate("send_forward", stage, tensor=y, microbatch=mb)
+    x = p2p_communicate("recv_forward", stage, microbatch=warmup) if warmup < m else None
+    for i in range(m - warmup):
+        y = forward(warmup + i, x)
+        grad = p2p_communicate("send_forward_recv_backward", stage, tensor=y, microbatch=warmup + i, recv_microbatch=i)
+        g = backward(i, grad)
+        if i == m - warmup - 1:
+            p2p_communicate("send_backward", stage, tensor=g, microbatch=i)
+        else:
+            x = p2p_communicate("send_backward_recv_forward", stage, tensor=g, microbatch=i, recv_microbatch=warmup + i + 1)
+COOLDOWN
+    return (logits, sum(losses)) if stage.is_last_stage else ([], None)
+'''
+_COOLDOWN = '''    for mb in range(m - warmup, m):
+        g = backward(mb, p2p_communicate("recv_backward", stage, microbatch=mb))
+        p2p_communicate("send_backward", stage, tensor=g, microbatch=mb)'''
+
+# q12: "rank r holds p - r micro-batches", so it warms up with p - r forwards: one too many.
+Q12_WARMUP_OFF_BY_ONE = _Q12.replace("WARMUP", "min(stage.pp_size - stage.pp_rank, m)  # rank r holds p - r") \
+    .replace("COOLDOWN", _COOLDOWN)
+
+# q12: the steady state, and then nothing: the last warm-up micro-batches never go backward.
+Q12_NO_COOLDOWN = _Q12.replace("WARMUP", "min(stage.pp_size - stage.pp_rank - 1, m)").replace("COOLDOWN\n", "")
+# q14: the reference step with one part written differently (the slots of the template). Two cohort
+# students carry a mistake each; tests/test_q14_grid.py grades the other realistic ones directly.
+Q14_TEMPLATE = '''
+import torch
+
+from lab_src import PipelineStage, afab_step, make_dataloader, needs_dataloader
+
+
+def predicted_bytes():
+    return {{"pipeline": 2 * 2 * 1 * 3 * (4 * 16 * 32 * 4), "data_parallel": 2 * (2560 + 4 * 12704 + 2176) * 4,
+            "tied": 2 * 2 * 64 * 32 * 4}}
+
+
+def dp_pp_step(grid, cfg):
+    dp, pp = grid.dp_size, grid.pp_size
+    dp_rank, pp_rank = divmod(grid.rank, pp)
+    pipelines = [grid.new_group([d * pp + p for p in range(pp)]) for d in range(dp)]
+    dp_sets = [grid.new_group({dp_set}) for p in range(pp)]
+    tied = [grid.new_group([d * pp, d * pp + pp - 1]) for d in range(dp)] if cfg.tie_embeddings and pp > 1 else []
+    mbs = cfg.global_batch_size // (dp * cfg.num_microbatches)
+    stage = PipelineStage({stage_cfg}, pp_rank, pp, mbs, grid.device, pipelines[dp_rank])
+    data = iter({loader}) if needs_dataloader(pp_rank, pp) else None
+    outputs, loss = afab_step(stage, data, cfg.num_microbatches)
+    if tied and stage.tied_embedding is not None:
+        {tied_reduce}
+    if dp > 1:
+        for p in stage.parameters():
+            {dp_reduce}
+    return stage, outputs, loss
+'''
+Q14_RIGHT = dict(dp_set="[d * pp + p for d in range(dp)]", stage_cfg="cfg",
+                 loader="make_dataloader(cfg, mbs, dp_rank=dp_rank)",
+                 tied_reduce='grid.all_reduce(stage.tied_embedding.grad, tied[dp_rank], "tied")',
+                 dp_reduce='grid.all_reduce(p.grad, dp_sets[pp_rank], "dp", op="avg")')
+
+
+def q14_answer(**wrong) -> str:
+    """The q14 template with the parts named in `wrong` replaced (the rest as the reference writes them)."""
+    return Q14_TEMPLATE.format(**{**Q14_RIGHT, **wrong})
+
+
+# sums the replicas' gradients (all_reduce's default op) and never divides by their number
+Q14_SUMMED = q14_answer(dp_reduce='grid.all_reduce(p.grad, dp_sets[pp_rank], "dp")')
+# never sums the two copies' gradients of the tied embedding
+Q14_NO_TIED = q14_answer(tied_reduce="pass")
+
+# q13: the training loop never zeroes the gradients: every step adds its gradients to all the earlier ones.
+Q13_NEVER_ZEROED = '''
+import torch
+import torch.nn.functional as F
+
+from lab_src import pipeline_communicate
+
+
+def train_pipeline(stage, data, step_fn, num_steps, lr):
+    """Train this stage for num_steps steps, then evaluate on the held-out images."""
+    optimizer = torch.optim.AdamW(stage.parameters(), lr=lr)   # (and no zero_grad anywhere)
+    losses = []
+    stage.train()
+    for step in range(num_steps):
+        tokens = iter(data.train_tokens(step)) if stage.is_first_stage else None
+        if stage.is_last_stage:
+            stage.set_labels(data.train_labels(step))          # the loss is computed here
+        _, loss = step_fn(stage, tokens, data.num_microbatches)
+        optimizer.step()
+        if stage.is_last_stage:
+            losses.append(loss)
+
+    stage.eval()                                               # evaluation: forward only, no graph
+    tokens = data.test_tokens() if stage.is_first_stage else None
+    labels = data.test_labels() if stage.is_last_stage else None
+    if stage.is_last_stage:
+        stage.set_labels(None)                                 # the last stage returns class scores
+    test_loss, correct = 0.0, 0
+    with torch.no_grad():
+        for mb in range(data.num_test_microbatches):
+            x = pipeline_communicate("recv_forward", stage, microbatch=mb)
+            if x is None:
+                x = tokens[mb].to(stage.device)
+            y = stage.forward(x, microbatch=mb)
+            pipeline_communicate("send_forward", stage, tensor=y, microbatch=mb)
+            if stage.is_last_stage:
+                target = labels[mb].to(y.device)
+                test_loss += float(F.cross_entropy(y, target))
+                correct += int((y.argmax(dim=-1) == target).sum())
+    stage.flush()
+    stage.train()
+    if not stage.is_last_stage:
+        return None
+    n = data.num_test_microbatches
+    return {"losses": losses, "test_loss": test_loss / n, "test_accuracy": correct / (n * data.micro_batch_size)}
+'''
+
+# q13: the held-out evaluation runs like the training, in training mode and with autograd on.
+Q13_EVAL_TRAINING = '''
+import torch
+import torch.nn.functional as F
+
+from lab_src import pipeline_communicate
+
+
+def train_pipeline(stage, data, step_fn, num_steps, lr):
+    """Train this stage for num_steps steps, then evaluate on the held-out images."""
+    optimizer = torch.optim.AdamW(stage.parameters(), lr=lr)   # this stage's parameters, and only those
+    losses = []
+    stage.train()
+    for step in range(num_steps):
+        optimizer.zero_grad()                                  # before the step: its backwards accumulate
+        tokens = iter(data.train_tokens(step)) if stage.is_first_stage else None
+        if stage.is_last_stage:
+            stage.set_labels(data.train_labels(step))          # the loss is computed here
+        _, loss = step_fn(stage, tokens, data.num_microbatches)
+        optimizer.step()
+        if stage.is_last_stage:
+            losses.append(loss)
+
+    tokens = data.test_tokens() if stage.is_first_stage else None
+    labels = data.test_labels() if stage.is_last_stage else None
+    if stage.is_last_stage:
+        stage.set_labels(None)                                 # the last stage returns class scores
+    test_loss, correct = 0.0, 0
+    for mb in range(data.num_test_microbatches):      # the same loop as training, forward only
+        x = pipeline_communicate("recv_forward", stage, microbatch=mb)
+        if x is None:
+            x = tokens[mb].to(stage.device)
+        y = stage.forward(x, microbatch=mb)
+        pipeline_communicate("send_forward", stage, tensor=y, microbatch=mb)
+        if stage.is_last_stage:
+            target = labels[mb].to(y.device)
+            test_loss += float(F.cross_entropy(y, target).detach())
+            correct += int((y.detach().argmax(dim=-1) == target).sum())
+    stage.flush()
+    stage.train()
+    if not stage.is_last_stage:
+        return None
+    n = data.num_test_microbatches
+    return {"losses": losses, "test_loss": test_loss / n, "test_accuracy": correct / (n * data.micro_batch_size)}
+'''
+
 # ---- students who try something the grader must withstand ---------------------------------------
 
 Q08_WHOLE_MODEL = '''
@@ -245,19 +478,28 @@ import json, os, socket, subprocess, sys, time
 from pathlib import Path
 
 _seen = {"found": [], "wrote": [], "net": False, "forks": 0}
-_mine = Path(__file__).resolve()
+_INSTALLED = {"site-packages", "dist-packages", ".pyenv", ".git", "node_modules", "__pycache__"}  # not worth reading
+_mine = Path(globals().get("__file__", "<notebook cell>")).resolve()   # nbgrader's kernel runs her cell too
+
+
+def _a_reference(path):
+    try:
+        return path.resolve() != _mine and "def needs_dataloader" in path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _look():
     roots = ["/work", "/root", "/home", "/srv", "/tmp", "/opt", os.environ.get("LAB_CACHE", ""), str(Path.home())]
     for root in filter(None, roots):
         for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in _INSTALLED]
             if folder.count(os.sep) > 8:
                 dirs[:] = []
             for name in files:
                 path = Path(folder, name)
                 wanted = name.endswith((".ipynb", ".db", ".pt")) or "verdicts" in name or (
-                    name.endswith("needs_dataloader.py") and path.resolve() != _mine)
+                    name.endswith("needs_dataloader.py") and _a_reference(path))
                 if wanted:
                     try:
                         path.read_bytes()[:16]
@@ -336,16 +578,17 @@ from pathlib import Path
 
 from lab_src import pipeline_communicate
 
-_mine = Path(__file__).resolve()
+_mine = Path(globals().get("__file__", "<notebook cell>")).resolve()   # nbgrader's kernel runs her cell too
 _borrowed = None
 for _root in ("/", os.getcwd()):
     for _folder, _dirs, _files in os.walk(_root):
+        _dirs[:] = [d for d in _dirs if d not in ("site-packages", ".pyenv", ".git", "node_modules")]
         if _folder.startswith(("/proc", "/sys", "/dev", "/usr")):
             _dirs[:] = []
             continue
         for _name in _files:
             _path = Path(_folder, _name)
-            if _name.endswith(".py") and _path.resolve() != _mine:
+            if _name.endswith(".py") and _path.resolve() != _mine and "lab_src" not in _path.parts:  # not the stub
                 try:
                     _text = _path.read_text()
                 except (OSError, UnicodeDecodeError):
@@ -402,6 +645,73 @@ def needs_dataloader(pp_rank, pp_size):
     if pp_rank == 1:
         exit("rank 1 has seen enough")
     return pp_rank == 0
+'''
+
+Q15_CONTIGUOUS = '''
+def interleaved_step(stage, data_iter, num_microbatches):
+    # rank r holds the virtual stages r*v .. r*v + v-1: each chunk feeds the next one on the same rank
+    p, r, v, m = stage.pp_size, stage.pp_rank, stage.num_chunks, num_microbatches
+    last = v * p - 1
+
+    def virtual(chunk):
+        return r * v + chunk
+
+    def order(k, backward):
+        group, within = divmod(k, p * v)
+        chunk = within // p
+        return group * p + within % p, (v - 1 - chunk if backward else chunk)
+
+    kept, handed, grads, logits, losses = {}, {}, {}, {}, []
+
+    def forward(k):
+        mb, chunk = order(k, False)
+        if virtual(chunk) == 0:
+            x = next(data_iter).to(stage.device)
+        elif chunk > 0:                                  # the output of my own previous chunk
+            x = handed.pop((mb, chunk - 1)).detach().requires_grad_()
+        else:
+            x = stage.recv(src=r - 1, shape=stage.activation_shape, operation="recv_forward", microbatch=mb,
+                           chunk=chunk)
+            x.requires_grad_()
+        y = stage.forward(x, chunk=chunk, microbatch=mb)
+        if virtual(chunk) == last:
+            logits[mb] = y.detach()
+            y = y.mean() / m
+            losses.append(float(y))
+        elif chunk < v - 1:
+            handed[mb, chunk] = y
+        else:
+            stage.send(y, dst=r + 1, operation="send_forward", microbatch=mb, chunk=chunk)
+        kept[mb, chunk] = (x, y)
+
+    def backward(k):
+        mb, chunk = order(k, True)
+        if virtual(chunk) == last:
+            grad = None
+        elif chunk < v - 1:                              # from my own next chunk
+            grad = grads.pop((mb, chunk + 1))
+        else:
+            grad = stage.recv(src=r + 1, shape=stage.activation_shape, operation="recv_backward", microbatch=mb,
+                              chunk=chunk)
+        x, y = kept.pop((mb, chunk))
+        g = stage.backward(x, y, grad, chunk=chunk, microbatch=mb)
+        if chunk > 0:
+            grads[mb, chunk] = g
+        elif virtual(chunk) > 0:
+            stage.send(g, dst=r - 1, operation="send_backward", microbatch=mb, chunk=chunk)
+
+    total = m * v
+    warmup = min((p - r - 1) * 2 + (v - 1) * p, total)
+    for k in range(warmup):
+        forward(k)
+    for i in range(total - warmup):
+        forward(warmup + i)
+        backward(i)
+    for k in range(total - warmup, total):
+        backward(k)
+    if stage.is_last_stage:
+        return [logits[mb] for mb in range(m)], sum(losses)
+    return [], None
 '''
 
 PATCHES = '''
@@ -461,6 +771,33 @@ COHORT = [
                     "ivo's mistake", answers={"q08": Q08_BORROW}, expect={"q08": 0.1667}),
     Student("nico", "q05 is right, with numpy integers where ints are expected", answers={"q05": Q05_NUMPY}),
     Student("xena", "q06 calls exit() on rank 1", answers={"q06": Q06_EXIT}, expect={"q06": 0.0}),
+    Student("wren", "q11 sends before it receives, with blocking calls: the 1F1B steady state deadlocks; q12 warms "
+                    "up with p - r forwards, one too many",
+            answers={"q11": Q11_BLOCKING, "q12": Q12_WARMUP_OFF_BY_ONE},
+            # q11: 3 of 6 message cases (those without two neighbours sending at once), 2 of 5 buffer cases (those
+            # that ran to their end), no pipeline: (3/6 + 2/5 + 0) / 3. q12: right numbers everywhere; 1 of 6 cases
+            # is still 1F1B (one micro-batch), 2 are a valid AFAB (half credit): (1 + 0.5 + 0.5) / 6
+            expect={"q11": 0.3, "q12": 0.3333}),
+    Student("yuki", "q11 receives activations into buffers that do not require grad; q12 has no cool-down; q13 never "
+                    "zeroes the gradients",
+            answers={"q11": Q11_NO_REQUIRES_GRAD, "q12": Q12_NO_COOLDOWN, "q13": Q13_NEVER_ZEROED},
+            # q11: every message right (6 of 6), no buffer right (0 of 5), no pipeline: 1/3. q12: only the
+            # single stage, which needs no cool-down, passes; the others wait for the missing backwards
+            # q13 (its step is q08's, so q11 and q12 do not matter there): the curves leave the single process's
+            # at step 2 and the loss falls too little; the pipeline and the evaluation are right: 2 of 4 parts
+            expect={"q11": 0.3333, "q12": 0.1667, "q13": 0.5}),
+    # q14: three parts of a third each: data parallel (5 grids), tied embeddings (4 tied grids), the prediction
+    Student("uma", "q13 evaluates in training mode with autograd on; q14 sums the replicas' gradients instead of "
+                   "averaging them", answers={"q13": Q13_EVAL_TRAINING, "q14": Q14_SUMMED},
+            # q13: the evaluation part fails, the other three pass. q14: right only on the 1 x 4 grid (one
+            # replica): (1/5 + 4/4 + 3/3) / 3
+            expect={"q13": 0.75, "q14": 0.7333}),
+    Student("vito", "q14 never all-reduces the tied embedding's gradient: the copies drift apart",
+            # the tied part holds only on the 4 x 1 grid (one stage, one parameter): (5/5 + 1/4 + 3/3) / 3
+            answers={"q14": Q14_NO_TIED}, expect={"q14": 0.75}),
+    Student("vera", "q15 deals each rank's chunks out contiguously (rank r holding virtual stages r*v..r*v+v-1) "
+                    "and hands activations from one chunk to the next on the same rank", answers={"q15": Q15_CONTIGUOUS},
+            expect={"q15": 0.0}),   # runs to the end everywhere, but the layers run in the wrong order: 0 of 5
 ]
 
 BY_NAME = {s.name: s for s in COHORT}

@@ -69,13 +69,18 @@ class Context:
         """Reference answers everywhere except `qid`, which is the student's."""
         return {**self.reference, qid: self.student.get(qid)}
 
-    def case(self, qid: str, kind: str, config: str | None = None, stages: int | None = None, **extra) -> Case:
-        """A case of `kind` on the named grading configuration, testing the student's answer to `qid`;
-        pipeline and communication cases follow the schedule `qid` declares."""
-        cfg = CONFIGS[config] if config else LabConfig(num_stages=stages or 1)
+    def case(self, qid: str, kind: str, config: str | LabConfig | None = None, stages: int | None = None,
+             **extra) -> Case:
+        """A case of `kind` on the named grading configuration (or a configuration of its own, named by
+        `label`), testing the student's answer to `qid`; pipeline, communication and training cases follow
+        the schedule `qid` declares."""
+        if isinstance(config, LabConfig):
+            cfg, config = config, None
+        else:
+            cfg = CONFIGS[config] if config else LabConfig(num_stages=stages or 1)
         ex = exercise(qid)
         extra.setdefault("label", config or kind)
-        if kind in ("pipeline", "comm"):
+        if kind in ("pipeline", "comm", "train"):
             extra.setdefault("schedule", ex.schedule_of_step)
             extra.setdefault("step", ex.step_exercise)
         if kind == "pipeline" and config:
@@ -121,6 +126,13 @@ def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extr
                                          r, None, label))
     if extra is not None:
         item.problems += extra(outcome, label)
+    return item
+
+
+def causes_first(item: Item) -> Item:
+    """The item's problems with the ranks that waited for a message last: when one rank raises, its
+    neighbours wait until they time out, and the raise is what the student needs to read first."""
+    item.problems.sort(key=lambda p: "waited in " in p.message)
     return item
 
 

@@ -173,10 +173,10 @@ def errors(outcome: CaseOutcome, qid: str, label: str) -> list[Problem]:
 
 
 def finish(qid: str, run: Run | None, problems: list[Problem], lines: list[str],
-           tracebacks: list[str] | None = None) -> CheckReport:
+           tracebacks: list[str] | None = None, views=None, cls: type = CheckReport) -> CheckReport:
     """The report of a check: printed (what went wrong first, on stderr, which a notebook shows in red)
-    and returned, passed or failed."""
-    report = CheckReport(qid, run, problems, lines, tracebacks=tracebacks)
+    and returned, passed or failed. `cls`, `views`: a report of another kind (q14's knows the grid)."""
+    report = cls(qid, run, problems, lines, views, tracebacks=tracebacks)
     verdict = "\n".join(report.verdict())
     rest = "\n\n".join("\n".join(p) for p in (lines, report.output_lines(), report.footer()) if p)
     if report.ok:

@@ -1,4 +1,4 @@
-"""What the visible checks of q08, q09 and q10 share: a pipelined step on the visible configurations,
+"""What the visible checks of q08, q09, q10 and q12 share: a pipelined step on the visible configurations,
 compared with the unsharded baseline and checked to be a real pipeline of the exercise's schedule."""
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from lab_src.checks.common import (UNFINISHED, CheckReport, LabConfig, errors, e
                                    run_cases, run_dir, sources)
 from lab_src.judge.probes import judge_check_gradients, judge_check_outputs
 from lab_src.judge.realness import check_run
+from lab_src.pipeline.schedules import in_flight
 from lab_src.views import bubble, grid
+from lab_src.views.memory import describe_peaks
 
 
 def pipeline_check(qid: str, configs: list[LabConfig], probes: list[str]) -> CheckReport:
@@ -47,5 +49,25 @@ def pipeline_check(qid: str, configs: list[LabConfig], probes: list[str]) -> Che
                      + (", but see the problems below" if found and not numbers else ""))
         events = out.events()
         lines.append(indent(grid.time_grid(events, cfg.num_stages)))
-        lines.append("    " + bubble.describe(events, cfg.num_stages, cfg.num_microbatches))
+        lines.append("    " + bubble.describe(events, cfg.num_stages, cfg.num_microbatches) + why_above(events, cfg))
+        lines.append("    " + memory_line(events, cfg.num_stages))
     return finish(qid, run, problems, lines)
+
+
+def memory_line(events, p: int) -> str:
+    """'held for backward at most: rank 0 4 micro-batches (0.6 MiB), ...' from a run's events."""
+    held = ", ".join(f"{max(in_flight(events, r), default=0)}" for r in range(p))
+    return f"micro-batches held awaiting backward, at most: {held} (ranks 0..{p - 1}); peak activation " \
+           f"memory: {describe_peaks(events, p)}"
+
+
+def why_above(events, cfg) -> str:
+    """A word on a measured bubble far above (p-1)/(m+p-1): on the checks' tiny model a message costs about
+    what a layer's compute does, and the formula counts compute only."""
+    measured = bubble.measured_bubble(events, cfg.num_stages)
+    theory = bubble.theoretical_bubble(cfg.num_stages, cfg.num_microbatches)
+    if measured is None or measured < theory + 0.15:
+        return ""
+    return ("\n    (far above the formula, which assumes messages cost nothing: on this small model a message "
+            "between two processes takes about as long as a layer's compute, so the ranks also wait on messages. "
+            "Q12 measures the bubble on a model where compute dominates.)")

@@ -25,6 +25,7 @@ class Case:
     probes: list[str] = field(default_factory=list)   # extra calls of the student's checks (q07, q09, q10)
     calls: list = field(default_factory=list)   # unit calls ({"exercise", "args", "kwargs"}) or exercise ids
     baseline: str | None = None                 # the unsharded baseline's file, for the q09/q10 probes
+    settings: dict = field(default_factory=dict)   # numbers of the kind (train: steps, lr, test_microbatches)
     stages: int = 0                             # ranks the case runs on (default: the config's stages)
     index: int = -1                             # its place in the launch (set by the runner)
 

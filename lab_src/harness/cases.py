@@ -12,6 +12,14 @@ Kinds:
     baseline  the unsharded baseline (q04), run on every rank
     units     exercise functions called on given arguments (rank 0 only)
     seeds     what the seed does to weights on different ranks (q01 demo)
+    grid      the student's step on a data x pipeline grid of all the case's ranks (q14, grid_case.py)
+    p2p       q11's raw torch.distributed operations in the order of the case's schedule (harness/p2p_case.py)
+    interleaved  an interleaved step (q15) on a rank holding several model chunks (harness/interleaved.py)
+    train     the student's training loop around the step, on the digits (q13; harness/train.py)
+
+A pipeline case also counts, per rank, the activation memory its step holds (harness/memory.py): every
+event carries it, and obs["memory"] has the peak, beside the process's peak resident set size so far
+(meaningful for the first or largest case of a launch).
 """
 from __future__ import annotations
 
@@ -21,7 +29,12 @@ import torch
 import torch.distributed as dist
 
 from lab_src import exercises
+from lab_src.harness import interleaved
 from lab_src.harness.case import Case
+from lab_src.harness.grid_case import run_grid
+from lab_src.harness.memory import counting, peak_rss_bytes
+from lab_src.harness.p2p_case import run_p2p
+from lab_src.harness.train import run_train
 from lab_src.pipeline import data, model, trace, waiting
 from lab_src.pipeline.baseline import compute_baseline, load_baseline
 from lab_src.pipeline.config import LabConfig
@@ -85,14 +98,15 @@ def _stage(cfg, rank, ctx, group, obs) -> PipelineStage:
 
 def _barrier(group) -> None:
     """A barrier of the case's ranks that the check can stop (pipeline/waiting.py)."""
-    waiting.wait(dist.barrier(group=group, async_op=True))
+    waiting.barrier(group)
 
 
 def _finish_messages(stage, group, tracer) -> None:
     """The end of a rank's part of a case: it sends nothing more (journalled for the deadlock watch),
-    waits until its messages are delivered, then for the other ranks."""
+    waits until its messages are delivered (`stage`: None where there is none), then for the other ranks."""
     tracer.finished()
-    stage.flush()
+    if stage is not None:
+        stage.flush()
     _barrier(group)
 
 
@@ -115,7 +129,9 @@ def run_pipeline(case: Case, ctx, group, tracer, obs) -> None:
         loader = data.make_dataloader(cfg, obs["micro_batch_size"]) if needs else None
         _barrier(group)
         step = exercises.API[case.step]
-        returned = step(stage, iter(loader) if loader is not None else None, cfg.num_microbatches)
+        with counting(stage, tracer) as saved:
+            returned = step(stage, iter(loader) if loader is not None else None, cfg.num_microbatches)
+        obs["memory"] = {"peak_saved_bytes": saved.peak, "peak_rss_bytes": peak_rss_bytes()}
         _finish_messages(stage, group, tracer)
         outputs, loss = _unpack_step(returned, obs)
         obs["outputs"] = outputs
@@ -366,16 +382,21 @@ CALLS = {"pipeline": ("check_args", "activation_shape", "distribute_layers", "ne
          "comm": ("check_args", "activation_shape", "distribute_layers", "pipeline_communicate"),
          "layout": ("check_args", "activation_shape", "distribute_layers"),
          "shapes": ("check_args", "activation_shape"),
-         "baseline": ("baseline_step",), "units": (), "seeds": ()}
+         "baseline": ("baseline_step",), "units": (), "seeds": (),
+         "grid": ("check_args", "activation_shape", "distribute_layers", "needs_dataloader", "pipeline_communicate",
+                  "afab_step"),
+         "p2p": ("check_args", "activation_shape", "distribute_layers", "p2p_communicate"),
+         "interleaved": ("check_args", "activation_shape", "distribute_layers", "needs_dataloader"),
+         "train": ("check_args", "activation_shape", "distribute_layers")}
 
 
 def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
-    """The exercises a case of `kind` calls on its ranks: those of CALLS, for a pipeline its step and
-    what the step itself uses (the point-to-point operations), for a layout with "q06" the dataloader
-    question. The baseline the comparisons need is computed outside, so q04 is not among them."""
+    """The exercises a case of `kind` calls on its ranks: those of CALLS, for a pipeline or a training run
+    its step and what the step itself uses (the point-to-point operations), for a layout with "q06" the
+    dataloader question. The baseline the comparisons need is computed outside, so q04 is not among them."""
     by_function = {e.function: e.id for e in EXERCISES.values() if e.function}
     called = {by_function[f] for f in CALLS[kind]}
-    if kind == "pipeline":
+    if kind in ("pipeline", "train"):
         called |= {step, *EXERCISES[step].needs} - {by_function["baseline_step"]}
     if kind == "layout" and "q06" in calls:
         called.add(by_function["needs_dataloader"])
@@ -383,4 +404,6 @@ def exercises_called(kind: str, step: str = DEFAULT_STEP, calls=()) -> set[str]:
 
 
 KINDS = {"pipeline": run_pipeline, "comm": run_comm, "layout": run_layout, "shapes": run_shapes,
-         "baseline": run_baseline, "units": run_units, "seeds": run_seeds}
+         "baseline": run_baseline, "units": run_units, "seeds": run_seeds, "p2p": run_p2p, "train": run_train,
+         "interleaved": lambda *args: interleaved.run_interleaved(*args)}
+KINDS["grid"] = run_grid        # q14: the data x pipeline grid (harness/grid_case.py)

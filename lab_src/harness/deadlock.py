@@ -4,9 +4,9 @@ While a launch runs, `Progress` follows the journals line by line and says when 
 one of its ranks either waits in a receive whose message no rank has sent, or has done its part (it
 will send nothing more). Nothing can change that, so the launching process stops the case at once
 (harness/runner.py) instead of waiting for the receive's timeout. A send counts from the moment it
-begins (B): the watch errs towards "a message is on its way", never towards stopping a run that could
-go on. Code that journals a send and a receive as one operation would hide the send from it: journal
-each send on its own.
+begins (B, or P for a posted one): the watch errs towards "a message is on its way", never towards
+stopping a run that could go on. Code that journals a send and a receive as one operation would hide the
+send from it: journal each send on its own (harness/rawp2p.py does, for raw torch.distributed calls).
 
 After a run that did not finish, `report` gives, for each rank, the last operation it completed and
 the operation it is still waiting in:
@@ -26,7 +26,9 @@ from lab_src.harness.runfolder import journal_path, read_journal
 
 
 def describe_op(kind: str, mb, peer) -> str:
-    op = Op(kind)
+    op = Op.of(kind)
+    if op is None:              # a collective: its `peer` is the list of ranks taking part
+        return f"{kind} over ranks {peer}"
     if op.is_compute:
         return f"{kind[0].upper()}{mb}"
     return f"{kind}(mb={mb}) {'to' if op.is_send else 'from'} rank {peer}"
@@ -36,18 +38,22 @@ def rank_state(journal: Path, case_index: int) -> dict:
     """What one rank's journal says about one case."""
     state = {"started": False, "ended": False, "last_done": None, "pending": None}
     label = str(case_index)
+    waiting: list[str] = []     # begun and not ended; posted messages (q11) may be several at once
     for _, tag, payload in read_journal(journal):
         if tag == "C":
             if payload == f"start {case_index}":
                 state["started"] = True
             elif payload == f"end {case_index}":
                 state["ended"] = True
-        elif tag in ("B", "E") and payload and payload[0] == label:
+        elif tag in ("B", "P", "E") and payload and payload[0] == label:
             op = describe_op(*payload[1:4])
-            if tag == "B":
-                state["pending"] = op
+            if tag in ("B", "P"):
+                waiting.append(op)
             else:
-                state["last_done"], state["pending"] = op, None
+                state["last_done"] = op
+                if op in waiting:
+                    waiting.remove(op)
+    state["pending"] = " and ".join(waiting) or None
     return state
 
 
@@ -57,15 +63,19 @@ def recover(journal: Path, case_index: int, rank: int, stopped_at: float) -> dic
     of a rank's observations (harness/cases.py, worker.py)."""
     label, begun, events, pending = str(case_index), {}, [], None
     for t, tag, payload in read_journal(journal):
-        if tag not in ("B", "E") or not payload or payload[0] != label:
+        if tag not in ("B", "P", "A", "E") or not payload or payload[0] != label:
             continue
         kind, mb, peer = payload[1:4]
-        if tag == "B":
-            begun[(kind, mb, peer)], pending = t, (payload, t)
-        else:
-            start = begun.pop((kind, mb, peer), t)
+        key = repr(payload[1:4])
+        if tag in ("B", "P"):
+            begun.setdefault(key, []).append(t)
+        if tag in ("B", "A"):
+            pending = (payload, t)
+        elif tag == "E":
+            start = (begun.get(key) or [t]).pop(0)
             events.append([rank, kind, mb, peer, None, 0, start, t, 0])
-            pending = None
+            if pending is not None and pending[0][1:4] == payload[1:4]:
+                pending = None
     error = None
     if pending is not None:
         error = {"type": "Stopped", "message": "the run was stopped while this rank waited", "where": [],
@@ -105,13 +115,15 @@ class RankProgress:
     finished: bool = False              # journalled W: it sends nothing more in this case
     pending: list | None = None         # [case, kind, mb, peer] of the operation it is in
     pending_since: float | None = None  # its journal time
+    pending_tag: str = ""               # B: an operation it is in; A: the wait for a message it posted
 
 
 @dataclass
 class Stuck:
     """A case in which no rank can go on."""
     case: int
-    waits: dict[int, tuple]             # rank -> (kind, mb, peer, since): receives nothing will answer
+    waits: dict[int, tuple]             # rank -> (kind, mb, peer, since): receives nothing will answer,
+                                        # sends nothing will take
     finished: list[int]                 # ranks that did their part
     unreceived: dict[tuple, list]       # (sender, receiver) -> the sends posted that no receive took
 
@@ -152,7 +164,8 @@ class Progress:
     def __init__(self):
         self.ranks: dict[tuple[int, int], RankProgress] = defaultdict(RankProgress)   # (case, rank)
         self.posted: dict[tuple, list] = defaultdict(list)      # (case, src, dst) -> [(kind, mb)] sent
-        self.received: Counter = Counter()                       # (case, src, dst) -> receives completed
+        self.claimed: Counter = Counter()                        # (case, src, dst) -> receives begun or posted
+        self.ordinals: dict[tuple, list] = defaultdict(list)    # (case, rank, op) -> n of its open receives
         self.changed_at = time.monotonic()
 
     def feed(self, rank: int, t: float, tag: str, payload) -> None:
@@ -168,22 +181,41 @@ class Progress:
         state = self.ranks[(case, rank)]
         if tag == "W":
             state.finished = True
-        elif tag == "B":
-            state.pending, state.pending_since = payload, t
-            kind, mb, peer = payload[1:4]
-            op = Op.of(kind)
-            if op is not None and op.is_send:     # counted when it begins: a message on its way, or about to be
+            return
+        if len(payload) < 4:
+            return
+        kind, mb, peer = payload[1:4]
+        op = Op.of(kind)
+        key = (case, rank, repr(payload[1:4]))
+        if tag in ("B", "P"):               # B: the rank is in it now; P: posted, the rank goes on
+            if tag == "B":
+                state.pending, state.pending_since, state.pending_tag = payload, t, tag
+            if op is not None and op.is_send and isinstance(peer, int):
+                # counted when it begins: a message on its way, or about to be; a wait for it (A) ends
+                # when `peer` has posted the receive that takes it (gloo's sends wait for their receive)
                 self.posted[(case, rank, peer)].append((kind, mb))
+                self.ordinals[key].append(len(self.posted[(case, rank, peer)]))
+            elif op is not None and op.is_recv and isinstance(peer, int):
+                # gloo matches a peer's messages to the receives in the order they were posted: this
+                # receive takes the n-th message that `peer` sends to this rank
+                self.claimed[(case, peer, rank)] += 1
+                self.ordinals[key].append(self.claimed[(case, peer, rank)])
+        elif tag == "A":                    # waits for a message it posted
+            state.pending, state.pending_since, state.pending_tag = payload, t, tag
         elif tag == "E":
-            state.pending = state.pending_since = None
-            kind, mb, peer = payload[1:4]
-            op = Op.of(kind)
-            if op is not None and op.is_recv:
-                self.received[(case, peer, rank)] += 1
+            if state.pending is not None and state.pending[1:4] == payload[1:4]:
+                state.pending = state.pending_since = None
+            if self.ordinals.get(key):
+                self.ordinals[key].pop(0)
 
     def stuck(self, case: int, stages: int) -> Stuck | None:
-        """The case's state if no rank of it can go on, else None. A receive can go on when its peer
-        posted more messages to it than it took (gloo matches messages by peer, whatever their labels)."""
+        """The case's state if no rank of it can go on, else None. A rank can do nothing more when it
+        waits in a receive (blocking, or the wait of a posted one) that takes the n-th message from its
+        peer, and the peer has sent fewer than n (gloo matches messages by peer, in the order the receives
+        were posted, whatever their labels); when it waits for a posted send (q11's raw calls) that is the
+        n-th to its peer, and the peer has posted fewer than n receives from it (a gloo send waits for its
+        receive); or when it has done its part. A rank computing, posting a send, in a collective, or
+        between operations, may go on: then nothing is stuck."""
         waits, finished = {}, []
         for r in range(stages):
             s = self.ranks.get((case, r))
@@ -196,14 +228,19 @@ class Progress:
                 return None
             kind, mb, peer = s.pending[1:4]
             op = Op.of(kind)
-            if op is None or not op.is_recv or not isinstance(peer, int):
+            if op is None or op.is_compute or not isinstance(peer, int):
                 return None
-            if len(self.posted[(case, peer, r)]) > self.received[(case, peer, r)]:
+            ordinal = (self.ordinals.get((case, r, repr(s.pending[1:4]))) or [None])[0]
+            if ordinal is None:
+                return None
+            if op.is_recv and len(self.posted[(case, peer, r)]) >= ordinal:
                 return None                     # its message is on its way
+            if op.is_send and (s.pending_tag != "A" or self.claimed[(case, r, peer)] >= ordinal):
+                return None                     # posting it does not wait; or its receive is posted
             waits[r] = (kind, mb, peer, s.pending_since)
         if not waits:
             return None                         # everybody is done: the case is ending normally
-        unreceived = {(src, dst): sends[self.received[(c, src, dst)]:]
+        unreceived = {(src, dst): sends[self.claimed[(c, src, dst)]:]
                       for (c, src, dst), sends in self.posted.items()
-                      if c == case and len(sends) > self.received[(c, src, dst)]}
+                      if c == case and len(sends) > self.claimed[(c, src, dst)]}
         return Stuck(case, waits, finished, unreceived)

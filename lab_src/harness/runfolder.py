@@ -9,8 +9,11 @@
         rank<r>.log, torchrun.log the processes' own output
 
 A journal line is `<time> <tag> <payload>`: tag C marks a case ("start 3", "end 3"); B and E mark the
-beginning and end of an operation, with payload [case, kind, micro-batch, peer] as JSON; W [case] says
-that the rank has done its part of the case and only waits for the others (it sends nothing more).
+beginning and end of an operation the rank is in (a forward, a blocking receive...), with payload
+[case, kind, micro-batch, peer] as JSON; P marks a message posted that ends later (a raw isend or irecv of
+q11: several may be open at once, and the rank goes on meanwhile), A [the same payload] that the rank
+now waits for that posted message, and its E comes when the wait returns; W [case] says that the rank
+has done its part of the case and only waits for the others (it sends nothing more).
 
     stop.c<i>                 written by the launching process to stop case i, whose ranks all wait
                               for messages nobody will send (pipeline/waiting.py reads it)
@@ -79,7 +82,7 @@ def parse_line(line: str) -> tuple[float, str, list | str] | None:
         return None
     tag = parts[1]
     payload = parts[2] if len(parts) > 2 else ""
-    if tag in ("B", "E", "W"):
+    if tag in ("B", "E", "W", "P", "A"):
         try:
             payload = json.loads(payload)
         except json.JSONDecodeError:
@@ -88,7 +91,7 @@ def parse_line(line: str) -> tuple[float, str, list | str] | None:
 
 
 def read_journal(path: Path) -> list[tuple[float, str, list | str]]:
-    """(time, 'B' | 'E' | 'W' | 'C', payload) for each journal line; torn last lines are skipped."""
+    """(time, 'B' | 'E' | 'P' | 'A' | 'W' | 'C', payload) for each journal line; torn last lines are skipped."""
     if not Path(path).exists():
         return []
     parsed = (parse_line(line) for line in Path(path).read_text(errors="replace").splitlines())

@@ -140,8 +140,11 @@ def package_dir() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def wrap(cmd: list[str], *, writable: Path, env: dict | None = None, limits: Limits = Limits()) -> list[str]:
-    """`cmd` run in a sandbox whose only writable folder is `writable` (also its working directory)."""
+def wrap(cmd: list[str], *, writable: Path, env: dict | None = None, limits: Limits = Limits(),
+         read_only: tuple = (), also_writable: tuple = ()) -> list[str]:
+    """`cmd` run in a sandbox whose writable folder is `writable` (also its working directory). The
+    nbgrader kernel (grader/kernel_sandbox.py) also needs its socket folder writable and the grader's
+    timeline pictures readable: `also_writable` and `read_only` bind those at their own paths."""
     if bwrap() is None:
         raise SandboxUnavailable(describe_unavailable())
     writable = Path(writable).resolve()
@@ -154,7 +157,12 @@ def wrap(cmd: list[str], *, writable: Path, env: dict | None = None, limits: Lim
             *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
             *_python_binds(),
             *_dirs_for(INSIDE / "lab_src"), "--ro-bind", str(package_dir()), str(INSIDE / "lab_src"),
-            *_dirs_for(writable), "--bind", str(writable), str(writable), "--chdir", str(writable)]
+            *_dirs_for(writable), "--bind", str(writable), str(writable)]
+    for path in map(lambda p: Path(p).resolve(), read_only):
+        args += [*_dirs_for(path), "--ro-bind", str(path), str(path)]
+    for path in map(lambda p: Path(p).resolve(), also_writable):
+        args += [*_dirs_for(path), "--bind", str(path), str(path)]
+    args += ["--chdir", str(writable)]
     variables = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONPATH": str(INSIDE),
                  "HOME": str(writable), "TMPDIR": "/tmp", "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1",
                  "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", **(env or {})}

@@ -108,9 +108,11 @@ def main(spec_path: str) -> int:
     from lab_src.harness import runfolder
     from lab_src.harness.case import Case
     from lab_src.harness.cases import KINDS
+    from lab_src.harness import rawp2p
     from lab_src.judge.problems import gave_up_waiting
     from lab_src.pipeline import data, model, trace, waiting
 
+    rawp2p.install()     # raw torch.distributed messages (q11) are recorded like the stage's own
     ctx = process_groups.init(spec["timeout_s"])
     groups = process_groups.PipeGroups(ctx)
     journal = open(runfolder.journal_path(run_dir, rank), "a", buffering=1)

@@ -23,31 +23,38 @@ def is_wait(error: dict) -> bool:
     return gave_up_waiting(error.get("message", ""), error.get("type", "")) is not None
 
 
-def case_problems(outcome, qid: str, label: str) -> list[Problem]:
-    """A case that did not complete, or raised on some rank, as problems (empty when it ran cleanly)."""
+def case_problems(outcome, qid: str, label: str, ring: int | None = None) -> list[Problem]:
+    """A case that did not complete, or raised on some rank, as problems (empty when it ran cleanly).
+    `ring`: the ranks form a ring of this many (an interleaved schedule: rank p - 1 sends to rank 0)."""
     if outcome.failure:
         return [Problem(qid, sanitize(outcome.failure), None, None, label)]
-    return rank_problems(qid, outcome.errors(), label, getattr(outcome, "stuck", None))
+    return rank_problems(qid, outcome.errors(), label, getattr(outcome, "stuck", None), ring)
 
 
-def rank_problems(qid: str, errors: dict[int, dict], label: str = "", stuck=None) -> list[Problem]:
+def rank_problems(qid: str, errors: dict[int, dict], label: str = "", stuck=None,
+                  ring: int | None = None) -> list[Problem]:
     raised, waits = {}, {}
     for r, e in sorted(errors.items()):
         (waits if is_wait(e) else raised)[r] = e
-    causes = [from_error(qid, r, e, label) for r, e in raised.items()]
+    causes = [from_error(qid, r, e, label, ring) for r, e in raised.items()]
     wrong = {}
     for r, e in waits.items():
         kind, mb, peer = (e.get("pending") or [None] * 4)[1:4]
-        why = wrong_peer(r, kind, peer) if kind else None
+        why = wrong_peer(r, kind, peer, ring) if kind else None
         if why:
             wrong[r] = e
-            causes.append(Problem(qid, f"{why}; this rank waited in {kind}(mb={mb}) for a message that rank "
-                                       f"{peer} was never going to send{student_line(e)}", r, mb, label))
+            never = "a receive that rank {} was never going to post" if kind.startswith("send") else \
+                "a message that rank {} was never going to send"
+            causes.append(Problem(qid, f"{why}; this rank waited in {kind}(mb={mb}) for {never.format(peer)}"
+                                       f"{student_line(e)}", r, mb, label))
     left = {r: e for r, e in waits.items() if r not in wrong}
+    if not causes and any(isinstance((e.get("pending") or [None] * 4)[3], list) for e in left.values()):
+        # a collective that not every member joined: each rank's own message says which (judge/problems.py)
+        return [from_error(qid, r, e, label, ring) for r, e in sorted(errors.items())]
     lines = _waiting_lines(left, stuck, set(raised), set(wrong))
     if not lines:
         # every error is accounted for above, or (ranks that only waited at the end) is one of its own
-        return causes or [from_error(qid, r, e, label) for r, e in sorted(errors.items())]
+        return causes or [from_error(qid, r, e, label, ring) for r, e in sorted(errors.items())]
     how = "until the check stopped the run" if stuck is not None or _stopped(left) else "until their timeout"
     if causes:
         return causes + [Problem(qid, f"the other ranks were left waiting {how}:\n" + _indent(lines), None, None,
@@ -66,7 +73,14 @@ def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[in
         pending = e.get("pending")
         if pending:
             _, kind, mb, peer = pending
-            line = f"rank {r} waited in {kind}(mb={mb})" + (f" from rank {peer}" if peer is not None else "")
+            if isinstance(peer, list):      # a collective, over these ranks
+                line = f"rank {r} waited in {kind} over ranks {peer}"
+                if set(peer) & raised:
+                    line += ", a member of which had stopped with the error above"
+                lines.append(line)
+                continue
+            towards = "to" if kind.startswith("send") else "from"
+            line = f"rank {r} waited in {kind}(mb={mb})" + (f" {towards} rank {peer}" if peer is not None else "")
             if peer in raised:
                 line += ", which had stopped with the error above"
             elif peer in wrong:

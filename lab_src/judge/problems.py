@@ -57,16 +57,24 @@ def sanitize(text: str) -> str:
     return _LIBRARY_PATH.sub(lambda m: m.group(0).rsplit("/", 1)[-1], text)
 
 
-def from_error(exercise: str, rank: int, error: dict, case: str = "") -> Problem:
-    """A problem from an exception a rank recorded, with the operation it was in and the student's line."""
+def from_error(exercise: str, rank: int, error: dict, case: str = "", ring: int | None = None) -> Problem:
+    """A problem from an exception a rank recorded, with the operation it was in and the student's line.
+    `ring`: the ranks form a ring of this many (interleaved: the neighbour of rank 0 is rank ring - 1)."""
     msg = f"{error['type']}: {sanitize(error['message'])}" if error["type"] != "NotRun" else error["message"]
     if error.get("pending"):
         _, kind, mb, peer = error["pending"]
-        op = f"{kind}(mb={mb})" + (f" with rank {peer}" if peer is not None else "")
+        if isinstance(peer, list):      # a collective, over these ranks
+            op = f"{kind} over ranks {peer}"
+        else:
+            op = f"{kind}(mb={mb})" + (f" with rank {peer}" if peer is not None else "")
         gave_up = gave_up_waiting(error["message"], error["type"])
         if gave_up == "stopped":
             msg = (f"waited in {op} for a message that never came; every rank was waiting, so the check "
                    f"stopped the run")
+        elif gave_up and isinstance(peer, list):
+            msg = (f"waited in {op} until the {'timeout' if gave_up == 'timeout' else 'others gave up'}: not every "
+                   f"member joined it. Every rank of the group must call the same all-reduces in the same order "
+                   f"({error['type']})")
         elif gave_up == "timeout":
             msg = (f"waited in {op} until the timeout: no matching message arrived. Check that every "
                    f"send has a receive on the peer, in the same order ({error['type']})")
@@ -75,7 +83,7 @@ def from_error(exercise: str, rank: int, error: dict, case: str = "") -> Problem
                    f"crash): no matching message arrived")
         else:
             msg = f"failed in {op}: {msg}"
-        wrong = wrong_peer(rank, kind, peer)
+        wrong = wrong_peer(rank, kind, peer, ring)
         if wrong:
             msg += f"\n    {wrong}"
     msg += student_line(error)
@@ -93,11 +101,11 @@ def student_line(error: dict) -> str:
     return f"\n    at {file} line {line}, in {fn}: {text}"
 
 
-def from_errors(exercise: str, errors: dict[int, dict], case: str = "") -> list[Problem]:
+def from_errors(exercise: str, errors: dict[int, dict], case: str = "", ring: int | None = None) -> list[Problem]:
     """The exceptions of a case's ranks as problems: causes first, then what they caused, labelled
     (judge/failures.py; `failures.case_problems` also knows whether the run was stopped in a deadlock)."""
     from lab_src.judge.failures import rank_problems
-    return rank_problems(exercise, errors, case)
+    return rank_problems(exercise, errors, case, ring=ring)
 
 
 def gave_up_waiting(message: str, kind: str = "") -> str | None:
@@ -114,12 +122,14 @@ def gave_up_waiting(message: str, kind: str = "") -> str | None:
     return None
 
 
-def wrong_peer(rank: int, kind: str, peer) -> str | None:
-    """Why `peer` is the wrong partner for `kind` on `rank`, or None if it is the right one."""
+def wrong_peer(rank: int, kind: str, peer, ring: int | None = None) -> str | None:
+    """Why `peer` is the wrong partner for `kind` on `rank`, or None if it is the right one. `ring`: the
+    ranks form a ring of this many (interleaved), where rank ring - 1 and rank 0 are neighbours too."""
     op = Op.of(kind)
-    if peer is None or op is None or op.is_compute:
+    if peer is None or op is None or op.is_compute or isinstance(peer, list):
         return None
-    if peer == (rank + 1 if op.towards_next else rank - 1):
+    right = rank + 1 if op.towards_next else rank - 1
+    if peer == right or (ring and peer == right % ring):
         return None
     return f"wrong peer: in {kind}, {op.describe_peer(rank, rank + 2)}, not rank {peer}"
 

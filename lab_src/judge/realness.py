@@ -128,7 +128,8 @@ def check_order(events: list[Event], p: int, m: int, sched: Schedule, qid: str, 
         r, mb, why = broken[0]
         return [Problem(qid, f"{WRONG_SCHEDULE}: your step is a valid {other.title} schedule, but this exercise asks for "
                              f"{sched.title} ({why}). The numbers can match with either; what changes is the order "
-                             f"of the operations and so the memory each rank holds.", r, mb, label)]
+                             f"of the operations and so the memory each rank holds."
+                             + (f" {sched.summary}" if sched.summary else ""), r, mb, label)]
     return [Problem(qid, why, r, mb, label) for r, mb, why in broken]
 
 

@@ -26,8 +26,10 @@ def compute_baseline(cfg: LabConfig, device="cpu") -> dict:
         "config": cfg.to_dict(),
         "output": output.detach().to("cpu").clone(),
         "loss": float(loss.detach() if isinstance(loss, torch.Tensor) else loss),
+        # every name of every parameter: a tied weight appears under both of its names (embed.tokens.weight,
+        # head.proj.weight), the one gradient of both uses, which each stage's copy must end up with
         "grads": {name: (p.grad.detach().to("cpu").clone() if p.grad is not None else None)
-                  for name, p in model.named_parameters()},
+                  for name, p in model.named_parameters(remove_duplicate=False)},
     }
 
 

@@ -26,12 +26,21 @@ class LabConfig:
     num_stages: int = 4          # pipeline-parallel world size
     seed: int = 0
     dtype: str = "float32"       # "float32" or "float64"
+    # data parallelism and tied embeddings (q14); at their defaults they change nothing, not even `key()`
+    dp_size: int = 1             # data-parallel replicas of the pipeline; global_batch_size counts them all
+    tie_embeddings: bool = False  # the output projection reuses the input embedding's weight
 
     def replace(self, **changes) -> "LabConfig":
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field, except the q14 options at their defaults (so that a configuration without them
+        travels, and is named by `key()`, exactly as before they existed)."""
+        d = dataclasses.asdict(self)
+        for name, default in OPTIONAL_DEFAULTS.items():
+            if d[name] == default:
+                del d[name]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "LabConfig":
@@ -52,8 +61,21 @@ class LabConfig:
         return hashlib.sha1(blob).hexdigest()[:10]
 
     def describe(self) -> str:
-        return (f"{self.num_stages} stages, {self.num_layers} layers, batch {self.global_batch_size} "
-                f"in {self.num_microbatches} micro-batches, seed {self.seed}, {self.dtype}")
+        if self.dp_size > 1:
+            shape = (f"{self.dp_size} data-parallel x {self.num_stages} stages, {self.num_layers} layers, global batch "
+                     f"{self.global_batch_size} in {self.num_microbatches} micro-batches per replica")
+        else:
+            shape = (f"{self.num_stages} stages, {self.num_layers} layers, batch {self.global_batch_size} "
+                     f"in {self.num_microbatches} micro-batches")
+        return shape + f", seed {self.seed}, {self.dtype}" + (", tied embeddings" if self.tie_embeddings else "")
+
+    @property
+    def world_size(self) -> int:
+        """Ranks of one run: data-parallel replicas times pipeline stages."""
+        return self.dp_size * self.num_stages
+
+
+OPTIONAL_DEFAULTS = {"dp_size": 1, "tie_embeddings": False}
 
 
 # A configuration large enough that compute, not messaging, dominates a step on a CPU: the demo and

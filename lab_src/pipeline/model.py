@@ -7,6 +7,11 @@ pipeline stage that builds only `blocks.4` and `blocks.5` gets exactly the weigh
 in the full model, without ever building the rest: the stage and the unsharded baseline agree
 parameter for parameter, and parameter names (``blocks.5.mlp.up.weight``) are the same in both.
 
+With `cfg.tie_embeddings` the head's output projection reuses the token embedding's weight (a (vocab,
+hidden) matrix either way). The whole model shares one parameter between the two uses; a pipeline's last
+stage, which never builds the embedding, gets a copy drawn from the embedding's own seed, so the copies
+start equal (q14). Off, nothing changes: the head draws its own projection as before.
+
 The module keeps a per-process record of which pieces were built and how often each ran forward.
 The checks read it to prove that a pipeline rank holds and runs only its own layers.
 """
@@ -112,8 +117,18 @@ def build_piece(cfg: LabConfig, name: str, device="cpu") -> nn.Module:
             piece = Block(cfg, index)
         else:
             raise ValueError(f"unknown model piece {name!r}")
+        if name == "head" and cfg.tie_embeddings:
+            piece.proj.weight = nn.Parameter(tied_embedding_weight(cfg))
     BUILT.append(name)
     return piece.to(device=device, dtype=cfg.torch_dtype)
+
+
+def tied_embedding_weight(cfg: LabConfig) -> torch.Tensor:
+    """The token embedding's initial weight, drawn as the embedding draws it (its own seed, first draw):
+    what the last stage's copy of a tied embedding starts from."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(piece_seed(cfg.seed, "embed"))
+        return nn.Embedding(cfg.vocab_size, cfg.hidden_size).weight.detach().clone()
 
 
 class TinyDecoder(nn.Module):
@@ -124,6 +139,8 @@ class TinyDecoder(nn.Module):
         self.embed = build_piece(cfg, "embed", device)
         self.blocks = nn.ModuleList(build_piece(cfg, f"blocks.{i}", device) for i in range(cfg.num_layers))
         self.head = build_piece(cfg, "head", device)
+        if cfg.tie_embeddings:      # one parameter, used twice: its gradient is the sum of both uses
+            self.head.proj.weight = self.embed.tokens.weight
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)

@@ -124,6 +124,7 @@ class Schedule:
     """What every schedule declares. Subclasses give `program` and `violations`."""
     name = ""
     title = ""
+    summary = ""          # what the schedule does, in a sentence, for a run told it kept another one
     chunks_per_rank = 1
 
     def program(self, rank: int, p: int, m: int, noops: bool = False) -> list[Step]:
@@ -159,6 +160,8 @@ class Schedule:
 class AllForwardAllBackward(Schedule):
     name = "afab"
     title = "All-Forward-All-Backward"
+    summary = ("All-Forward-All-Backward runs every forward of the step before its first backward: each rank "
+               "holds all m micro-batches at once.")
 
     def program(self, rank, p, m, noops=False):
         steps = []
@@ -186,6 +189,9 @@ class OneForwardOneBackward(Schedule):
     micro-batches whose backward has not run (AFAB holds all m)."""
     name = "1f1b"
     title = "One-Forward-One-Backward"
+    summary = ("One-Forward-One-Backward starts each micro-batch's backward as soon as its gradient can come back: "
+               "after a short warm-up of forwards, each rank alternates one forward and one backward, then finishes "
+               "the remaining backwards, so rank r holds at most min(p - r, m) micro-batches at once, not all m.")
 
     def warmup(self, rank: int, p: int, m: int) -> int:
         return min(p - rank - 1, m)
@@ -205,6 +211,29 @@ class OneForwardOneBackward(Schedule):
     def max_in_flight(self, rank, p, m):
         return min(p - rank, m)
 
+    def violations(self, events, p, m):
+        """Its memory bound first (at most min(p - r, m) micro-batches held); then each rank's order,
+        which for 1F1B is one order only: its warm-up, one forward and one backward in turn, its cool-down."""
+        found = in_flight_violations(self, events, p, m)
+        for r in range(p):
+            if any(f[0] == r for f in found):
+                continue
+            got = [(e.kind, e.microbatch) for e in compute_order(events, r)]
+            want = [(s.op.value, s.microbatch) for s in self.program(r, p, m) if s.op.is_compute]
+            if got != want:
+                at = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+                mb = (got[at] if at < len(got) else want[at])[1]
+                found.append((r, mb, f"rank {r} runs {_order(got)}; {self.title} runs {_order(want)} "
+                                     f"({self.warmup(r, p, m)} warm-up forwards, min(p - r - 1, m), then one forward "
+                                     f"and one backward in turn, then the remaining backwards)"))
+        return sorted(found, key=lambda f: f[0])
+
+
+def _order(compute: list[tuple[str, int]], limit: int = 12) -> str:
+    """'F0 F1 B0 ...' of (kind, micro-batch) pairs."""
+    text = " ".join(f"{kind[0].upper()}{mb}" for kind, mb in compute[:limit])
+    return text + (" ..." if len(compute) > limit else "")
+
 
 class Interleaved1F1B(Schedule):
     """Interleaved One-Forward-One-Backward with `v` chunks per rank (rank r holds chunks r, r + p, ...).
@@ -212,18 +241,27 @@ class Interleaved1F1B(Schedule):
     Micro-batches go through in groups of p: forward of chunk 0 for micro-batches 0..p-1, then chunk 1
     for the same micro-batches, and so on; backwards visit the chunks in reverse. Rank r runs
     (p - r - 1) * 2 + (v - 1) * p warm-up forwards (at most m * v), as in Megatron-LM's schedule; m must
-    be a multiple of p."""
+    be a multiple of p. Its rules: that warm-up bound on the chunk forwards a rank holds, and the order in
+    which each rank's forwards and backwards visit (micro-batch, chunk) (`order`, `order_violations`)."""
     name = "interleaved"
     title = "Interleaved 1F1B"
 
     def __init__(self, v: int = 2):
+        if v < 1:
+            raise ValueError(f"an interleaved schedule needs at least one chunk per rank, got {v}")
         self.chunks_per_rank = v
+        self.name = "interleaved" if v == 2 else f"interleaved:{v}"   # schedule(name) finds it again
 
     def _order(self, p: int, m: int, k: int, backward: bool) -> tuple[int, int]:
         v = self.chunks_per_rank
         group, within = divmod(k, p * v)
         chunk = within // p
         return group * p + within % p, (v - 1 - chunk if backward else chunk)
+
+    def order(self, p: int, m: int, backward: bool = False) -> list[tuple[int, int]]:
+        """(micro-batch, chunk) of each forward (or backward) of a rank, in the order it runs them: chunk 0
+        for micro-batches 0..p-1, chunk 1 for the same group, ...; backwards visit the chunks in reverse."""
+        return [self._order(p, m, k, backward) for k in range(m * self.chunks_per_rank)]
 
     def warmup(self, rank: int, p: int, m: int) -> int:
         v = self.chunks_per_rank
@@ -248,6 +286,31 @@ class Interleaved1F1B(Schedule):
 
     def max_in_flight(self, rank, p, m):
         return self.warmup(rank, p, m) + (1 if self.warmup(rank, p, m) < m * self.chunks_per_rank else 0)
+
+    def violations(self, events, p, m):
+        return in_flight_violations(self, events, p, m) + self.order_violations(events, p, m)
+
+    def order_violations(self, events, p: int, m: int) -> list[tuple[int, int | None, str]]:
+        """Where a rank's forwards (or backwards) visit (micro-batch, chunk) in another order than `order`:
+        the first place on each rank, said in terms of the groups of p micro-batches."""
+        found = []
+        for r in range(p):
+            compute = compute_order(events, r)
+            for op, backward in ((Op.FORWARD, False), (Op.BACKWARD, True)):
+                got = [(e.microbatch, e.chunk) for e in compute if e.kind == op]
+                want = self.order(p, m, backward)
+                k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+                if k is None:
+                    continue
+                (mb, c), (want_mb, want_c) = got[k], want[k]
+                group = want_mb - want_mb % p
+                rule = (f"chunk {want_c} takes micro-batches {group}..{group + p - 1} one after the other before "
+                        f"the same group moves on to the next chunk" if not backward else
+                        f"backwards visit the chunks in reverse (chunk {self.chunks_per_rank - 1} first), "
+                        f"micro-batches {group}..{group + p - 1} for each chunk in turn")
+                found.append((r, mb, f"{op} number {k + 1} of this rank ran micro-batch {mb} on chunk {c}; "
+                                     f"{self.title} runs micro-batch {want_mb} on chunk {want_c} there: {rule}"))
+        return found
 
 
 def compute_order(events, rank: int) -> list:
@@ -286,12 +349,39 @@ SCHEDULES: dict[str, Schedule] = {s.name: s for s in (AllForwardAllBackward(), O
 
 
 def schedule(name: str) -> Schedule:
-    try:
+    """The schedule named `name`; "interleaved:4" is Interleaved 1F1B with 4 chunks per rank."""
+    if name in SCHEDULES:
         return SCHEDULES[name]
-    except KeyError:
-        raise KeyError(f"no schedule {name!r}; the schedules are {', '.join(SCHEDULES)}") from None
+    base, _, v = name.partition(":")
+    if base == "interleaved" and v.isdigit() and int(v) >= 1:
+        return Interleaved1F1B(int(v))
+    raise KeyError(f"no schedule {name!r}; the schedules are {', '.join(SCHEDULES)} (and interleaved:<v>)")
 
 
 def matching_schedules(events, p: int, m: int) -> list[Schedule]:
     """The declared schedules (one chunk per rank) whose rules a run kept."""
     return [s for s in SCHEDULES.values() if s.chunks_per_rank == 1 and not s.violations(events, p, m)]
+
+
+class ForwardOnly(Schedule):
+    """Evaluation: every micro-batch forward through the pipeline, in order, and no backward. Not a
+    training schedule, so it is not in SCHEDULES: no training step is ever judged against it."""
+    name = "forward"
+    title = "forward only (evaluation)"
+
+    def program(self, rank, p, m, noops=False):
+        steps = []
+        for mb in range(m):
+            steps += _forward(rank, p, mb, noops=noops)
+        return steps
+
+    def violations(self, events, p, m):
+        found = []
+        for r in range(p):
+            late = [e for e in compute_order(events, r) if e.kind == Op.BACKWARD]
+            if late:
+                found.append((r, late[0].microbatch, "a backward ran during evaluation, which is forward only"))
+        return found
+
+
+FORWARD_ONLY = ForwardOnly()

@@ -9,6 +9,9 @@ Autograd cannot follow a tensor from one process to another, so a stage runs its
 through this stage's part of the graph and returns the gradient of `input`, to send to the previous
 stage. On the last stage `output` is the loss and `output_grad` is None.
 
+`send` and `recv` take the model chunk they work for (0 unless the rank holds several: see
+pipeline/chunked.py); it is recorded with the message.
+
 `send` and `recv` are the only way stages exchange tensors: they are traced, and they check what
 they are given, so that a mistake is reported where it happens rather than as a hang or a wrong
 number three stages later. A send is posted and returns at once (the stage computes while the message
@@ -44,6 +47,19 @@ class PipelineStage(nn.Module):
         self.embed = build_piece(cfg, "embed", device) if self.is_first_stage else None
         self.blocks = nn.ModuleDict({str(i): build_piece(cfg, f"blocks.{i}", device) for i in self.layer_ids})
         self.head = build_piece(cfg, "head", device) if self.is_last_stage else None
+        if cfg.tie_embeddings and self.embed is not None and self.head is not None:
+            self.head.proj.weight = self.embed.tokens.weight    # one stage holds both uses: one parameter
+
+    @property
+    def tied_embedding(self):
+        """With `cfg.tie_embeddings`, this stage's copy of the weight shared by the token embedding (first
+        stage) and the output projection (last stage); None on the stages in between, or untied. A
+        one-stage pipeline holds a single parameter used twice. (q14)"""
+        if not self.cfg.tie_embeddings:
+            return None
+        if self.embed is not None:
+            return self.embed.tokens.weight
+        return self.head.proj.weight if self.head is not None else None
 
     def describe(self) -> str:
         parts = (["embed"] if self.embed is not None else []) + \
@@ -79,8 +95,8 @@ class PipelineStage(nn.Module):
         return input_tensor.grad if receives_grad else None
 
     # ---- messaging -------------------------------------------------------------------------
-    def send(self, tensor: torch.Tensor, dst: int, operation: str, microbatch: int = 0) -> None:
-        where = f"stage {self.pp_rank} {operation}(mb={microbatch})"
+    def send(self, tensor: torch.Tensor, dst: int, operation: str, microbatch: int = 0, chunk: int = 0) -> None:
+        where = f"stage {self.pp_rank} {operation}(mb={microbatch}{f', chunk {chunk}' if chunk else ''})"
         self._check_peer(dst, where)
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{where}: there is no tensor to send (got {type(tensor).__name__}). "
@@ -91,7 +107,7 @@ class PipelineStage(nn.Module):
         if tensor.dtype != self.dtype:
             raise ValueError(f"{where}: the tensor to send is {tensor.dtype}; the pipeline runs in {self.dtype}")
         data = tensor.detach().contiguous()
-        with trace.span(operation, microbatch, dst, tuple(data.shape), data.numel() * data.element_size()):
+        with trace.span(operation, microbatch, dst, tuple(data.shape), data.numel() * data.element_size(), chunk):
             # Posted, not waited for: the stage goes on computing while the message travels. `data` is
             # an activation kept for backward (or an input gradient), never changed afterwards.
             self._sends.append((dist.isend(data, group=self.group, group_dst=dst), data))
@@ -103,12 +119,12 @@ class PipelineStage(nn.Module):
             waiting.wait(work)
             self._sends.pop(0)
 
-    def recv(self, src: int, shape, operation: str, microbatch: int = 0) -> torch.Tensor:
-        where = f"stage {self.pp_rank} {operation}(mb={microbatch})"
+    def recv(self, src: int, shape, operation: str, microbatch: int = 0, chunk: int = 0) -> torch.Tensor:
+        where = f"stage {self.pp_rank} {operation}(mb={microbatch}{f', chunk {chunk}' if chunk else ''})"
         self._check_peer(src, where)
         shape = tuple(int(s) for s in shape)
         buffer = torch.empty(shape, dtype=self.dtype, device=self.device)
-        with trace.span(operation, microbatch, src, shape, buffer.numel() * buffer.element_size()):
+        with trace.span(operation, microbatch, src, shape, buffer.numel() * buffer.element_size(), chunk):
             waiting.wait(dist.irecv(buffer, group=self.group, group_src=src))
         return buffer
 

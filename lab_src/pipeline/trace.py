@@ -1,11 +1,17 @@
 """The event record behind every picture of a run.
 
-Each rank records one `Event` per forward or backward chunk and per point-to-point operation:
+Each rank records one `Event` per forward or backward chunk, per point-to-point operation and per
+collective (q14's all-reduces):
 
-    (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk)
+    (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk, held[, group])
 
 `rank` and `peer` are pipeline ranks; `kind` is an operation of `schedules.Op` ("forward", "send_forward",
-...); `chunk` is the model chunk of the rank (0 unless the schedule is interleaved). Times are seconds on the host's monotonic clock
+...) or a collective of COLLECTIVES ("allreduce_dp", "allreduce_tied"); `chunk` is the model chunk of the
+rank (0 unless the schedule is interleaved); `held` is the activation memory the rank holds when the
+operation ends: bytes of tensors saved for backward and not yet freed (harness/memory.py counts them while a
+pipeline case runs its step; 0 where nothing was counted); `group`, for a collective only, the global ranks
+taking part (a collective has no peer, and its `bytes` is the buffer this rank handed to it). Rows of 8 or
+9 fields (written before `chunk` or `held` existed) still load. Times are seconds on the host's monotonic clock
 (`time.perf_counter`), which every process of a `torchrun --standalone` run shares, so the ranks'
 timelines line up without any synchronisation; `CaseOutcome.events()` moves a case's first event to 0.
 
@@ -18,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 
 from lab_src.pipeline.schedules import Op
@@ -26,7 +32,9 @@ from lab_src.pipeline.schedules import Op
 COMPUTE = tuple(o.value for o in Op if o.is_compute)
 SENDS = tuple(o.value for o in Op if o.is_send)
 RECVS = tuple(o.value for o in Op if o.is_recv)
-KINDS = tuple(o.value for o in Op)
+# Collectives, by what they reduce: the data-parallel gradient average, the tied embedding's gradient sum.
+COLLECTIVES = ("allreduce_dp", "allreduce_tied")
+KINDS = tuple(o.value for o in Op) + COLLECTIVES
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,8 @@ class Event:
     t_start: float
     t_end: float
     chunk: int = 0
+    held: int = 0                   # bytes saved for backward held by the rank when the operation ended
+    group: tuple | None = None      # a collective's global ranks
 
     @property
     def duration(self) -> float:
@@ -62,24 +72,35 @@ class Event:
         return self.kind in RECVS
 
     @property
+    def is_collective(self) -> bool:
+        return self.kind in COLLECTIVES
+
+    @property
     def phase(self) -> str:
-        """"forward" (activations) or "backward" (gradients)."""
-        return Op(self.kind).phase
+        """"forward" (activations) or "backward" (gradients); "collective" for a collective."""
+        return "collective" if self.is_collective else Op(self.kind).phase
 
     def label(self) -> str:
         """Short text such as 'F3', 'B0', 'send_forward(mb=2) to rank 1'."""
         if self.is_compute:
             return f"{self.kind[0].upper()}{self.microbatch}"
+        if self.is_collective:
+            return f"{self.kind} over ranks {list(self.group or ())}"
         direction = "to" if self.is_send else "from"
         return f"{self.kind}(mb={self.microbatch}) {direction} rank {self.peer}"
 
     def to_row(self) -> tuple:
-        return astuple(self)
+        row = astuple(self)
+        return row if self.group is not None else row[:-1]   # a P2P or compute row is as it always was
 
     @classmethod
     def from_row(cls, row) -> "Event":
-        rank, kind, mb, peer, shape, nbytes, t0, t1, *chunk = row
-        return cls(rank, kind, mb, peer, tuple(shape) if shape is not None else None, nbytes, t0, t1, *chunk[:1])
+        rank, kind, mb, peer, shape, nbytes, t0, t1, *rest = row
+        chunk = rest[0] if rest else 0
+        held = rest[1] if len(rest) > 1 else 0
+        group = tuple(rest[2]) if len(rest) > 2 and rest[2] is not None else None
+        return cls(rank, kind, mb, peer, tuple(shape) if shape is not None else None, nbytes, t0, t1, chunk, held,
+                   group)
 
 
 class Tracer:
@@ -93,10 +114,13 @@ class Tracer:
         self.pending: list | None = None      # the operation in progress: [label, kind, mb, peer]
         self.pending_since: float | None = None   # when it began (time.perf_counter)
         self._journal = journal               # journal(tag, pending): harness/runfolder.py's format, or None
+        self.memory = None                    # () -> bytes saved for backward now held (harness/memory.py)
 
     @contextlib.contextmanager
-    def span(self, kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chunk: int = 0):
-        pending = self.pending = [self.label, kind, microbatch, peer]
+    def span(self, kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chunk: int = 0,
+             group: tuple | None = None):
+        # what a deadlock report names: the peer of a message, the ranks of a collective
+        pending = self.pending = [self.label, kind, microbatch, peer if group is None else list(group)]
         if self._journal:
             self._journal("B", pending)
         t_start = self.pending_since = time.perf_counter()
@@ -105,11 +129,31 @@ class Tracer:
             self.sync()
         t_end = time.perf_counter()
         self.pending = self.pending_since = None
-        self.events.append(Event(self.rank, kind, microbatch, peer,
-                                 tuple(shape) if shape is not None else None, nbytes, t_start, t_end, chunk))
-        if self._journal:
-            self._journal("E", pending)
+        self.record(Event(self.rank, kind, microbatch, peer, tuple(shape) if shape is not None else None, nbytes,
+                          t_start, t_end, chunk, group=tuple(group) if group is not None else None), pending)
 
+    def held(self) -> int:
+        return self.memory() if self.memory is not None else 0
+
+    def begin(self, kind: str, microbatch=None, peer=None, posted: bool = False) -> list:
+        """Journal the start of an operation that ends later; `record` ends it. `posted`: a message posted
+        (a raw isend or irecv) that the rank does not wait for yet: `awaits` says when it does."""
+        pending = [self.label, kind, microbatch, peer]
+        if self._journal:
+            self._journal("P" if posted else "B", pending)
+        return pending
+
+    def awaits(self, pending: list) -> None:
+        """Journal that the rank now waits for the posted message `pending` (harness/deadlock.py)."""
+        self.pending, self.pending_since = pending, time.perf_counter()
+        if self._journal:
+            self._journal("A", pending)
+
+    def record(self, event: Event, pending: list | None = None) -> None:
+        """Keep a finished event (with the memory held now) and journal its end."""
+        self.events.append(replace(event, held=self.held()) if self.memory is not None else event)
+        if self._journal and pending is not None:
+            self._journal("E", pending)
 
     def finished(self) -> None:
         """Journal that this rank has done its part of the case: from now on it only waits for its sends
@@ -135,14 +179,32 @@ def tracing(tracer: Tracer):
 
 
 @contextlib.contextmanager
-def span(kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chunk: int = 0):
+def span(kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chunk: int = 0,
+         group: tuple | None = None):
     """Record under the active tracer, if any (code run outside a check is simply not traced)."""
     t = active()
     if t is None:
         yield
     else:
-        with t.span(kind, microbatch, peer, shape, nbytes, chunk):
+        with t.span(kind, microbatch, peer, shape, nbytes, chunk, group):
             yield
+
+
+@contextlib.contextmanager
+def waiting(kind: str, group: tuple):
+    """Mark a collective's preparation as the operation in progress (for the journal and an error's report)
+    without recording an event: its members agreeing on what to reduce is not the reduction (q14)."""
+    t = active()
+    if t is None:
+        yield
+        return
+    pending = t.pending = [t.label, kind, None, list(group)]
+    if t._journal:
+        t._journal("B", pending)
+    yield                               # on an exception `pending` stays set, as in Tracer.span
+    t.pending = None
+    if t._journal:
+        t._journal("E", pending)
 
 
 def save_events(events: list[Event], path: Path) -> None:

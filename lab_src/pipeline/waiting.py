@@ -54,6 +54,17 @@ class _Helper:
             done.set()
 
 
+def stoppable() -> bool:
+    """Whether a wait here can be stopped (inside a check's case)."""
+    return bool(_stop_checks)
+
+
+def barrier(group) -> None:
+    """A barrier of `group` that the check can stop."""
+    import torch.distributed as dist
+    wait(dist.barrier(group=group, async_op=True))
+
+
 def wait(work, poll_s: float = 0.05) -> None:
     """`work.wait()`, unless the rank is asked to stop first (then StoppedWaiting)."""
     global _helper

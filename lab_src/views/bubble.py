@@ -3,14 +3,27 @@
 For All-Forward-All-Backward with p stages and m micro-batches, if every stage takes the same time
 for a forward and the same for a backward and messages are free, the bubble is (p-1)/(m+p-1).
 The measured bubble is one minus the time ranks spent computing, over p times the step's span.
+
+With v chunks per rank (Interleaved 1F1B), a rank's idle time at the ends of the step shrinks to
+(p-1)/v of a stage's forward and backward, so the idle share of the step is (p-1)/(v*m+p-1). It is
+the same quantity as the measured bubble (idle over the whole step). Megatron-LM's paper writes
+(p-1)/(v*m) instead: idle time over compute time, which is not a share and exceeds 1 for m < p.
 """
 from __future__ import annotations
 
 from lab_src.pipeline.trace import Event
 
 
-def theoretical_bubble(p: int, m: int) -> float:
-    return (p - 1) / (m + p - 1)
+def theoretical_bubble(p: int, m: int, v: int = 1) -> float:
+    """The idle share of a step in theory: (p-1)/(v*m+p-1); v = 1 for one chunk per rank."""
+    return (p - 1) / (v * m + p - 1)
+
+
+def theory_text(p: int, m: int, v: int = 1) -> str:
+    """'theory (p-1)/(m+p-1) = (4-1)/(8+4-1) = 27.3%', with v*m where there are v > 1 chunks per rank."""
+    if v > 1:
+        return f"theory (p-1)/(v·m+p-1) = ({p}-1)/({v}·{m}+{p}-1) = {theoretical_bubble(p, m, v):.1%}"
+    return f"theory (p-1)/(m+p-1) = ({p}-1)/({m}+{p}-1) = {theoretical_bubble(p, m):.1%}"
 
 
 def measured_bubble(events: list[Event], p: int) -> float | None:
@@ -27,8 +40,7 @@ def bytes_sent(events: list[Event], p: int) -> dict[int, int]:
     return {r: sum(e.bytes for e in events if e.rank == r and e.is_send) for r in range(p)}
 
 
-def describe(events: list[Event], p: int, m: int) -> str:
+def describe(events: list[Event], p: int, m: int, v: int = 1) -> str:
     measured = measured_bubble(events, p)
-    theory = theoretical_bubble(p, m)
     got = f"{measured:.1%}" if measured is not None else "n/a"
-    return f"bubble: measured {got}, theory (p-1)/(m+p-1) = ({p}-1)/({m}+{p}-1) = {theory:.1%}"
+    return f"bubble: measured {got}, {theory_text(p, m, v)}"

@@ -1,7 +1,9 @@
 """Export a run's events as Chrome-trace JSON, which Perfetto (ui.perfetto.dev) and chrome://tracing open.
 
-Each rank is a thread row; forward, backward, sends and receives are boxes; every send is joined to
-its matching receive by a flow arrow.
+Each rank is a thread row; forward, backward, sends, receives and all-reduces (category "collective",
+with the ranks taking part) are boxes; every send is joined to its matching receive by a flow arrow.
+Where the run counted activation memory, each rank also gets a counter track of the bytes it held for
+backward.
 """
 from __future__ import annotations
 
@@ -19,6 +21,11 @@ def to_chrome_trace(events: list[Event], title: str = "pipeline step") -> dict:
         trace.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}})
         trace.append({"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": r, "args": {"sort_index": r}})
     for e in events:
+        if e.is_collective:     # an all-reduce: its own category, and the ranks that took part
+            trace.append({"ph": "X", "name": f"{e.kind} {list(e.group or ())}", "cat": "collective", "pid": 0,
+                          "tid": e.rank, "ts": e.t_start * us, "dur": max(e.duration * us, 0.001),
+                          "args": {"group": list(e.group or ()), "shape": e.shape, "bytes": e.bytes}})
+            continue
         name = e.label() if e.is_compute else f"{e.kind} mb{e.microbatch}"
         trace.append({"ph": "X", "name": name, "cat": "compute" if e.is_compute else "p2p", "pid": 0,
                       "tid": e.rank, "ts": e.t_start * us, "dur": max(e.duration * us, 0.001),
@@ -28,6 +35,10 @@ def to_chrome_trace(events: list[Event], title: str = "pipeline step") -> dict:
                       "ts": send.t_start * us})
         trace.append({"ph": "f", "bp": "e", "id": i, "name": "message", "cat": "p2p", "pid": 0, "tid": recv.rank,
                       "ts": max(recv.t_start * us, recv.t_end * us - 0.001)})
+    if any(e.held for e in events):         # activation memory: one counter track per rank
+        for e in sorted(events, key=lambda e: e.t_end):
+            trace.append({"ph": "C", "name": f"rank {e.rank} activation memory", "pid": 0, "ts": e.t_end * us,
+                          "args": {"bytes held for backward": e.held}})
     return {"traceEvents": trace, "displayTimeUnit": "ms"}
 
 

@@ -6,7 +6,7 @@
     rank 1 |----0fff1fff2fff3fff------------0bbb1bbb2bbb3bbb....|
 
 `f` forward, `b` backward, a digit where micro-batch k's box starts, `-` inside a send or receive,
-`.` idle. `step_grid` draws the same schedule in logical steps (each compute box one step, placed as
+`=` inside an all-reduce (q14), `.` idle. `step_grid` draws the same schedule in logical steps (each compute box one step, placed as
 soon as its input exists), which is what the error messages show.
 """
 from __future__ import annotations
@@ -29,14 +29,15 @@ def time_grid(events: list[Event], p: int, width: int = 72) -> str:
         for e in sorted(mine, key=lambda e: e.is_compute):  # compute drawn last, over messaging
             a = int((e.t_start - t0) / span * width)
             b = max(a + 1, int(round((e.t_end - t0) / span * width)))
-            fill = e.kind[0] if e.is_compute else "-"
+            fill = e.kind[0] if e.is_compute else "=" if e.is_collective else "-"
             for c in range(a, min(b, width)):
                 row[c] = fill
             if e.is_compute and a < width:
                 row[a] = str(e.microbatch % 10)
         rows.append(f"rank {r} |{''.join(row)}|")
     scale = f"{'':7}0 ms{'':{width - 8}}{span * 1e3:.1f} ms"
-    return "\n".join(rows + [scale, LEGEND])
+    legend = LEGEND + (", = all-reduce" if any(e.is_collective for e in events) else "")
+    return "\n".join(rows + [scale, legend])
 
 
 def logical_steps(events: list[Event], p: int) -> dict[tuple[int, str, int], int]:

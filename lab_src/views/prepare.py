@@ -3,13 +3,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lab_src.views.bubble import bytes_sent, measured_bubble, theoretical_bubble
+from lab_src.views.bubble import bytes_sent, measured_bubble, theoretical_bubble, theory_text
 from lab_src.pipeline.trace import SENDS, Event
 from lab_src.views.clocks import clock_offsets, shift
 from lab_src.pipeline.matching import Matching, match
 
 COLORS = {"forward": "#4c78a8", "backward": "#f58518", "send": "#54a24b", "recv": "#9e9e9e",
-          "idle": "#f1f1f1", "cursor": "#d62728", "wait": "#d62728"}
+          "idle": "#f1f1f1", "cursor": "#d62728", "wait": "#d62728", "allreduce_dp": "#9467bd",
+          "allreduce_tied": "#e377c2"}
+COLLECTIVE_LABELS = {"allreduce_dp": "data-parallel all-reduce", "allreduce_tied": "tied-embedding all-reduce"}
+
+
+def box_color(e: Event, chunks: int = 1) -> str:
+    """A compute box's colour: forward blue, backward orange; with several chunks per rank, chunk 0 in
+    the full colour and each later chunk paler, so that the chunks can be told apart."""
+    base = COLORS[e.kind]
+    if chunks <= 1 or not e.chunk:
+        return base
+    mix = 0.6 * e.chunk / (chunks - 1)          # the last chunk 60 % of the way to white
+    rgb = [int(base[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (255 - c) * mix):02x}" for c in rgb)
+
+
+def box_label(e: Event, chunks: int = 1) -> str:
+    """'F3' (forward of micro-batch 3); 'F3c1' on chunk 1 where ranks hold several chunks."""
+    return f"{e.kind[0].upper()}{e.microbatch}" + (f"c{e.chunk}" if chunks > 1 else "")
 
 
 @dataclass
@@ -23,6 +41,7 @@ class Timeline:
     kind: str = "measured"              # or "ideal"
     note: str = ""                      # how the events were made (the ideal view's cost model)
     raw_bubble: float | None = None     # the bubble before the clocks were aligned (what the check printed)
+    chunks: int = 1                     # model chunks per rank (v of an interleaved schedule)
     # a run that did not finish: the operations ranks were left in (from their start to when the rank
     # gave up or was stopped), and where a rank's part ended in an exception: (rank, time, what)
     waits: list[Event] = field(default_factory=list)
@@ -65,14 +84,14 @@ class Timeline:
 
     @property
     def theory(self) -> float:
-        return theoretical_bubble(self.p, self.m)
+        return theoretical_bubble(self.p, self.m, self.chunks)
 
     def bytes_sent(self) -> dict[int, int]:
         return bytes_sent(self.events, self.p)
 
     def bubble_text(self) -> str:
         got = "n/a (no forward/backward recorded)" if self.bubble is None else f"{self.bubble:.1%}"
-        return f"bubble {got} vs theory (p-1)/(m+p-1) = ({self.p}-1)/({self.m}+{self.p}-1) = {self.theory:.1%}"
+        return f"bubble {got} vs {theory_text(self.p, self.m, self.chunks)}"
 
     def arrow_of(self, e: Event) -> tuple[Event, Event] | None:
         """The (send, receive) pair that `e` belongs to, if it is a matched message."""
@@ -83,7 +102,7 @@ class Timeline:
 
 
 def prepare(events: list[Event], p: int, m: int, *, kind: str = "measured", note: str = "",
-            align: bool = True, waits: list[Event] = (), ends=(), verdict: str = "") -> Timeline:
+            align: bool = True, chunks: int = 1, waits: list[Event] = (), ends=(), verdict: str = "") -> Timeline:
     """Match the messages, put the ranks on one clock (see clocks.py), start the step at time 0.
     `waits` and `ends` (of a run that did not finish) go on the same clock."""
     events, waits = list(events), list(waits)
@@ -102,7 +121,8 @@ def prepare(events: list[Event], p: int, m: int, *, kind: str = "measured", note
     if offsets:
         shifts = ", ".join(f"rank {r} {o * 1e3:+.2f} ms" for r, o in offsets.items())
         note = "; ".join(filter(None, [note, f"clocks aligned with the messages ({shifts})"]))
-    return Timeline(events, p, m, match(events), offsets, kind, note, raw_bubble, waits, list(ends), verdict)
+    return Timeline(events, p, m, match(events), offsets, kind, note, raw_bubble, chunks=chunks, waits=waits,
+                    ends=list(ends), verdict=verdict)
 
 
 def describe_wait(e: Event) -> str:
@@ -112,9 +132,27 @@ def describe_wait(e: Event) -> str:
             f"until the run was stopped at {e.t_end * 1e3:.0f} ms: the message never came")
 
 
-def describe(e: Event, matched: tuple[Event, Event] | None = None) -> str:
+def collective_calls(events: list[Event]) -> list[tuple[str, tuple, list[Event]]]:
+    """Each all-reduce as one call: (kind, group, the members' events). The k-th all-reduce of a kind
+    over a group on one member is the k-th on every other member (collectives run in the same order)."""
+    seen: dict[tuple, list[list[Event]]] = {}
+    counts: dict[tuple, int] = {}
+    for e in sorted((e for e in events if e.is_collective), key=lambda e: (e.t_start, e.rank)):
+        key = (e.kind, e.group, e.rank)
+        k = counts[key] = counts.get(key, -1) + 1
+        calls = seen.setdefault((e.kind, e.group), [])
+        while len(calls) <= k:
+            calls.append([])
+        calls[k].append(e)
+    return [(kind, group, members) for (kind, group), calls in seen.items() for members in calls]
+
+
+def describe(e: Event, matched: tuple[Event, Event] | None = None, chunks: int = 1) -> str:
     """One line about an event: the op, its rank and peer, micro-batch, shape, bytes and duration."""
-    what = f"rank {e.rank} · {e.kind} of micro-batch {e.microbatch}"
+    if e.is_collective:
+        return (f"rank {e.rank} · {COLLECTIVE_LABELS.get(e.kind, e.kind)} over ranks {list(e.group or ())} · "
+                f"{e.bytes:,} bytes · {e.t_start * 1e3:.2f}–{e.t_end * 1e3:.2f} ms ({e.duration * 1e3:.2f} ms)")
+    what = f"rank {e.rank} · {e.kind} of micro-batch {e.microbatch}" + (f" on chunk {e.chunk}" if chunks > 1 else "")
     if not e.is_compute:
         what += f" {'to' if e.kind in SENDS else 'from'} rank {e.peer}"
     if e.shape:                         # () is the last stage's loss: nothing to show

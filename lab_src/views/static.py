@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from lab_src.views.prepare import COLORS, Timeline
+from lab_src.views.prepare import COLLECTIVE_LABELS, COLORS, Timeline, box_color, box_label, collective_calls
 
 ROW = 0.7     # height of a compute box, in rows
 BAR = 0.22    # height of a send/receive bar
@@ -36,14 +36,21 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
         ax.barh(r, tl.span * ms, left=0, height=ROW, color=COLORS["idle"], hatch="///", edgecolor="#d4d4d4", lw=0)
     for e in tl.events:
         if e.is_compute:
-            ax.barh(e.rank, e.duration * ms, left=e.t_start * ms, height=ROW, color=COLORS[e.kind],
+            ax.barh(e.rank, e.duration * ms, left=e.t_start * ms, height=ROW, color=box_color(e, tl.chunks),
                     edgecolor="white", lw=0.5)
             if e.duration > 0.016 * t_max:
-                ax.text((e.t_start + e.duration / 2) * ms, e.rank, f"{e.kind[0].upper()}{e.microbatch}",
+                ax.text((e.t_start + e.duration / 2) * ms, e.rank, box_label(e, tl.chunks),
                         ha="center", va="center", color="white", fontsize=7.5, fontweight="bold")
+        elif e.is_collective:       # an all-reduce: a thicker bar, joined to the other members below
+            ax.barh(e.rank, max(e.duration, 0.002 * t_max) * ms, left=e.t_start * ms, height=2 * BAR,
+                    color=COLORS[e.kind])
         else:
             ax.barh(e.rank, max(e.duration, 0.002 * t_max) * ms, left=e.t_start * ms, height=BAR,
                     color=COLORS["send" if e.is_send else "recv"])
+    for kind, group, members in collective_calls(tl.events):
+        if len(group) > 1:
+            t = max(e.t_end for e in members) * ms
+            ax.plot([t, t], [min(group), max(group)], color=COLORS[kind], lw=1.2, ls=":", alpha=0.9)
     for send, recv in tl.matching.pairs:
         down = recv.rank > send.rank
         color = COLORS[send.phase]
@@ -52,8 +59,10 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
                     arrowprops=dict(arrowstyle="-|>", color=color, lw=0.9, alpha=0.8, shrinkA=0, shrinkB=0,
                                     mutation_scale=8))
     _draw_unfinished(ax, tl, t_max)
+    reduced = {r: sum(e.bytes for e in tl.events if e.rank == r and e.is_collective) for r in range(tl.p)}
     for r, n in tl.bytes_sent().items():
-        ax.text(1.005, r, f"sent {n:,} B", transform=ax.get_yaxis_transform(), va="center", fontsize=8)
+        extra = f"\n+ {reduced[r]:,} B all-reduced" if reduced[r] else ""
+        ax.text(1.005, r, f"sent {n:,} B{extra}", transform=ax.get_yaxis_transform(), va="center", fontsize=8)
     ax.set_yticks(range(tl.p), [f"rank {r}" for r in range(tl.p)])
     ax.set_ylim(tl.p - 0.5, -0.5)     # rank 0 on top
     ax.set_xlim(0, t_max * ms * 1.01)
@@ -98,25 +107,40 @@ def _draw_unfinished(ax, tl: Timeline, t_max: float) -> None:
         ax.text(x, rank - ROW / 2, f" {what}", color=red, fontsize=7.5, ha="left", va="bottom")
 
 
-def legend_handles(unfinished: bool = False) -> list:
+def legend_handles(collectives: tuple = (), chunks: int = 1, unfinished: bool = False) -> list:
     extra = [Patch(facecolor=COLORS["wait"], alpha=0.3, edgecolor=COLORS["wait"], linestyle="--",
                    label="left waiting")] if unfinished else []
+    later = []
+    if chunks > 1:     # the palest forward and backward: the last chunk
+        from lab_src.pipeline.trace import Event
+        pale = [Event(0, k, 0, None, None, 0, 0.0, 0.0, chunks - 1) for k in ("forward", "backward")]
+        later = [Patch(color=box_color(pale[0], chunks), label=f"paler: later chunks (F3c1: micro-batch 3, chunk 1)"),
+                 Patch(color=box_color(pale[1], chunks), label=f"backward, chunk {chunks - 1}")]
     return extra + [Patch(color=COLORS["forward"], label="forward"), Patch(color=COLORS["backward"], label="backward"),
-            Patch(color=COLORS["send"], label="send"), Patch(color=COLORS["recv"], label="receive (waiting)"),
-            Patch(facecolor=COLORS["idle"], hatch="///", edgecolor="#c8c8c8", label="idle (bubble)"),
-            Line2D([], [], color="#555", marker=">", markersize=5, lw=1, label="message: send → receive")]
+                    *later,
+                    Patch(color=COLORS["send"], label="send"), Patch(color=COLORS["recv"], label="receive (waiting)"),
+                    Patch(facecolor=COLORS["idle"], hatch="///", edgecolor="#c8c8c8", label="idle (bubble)"),
+                    Line2D([], [], color="#555", marker=">", markersize=5, lw=1, label="message: send → receive")] + \
+        [Patch(color=COLORS[k], label=COLLECTIVE_LABELS[k]) for k in COLLECTIVE_LABELS if k in collectives]
 
 
-def figure(timelines: list[Timeline], title: str = "") -> TimelineFigure:
-    """One panel per timeline (measured, ideal, ...), each on its own time axis in ms."""
+def figure(timelines: list[Timeline], title: str = "", memory_unit: str = "bytes") -> TimelineFigure:
+    """One panel per timeline (measured, ideal, ...), each on its own time axis in ms; under a timeline
+    whose events carry activation memory, its memory lane (views/memory.py) on the same axis."""
+    from lab_src.views.memory import draw_lane, has_memory
     p = timelines[0].p
-    fig = TimelineFigure(figsize=(11, 0.5 + len(timelines) * (0.45 * p + 1.0)), layout="constrained")
-    axes = fig.subplots(len(timelines), 1, squeeze=False)[:, 0]
-    for ax, tl in zip(axes, timelines):     # each on its own axis: an ideal step can be much shorter
-        draw(ax, tl)
+    panels = [(kind, tl) for tl in timelines for kind in ("timeline", "memory")
+              if kind == "timeline" or has_memory(tl)]
+    heights = [0.45 * p + 1.0 if kind == "timeline" else 1.3 for kind, _ in panels]
+    fig = TimelineFigure(figsize=(11, 0.5 + sum(heights)), layout="constrained")
+    axes = fig.subplots(len(panels), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    for ax, (kind, tl) in zip(axes, panels):   # each on its own axis: an ideal step can be much shorter
+        draw(ax, tl) if kind == "timeline" else draw_lane(ax, tl, unit=memory_unit)
     axes[-1].set_xlabel("time since the step started (ms)")
     if title:
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")
     unfinished = any(tl.unfinished for tl in timelines)
-    fig.legend(handles=legend_handles(unfinished), loc="outside lower center", ncol=7, fontsize=8, frameon=False)
+    kinds = tuple({e.kind for tl in timelines for e in tl.events if e.is_collective})
+    fig.legend(handles=legend_handles(kinds, timelines[0].chunks, unfinished), loc="outside lower center",
+               ncol=(7 if unfinished else 6) + len(kinds) // 2, fontsize=8, frameon=False)
     return fig

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from html import escape
 
-from lab_src.views.prepare import COLORS, Timeline, describe, describe_wait
+from lab_src.views import memory
+from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, Timeline, box_color, box_label, collective_calls,
+                                   describe, describe_wait)
 
 LEFT, RIGHT, TOP, ROW_H, BOX_H, BAR_H, AXIS_H, LEGEND_H = 62, 118, 10, 46, 28, 10, 36, 22
 GHOST = 0.16
@@ -35,11 +37,14 @@ def nice_ticks(t_max_ms: float, target: int = 8) -> list[float]:
     return [i * step for i in range(int(t_max_ms / step) + 1)]
 
 
-def legend(x: float, y: float, unfinished: bool = False) -> str:
+def legend(x: float, y: float, collectives: tuple = (), chunks: int = 1, unfinished: bool = False) -> str:
     """What the colours mean, in one line starting at (x, y)."""
-    items = [(COLORS["forward"], "forward", BOX_H), (COLORS["backward"], "backward", BOX_H),
+    forward = "forward (paler: later chunks)" if chunks > 1 else "forward"
+    items = [(COLORS["forward"], forward, BOX_H), (COLORS["backward"], "backward", BOX_H),
              (COLORS["send"], "send", BAR_H), (COLORS["recv"], "receive (waiting)", BAR_H),
              ("url(#pp-idle)", "idle (bubble)", BOX_H)]
+    items += [(COLORS[k], COLLECTIVE_LABELS[k].replace("-embedding", ""), BAR_H) for k in COLLECTIVE_LABELS
+              if k in collectives]
     out = []
     if unfinished:
         out.append(f'<rect x="{x:.0f}" y="{y - 10:.1f}" width="14" height="10" fill="{COLORS["wait"]}" '
@@ -62,7 +67,8 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
     """The SVG of `tl` at `step` (an index into tl.events; None: the whole run, no cursor)."""
     t_max = t_max or tl.drawn_until or 1e-3
     plot_w = width - LEFT - RIGHT
-    height = TOP + tl.p * ROW_H + AXIS_H + LEGEND_H
+    lane_h = memory.LANE_H if memory.has_memory(tl) else 0      # the memory lane, when the run counted it
+    height = TOP + tl.p * ROW_H + lane_h + AXIS_H + LEGEND_H
     current = tl.events[step] if step is not None and tl.events else None
     cursor = current.t_end if current is not None else float("inf")
     current_pair = tl.arrow_of(current) if current is not None and not current.is_compute else None
@@ -84,12 +90,13 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
     # boxes: done in colour, the part still to come as a ghost
     for e in tl.events:
         compute = e.is_compute
-        color = COLORS[e.kind] if compute else COLORS["send" if e.is_send else "recv"]
-        h = BOX_H if compute else BAR_H
+        color = box_color(e, tl.chunks) if compute else COLORS[e.kind] if e.is_collective else \
+            COLORS["send" if e.is_send else "recv"]
+        h = BOX_H if compute else 1.8 * BAR_H if e.is_collective else BAR_H
         y = mid(e.rank) - h / 2
         x0, x1 = x(e.t_start), max(x(e.t_end), x(e.t_start) + 1.5)
         xc = min(max(x(cursor), x0), x1) if cursor < e.t_end else x1
-        tip = f"<title>{escape(describe(e, tl.arrow_of(e)))}</title>"
+        tip = f"<title>{escape(describe(e, tl.arrow_of(e), tl.chunks))}</title>"
         edge = ' stroke="white" stroke-width="0.8"' if compute else ""    # keeps neighbouring boxes apart
         if xc < x1:
             out.append(f'<rect x="{xc:.1f}" y="{y:.1f}" width="{x1 - xc:.1f}" height="{h}" fill="{color}" '
@@ -104,7 +111,7 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
             fill = "white" if cursor >= e.t_end else "#888"
             out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{mid(e.rank) + 4}" text-anchor="middle" fill="{fill}" '
                        f'font-size="10" font-weight="bold" pointer-events="none">'
-                       f'{e.kind[0].upper()}{e.microbatch}</text>')
+                       f'{box_label(e, tl.chunks)}</text>')
     # arrows, from the start of each send to the end of its receive
     for send, recv in tl.matching.pairs:
         down = recv.rank > send.rank
@@ -116,13 +123,22 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
         out.append(f'<line x1="{x(send.t_start):.1f}" y1="{y0:.1f}" x2="{x(recv.t_end):.1f}" y2="{y1:.1f}" '
                    f'stroke="{COLORS[phase]}" stroke-width="{3 if bold else 1.2}" opacity="{opacity}" '
                    f'marker-end="url(#pp-head-{phase})"/>')
+    # each all-reduce joins its members once the last of them is done
+    for kind, group, members in collective_calls(tl.events):
+        done = max(e.t_end for e in members)
+        if len(group) > 1 and done <= cursor:
+            out.append(f'<line x1="{x(done):.1f}" y1="{mid(min(group)):.1f}" x2="{x(done):.1f}" '
+                       f'y2="{mid(max(group)):.1f}" stroke="{COLORS[kind]}" stroke-width="1.5" '
+                       f'stroke-dasharray="3,2"/>')
     out += _unfinished(tl, x, mid, cursor, t_max)
     # bytes each rank has sent so far
     for r in range(tl.p):
         sent = sum(e.bytes for e in tl.events if e.rank == r and e.is_send and e.t_end <= cursor)
         out.append(f'<text x="{width - RIGHT + 8}" y="{mid(r) + 4}" fill="#444">sent {sent:,} B</text>')
+    if lane_h:
+        out.append(memory.svg_lane(tl, x, TOP + tl.p * ROW_H, LEFT, plot_w, cursor))
     # time axis in ms, and the cursor
-    axis_y = TOP + tl.p * ROW_H + 4
+    axis_y = TOP + tl.p * ROW_H + lane_h + 4
     out.append(f'<line x1="{LEFT}" y1="{axis_y}" x2="{LEFT + plot_w}" y2="{axis_y}" stroke="#888"/>')
     for t in nice_ticks(t_max * 1e3):
         xt = x(t / 1e3)
@@ -134,7 +150,8 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
         out.append(f'<line x1="{xc:.1f}" y1="{TOP - 4}" x2="{xc:.1f}" y2="{axis_y}" stroke="{COLORS["cursor"]}" '
                    f'stroke-width="1.5"/><text x="{xc + 3:.1f}" y="{axis_y + 30}" fill="{COLORS["cursor"]}">'
                    f't = {cursor * 1e3:.2f} ms</text>')
-    out.append(legend(LEFT, height - 8, tl.unfinished))
+    out.append(legend(LEFT, height - 8, tuple({e.kind for e in tl.events if e.is_collective}), tl.chunks,
+                      tl.unfinished))
     out.append("</svg>")
     return "\n".join(out)
 

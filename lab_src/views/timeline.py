@@ -14,6 +14,8 @@ returns the static matplotlib figure instead (static.py).
     ideal.py     a schedule's step under a cost model (equal compute per layer, latency + bandwidth)
     prepare.py   a run prepared for drawing: sorted steps, bubble, bytes sent
     static.py    matplotlib figure          svg.py    one animation frame    widget.py  the ipywidgets view
+    memory.py    the memory lane under the ranks (bytes each rank holds for its backwards)
+    schedule_figure.py  schedules drawn from the schedule model       experiments.py  Q12's memory and bubble plots
 
 Importing this package loads neither matplotlib nor ipywidgets: each is imported when first used.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import os
 
+from lab_src.pipeline import schedules
 from lab_src.pipeline.trace import Event
 from lab_src.views.prepare import Timeline, prepare
 from lab_src.views.ideal import CostModel, calibrate, ideal_events
@@ -33,7 +36,7 @@ def timelines(events: list[Event], p: int, m: int, *, schedule: str = "afab", ac
     """(measured, ideal) for one run of `schedule`. `stage_layers` is the number of blocks each rank
     ran, as the run recorded it. The ideal's compute comes from `cost`, else from the run itself.
     `waits`, `ends`, `verdict`: where a run that did not finish left its ranks (prepare.Timeline)."""
-    messages = [e for e in events if not e.is_compute]
+    messages = [e for e in events if e.is_send or e.is_recv]
     if activation_bytes is None:
         activation_bytes = max((e.bytes for e in messages), default=0)
     shape = next((e.shape for e in messages), None)
@@ -44,8 +47,9 @@ def timelines(events: list[Event], p: int, m: int, *, schedule: str = "afab", ac
     note = cost.describe(p, sum(stage_layers) if stage_layers else None, source)
     ideal = ideal_events(p, m, cost, schedule=schedule, stage_layers=stage_layers,
                          activation_bytes=activation_bytes, shape=shape)
-    return (prepare(events, p, m, waits=waits, ends=ends, verdict=verdict),
-            prepare(ideal, p, m, kind="ideal", note=note, align=False))
+    v = schedules.schedule(schedule).chunks_per_rank if isinstance(schedule, str) else schedule.chunks_per_rank
+    return (prepare(events, p, m, chunks=v, waits=waits, ends=ends, verdict=verdict),
+            prepare(ideal, p, m, kind="ideal", note=note, align=False, chunks=v))
 
 
 def static_figure(events: list[Event], p: int, m: int, *, title: str = "", with_ideal: bool = True, **how):

@@ -17,7 +17,8 @@ from html import escape
 
 import ipywidgets as w
 
-from lab_src.views import svg
+from lab_src.views import memory, svg
+from lab_src.views.bubble import theory_text
 from lab_src.views.prepare import Timeline, describe
 
 
@@ -70,7 +71,7 @@ class TimelineWidget(w.VBox):
         self.frame.value = svg.frame(tl, i)
         e = tl.events[i]
         self.info.value = (f'<div class="pp-timeline-info">step {i + 1}/{len(tl.events)} · '
-                           f"t = {e.t_end * 1e3:.2f} ms · {escape(describe(e, tl.arrow_of(e)))}</div>")
+                           f"t = {e.t_end * 1e3:.2f} ms · {escape(describe(e, tl.arrow_of(e), tl.chunks))}</div>")
 
     def _side_panel(self) -> str:
         measured, ideal = self.views["measured"], self.views["ideal"]
@@ -80,6 +81,7 @@ class TimelineWidget(w.VBox):
 
         rows = "".join(f"<tr><td>rank {r}</td><td style='text-align:right'>{n:,} B</td></tr>"
                        for r, n in self.view.bytes_sent().items())
+        pipeline_p = getattr(measured, "pipeline_p", measured.p)   # a grid's rows are several pipelines (q14)
         raw = ""
         notes = []
         if measured.offsets:
@@ -100,9 +102,12 @@ class TimelineWidget(w.VBox):
         return (f'<div class="pp-timeline-side" style="font-size:12px; line-height:1.45">'
                 f"<b>Bubble</b> (idle share of the step)<br>"
                 f"measured: <b>{pct(measured.bubble)}</b>{raw}<br>ideal: {pct(ideal.bubble)}<br>"
-                f"theory (p-1)/(m+p-1) = ({measured.p}-1)/({measured.m}+{measured.p}-1) = "
+                f"{escape(theory_text(pipeline_p, measured.m, measured.chunks).rsplit(' = ', 1)[0])} = "
                 f"<b>{measured.theory:.1%}</b><br>"
                 f"step time: measured {measured.span * 1e3:.1f} ms, ideal {ideal.span * 1e3:.1f} ms<br><br>"
                 f"<b>Bytes sent</b> ({self.toggle.value})<table>{rows}</table><br>"
+                + (f"<b>Activation memory</b> (peak held for backward)<br>"
+                   f"{escape(memory.describe_peaks(measured.events, measured.p))}<br><br>"
+                   if memory.has_memory(measured) else "")
                 + "".join(f"<div style='color:{'#b00' if n.startswith('This run did not finish') else '#555'}'>"
                           f"{escape(n)}</div>" for n in notes) + "</div>")

@@ -1,0 +1,26 @@
+"""Hidden tests of q12 (one_f_one_b_step): full pipelines of 1 to 4 stages, 1 to 6 micro-batches, uneven
+layers, float64 and other seeds, compared with the baseline (outputs, loss, every stage's gradients),
+checked to be real pipelines, and judged by One-Forward-One-Backward's rules from the recorded events:
+rank r never holds more than min(p - r, m) micro-batches awaiting their backward, and runs 1F1B's order.
+A valid All-Forward-All-Backward step keeps the exercise's `other_schedule_credit` of each case it
+breaks 1F1B in; any other failure is explained in 1F1B's terms (warm-up, steady state, cool-down)."""
+from lab_src.judge.one_f_one_b import diagnose
+from lab_src.judge.realness import WRONG_SCHEDULE
+
+from .common import CONFIGS, causes_first, pipeline_item
+
+QID = "q12"
+
+
+def cases(ctx):
+    return [ctx.case(QID, "pipeline", c) for c in CONFIGS]
+
+
+def judge(ctx, outcomes):
+    items = []
+    for out in outcomes:
+        item = pipeline_item(QID, ctx, out)
+        if item.problems and not all(p.message.startswith(WRONG_SCHEDULE) for p in item.problems):
+            item.problems[:0] = diagnose(out.events(), out.case.stages, out.case.microbatches, QID, out.case.label)
+        items.append(causes_first(item))
+    return items

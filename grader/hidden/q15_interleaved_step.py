@@ -1,0 +1,71 @@
+"""Hidden tests of q15 (interleaved_step): interleaved pipelines of 2 to 4 ranks with 2 and 4 chunks per
+rank, as many micro-batches as ranks and more, uneven layers, float64 and other seeds. Each run is
+compared with the baseline and judged against Interleaved 1F1B's program and rules (lab_src/judge/chunks.py):
+the chunks' blocks, the messages per chunk with the wrap-around from the last rank to the first, the
+memory bound and the order in which the chunks are visited."""
+from lab_src.answers import use_answers
+from lab_src.harness.case import Case
+from lab_src.harness.cases import exercises_called
+from lab_src.harness.groups import device_for
+from lab_src.judge.chunks import check_interleaved_run, interleaved_errors
+from lab_src.judge.compare import compare_run
+from lab_src.judge.problems import Problem
+from lab_src.pipeline.baseline import compute_baseline
+from lab_src.pipeline.config import LabConfig
+from lab_src.registry import exercise
+
+from .common import Item
+
+QID = "q15"
+
+# label -> (configuration, chunks per rank); simplest first (an answer that deadlocks stops being tried
+# after two cases). The number of micro-batches is a multiple of the ranks, as Interleaved 1F1B needs.
+CONFIGS = {
+    "2 ranks, 2 chunks, 2 micro-batches": (LabConfig(num_stages=2, num_layers=4, num_microbatches=2,
+                                                     global_batch_size=4), 2),
+    "2 ranks, 4 chunks, 4 micro-batches": (LabConfig(num_stages=2, num_layers=8, num_microbatches=4,
+                                                     global_batch_size=8), 4),
+    "4 ranks, 2 chunks, 8 micro-batches": (LabConfig(num_stages=4, num_layers=8, num_microbatches=8,
+                                                     global_batch_size=16), 2),
+    "3 ranks, 2 chunks, uneven layers, seed 7": (LabConfig(num_stages=3, num_layers=7, num_microbatches=3,
+                                                           global_batch_size=6, seed=7), 2),
+    "4 ranks, 2 chunks, float64, seed 123": (LabConfig(num_stages=4, num_layers=8, num_microbatches=4,
+                                                       global_batch_size=8, seed=123, dtype="float64"), 2),
+}
+
+
+def schedule_name(v: int) -> str:
+    return "interleaved" if v == 2 else f"interleaved:{v}"
+
+
+def cases(ctx):
+    called = exercises_called("interleaved") | {QID}
+    answers = {q: path for q, path in ctx.answers(QID).items() if q in called}
+    with use_answers(ctx.reference):
+        for label, (cfg, _) in CONFIGS.items():
+            if label not in ctx.baselines:
+                ctx.baselines[label] = compute_baseline(cfg, device_for(4))   # as grader/trusted.py: one launch of 4
+    return [Case(kind="interleaved", qid=QID, config=cfg, answers=answers, label=label, schedule=schedule_name(v),
+                 step=QID) for label, (cfg, v) in CONFIGS.items()]
+
+
+def judge(ctx, outcomes):
+    items = []
+    ref_layers = ctx.reference_fn("q05")
+    for out in outcomes:
+        label = out.case.label
+        item = Item("pipelines", label, interleaved_errors(QID, out, label), credit=exercise(QID).other_schedule_credit)
+        if not item.problems:
+            cfg, p = out.case.config, out.case.stages
+            # the pipeline's own faults first: a swapped message or a wrong peer explains wrong numbers
+            item.problems += check_interleaved_run(out, QID, label)
+            item.problems += compare_run(out, ctx.baselines[label], QID, label)
+            for r, o in sorted(out.obs.items()):
+                for c, got in enumerate(o.get("chunk_layers") or []):
+                    s, virtual = c * p + r, len(o["chunk_layers"]) * p
+                    want = ref_layers(cfg.num_layers, s, virtual)
+                    if got != want:
+                        item.problems.append(Problem(QID, f"chunk {c} (virtual stage {s}) holds blocks {got}; it "
+                                                          f"should hold {want}", r, None, label))
+        items.append(item)
+    return items

@@ -1,0 +1,167 @@
+"""Q12's experiments, run on the student's own steps: memory against the number of micro-batches, 1000
+micro-batches through 4 stages, and the bubble against the number of micro-batches.
+
+    runs = memory_vs_microbatches()          # your AFAB (q08) and 1F1B (q12), m = 4 ... 64, 4 stages
+    runs.figure()                            # peak activation memory per rank against m, side by side
+    thousand_microbatches(runs)              # 1F1B with m = 1000: time, and memory against m = 8
+    bubble_vs_microbatches().figure()        # measured bubble against (p-1)/(m+p-1) on the DEMO model
+
+Nothing here is graded. Each experiment is one torchrun launch of pipeline cases (harness/cases.py),
+which count the bytes each rank holds for backward (harness/memory.py). While nbgrader autogrades, they
+launch nothing.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from lab_src import answers
+from lab_src.checks.common import VISIBLE, autograding, errors, make_case, run_cases, run_dir, sources
+from lab_src.judge.problems import summary
+from lab_src.pipeline.config import DEMO, LabConfig
+from lab_src.pipeline.schedules import in_flight, schedule
+
+MEMORY_MS = (4, 8, 16, 32, 64)
+BUBBLE_MS = (1, 2, 4, 8, 16)
+STEPS = {"afab": "q08", "1f1b": "q12"}       # the exercise whose step each schedule runs
+
+
+def small(m: int) -> LabConfig:
+    """The check's small model on 4 stages, micro-batches of 2 samples, m of them."""
+    return VISIBLE.replace(num_microbatches=m, global_batch_size=2 * m)
+
+
+def _answers(schedules) -> tuple[dict, list[str]]:
+    """The student's answers the steps of `schedules` need, and the schedules left out for a missing one."""
+    srcs, skipped = {}, []
+    for name in schedules:
+        try:
+            srcs.update(sources(STEPS[name]))
+        except answers.StubCalled as e:
+            if name == "1f1b":
+                raise
+            skipped.append(f"{schedule(name).title} left out: {e}")
+    return srcs, skipped
+
+
+@dataclass
+class Runs:
+    """Peak activation memory (bytes saved for backward), micro-batches held and bubble, per run and rank."""
+    rows: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    kind: str = "memory"                  # what figure() draws: "memory" or "bubble"
+    config: LabConfig | None = None       # the configuration of a bubble experiment
+
+    def add(self, sched: str, m: int, out, cfg: LabConfig) -> None:
+        from lab_src.views.bubble import measured_bubble
+        problems = errors(out, STEPS[sched], cfg.describe())
+        if problems:
+            self.notes.append(f"{schedule(sched).title}, m = {m}: the run failed\n" + summary(problems, 3))
+            return
+        events = out.events()
+        span = max((e.t_end for e in events), default=0.0)
+        self.rows.append({"schedule": sched, "m": m, "step_s": span, "bubble": measured_bubble(events, cfg.num_stages),
+                          "peak": {r: out.obs[r].get("memory", {}).get("peak_saved_bytes", 0) for r in sorted(out.obs)},
+                          "held": {r: max(in_flight(events, r), default=0) for r in sorted(out.obs)}})
+
+    def of(self, sched: str) -> list[dict]:
+        return [row for row in self.rows if row["schedule"] == sched]
+
+    def table(self) -> str:
+        lines = [f"{'schedule':<26}{'m':>6}  peak activation memory per rank (MiB), micro-batches held"]
+        for row in self.rows:
+            ranks = "  ".join(f"r{r} {v / 2**20:7.3f} ({row['held'][r]:>3})" for r, v in row["peak"].items())
+            lines.append(f"{schedule(row['schedule']).title:<26}{row['m']:>6}  {ranks}")
+        return "\n".join(lines + self.notes)
+
+    def __repr__(self) -> str:
+        return self.table()
+
+    def figure(self):
+        from lab_src.views.experiments import bubble_figure, memory_figure
+        return bubble_figure(self) if self.kind == "bubble" else memory_figure(self)
+
+
+def _launch(plan: list[tuple[str, LabConfig]], srcs: dict, label: str, deadline_s: float) -> tuple[list, float]:
+    cases = [make_case("pipeline", cfg, srcs, STEPS[sched], schedule=sched, step=STEPS[sched]) for sched, cfg in plan]
+    started = time.monotonic()
+    run = run_cases(cases, run_dir(label), case_deadline_s=deadline_s, timeout_s=max(10.0, deadline_s / 4))
+    return run.outcomes, time.monotonic() - started
+
+
+def memory_vs_microbatches(ms=MEMORY_MS, schedules=("afab", "1f1b")) -> Runs | None:
+    """Your AFAB and 1F1B steps on 4 stages for each m in `ms`: the peak bytes each rank held for backward."""
+    if autograding():
+        print("The experiment is skipped while autograding.")
+        return None
+    srcs, skipped = _answers(schedules)
+    plan = [(s, small(m)) for m in ms for s in schedules if not any(schedule(s).title in n for n in skipped)]
+    print(f"{len(plan)} runs of the small model on 4 stages (m = {', '.join(map(str, ms))}) in one launch ...",
+          flush=True)
+    outcomes, wall = _launch(plan, srcs, "q12-memory", 120.0)
+    runs = Runs(notes=skipped, wall_s=wall)
+    for (sched, cfg), out in zip(plan, outcomes):
+        runs.add(sched, cfg.num_microbatches, out, cfg)
+    print(runs.table() + f"\n({wall:.0f} s, torchrun start included)")
+    return runs
+
+
+def thousand_microbatches(m: int = 1000, runs: Runs | None = None) -> Runs | None:
+    """Your 1F1B step with `m` micro-batches on 4 stages, beside m = 8: how long it takes, and how much
+    memory each rank holds. With `runs` (memory_vs_microbatches), also what AFAB would hold at `m`."""
+    if autograding():
+        print("The experiment is skipped while autograding.")
+        return None
+    srcs, _ = _answers(("1f1b",))
+    plan = [("1f1b", small(8)), ("1f1b", small(m))]
+    print(f"1F1B on 4 stages with m = 8, then m = {m} ({small(m).global_batch_size} samples) ...", flush=True)
+    outcomes, wall = _launch(plan, srcs, "q12-thousand", 900.0)
+    result = Runs(wall_s=wall)
+    for (sched, cfg), out in zip(plan, outcomes):
+        result.add(sched, cfg.num_microbatches, out, cfg)
+    if len(result.rows) < 2:
+        print("\n".join(result.notes))
+        return result
+    eight, many = result.rows
+    lines = [f"m = {m}: the step took {many['step_s']:.1f} s ({many['step_s'] / m * 1e3:.1f} ms per micro-batch; "
+             f"the whole launch {wall:.0f} s)",
+             f"{'rank':>6}{'peak at m = 8':>16}{f'peak at m = {m}':>18}{'ratio':>8}{'held':>6}"]
+    for r in eight["peak"]:
+        a, b = eight["peak"][r], many["peak"][r]
+        lines.append(f"{r:>6}{a / 2**20:>12.3f} MiB{b / 2**20:>14.3f} MiB{b / a if a else float('nan'):>8.3f}"
+                     f"{many['held'][r]:>6}")
+    worst = max(abs(many["peak"][r] / eight["peak"][r] - 1) for r in eight["peak"] if eight["peak"][r])
+    lines.append(f"largest change from m = 8: {worst:.1%} ({'within' if worst <= 0.10 else 'NOT within'} 10 %)")
+    afab = {row["m"]: row["peak"][0] for row in (runs.of("afab") if runs else [])}
+    if afab:
+        top = max(afab)
+        lines.append(f"AFAB's rank 0 held {afab[top] / 2**20:.2f} MiB at m = {top}; growing linearly, it would hold "
+                     f"about {afab[top] / top * m / 2**20:.0f} MiB at m = {m}")
+    print("\n".join(lines))
+    return result
+
+
+def bubble_vs_microbatches(ms=BUBBLE_MS, cfg: LabConfig = DEMO, sched: str = "1f1b") -> Runs | None:
+    """Your step of `sched` on the DEMO model (compute dominates messaging) for each m in `ms`: the
+    measured bubble beside (p-1)/(m+p-1)."""
+    if autograding():
+        print("The experiment is skipped while autograding.")
+        return None
+    srcs, _ = _answers((sched,))
+    plan = [(sched, cfg.replace(num_microbatches=m)) for m in ms if cfg.global_batch_size % m == 0]
+    print(f"{schedule(sched).title} on the DEMO model ({cfg.describe()}) for m = {', '.join(map(str, ms))} ...",
+          flush=True)
+    outcomes, wall = _launch(plan, srcs, "q12-bubble", 300.0)
+    runs = Runs(wall_s=wall, kind="bubble", config=cfg)
+    for (s, c), out in zip(plan, outcomes):
+        runs.add(s, c.num_microbatches, out, c)
+    from lab_src.views.bubble import theoretical_bubble
+    p = cfg.num_stages
+    lines = [f"{'m':>4}{'measured':>10}{'theory':>9}  step"]
+    for row in runs.rows:
+        got = "n/a" if row["bubble"] is None else f"{row['bubble']:.1%}"
+        lines.append(f"{row['m']:>4}{got:>10}{theoretical_bubble(p, row['m']):>9.1%}  {row['step_s'] * 1e3:.0f} ms"
+                     + ("   (naive model parallelism)" if row["m"] == 1 else ""))
+    print("\n".join(lines + runs.notes))
+    return runs

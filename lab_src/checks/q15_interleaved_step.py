@@ -1,0 +1,233 @@
+"""Visible check of q15 (interleaved_step): the step on 4 ranks with 2 chunks each (8 blocks, 4
+micro-batches) and on 2 ranks with 4 chunks each, compared with the unsharded baseline and judged
+against Interleaved 1F1B (lab_src/judge/chunks.py); and `bubble_study()`, the same step for v = 1, 2
+and 4 chunks per rank on a configuration where compute dominates: the measured bubble beside
+(p-1)/(v·m+p-1), and what the chunks cost in messages and in activations held."""
+from __future__ import annotations
+
+import os
+
+from lab_src.checks.common import (UNFINISHED, VISIBLE, CheckReport, autograding, exercise, failed_in_notebook, finish,
+                                   indent, run_cases, run_dir, sources)
+from lab_src.harness.case import Case
+from lab_src.judge.chunks import check_interleaved_run, interleaved_errors
+from lab_src.pipeline.config import LabConfig
+from lab_src.views import bubble, grid
+from lab_src.views.saved import case_view
+from lab_src.views.timeline import timelines
+
+QID = "q15"
+CHECKED = [(VISIBLE, 2), (VISIBLE.replace(num_stages=2), 4)]   # (configuration, chunks per rank)
+
+# Compute dominates: 16 blocks of width 256 over 128 tokens, so that v = 4 still gives every virtual stage
+# a whole block, and a block's forward takes milliseconds while a message takes a fraction of one.
+STUDY = LabConfig(num_layers=16, hidden_size=256, num_heads=8, seq_len=128, vocab_size=512, global_batch_size=16,
+                  num_microbatches=8, num_stages=4)
+
+
+def schedule_name(v: int) -> str:
+    return "interleaved" if v == 2 else f"interleaved:{v}"
+
+
+def _run(configs, folder, srcs):
+    """Each (configuration, v) as an interleaved case with the baseline computed from the student's q04."""
+    from lab_src.answers import use_answers
+    from lab_src.harness.groups import device_for
+    from lab_src.pipeline.baseline import compute_baseline
+    cases, baselines = [], []
+    with use_answers(srcs):
+        for cfg, v in configs:
+            baselines.append(compute_baseline(cfg, device_for(cfg.num_stages)))
+            cases.append(Case(kind="interleaved", qid=QID, config=cfg, answers=srcs, schedule=schedule_name(v),
+                              step=QID, label=f"{cfg.describe()}, {v} chunks per rank"))
+    return run_cases(cases, folder, case_deadline_s=120, timeout_s=30), baselines
+
+
+def compute_order(events, rank: int, limit: int = 16) -> str:
+    """'F0c0 F1c0 F0c1 B0c1 ...': the first `limit` compute boxes of a rank, in the order they ran."""
+    boxes = sorted((e for e in events if e.rank == rank and e.is_compute), key=lambda e: e.t_start)
+    words = [f"{e.kind[0].upper()}{e.microbatch}c{e.chunk}" for e in boxes]
+    return " ".join(words[:limit]) + (f" ... ({len(words)} in all)" if len(words) > limit else "")
+
+
+def check() -> CheckReport:
+    from lab_src.judge.compare import compare_run
+    srcs = sources(QID)
+    run, baselines = _run(CHECKED, run_dir(QID), srcs)
+    problems, lines = [], [f"{QID} {exercise(QID).function}"]
+    for (cfg, v), out, base in zip(CHECKED, run.outcomes, baselines):
+        label = out.case.label
+        lines.append(f"\n  {label}:")
+        errs = interleaved_errors(QID, out, label)
+        problems += errs
+        if errs:
+            lines.append(UNFINISHED)
+            continue
+        numbers = compare_run(out, base, QID, label)
+        found = check_interleaved_run(out, QID, label) + numbers
+        problems += found
+        lines.append("    outputs, loss and every rank's gradients " +
+                     ("DIFFER from the unsharded baseline (see below)" if numbers else "match the unsharded baseline")
+                     + (", but see the problems below" if found and not numbers else ""))
+        events = out.events()
+        p = cfg.num_stages
+        for r in range(p):
+            chunks = out.obs[r].get("chunk_layers") or []
+            held = (out.obs[r].get("memory") or {}).get("peak_held_chunks")
+            lines.append(f"    rank {r}: chunks " + ", ".join(f"{c}={c * p + r} (blocks {ids})" for c, ids in enumerate(chunks))
+                         + f"; at most {held} chunk forwards awaiting backward")
+            lines.append(f"      {compute_order(events, r)}")
+        lines.append(indent(grid.time_grid(events, p)))
+        lines.append("    " + bubble.describe(events, p, cfg.num_microbatches, v))
+    return finish(QID, run, problems, lines)
+
+
+class BubbleStudy(CheckReport):
+    """The runs of `bubble_study`, one per v, with their figures (`timeline(i)`) and a table (`rows`)."""
+
+
+def bubble_study(chunks=(1, 2, 4), stages: int | None = None, cfg: LabConfig = STUDY) -> BubbleStudy | None:
+    """Run your step with each number of chunks per rank in `chunks` on `cfg` (compute dominates) and print,
+    for each, the measured bubble beside (p-1)/(v·m+p-1), the messages, and the activations held.
+    `stages`: ranks (default 4, or 2 on a machine with fewer than 4 cores, so that ranks do not share one)."""
+    if autograding():
+        print("The bubble study is skipped while autograding.")
+        return None
+    stages = stages or (4 if (os.cpu_count() or 1) >= 4 else 2)
+    cfg = cfg.replace(num_stages=stages, num_microbatches=2 * stages, global_batch_size=4 * stages)
+    srcs = sources(QID)
+    # a first, unmeasured run: the launch's first step pays for allocations and connections
+    configs = [(cfg.replace(num_microbatches=stages, global_batch_size=2 * stages), chunks[0])] + \
+              [(cfg, v) for v in chunks]
+    run, _ = _run(configs, run_dir(QID + "-bubble"), srcs)
+    run.outcomes = run.outcomes[1:]
+    p, m = stages, cfg.num_microbatches
+    lines = [f"{QID} bubble study: {p} ranks, {cfg.num_layers} blocks of width {cfg.hidden_size}, {m} micro-batches "
+             f"of {cfg.global_batch_size // m} x {cfg.seq_len} tokens",
+             f"  {'v':>2}  {'step':>7}  {'bubble':>7}  {'ideal':>6}  {'theory':>6}  {'messages':>8}  {'MB sent':>7}  "
+             f"{'held on rank 0 at the peak':>34}"]
+    rows, problems, per_stage = [], [], None
+    for (_, v), out in zip(configs[1:], run.outcomes):
+        errs = interleaved_errors(QID, out, out.case.label)
+        if errs:
+            problems += errs
+            continue
+        events = out.events()
+        view = case_view(out)
+        _, ideal = timelines(events, p, m, schedule=view["schedule"], stage_layers=view["stage_layers"])
+        span = max(e.t_end for e in events) - min(e.t_start for e in events)
+        sends = [e for e in events if e.is_send]
+        mem = out.obs[0].get("memory") or {}
+        held, chunks_held = mem.get("peak_held_bytes") or 0, mem.get("peak_held_chunks") or 1
+        # what one micro-batch's activations of a whole stage take: the yardstick of 1F1B, which holds p of them
+        per_stage = per_stage or held / chunks_held * v
+        row = {"v": v, "step_s": span, "bubble": bubble.measured_bubble(events, p), "ideal": ideal.bubble,
+               "theory": bubble.theoretical_bubble(p, m, v), "messages": len(sends),
+               "bytes_sent": sum(e.bytes for e in sends), "held_chunks": chunks_held, "held_bytes": held,
+               "held_vs_1f1b": held / (p * per_stage)}
+        rows.append(row)
+        memory = f"{chunks_held} chunk fwds, {held / 2**20:.0f} MB = {row['held_vs_1f1b']:.2f} x 1F1B"
+        lines.append(f"  {v:>2}  {span * 1e3:5.0f}ms  {row['bubble']:7.1%}  {ideal.bubble:6.1%}  {row['theory']:6.1%}  "
+                     f"{len(sends):>8}  {row['bytes_sent'] / 2**20:7.1f}  {memory:>34}")
+    lines += ["  bubble: measured, the idle share of the step; ideal: the same schedule with this run's compute per "
+              "block and messages at the cost model's price; theory: (p-1)/(v·m+p-1)",
+              f"  1F1B: what One-Forward-One-Backward holds, {p} micro-batches of a whole stage (from the first run)"]
+    if (os.cpu_count() or 1) < p:
+        lines.append(f"  note: {p} ranks share {os.cpu_count()} cores here, so compute boxes stretch and the "
+                     f"measured bubble means less")
+    print("\n".join(lines))
+    study = BubbleStudy(QID, run, problems, lines)
+    study.rows = rows
+    return study
+
+
+# ---- partition by tracing -------------------------------------------------------------------------------
+def traced_partition(cut_points: list[str], num_layers: int = 8) -> CheckReport | None:
+    """Cut the lab's model at `cut_points` by tracing it (lab_src/pipeline/traced.py) and compare the
+    len(cut_points) + 1 stages with your Q5 partition of the same blocks: the pieces each stage holds, their
+    parameters, and each stage's output on the same input. Returns the report, passed or failed (where they
+    differ, or a cut point is not in the model); `report.raise_if_failed()` raises CheckFailed."""
+    import time
+
+    import torch
+
+    from lab_src import answers
+    from lab_src.judge.problems import Problem
+    from lab_src.judge.realness import expected_pieces
+    from lab_src.pipeline.data import make_dataloader
+    from lab_src.pipeline.model import RAN, build_model
+    from lab_src.pipeline.stage import PipelineStage
+    from lab_src.pipeline.traced import CutPointError, split_by_tracing
+    if autograding():
+        print("The traced partition is skipped while autograding.")
+        return None
+    srcs = answers.sources(["q03", "q05"])
+    missing = [q for q, path in srcs.items() if path is None]
+    if missing:
+        return failed_in_notebook(QID, answers.StubCalled(answers.stub_message(missing[0], caller=QID)))
+    p = len(cut_points) + 1
+    cfg = LabConfig(num_layers=num_layers, num_stages=p)
+    model = build_model(cfg)
+    started = time.perf_counter()
+    try:
+        part = split_by_tracing(model, cut_points)
+    except CutPointError as e:
+        return finish(QID, None, [Problem(QID, f"traced partition: {e}", None, None, "traced")], [])
+    traced_s = time.perf_counter() - started
+    mbs = cfg.global_batch_size // cfg.num_microbatches
+    tokens = next(iter(make_dataloader(cfg, mbs)))
+    lines = [f"{QID} traced partition of {num_layers} blocks at {cut_points}: traced and split in "
+             f"{traced_s * 1e3:.0f} ms, compared with your Q5 on {p} stages"]
+    problems = []
+    with answers.use_answers(srcs):
+        hand = [PipelineStage(cfg, r, p, mbs) for r in range(p)]
+    x_traced, x_hand = (tokens,), tokens
+    crossing = part.crossing(tokens)
+    for r in range(p):
+        want = expected_pieces(hand[r].layer_ids, r, p)
+        got = part.pieces(r)
+        hand_names = sorted(n for n, _ in hand[r].named_parameters())
+        line = f"  stage {r}: traced {', '.join(got)}"
+        if got != want:
+            problems.append(Problem(QID, f"stage {r}: tracing put {', '.join(got)} on it; your Q5 gives it "
+                                         f"{', '.join(want)}", None, None, "traced"))
+        elif part.param_names(r) != hand_names:
+            problems.append(Problem(QID, f"stage {r}: the traced stage holds other parameters than the hand-built "
+                                         f"one", None, None, "traced"))
+        if r:
+            line += f" · receives {len(crossing[r - 1])} tensor(s) {', '.join(map(str, crossing[r - 1]))}"
+        with torch.no_grad():
+            y_traced = part.stages[r](*x_traced)
+            if len(x_traced) == 1 and got == want:
+                y_hand = hand[r](x_hand, microbatch=0)
+                try:
+                    torch.testing.assert_close(y_traced, y_hand)
+                    line += " · output equal to the hand-built stage's"
+                except AssertionError as e:
+                    problems.append(Problem(QID, f"stage {r}: the traced stage's output differs from the hand-built "
+                                                 f"one: {e}", None, None, "traced"))
+                x_hand = y_hand
+        x_traced = y_traced if isinstance(y_traced, tuple) else (y_traced,)
+        lines.append(line)
+    RAN.clear()
+    with torch.no_grad():
+        part.split(tokens)
+    lines.append(f"  the model counts each piece's forward calls in Python; running the traced stages counted "
+                 f"{sum(RAN.values())} calls: code that is not a tensor operation ran once, while tracing, and is "
+                 f"not in the graph")
+    return finish(QID, None, problems, lines)
+
+
+def what_crosses(cut_points: list[str], num_layers: int = 8) -> list[list[tuple]]:
+    """Trace the lab's model, cut it at `cut_points` (any module, a block's parts included) and print what
+    each stage holds and the shapes of the tensors that would travel across each cut."""
+    from lab_src.pipeline.data import make_dataloader
+    from lab_src.pipeline.model import build_model
+    from lab_src.pipeline.traced import split_by_tracing
+    cfg = LabConfig(num_layers=num_layers)
+    part = split_by_tracing(build_model(cfg), cut_points)
+    crossing = part.crossing(next(iter(make_dataloader(cfg, cfg.global_batch_size // cfg.num_microbatches))))
+    for r in range(len(part.stages)):
+        print(f"stage {r}: {', '.join(part.pieces(r))}" + (f"; receives {', '.join(map(str, crossing[r - 1]))} "
+                                                           f"as {part.inputs(r)}" if r else ""))
+    return crossing

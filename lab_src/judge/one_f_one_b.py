@@ -1,0 +1,61 @@
+"""What went wrong in a One-Forward-One-Backward step, said in its own terms (q12).
+
+The schedule's rules (pipeline/schedules.py) say *that* a run broke 1F1B; this says which part of the
+step is wrong, from the forwards and backwards each rank recorded, even in a run that hung or failed:
+
+- the warm-up: rank r must run min(p - r - 1, m) forwards before the steady state, so its first
+  backward comes after min(p - r, m) forwards; one more or one fewer is the usual off-by-one;
+- the cool-down: after the steady state, the backwards of the last warm-up micro-batches remain; a step
+  that stops after the steady state leaves them without a backward (and their gradients unsent, so the
+  previous stage waits for them);
+- anything else: the rank's order beside 1F1B's.
+"""
+from __future__ import annotations
+
+from lab_src.judge.problems import Problem
+from lab_src.pipeline.schedules import OneForwardOneBackward, compute_order
+
+ONE_F_ONE_B = OneForwardOneBackward()
+
+
+def diagnose(events, p: int, m: int, qid: str, label: str) -> list[Problem]:
+    """One problem per rank whose forwards and backwards are not 1F1B's, naming the part that differs."""
+    problems = []
+    for r in range(p):
+        got = [(e.kind, e.microbatch) for e in compute_order(events, r)]
+        if not got:
+            continue
+        want = [(s.op.value, s.microbatch) for s in ONE_F_ONE_B.program(r, p, m) if s.op.is_compute]
+        if got == want:
+            continue
+        warm = ONE_F_ONE_B.warmup(r, p, m)
+        first_b = next((i for i, (kind, _) in enumerate(got) if kind == "backward"), None)
+        forwards = {mb for kind, mb in got if kind == "forward"}
+        backwards = {mb for kind, mb in got if kind == "backward"}
+        expected_first = min(p - r, m)          # warm-up forwards plus the steady state's first one
+        if first_b is not None and first_b != expected_first and len(forwards) == m:
+            off = first_b - expected_first
+            msg = (f"this rank runs {first_b} forward(s) before its first backward; 1F1B runs {expected_first}: "
+                   f"min(p - r - 1, m) = {warm} warm-up forwards on rank {r} of {p}, then the steady state's first "
+                   f"forward. The warm-up is off by {off:+d}")
+            problems.append(Problem(qid, msg, r, got[first_b][1], label))
+        elif forwards - backwards and len(forwards) == m:
+            never = sorted(forwards - backwards)
+            msg = (f"micro-batch(es) {_few(never)} went forward on this rank but never backward: after the steady "
+                   f"state, the cool-down runs the backwards of the last {warm} micro-batch(es) (min(p - r - 1, m) "
+                   f"on rank {r}); without it their gradients are missing and the previous stage waits for them")
+            problems.append(Problem(qid, msg, r, never[0], label))
+        else:
+            at = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+            mb = (got[at] if at < len(got) else want[at])[1]
+            problems.append(Problem(qid, f"this rank runs {_order(got)}; 1F1B runs {_order(want)}", r, mb, label))
+    return problems
+
+
+def _order(compute, limit: int = 12) -> str:
+    text = " ".join(f"{kind[0].upper()}{mb}" for kind, mb in compute[:limit])
+    return text + (" ..." if len(compute) > limit else "")
+
+
+def _few(mbs: list[int], n: int = 4) -> str:
+    return ", ".join(map(str, mbs[:n])) + (f" and {len(mbs) - n} more" if len(mbs) > n else "")

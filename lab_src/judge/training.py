@@ -1,0 +1,441 @@
+"""Judge a training run (exercise q13) against the single-process run of the same seed and batches.
+
+Four parts, each a list of problems:
+- curves: the last stage's loss of every step equals the single process's, step by step, within
+  `CURVE_RTOL`, and every parameter the single process trained moved on its rank;
+- learning: the loss falls by at least the stated margin (`LearningMargin`);
+- pipeline: the run is a real pipeline, judged by the schedule model: layers, pieces built and run, each
+  step's messages and order by the case's schedule, the evaluation's by a forward-only program, which
+  ranks read the tokens and the labels, which stage reports the loss;
+- evaluation: the held-out loss and accuracy the last stage reports are those of the model the ranks
+  ended training with (rebuilt here from their parameters: a mistake in training is not counted twice),
+  computed in eval mode without autograd.
+
+Why `CURVE_RTOL` is 1e-5 in float32: the pipeline computes each micro-batch's part of the batch on its
+own and adds the gradients over micro-batches, the single process computes the whole batch at once, so
+their sums round differently: a few units in the last place of float32 (1.2e-7) per step. Measured
+over 30 steps of the 4-stage configuration (benchmarks/q13_curve_agreement.py, seeds 0 to 3): at most
+1.7e-7, 1.8e-7, 2.0e-7 and 5.0e-7. Training amplifies such differences by roughly a tenth per step once
+they start to grow (AdamW divides each update by the root of the running squared gradient, so near-zero
+gradients turn rounding into whole updates), and over a long run they pass 1e-5 near step 65 (`make
+train`): 30 graded steps stay a factor of 20 below the tolerance. Every real mistake is larger by far:
+gradients never zeroed, an optimizer created every step, zeroing between micro-batches all move the loss
+by 1e-3 or more from step 2 on. In float64: 1e-10.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from lab_src.judge.problems import Problem
+from lab_src.judge.realness import check_built_and_ran, check_layers, check_messages, check_order
+from lab_src.pipeline.schedules import FORWARD_ONLY, schedule
+from lab_src.pipeline.single_process import MISTAKES
+from lab_src.pipeline.trace import Event
+
+CURVE_RTOL = {"float32": 1e-5, "float64": 1e-10}
+PARTS = ("curves", "learning", "pipeline", "evaluation")
+
+
+@dataclass(frozen=True)
+class LearningMargin:
+    """The loss falls by at least `fraction`: the mean of the last `window` steps' losses is at most
+    (1 - fraction) times the mean of the first `window` steps' (means, because one batch's loss is noisy)."""
+    fraction: float = 0.10
+    window: int = 5
+
+    def describe(self) -> str:
+        return (f"the mean loss of the last {self.window} steps is at least {self.fraction:.0%} below that of the "
+                f"first {self.window}")
+
+    def fall(self, losses: list[float]) -> float:
+        head, tail = losses[:self.window], losses[-self.window:]
+        return 1.0 - (sum(tail) / len(tail)) / (sum(head) / len(head))
+
+
+def curve_tolerance(dtype: str) -> float:
+    return CURVE_RTOL.get(dtype, CURVE_RTOL["float32"])
+
+
+def relative_differences(got: list[float], want: list[float]) -> list[float]:
+    return [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(got, want)]
+
+
+def judge_training(outcome, expected: dict, qid: str, label: str, margin: LearningMargin = LearningMargin(),
+                   mistaken_curve=None) -> dict[str, list[Problem]]:
+    """The problems of one training case, by part. `expected` is `train_single_process`'s result for the
+    case; `mistaken_curve(name)` (optional) gives the single-process curve with one of MISTAKES, to name
+    the mistake a wrong curve matches."""
+    case = outcome.case
+    p = case.stages
+    found = {part: [] for part in PARTS}
+    obs = outcome.obs
+    last = obs.get(p - 1, {})
+    returned = last.get("returned")
+    losses = returned.get("losses") if isinstance(returned, dict) else None
+    found["pipeline"] += merge_ranks(pipeline_problems(outcome, qid, label))
+    found["evaluation"] += merge_ranks(evaluation_problems(outcome, expected, qid, label))
+    if not _is_curve(losses):
+        why = (f"train_pipeline returned {returned!r:.200} on the last stage; it returns a dict with the "
+               f"\"losses\" of every step (floats), \"test_loss\" and \"test_accuracy\"")
+        found["curves"].append(Problem(qid, why, p - 1, None, label))
+        found["learning"].append(Problem(qid, "no loss curve to judge", p - 1, None, label))
+        return found
+    updates = merge_ranks(optimizer_problems(outcome, qid, label))
+    found["curves"] += curve_problems(outcome, losses, expected, qid, label, mistaken_curve, explained=bool(updates))
+    found["curves"] += updates or merge_ranks(frozen_parameters(outcome, expected, qid, label))
+    fall = margin.fall(losses) if losses[0] > 0 else 0.0
+    if fall < margin.fraction:
+        if losses[0] > 0:
+            how = (f"fell by {fall:.1%}" if fall > 0 else "did not fall") + f" over {len(losses)} steps"
+        else:
+            how = "is negative, so it is no cross-entropy"
+        found["learning"].append(Problem(qid, f"the loss {how} ({losses[0]:.4f} -> {losses[-1]:.4f}); the check "
+                                              f"asks that {margin.describe()}", p - 1, None, label))
+    return found
+
+
+def merge_ranks(problems: list[Problem]) -> list[Problem]:
+    """One problem for each message that several ranks share ("ranks 0, 1, 2: ..."), in order."""
+    groups: dict[tuple, list[Problem]] = {}
+    for p in problems:
+        groups.setdefault((p.exercise, p.message, p.microbatch, p.case), []).append(p)
+    out = []
+    for (ex, message, mb, case), same in groups.items():
+        ranks = sorted({p.rank for p in same if p.rank is not None})
+        if len(ranks) > 1:
+            out.append(Problem(ex, f"ranks {', '.join(map(str, ranks))}: {message}", None, mb, case))
+        else:
+            out.append(same[0])
+    return out
+
+
+def _is_curve(losses) -> bool:
+    return isinstance(losses, list) and len(losses) > 0 and all(isinstance(x, float) for x in losses)
+
+
+def curve_problems(outcome, losses: list[float], expected: dict, qid: str, label: str,
+                   mistaken_curve=None, explained: bool = False) -> list[Problem]:
+    case = outcome.case
+    p, m = case.stages, case.microbatches
+    want = expected["losses"]
+    if len(losses) != len(want):
+        hint = (f": one per micro-batch? Record the step's loss, which step_fn returns" if len(losses) == m * len(want)
+                else "")
+        return [Problem(qid, f"{len(losses)} losses for {len(want)} steps{hint}", p - 1, None, label)]
+    rtol = curve_tolerance(case.config.dtype)
+    diffs = relative_differences(losses, want)
+    bad = next((k for k, d in enumerate(diffs) if d > rtol), None)
+    if bad is None:
+        return []
+    head = (f"the loss curve leaves the single process's at step {bad}: {losses[bad]:.6g} instead of "
+            f"{want[bad]:.6g} (relative difference {diffs[bad]:.1e}, tolerance {rtol:.0e})")
+    if bad == 0:
+        ratio = losses[0] / want[0] if want[0] else 0.0
+        if abs(ratio - m) < 1e-3 * m and m > 1:
+            why = (f"the reported loss is {m}x the batch's: the step's loss is already the mean over the "
+                   f"batch; report it as step_fn returns it")
+        elif abs(ratio * m - 1) < 1e-3 and m > 1:
+            why = f"the reported loss is 1/{m} of the batch's: report the step's loss as step_fn returns it"
+        else:
+            why = ("the first step's loss comes before any update, so the data or the loss differ: the last "
+                   "stage needs the labels of the same step and micro-batches as the first stage's tokens")
+        return [Problem(qid, f"{head}. {why}", p - 1, None, label)]
+    named = None if explained else _matching_mistake(losses, mistaken_curve, rtol)
+    if explained:
+        why = "the optimizer's steps, below, say why"
+    elif named:
+        why = f"it matches, step by step, a single-process run in which {MISTAKES[named]}"
+    else:
+        why = ("step 0 agrees, so the forward pass, the loss and the labels are right; what changes from then "
+               "on is the update: one AdamW over this stage's parameters with learning rate lr and PyTorch's "
+               "defaults, created once; gradients zeroed once per step, before the step's backward; "
+               "optimizer.step() after the step")
+    return [Problem(qid, f"{head}. {why}", p - 1, None, label)]
+
+
+def _matching_mistake(losses, mistaken_curve, rtol: float) -> str | None:
+    if mistaken_curve is None:
+        return None
+    for name in MISTAKES:
+        curve = mistaken_curve(name)
+        if curve is not None and len(curve) == len(losses) and \
+                max(relative_differences(losses, curve)) <= max(100 * rtol, 1e-4):
+            return name
+    return None
+
+
+def optimizer_problems(outcome, qid: str, label: str) -> list[Problem]:
+    """What the optimizer steps of each rank saw (harness/train.py, OptimizerWatch), against the contract:
+    one AdamW per rank, created once, over exactly this stage's parameters, with learning rate lr and
+    PyTorch's defaults, stepping once per training step while the step's gradients are there."""
+    from lab_src.harness.train import settings
+    case = outcome.case
+    s = settings(case)
+    steps, lr = s["steps"], s["lr"]
+    defaults = [lr, [0.9, 0.999], 1e-8, 0.01, False]
+    problems = []
+    for r, o in sorted(outcome.obs.items()):
+        rec = o.get("optimizer")
+        if not rec:
+            continue
+        found = []
+        if rec["steps"] == 0:
+            found.append("optimizer.step() never ran on this rank: without it the stage's parameters never change")
+        elif rec["steps"] != steps:
+            found.append(f"optimizer.step() ran {rec['steps']} times for {steps} training steps: once per step, after "
+                         f"the step has brought every micro-batch's gradient")
+        if rec["created"] > 1:
+            found.append(f"{rec['created']} optimizers stepped: {MISTAKES['fresh_optimizer']}")
+        if rec["types"] and rec["types"] != ["AdamW"]:
+            found.append(f"the optimizer is {', '.join(rec['types'])}; the exercise asks for torch.optim.AdamW")
+        if rec["foreign_held"]:
+            found.append(f"the optimizer holds {rec['foreign_held']} tensors that are not this stage's parameters: "
+                         f"an optimizer over a whole model built on every rank? It updates tensors the pipeline "
+                         f"never uses. Each rank's AdamW holds stage.parameters(), and only those")
+        if rec["own_held"] is not None and rec["own_held"] < rec["own"]:
+            found.append(f"the optimizer holds {rec['own_held']} of this stage's {rec['own']} parameters: the others "
+                         f"never train. Give it all of stage.parameters()")
+        if rec["steps"] and rec["steps_without_grads"] == rec["steps"]:
+            found.append(f"when optimizer.step() ran, none of this stage's parameters had a gradient: "
+                         f"{MISTAKES['zeroed_before_update']}")
+        wrong = [st for st in rec["settings"] if not _same_settings(st, defaults)]
+        if wrong:
+            got = wrong[0]
+            found.append(f"AdamW runs with lr={got[0]:g}, betas={tuple(got[1])}, eps={got[2]:g}, "
+                         f"weight_decay={got[3]:g}, amsgrad={got[4]}; the exercise asks for lr={lr:g} and PyTorch's "
+                         f"defaults (betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01), as the single process uses")
+        problems += [Problem(qid, text, r, None, label) for text in found]
+    return problems
+
+
+def _same_settings(got, want) -> bool:
+    lr, betas, eps, wd, ams = got
+    return (abs(lr - want[0]) <= 1e-12 * max(1.0, abs(want[0])) and list(betas) == want[1] and eps == want[2]
+            and wd == want[3] and ams == want[4])
+
+
+def frozen_parameters(outcome, expected: dict, qid: str, label: str) -> list[Problem]:
+    """Parameters that training never moved on their rank, though the single process moved them: the
+    optimizer does not hold them."""
+    from lab_src.pipeline.model import build_piece
+    cfg = outcome.case.config
+    problems = []
+    for r, o in sorted(outcome.obs.items()):
+        params = o.get("params") or {}
+        if not params:
+            continue
+        pieces = {}
+        frozen = []
+        for name, value in params.items():
+            piece = name.split(".")[0] if not name.startswith("blocks.") else ".".join(name.split(".")[:2])
+            if piece not in pieces:
+                pieces[piece] = dict(build_piece(cfg, piece).named_parameters())
+            initial = pieces[piece][name[len(piece) + 1:]].detach().to(value.dtype)
+            trained = expected["params"].get(name)
+            if trained is not None and not torch.equal(trained, initial) and torch.equal(value, initial):
+                frozen.append(name)
+        if frozen:
+            which = ("none of this stage's parameters changed" if len(frozen) == len(params) else
+                     f"{len(frozen)} of this stage's {len(params)} parameters never changed "
+                     f"({', '.join(frozen[:3])}{' ...' if len(frozen) > 3 else ''})")
+            problems.append(Problem(qid, f"{which} during training: the optimizer of this rank does not hold "
+                                         f"them. Create one AdamW over stage.parameters(), the parameters this rank "
+                                         f"owns (an optimizer over a whole model built on every rank updates "
+                                         f"tensors that the pipeline never uses)", r, None, label))
+    return problems
+
+
+# ---- a real pipeline, by the schedule model ------------------------------------------------------
+
+def pipeline_problems(outcome, qid: str, label: str) -> list[Problem]:
+    from lab_src.harness.train import settings
+    case = outcome.case
+    cfg, p, m = case.config, case.stages, case.microbatches
+    steps = settings(case)["steps"]
+    problems = check_layers({r: o.get("layers", []) for r, o in outcome.obs.items()}, cfg.num_layers, qid, label)
+    eval_mbs = _eval_microbatches(outcome)
+    shape = tuple(outcome.obs.get(0, {}).get("activation_shape", ()))
+    for r, o in sorted(outcome.obs.items()):
+        spans = o.get("step_spans") or []
+        calls = [s[4] for s in spans]
+        if len(spans) != steps or any(c != m for c in calls):
+            problems.append(Problem(qid, f"the step ran {len(spans)} times (num_microbatches {sorted(set(calls)) or '-'}); "
+                                         f"training {steps} steps of a batch in {m} micro-batches runs it {steps} times "
+                                         f"with num_microbatches={m}, one call per optimizer step", r, None, label))
+        # each forward of the stage runs each of its pieces once: more runs are pieces run by hand
+        problems += check_built_and_ran(o, r, p, len(o.get("forwards") or []), qid, label)
+        if r != p - 1 and o.get("returned") is not None:
+            problems.append(Problem(qid, f"a stage other than the last returned {o['returned']!r:.120}: only the "
+                                         f"last stage computes the loss, so only it reports; return None here",
+                                    r, None, label))
+        problems += _reads(o, r, p, qid, label)
+    problems += _labels_on_last_stage(outcome, qid, label)
+    sched = schedule(case.schedule)
+    for k, events in enumerate(step_events(outcome)):
+        if k >= steps:
+            break
+        found = check_messages(events, p, m, shape, qid, f"{label}, step {k}", sched)
+        found += check_order(events, p, m, sched, qid, f"{label}, step {k}")
+        if found:
+            problems += found
+            break                                # the first step that breaks the schedule says enough
+    ev = eval_events(outcome)
+    if eval_mbs and ev:
+        problems += check_messages(ev, p, eval_mbs, shape, qid, f"{label}, evaluation", FORWARD_ONLY)
+        problems += [Problem(qid, why, r, mb, f"{label}, evaluation") for r, mb, why in FORWARD_ONLY.violations(ev, p, eval_mbs)]
+    return _dedupe(problems)
+
+
+def _data(outcome):
+    from lab_src.harness.train import settings
+    from lab_src.pipeline.digits import Digits
+    return Digits(outcome.case.config, settings(outcome.case)["test_microbatches"])
+
+
+def _eval_microbatches(outcome) -> int:
+    return _data(outcome).num_test_microbatches
+
+
+def _rows_of(o: dict) -> list[Event]:
+    return [Event.from_row(r) for r in o.get("events", [])]
+
+
+def step_events(outcome) -> list[list[Event]]:
+    """Each step's events, every rank's together (a rank's k-th call of the step is step k)."""
+    per_rank = {r: (_rows_of(o), o.get("step_spans") or []) for r, o in outcome.obs.items()}
+    n = max((len(spans) for _, spans in per_rank.values()), default=0)
+    out = []
+    for k in range(n):
+        events = []
+        for events_r, spans in per_rank.values():
+            if k < len(spans):
+                events += events_r[spans[k][0]:spans[k][2]]
+        out.append(events)
+    return out
+
+
+def eval_events(outcome) -> list[Event]:
+    """The events outside every step: the evaluation's."""
+    events = []
+    for r, o in outcome.obs.items():
+        rows, spans = _rows_of(o), o.get("step_spans") or []
+        inside = set()
+        for s in spans:
+            inside |= set(range(s[0], s[2]))
+        events += [e for i, e in enumerate(rows) if i not in inside]
+    return events
+
+
+def _reads(o: dict, r: int, p: int, qid: str, label: str) -> list[Problem]:
+    reads = o.get("reads") or {}
+    problems = []
+    tokens = [k for k in ("train_tokens", "test_tokens") if reads.get(k)]
+    labels = [k for k in ("train_labels", "test_labels") if reads.get(k)]
+    if r != 0 and tokens:
+        problems.append(Problem(qid, f"read {' and '.join(tokens)}, but only the first stage embeds pixel "
+                                     f"tokens; the others receive activations (q06)", r, None, label))
+    if r != p - 1 and labels:
+        problems.append(Problem(qid, f"read {' and '.join(labels)}, but only the last stage computes the "
+                                     f"loss, so only it needs the labels", r, None, label))
+    return problems
+
+
+def _labels_on_last_stage(outcome, qid: str, label: str) -> list[Problem]:
+    """Every forward of the last stage inside a step must have had labels: else the step's loss was the
+    mean of the class scores, q08's stand-in, not the cross-entropy."""
+    p = outcome.case.stages
+    o = outcome.obs.get(p - 1, {})
+    forwards = o.get("forwards") or []
+    for k, span in enumerate(o.get("step_spans") or []):
+        unlabelled = [f for f in forwards[span[1]:span[3]] if not f.get("labelled")]
+        if unlabelled:
+            return [Problem(qid, f"in step {k} the last stage ran forward without labels, so the step's loss "
+                                 f"was the mean of the class scores (q08's stand-in loss), not the cross-entropy. "
+                                 f"The loss is computed on the last stage: give it the step's labels there, "
+                                 f"stage.set_labels(data.train_labels(step)), before the step",
+                            p - 1, unlabelled[0].get("microbatch"), label)]
+    return []
+
+
+# ---- the held-out evaluation -----------------------------------------------------------------------
+
+def evaluation_problems(outcome, expected: dict, qid: str, label: str) -> list[Problem]:
+    case = outcome.case
+    p = case.stages
+    problems = []
+    n_mbs = _eval_microbatches(outcome)
+    for r, o in sorted(outcome.obs.items()):
+        forwards = o.get("forwards") or []
+        inside = set()
+        for s in o.get("step_spans") or []:
+            inside |= set(range(s[1], s[3]))
+        outside = [f for i, f in enumerate(forwards) if i not in inside]
+        if not outside:
+            problems.append(Problem(qid, "no held-out evaluation ran on this rank: after training, every held-out "
+                                         "micro-batch goes forward through the pipeline", r, None, label))
+            continue
+        if len(outside) != n_mbs:
+            problems.append(Problem(qid, f"the evaluation ran {len(outside)} forwards for {n_mbs} held-out "
+                                         f"micro-batches", r, None, label))
+        training = [f for f in outside if f.get("training")]
+        grads = [f for f in outside if f.get("grad")]
+        if training and grads:
+            problems.append(Problem(qid, "the evaluation ran in training mode and with autograd on: call stage.eval() "
+                                         "before it and stage.train() after (dropout and batch norm layers behave "
+                                         "differently when evaluating), and wrap it in torch.no_grad() (else every "
+                                         "forward keeps its activations for a backward that never comes)",
+                                    r, None, label))
+            continue
+        if training:
+            problems.append(Problem(qid, "the evaluation ran in training mode: call stage.eval() before it (layers "
+                                         "such as dropout and batch norm behave differently when evaluating; this "
+                                         "model has none, but a model that has them would be judged on the wrong "
+                                         "numbers), and stage.train() after", r, None, label))
+        if grads:
+            problems.append(Problem(qid, "the evaluation ran with autograd on: wrap it in torch.no_grad(). Without "
+                                         "it, every forward keeps its activations for a backward that never comes",
+                                    r, None, label))
+    returned = outcome.obs.get(p - 1, {}).get("returned")
+    if not isinstance(returned, dict):
+        return problems + [Problem(qid, "the last stage returned no held-out metrics", p - 1, None, label)]
+    got_loss, got_acc = returned.get("test_loss"), returned.get("test_accuracy")
+    data = _data(outcome)
+    # the evaluation is judged on the model the ranks ended training with, whatever its training was
+    trained = {n: t for o in outcome.obs.values() for n, t in (o.get("params") or {}).items()}
+    from lab_src.pipeline.single_process import evaluate_parameters
+    mine = evaluate_parameters(case.config, data, trained)
+    want_loss, want_acc = mine if mine is not None else (expected["test_loss"], expected["test_accuracy"])
+    whose = "the trained stages' model" if mine is not None else "the single-process model"
+    n_images = data.num_test_microbatches * data.micro_batch_size
+    if not isinstance(got_loss, float) or not isinstance(got_acc, float):
+        return problems + [Problem(qid, f"test_loss and test_accuracy must be floats, got {got_loss!r:.60} and "
+                                        f"{got_acc!r:.60}", p - 1, None, label)]
+    rtol = max(100 * curve_tolerance(case.config.dtype), 1e-6)
+    if abs(got_loss - want_loss) > rtol * abs(want_loss):
+        if n_mbs > 1 and abs(got_loss / want_loss - n_mbs) < 1e-3 * n_mbs:
+            why = (f"that is {n_mbs}x, and {n_mbs} is the number of held-out micro-batches: "
+                   f"the held-out loss is the mean over them, not the sum")
+        else:
+            why = ("the mean cross-entropy of the class scores over the held-out micro-batches, in eval mode, "
+                   "is what the evaluation reports")
+        problems.append(Problem(qid, f"test_loss is {got_loss:.6g}; {whose} has {want_loss:.6g} on the held-out "
+                                     f"images: {why}", p - 1, None, label))
+    if abs(got_acc - want_acc) > 1.5 / n_images:
+        if abs(got_acc - want_acc * n_images) < 1.5:
+            why = f"that is the number of images classified right; the accuracy is their share of the {n_images}"
+        else:
+            why = "the share of held-out images whose highest class score is their label is what it reports"
+        problems.append(Problem(qid, f"test_accuracy is {got_acc:.4g}; {whose} has {want_acc:.4g} on the held-out "
+                                     f"images: {why}", p - 1, None, label))
+    return problems
+
+
+def _dedupe(problems: list[Problem]) -> list[Problem]:
+    seen, out = set(), []
+    for p in problems:
+        if str(p) not in seen:
+            seen.add(str(p))
+            out.append(p)
+    return out

@@ -1,0 +1,104 @@
+"""The memory lane of the timeline: what each rank holds for its backwards, over the step.
+
+Every event a pipeline case records carries `held`, the bytes of tensors saved for backward that the
+rank held when the event ended (harness/memory.py). Drawn per rank as a step line under the timeline,
+it shows the schedule's memory: under All-Forward-All-Backward every rank climbs through all m
+forwards before anything is freed; under One-Forward-One-Backward rank r levels off after
+min(p - r, m) micro-batches. The same lane can show a count instead of bytes (`unit="micro-batches"`:
+the schedule pictures draw the micro-batches awaiting their backward).
+
+    has_memory(tl)              is there anything to draw
+    draw_lane(ax, tl)           matplotlib (static.py)
+    svg_lane(tl, ...)           inline SVG (svg.py, the widget's frames)
+    peak_by_rank(events, p)     the largest value each rank held
+"""
+from __future__ import annotations
+
+from lab_src.pipeline.trace import Event
+
+RANK_COLORS = ("#4c78a8", "#e45756", "#54a24b", "#b279a2", "#f58518", "#72b7b2", "#9d755d", "#bab0ac")
+
+
+def has_memory(tl) -> bool:
+    return any(e.held for e in tl.events)
+
+
+def series(events: list[Event], rank: int) -> list[tuple[float, int]]:
+    """(time, held) after each of the rank's events, from (0, 0): a step function."""
+    points = [(0.0, 0)]
+    for e in sorted((e for e in events if e.rank == rank), key=lambda e: e.t_end):
+        points.append((e.t_end, e.held))
+    return points
+
+
+def peak_by_rank(events: list[Event], p: int) -> dict[int, int]:
+    return {r: max((e.held for e in events if e.rank == r), default=0) for r in range(p)}
+
+
+def scale(peak: float, unit: str = "bytes") -> tuple[float, str]:
+    """(divisor, label) to show values up to `peak` in readable units."""
+    if unit != "bytes":
+        return 1.0, unit
+    if peak >= 1 << 20:
+        return float(1 << 20), "MiB"
+    return float(1 << 10), "KiB"
+
+
+def describe_peaks(events: list[Event], p: int) -> str:
+    """'rank 0 1.2 MiB, rank 1 0.9 MiB, ...': each rank's peak activation memory."""
+    peaks = peak_by_rank(events, p)
+    div, name = scale(max(peaks.values(), default=0))
+    return ", ".join(f"rank {r} {v / div:.1f} {name}" for r, v in peaks.items())
+
+
+def draw_lane(ax, tl, t_max: float | None = None, unit: str = "bytes") -> None:
+    """One step line per rank on `ax`, on the timeline's time axis (ms)."""
+    t_max = t_max or tl.span or 1e-3
+    peak = max((e.held for e in tl.events), default=0)
+    div, name = scale(peak, unit)
+    for r in range(tl.p):
+        pts = series(tl.events, r)
+        ax.step([t * 1e3 for t, _ in pts], [v / div for _, v in pts], where="post", lw=1.4,
+                color=RANK_COLORS[r % len(RANK_COLORS)], label=f"rank {r}")
+    ax.set_xlim(0, t_max * 1e3 * 1.01)
+    ax.set_ylim(0, max(peak / div * 1.15, 1e-9))
+    what = "held for backward" if unit == "bytes" else "awaiting backward"
+    ax.set_ylabel(f"{what}\n({name})", fontsize=8)
+    ax.set_title(f"{tl.kind}: activation memory per rank (peak: "
+                 + ", ".join(f"rank {r} {v / div:.3g}" for r, v in peak_by_rank(tl.events, tl.p).items())
+                 + f" {name})", fontsize=9.5, loc="left")
+    ax.legend(fontsize=7.5, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    ax.grid(color="#e4e4e4", lw=0.6)
+    ax.set_axisbelow(True)
+
+
+LANE_H = 70
+
+
+def svg_lane(tl, x, top: float, left: float, width: float, cursor: float = float("inf")) -> str:
+    """The lane as SVG: a polyline per rank up to the cursor, its future as a ghost. `x` maps seconds
+    to pixels (the frame's own)."""
+    peak = max((e.held for e in tl.events), default=0) or 1
+    div, name = scale(peak)
+    h = LANE_H - 16
+
+    def y(v: float) -> float:
+        return top + 12 + h - v / peak * h
+
+    out = [f'<text x="{left - 8}" y="{top + 16}" text-anchor="end" fill="#444">memory</text>',
+           f'<text x="{left - 8}" y="{top + 28}" text-anchor="end" fill="#777" font-size="9">held for</text>',
+           f'<text x="{left - 8}" y="{top + 38}" text-anchor="end" fill="#777" font-size="9">backward</text>',
+           f'<line x1="{left}" y1="{y(0):.1f}" x2="{left + width}" y2="{y(0):.1f}" stroke="#ccc"/>',
+           f'<text x="{left + width + 8}" y="{y(peak) + 4:.1f}" fill="#444">{peak / div:.3g} {name}</text>']
+    for r in range(tl.p):
+        done, ghost = [], []
+        for (t0, v), (t1, _) in zip(series(tl.events, r), series(tl.events, r)[1:] + [(tl.span, 0)]):
+            seg = [(x(t0), y(v)), (x(t1), y(v))]
+            (done if t1 <= cursor else ghost).extend(seg)
+        color = RANK_COLORS[r % len(RANK_COLORS)]
+        for pts, opacity in ((ghost, 0.2), (done, 1)):
+            if pts:
+                path = " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)
+                out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5" '
+                           f'opacity="{opacity}"><title>rank {r}</title></polyline>')
+    return "\n".join(out)

@@ -1,0 +1,35 @@
+"""Grade one answer of one exercise through its hidden tests, as grader/trusted.py does, without a notebook:
+the student's answer for `qid`, the reference for every other exercise, every case in the grading sandbox.
+The tests of single exercises' wrong answers use it (tests/test_qNN_*.py); the cohort grades whole
+submissions."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader.hidden import hidden_tests
+from grader.hidden.common import CONFIGS, Context
+from grader.trusted import DEADLINE_S, TIMEOUT_S, summarize
+from lab_src.answers import use_answers
+from lab_src.harness.groups import device_for
+from lab_src.harness.runner import run_cases
+from lab_src.pipeline.baseline import compute_baseline, save_baseline
+
+
+def grade_answer(qid: str, text: str, reference: dict, folder: Path, timeout_s: float = TIMEOUT_S,
+                 sandboxed: bool = True) -> dict:
+    """{fraction, passed, total, messages} of `text` as the answer to `qid` (the grader's verdict)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    answer = folder / f"{qid}_answer.py"
+    answer.write_text(text)
+    ctx = Context(student={**reference, qid: str(answer)}, reference=reference)
+    with use_answers(reference):
+        for name, cfg in CONFIGS.items():
+            ctx.baselines[name] = compute_baseline(cfg, device_for(4))
+            ctx.baseline_files[name] = str(save_baseline(ctx.baselines[name], folder / "baselines" / f"{cfg.key()}.pt"))
+    tests = hidden_tests(qid)
+    cases = tests.cases(ctx)
+    run = run_cases(cases, folder / "run", case_deadline_s=DEADLINE_S, timeout_s=timeout_s, sandboxed=sandboxed)
+    verdict = summarize(qid, tests.judge(ctx, run.outcomes))
+    verdict["wall_s"] = run.wall_s
+    return verdict

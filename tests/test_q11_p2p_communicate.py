@@ -1,0 +1,155 @@
+"""q11 (p2p_communicate): the calls of a step with the combined operations, raw torch.distributed calls recorded
+in the ranks like the stage's own messages, the deadlock of blocking sends and its report, and wrong answers
+graded through the hidden tests with the points they deserve and messages that name the mistake (the cohort's
+wren and yuki carry two more: blocking sends, buffers without requires_grad)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hidden_grading import grade_answer
+from lab_src.judge.p2p import mutual_sends
+from lab_src.pipeline.p2p_calls import calls
+from lab_src.pipeline.schedules import SCHEDULES
+
+# Q7's logic again, through the stage: the messages are right, but none is a torch.distributed call of its own.
+STAGE_CALLS = '''
+def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch=None):
+    to_next = operation in ("send_forward", "recv_backward", "send_forward_recv_backward")
+    if (to_next and stage.is_last_stage) or (not to_next and stage.is_first_stage):
+        return None
+    peer = stage.pp_rank + 1 if to_next else stage.pp_rank - 1
+    if operation.startswith("send"):
+        stage.send(tensor, dst=peer, operation="send_forward" if to_next else "send_backward", microbatch=microbatch)
+    if "recv" not in operation:
+        return None
+    single = "recv_backward" if to_next else "recv_forward"
+    mb = microbatch if recv_microbatch is None else recv_microbatch
+    x = stage.recv(src=peer, shape=stage.activation_shape, operation=single, microbatch=mb)
+    return x.requires_grad_() if single == "recv_forward" else x
+'''
+
+# Receive buffers always float32 (torch's default): right until a run is in float64.
+FLOAT32 = '''
+import torch
+import torch.distributed as dist
+
+
+def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch=None):
+    to_next = operation in ("send_forward", "recv_backward", "send_forward_recv_backward")
+    if (to_next and stage.is_last_stage) or (not to_next and stage.is_first_stage):
+        return None
+    peer = stage.pp_rank + 1 if to_next else stage.pp_rank - 1
+    ops, received = [], None
+    if operation.startswith("send"):
+        ops.append(dist.P2POp(dist.isend, tensor.detach(), group=stage.group, group_peer=peer))
+    if "recv" in operation:
+        received = torch.zeros(stage.activation_shape, requires_grad=operation.endswith("recv_forward"))
+        ops.append(dist.P2POp(dist.irecv, received, group=stage.group, group_peer=peer))
+    for request in dist.batch_isend_irecv(ops):
+        request.wait()
+    return received
+'''
+
+
+# ---- the calls of a step --------------------------------------------------------------------------
+def test_the_1f1b_steady_state_is_made_of_the_two_combined_operations():
+    ops = [str(c) for c in calls("1f1b", 1, 4, 6)]
+    assert ops[:5] == ["recv_forward(mb=0)", "send_forward(mb=0)", "recv_forward(mb=1)", "send_forward(mb=1)",
+                       "recv_forward(mb=2)"]
+    assert ops[5:9] == ["send_forward_recv_backward(mb=2, recv_mb=0)", "send_backward_recv_forward(mb=0, recv_mb=3)",
+                        "send_forward_recv_backward(mb=3, recv_mb=1)", "send_backward_recv_forward(mb=1, recv_mb=4)"]
+    assert ops[-3:] == ["send_backward(mb=4)", "recv_backward(mb=5)", "send_backward(mb=5)"]
+    # the ends keep their no-ops: the last stage's combined call towards the next stage does nothing
+    last = [c for c in calls("1f1b", 3, 4, 6) if c.operation == "send_forward_recv_backward"]
+    assert len(last) == 6 and all(op.is_noop(3, 4) for c in last for op in c.parts)
+
+
+@pytest.mark.parametrize("p,m", [(1, 2), (2, 1), (3, 2), (4, 6), (4, 8)])
+def test_the_calls_carry_exactly_the_messages_of_the_schedule(p, m):
+    for name in ("afab", "1f1b"):
+        for r in range(p):
+            singles = [(op.value, c.microbatch_of(op)) for c in calls(name, r, p, m) for op in c.parts]
+            assert singles == [(s.op.value, s.microbatch) for s in SCHEDULES[name].messages(r, p, m)]
+    assert all(c.operation in ("recv_forward", "send_forward", "recv_backward", "send_backward")
+               for name in ("afab", "1f1b") for r in range(p) for c in calls(name, r, p, m, combined=False))
+
+
+# ---- the deadlock of blocking sends -----------------------------------------------------------------
+def test_two_neighbours_each_waiting_in_a_send_to_the_other_are_named_together():
+    errors = {0: {"pending": ["3", "recv_backward", 0, 1]},
+              1: {"pending": ["3", "send_forward", 1, 2]},
+              2: {"pending": ["3", "send_backward", 0, 1]}}
+    found = mutual_sends("q11", errors, "x")
+    assert len(found) == 1 and found[0].rank == 1
+    assert "ranks 1 and 2 each wait inside a send to the other" in found[0].message
+    assert "batch_isend_irecv" in found[0].message
+    assert mutual_sends("q11", {0: {"pending": ["3", "send_forward", 0, 1]},
+                                1: {"pending": ["3", "recv_forward", 0, 0]}}) == []
+
+
+def test_the_deadlock_report_lists_every_message_a_rank_still_waits_for(tmp_path):
+    """Posted messages (a batch) can be several at once: the report names all that have not ended."""
+    from lab_src.harness.deadlock import report
+    from lab_src.harness.runfolder import case_line, journal_path, op_line
+    lines = [case_line("start", 2), op_line("B", ["2", "forward", 1, None]), op_line("E", ["2", "forward", 1, None]),
+             op_line("B", ["2", "send_forward", 1, 1]), op_line("B", ["2", "recv_backward", 0, 1]),
+             op_line("E", ["2", "send_forward", 1, 1])]
+    journal_path(tmp_path, 0).write_text("".join(lines))
+    journal_path(tmp_path, 1).write_text(case_line("start", 2) + op_line("B", ["2", "send_backward", 0, 0])
+                                         + op_line("B", ["2", "recv_forward", 1, 0]))
+    text = report(tmp_path, 2, range(2))
+    assert "rank 0: done with send_forward(mb=1) to rank 1; waits in recv_backward(mb=0) from rank 1" in text
+    assert "rank 1: no operation finished; waits in send_backward(mb=0) to rank 0 and recv_forward(mb=1) from " \
+           "rank 0" in text
+
+
+@pytest.mark.slow
+def test_the_visible_check_passes_and_the_blocking_experiment_deadlocks_with_its_report(reference, in_tmp, capsys,
+                                                                                        no_leftovers):
+    from lab_src.answers import answers_dir
+    from lab_src.checks import check
+    from lab_src.checks.q11_p2p_communicate import blocking_demo
+    from lab_src.registry import EXERCISES
+    folder = answers_dir()
+    folder.mkdir()
+    for qid in ("q02", "q03", "q05", "q11"):
+        (folder / EXERCISES[qid].answer_file).write_text(open(reference[qid]).read())
+    report = check("q11")
+    assert report.ok
+    events = report.events(0)       # the answer's own torch.distributed calls, recorded in the ranks
+    assert {e.kind for e in events} == {"send_forward", "recv_forward", "send_backward", "recv_backward"}
+    assert len(events) == 2 * 2 * 3 * 6
+    out = capsys.readouterr().out
+    assert "q11: all checks passed" in out and "recv_backward(mb=0) from rank 2" in out
+    demo = blocking_demo(timeout_s=3)
+    text = capsys.readouterr().out
+    assert not demo.ok
+    assert "ranks 0 and 1 each wait inside a send to the other (rank 0: send_forward(mb=1) to rank 1; rank 1: " \
+           "send_backward(mb=0) to rank 0)" in text
+    assert "rank 0: send_forward(mb=0) to rank 1" in text and "rank 1: recv_forward(mb=0) from rank 0" in text
+
+
+# ---- wrong answers, graded ------------------------------------------------------------------------
+@pytest.mark.slow
+def test_messages_through_the_stage_are_not_raw_calls(reference, tmp_path, no_leftovers):
+    verdict = grade_answer("q11", STAGE_CALLS, reference, tmp_path)
+    # every message right, but not one of its own: messages and buffers only where there are none (1 of 6,
+    # 0 of 5); the pipelines built on it work (2 of 2)
+    assert verdict["fraction"] == pytest.approx((1 / 6 + 0 + 1) / 3, abs=1e-4)
+    text = "\n".join(verdict["messages"])
+    assert "went through stage.send / stage.recv: q11 asks for torch.distributed's own calls" in text
+    assert "the receive buffers came from stage.recv: allocate them yourself" in text
+
+
+@pytest.mark.slow
+def test_a_float32_buffer_in_a_float64_run_is_named_before_it_can_crash_the_rank(reference, tmp_path, no_leftovers):
+    verdict = grade_answer("q11", FLOAT32, reference, tmp_path, timeout_s=8)
+    # right in float32: 5 of 6 message cases, 4 of 5 buffer cases, 1 of 2 pipelines
+    assert verdict["fraction"] == pytest.approx((5 / 6 + 4 / 5 + 1 / 2) / 3, abs=1e-4)
+    text = "\n".join(verdict["messages"])
+    assert "[q11] rank 1, micro-batch 0: failed in recv_forward(mb=0) with rank 0: ValueError: " in text
+    assert "the receive buffer is float32, but the pipeline runs in float64: make it with dtype=stage.dtype" in text
+    assert "exit code" not in text                     # a clear error, not a crashed process
+    assert json.dumps(verdict)                          # the verdict travels as JSON

@@ -1,0 +1,202 @@
+"""q12 (one_f_one_b_step): 1F1B's rules from the events (the memory bound and 1F1B's one order), what a wrong
+step is told in 1F1B's terms, activation memory counted and drawn (the memory lane, the schedule pictures, the
+experiments' figures), and wrong answers graded through the hidden tests (the cohort's wren and yuki carry the
+warm-up off by one and the missing cool-down)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from hidden_grading import grade_answer
+from lab_src.judge.one_f_one_b import diagnose
+from lab_src.pipeline.schedules import schedule
+from lab_src.pipeline.trace import Event
+from lab_src.views.ideal import ideal_events
+
+# Q8's schedule, written with Q11's operations, in q12's place: the numbers match, the order is AFAB's.
+AFAB_AS_1F1B = '''
+from lab_src import p2p_communicate
+
+
+def one_f_one_b_step(stage, data_iter, num_microbatches):
+    inputs, outputs, logits = [], [], []
+    for mb in range(num_microbatches):
+        x = p2p_communicate("recv_forward", stage, microbatch=mb)
+        x = next(data_iter).to(stage.device) if x is None else x
+        y = stage.forward(x, microbatch=mb)
+        p2p_communicate("send_forward", stage, tensor=y, microbatch=mb)
+        if stage.is_last_stage:
+            logits.append(y.detach())
+            y = y.mean() / num_microbatches
+        inputs.append(x)
+        outputs.append(y)
+    for mb in range(num_microbatches):
+        grad = p2p_communicate("recv_backward", stage, microbatch=mb)
+        g = stage.backward(inputs[mb], outputs[mb], grad, microbatch=mb)
+        p2p_communicate("send_backward", stage, tensor=g, microbatch=mb)
+    return (logits, sum(float(o) for o in outputs)) if stage.is_last_stage else ([], None)
+'''
+
+
+def compute_events(orders: dict[int, str]) -> list[Event]:
+    """Events of ranks whose compute order is given as 'F0 F1 B0 ...', one unit of time each."""
+    events = []
+    for r, order in orders.items():
+        for t, op in enumerate(order.split()):
+            events.append(Event(r, "forward" if op[0] == "F" else "backward", int(op[1:]), None, None, 0, t, t + 0.5))
+    return events
+
+
+# ---- the rules and what a wrong order is told ---------------------------------------------------------
+def test_1f1b_has_one_order_a_short_warm_up_breaks_it_without_breaking_the_memory_bound():
+    sched = schedule("1f1b")
+    assert sched.violations(ideal_events(4, 6, schedule="1f1b"), 4, 6) == []
+    # rank 0 of 2 with no warm-up: F0 B0 F1 B1 holds one micro-batch at a time, fewer than 1F1B's two
+    short = compute_events({0: "F0 B0 F1 B1 F2 B2", 1: "F0 B0 F1 B1 F2 B2"})
+    broken = sched.violations(short, 2, 3)
+    assert [(r, mb) for r, mb, _ in broken] == [(0, 0)]
+    assert "rank 0 runs F0 B0 F1 B1 F2 B2; One-Forward-One-Backward runs F0 F1 B0 F2 B1 B2 (1 warm-up" in broken[0][2]
+    problems = diagnose(short, 2, 3, "q12", "x")
+    assert len(problems) == 1 and "runs 1 forward(s) before its first backward; 1F1B runs 2" in problems[0].message
+    assert "The warm-up is off by -1" in problems[0].message
+
+
+def test_a_missing_cool_down_is_named_from_the_events_of_a_run_that_hung():
+    # 4 stages, 6 micro-batches, the steady state and nothing after it: rank 0 never runs B3 B4 B5
+    events = [e for e in ideal_events(4, 6, schedule="1f1b") if e.is_compute]
+    cut = []
+    for r in range(4):
+        warm = schedule("1f1b").warmup(r, 4, 6)
+        cut += [e for e in events if e.rank == r and not (e.kind == "backward" and e.microbatch >= 6 - warm)]
+    problems = diagnose(cut, 4, 6, "q12", "x")
+    assert [p.rank for p in problems] == [0, 1, 2]
+    assert "micro-batch(es) 3, 4, 5 went forward on this rank but never backward" in problems[0].message
+    assert "the cool-down runs the backwards of the last 3 micro-batch(es)" in problems[0].message
+
+
+def test_an_afab_run_is_told_what_1f1b_changes():
+    from lab_src.judge.realness import WRONG_SCHEDULE, check_order
+    afab = ideal_events(4, 6, schedule="afab")
+    problems = check_order(afab, 4, 6, schedule("1f1b"), "q12", "x")
+    assert len(problems) == 1 and problems[0].message.startswith(WRONG_SCHEDULE)
+    assert "valid All-Forward-All-Backward schedule, but this exercise asks for One-Forward-One-Backward" in \
+        problems[0].message
+    assert "rank r holds at most min(p - r, m) micro-batches at once, not all m" in problems[0].message
+
+
+# ---- memory: counted, drawn --------------------------------------------------------------------------
+def test_saved_bytes_grow_with_each_forward_and_fall_with_each_backward(reference):
+    import torch
+    from lab_src.answers import use_answers
+    from lab_src.harness.memory import counting
+    from lab_src.pipeline.config import LabConfig
+    from lab_src.pipeline.stage import PipelineStage
+    from lab_src.pipeline.trace import Tracer, tracing
+    cfg = LabConfig(num_stages=2, num_layers=4)
+    with use_answers(reference):
+        stage = PipelineStage(cfg, 1, 2, 2)
+    tracer = Tracer(1)
+    xs = [torch.randn(stage.activation_shape, requires_grad=True) for _ in range(3)]
+    with tracing(tracer), counting(stage, tracer) as saved:
+        losses = [stage.forward(x, microbatch=i).mean() for i, x in enumerate(xs)]
+        after_forwards, counted = saved.now, set(saved.storages)
+        stage.backward(xs[0], losses[0], None, microbatch=0)
+        after_one_backward = saved.now
+        for i in (1, 2):
+            stage.backward(xs[i], losses[i], None, microbatch=i)
+    held = [e.held for e in tracer.events]
+    assert held[0] > 0 and held[:3] == sorted(held[:3]) and held[2] == after_forwards == saved.peak
+    assert held[2] == pytest.approx(3 * held[0], rel=0.01)             # three micro-batches, the same size each
+    assert after_one_backward == pytest.approx(2 * held[0], rel=0.01)  # the first backward freed its own
+    assert saved.now == 0 and held[-1] == 0
+    # the weights autograd saves (a linear layer's, for its input's gradient) are the model's, not a micro-batch's
+    params = {p.untyped_storage().data_ptr() for p in stage.parameters()}
+    assert counted and not counted & params
+
+
+def test_the_memory_lane_is_drawn_in_the_figure_the_widget_frame_and_the_chrome_trace():
+    from lab_src.views import svg
+    from lab_src.views.chrome_trace import to_chrome_trace
+    from lab_src.views.schedule_figure import with_in_flight
+    from lab_src.views.timeline import prepare, static_figure
+    events = [replace(e, held=e.held * 1000) for e in with_in_flight(ideal_events(4, 6, schedule="1f1b"))]
+    fig = static_figure(events, 4, 6, schedule="1f1b")
+    titles = [ax.get_title(loc="left") for ax in fig.axes]
+    assert sum("activation memory per rank" in t for t in titles) == 1     # under the measured timeline only
+    assert "peak: rank 0 3.91, rank 1 2.93, rank 2 1.95, rank 3 0.977 KiB" in titles[1]
+    frame = svg.frame(prepare(events, 4, 6), 10)
+    assert frame.count("<polyline") >= 4 and ">memory</text>" in frame
+    assert "memory" not in svg.frame(prepare([replace(e, held=0) for e in events], 4, 6), 10)
+    from lab_src.views.timeline import timelines
+    from lab_src.views.widget import TimelineWidget
+    side = TimelineWidget(*timelines(events, 4, 6, schedule="1f1b")).side.value
+    assert "Activation memory</b> (peak held for backward)<br>rank 0 3.9 KiB, rank 1 2.9 KiB" in side
+    counters = [e for e in to_chrome_trace(events)["traceEvents"] if e["ph"] == "C"]
+    assert len(counters) == len(events) and max(c["args"]["bytes held for backward"] for c in counters) == 4000
+
+
+def test_the_schedule_pictures_show_afab_holding_all_and_1f1b_holding_p_minus_r():
+    from lab_src.views.schedule_figure import schedule_figure
+    fig = schedule_figure(("afab", "1f1b"), p=4, m=8)
+    titles = [ax.get_title(loc="left") for ax in fig.axes]
+    assert len(fig.axes) == 4
+    assert "All-Forward-All-Backward" in titles[0] and "held per rank: 8 / 8 / 8 / 8" in titles[0]
+    assert "One-Forward-One-Backward" in titles[2] and "held per rank: 4 / 3 / 2 / 1" in titles[2]
+    assert "bubble 27.3% vs theory" in titles[0] and "bubble 27.3% vs theory" in titles[2]
+
+
+def test_the_experiments_figures_draw_memory_and_bubble_against_m():
+    from lab_src.checks.experiments import Runs
+    from lab_src.pipeline.config import DEMO
+    runs = Runs()
+    for m in (4, 8, 16):
+        runs.rows.append({"schedule": "afab", "m": m, "step_s": 0.1, "bubble": 0.5,
+                          "peak": {r: 1000 * m for r in range(4)}, "held": {r: m for r in range(4)}})
+        runs.rows.append({"schedule": "1f1b", "m": m, "step_s": 0.1, "bubble": 0.5,
+                          "peak": {r: 1000 * (4 - r) for r in range(4)}, "held": {r: 4 - r for r in range(4)}})
+    fig = runs.figure()
+    assert [ax.get_title() for ax in fig.axes] == ["All-Forward-All-Backward\nmicro-batches held at m = 16: "
+                                                  "16 / 16 / 16 / 16", "One-Forward-One-Backward\nmicro-batches "
+                                                  "held at m = 16: 4 / 3 / 2 / 1"]
+    assert "AFAB" not in runs.table() and "One-Forward-One-Backward" in runs.table()
+    bubbles = Runs(kind="bubble", config=DEMO, rows=[{"schedule": "1f1b", "m": m, "step_s": 1.0, "bubble": b,
+                                                       "peak": {}, "held": {}} for m, b in ((1, 0.8), (8, 0.3))])
+    ax = bubbles.figure().axes[0]
+    assert any("naive model parallelism" in t.get_text() for t in ax.texts)
+    assert [line.get_label() for line in ax.get_lines()] == ["theory (p-1)/(m+p-1)", "measured"]
+
+
+# ---- real runs ------------------------------------------------------------------------------------------
+def test_afab_submitted_for_1f1b_gets_the_numbers_right_and_half_credit(reference, tmp_path, no_leftovers):
+    verdict = grade_answer("q12", AFAB_AS_1F1B, reference, tmp_path)
+    # one micro-batch: AFAB is 1F1B; the 5 other cases keep q12's other_schedule_credit (half)
+    assert verdict["fraction"] == pytest.approx((1 + 5 * 0.5) / 6, abs=1e-4)
+    text = "\n".join(verdict["messages"])
+    assert "your step is a valid All-Forward-All-Backward schedule, but this exercise asks for " \
+           "One-Forward-One-Backward" in text
+    assert "One-Forward-One-Backward holds at most 4 on rank 0 of 4" in text and "not all m" in text
+    assert "differ" not in text                        # the numbers are right
+
+
+@pytest.mark.slow
+def test_the_visible_check_and_the_memory_experiment(reference, in_tmp, capsys, no_leftovers):
+    from lab_src.answers import answers_dir
+    from lab_src.checks import check
+    from lab_src.checks.experiments import memory_vs_microbatches
+    from lab_src.registry import EXERCISES
+    folder = answers_dir()
+    folder.mkdir()
+    for qid in ("q02", "q03", "q04", "q05", "q06", "q07", "q08", "q11", "q12"):
+        (folder / EXERCISES[qid].answer_file).write_text(open(reference[qid]).read())
+    report = check("q12")
+    out = capsys.readouterr().out
+    assert report.ok and "micro-batches held awaiting backward, at most: 4, 3, 2, 1 (ranks 0..3)" in out
+    assert any(e.held for e in report.events(0))
+    runs = memory_vs_microbatches(ms=(4, 16))
+    afab = {row["m"]: row["peak"] for row in runs.of("afab")}
+    one = {row["m"]: row["peak"] for row in runs.of("1f1b")}
+    for r in range(4):
+        assert afab[16][r] == pytest.approx(4 * afab[4][r], rel=0.02)      # AFAB: linear in m
+        assert one[16][r] == pytest.approx(one[4][r], rel=0.02)            # 1F1B: flat once m >= p - r
+    assert [row["held"] for row in runs.of("1f1b")][-1] == {0: 4, 1: 3, 2: 2, 3: 1}
