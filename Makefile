@@ -29,6 +29,7 @@ benchmark: setup
 	.venv/bin/python benchmarks/autograde_time.py
 	.venv/bin/python benchmarks/failure_report.py
 	.venv/bin/python benchmarks/grid_traffic.py
+	.venv/bin/python benchmarks/validate_time.py
 
 # the single-user environment and configurable-http-proxy of the local hub (cached; hub/README.md)
 hub-env:

@@ -19,14 +19,37 @@ class NotebookUnreadable(ValueError):
     pass
 
 
-def read_notebook(path: Path) -> dict:
+def notebook_problem(path: Path) -> str | None:
+    """Why nbgrader could not read the notebook at `path` (None when it can): not valid JSON (with the
+    line and column), not a notebook, or cells that lost what nbformat requires (their metadata, say)."""
+    import nbformat
+    name = Path(path).name
     try:
-        nb = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise NotebookUnreadable(f"{Path(path).name} is not a readable notebook: {e}") from None
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        return f"{name} cannot be read as text: {e}"
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as e:
+        return (f"{name} is not valid JSON: {e.msg.removesuffix(' at')} (line {e.lineno}, column {e.colno}; "
+                f"was the file cut off, or edited by hand?)")
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
-        raise NotebookUnreadable(f"{Path(path).name} is not a notebook (no list of cells)")
-    return nb
+        return f"{name} is not a Jupyter notebook: it holds no list of cells"
+    try:
+        nbformat.validate(nbformat.reads(text, as_version=4))
+    except Exception as e:  # noqa: BLE001 - nbformat raises several kinds of errors
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"{name} is not a valid notebook: {first[:300]}"
+    return None
+
+
+def read_notebook(path: Path) -> dict:
+    """The notebook at `path` as JSON, if nbgrader could read it too (else NotebookUnreadable, saying why:
+    a notebook nbgrader cannot grade scores zero here as well)."""
+    problem = notebook_problem(path)
+    if problem:
+        raise NotebookUnreadable(problem)
+    return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
 def cell_source(cell: dict) -> str:

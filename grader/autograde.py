@@ -1,17 +1,19 @@
 """Autograde one student, or all: nbgrader, then the out-of-process hidden tests, then the gradebook.
 
 For each student:
-1. `nbgrader autograde` executes the submitted notebooks (restoring test cells, giving zero to missing
-   notebooks, recording the manually graded cells);
-2. `python -P -m grader.trusted` grades the answer cells of the submitted notebooks in fresh processes,
+1. `python -P -m grader.trusted` grades the answer cells of the submitted notebooks in fresh processes,
    from a folder outside the submission;
+2. `nbgrader autograde` executes the notebooks (restoring test cells, giving zero to missing
+   notebooks, recording the manually graded cells), from a copy of the submission in which a notebook
+   nbgrader cannot read is replaced by a note saying why (grader/staging.py), so that it costs only itself;
 3. grader/verdicts.py writes those verdicts into the gradebook and the autograded notebooks.
 
 The hidden tests run first, so that nbgrader's execution of the notebooks can draw the grader's run of
 the student's code in the timeline cells (lab_src.checks.autograding_report); the verdicts go into
 the gradebook last, after nbgrader has written its own scores. A status file per student
-(course/grader/<student>/status.json) says whether grading is running, done or failed; `grader status`
-counts them. Grading several students at once is safe: each has its own
+(course/grader/<student>/status.json) says whether grading is running, done or failed; a student is
+graded only when both halves succeeded (the hidden tests, and nbgrader's autograde as nbgrader's own
+formgrader sees it); `grader status` counts them. Grading several students at once is safe: each has its own
 work folder, torchrun picks free ports, and gradebook writes take a lock.
 """
 from __future__ import annotations
@@ -30,9 +32,14 @@ from lab_src.grading import GRADER_TIMELINES
 from lab_src.registry import ASSIGNMENT
 
 from . import verdicts
-from .course import Course, tool_env
+from .course import COURSE_ID, Course, tool_env
+from .execute import RETRY_MARK
 from .kernel_sandbox import UNSAFE
+from .staging import STAGED, stage_submission
 
+# Students graded at once by default (`grader autograde --jobs`): one per core, at most 4. Measured on 2
+# cores (benchmarks/kernel_start.py, README "Kernel start under load"): no kernel start failed at 2 or 4.
+DEFAULT_JOBS = max(1, min(4, os.cpu_count() or 1))
 NBGRADER_TIMEOUT_S = 900
 TRUSTED_TIMEOUT_S = 900
 VERDICTS_LIMIT_BYTES = 8 << 20
@@ -82,29 +89,63 @@ def run_trusted(course: Course, student: str, unsafe_no_sandbox: bool = False) -
     return result
 
 
+def nbgrader_failure(course: Course, student: str, proc: subprocess.CompletedProcess) -> str | None:
+    """Why nbgrader's half of grading `student` did not succeed, or None when it did: nbgrader's exit
+    status, and what nbgrader's own formgrader reads (the autograded folder, the submission in the gradebook)."""
+    from nbgrader.api import Gradebook, MissingEntry
+    if proc.returncode != 0:
+        text = proc.stdout + "\n" + proc.stderr
+        if "Kernel didn't respond" in text or "Kernel died before replying" in text:
+            tries = 1 + course.startup_retries
+            return (f"nbgrader autograde failed (exit {proc.returncode}): its kernel did not answer within "
+                    f"{course.startup_timeout} s, or died, {tries} time{'s' if tries > 1 else ''} (a loaded node: "
+                    f"grade with fewer --jobs)")
+        errors = [ln for ln in text.splitlines() if "| ERROR]" in ln or "Error" in ln]
+        return f"nbgrader autograde failed (exit {proc.returncode}): " + (errors[-1].strip()[:500] if errors else
+                                                                          "see its log")
+    if not course.autograded(student).is_dir():
+        return "nbgrader autograde wrote no autograded folder"
+    with Gradebook(f"sqlite:///{course.db_path}", COURSE_ID) as gb:
+        try:
+            gb.find_submission(ASSIGNMENT, student)
+        except MissingEntry:
+            return "nbgrader autograde recorded no submission in the gradebook"
+    return None
+
+
 def grade_student(course: Course, student: str, unsafe_no_sandbox: bool = False) -> dict:
+    """Both halves: the hidden tests out of process, and nbgrader's autograde. The student is `graded`
+    only when both succeeded; otherwise `failed`, with the reason (the verdicts that could be written
+    are written all the same)."""
     started = time.monotonic()
     write_status(course, student, state="running", host=os.uname().nodename)
     try:
         result = run_trusted(course, student, unsafe_no_sandbox)
         t_hidden = time.monotonic()
+        unreadable = stage_submission(course, student)
         timelines = course.root / "grader" / student / "work" / "timeline"
-        nb = course.nbgrader("autograde", ASSIGNMENT, "--student", student, "--force", check=False,
+        nb = course.nbgrader("autograde", ASSIGNMENT, "--student", student, "--force",
+                             f"--CourseDirectory.submitted_directory={STAGED}", check=False,
                              timeout=NBGRADER_TIMEOUT_S,
                              env={GRADER_TIMELINES: str(timelines), **({UNSAFE: "1"} if unsafe_no_sandbox else {})})
         log = course.root / "grader" / student / "nbgrader.log"
         log.write_text(nb.stdout[-50000:] + "\n" + nb.stderr[-50000:])
         t_nbgrader = time.monotonic()
+        failure = nbgrader_failure(course, student, nb)
         given = verdicts.apply(course, student, result)
     except Exception as e:  # noqa: BLE001 - one student's failure is recorded, the others go on
         write_status(course, student, state="failed", error=f"{type(e).__name__}: {e}"[:4000],
                      wall_s=round(time.monotonic() - started, 1))
         raise
     done = time.monotonic()
-    summary = {"state": "graded", "scores": given, "nbgrader_exit": nb.returncode, "cases": result["cases"],
+    summary = {"state": "failed" if failure else "graded", "scores": given, "nbgrader_exit": nb.returncode,
+               "unreadable": unreadable, "cases": result["cases"],
                "launches": result["launches"], "wall_s": round(done - started, 1),
+               "kernel_start_retries": nb.stdout.count(RETRY_MARK) + nb.stderr.count(RETRY_MARK),
                "phases_s": {"hidden_tests": round(t_hidden - started, 1), "nbgrader": round(t_nbgrader - t_hidden, 1),
                             "gradebook": round(done - t_nbgrader, 1)}}
+    if failure:
+        summary["error"] = failure
     write_status(course, student, **summary)
     return summary
 

@@ -8,7 +8,9 @@
     python -m grader autograde [--student S ...] [--jobs N]
     python -m grader feedback [--student S ...]       # course/feedback/<student>/pipeline_lab/*.html
     python -m grader feedback --release               # ... then into the exchange (nbgrader release_feedback)
+                                                      # (fails, naming them, if a student has none)
     python -m grader export [--to grades.csv]         # nbgrader's grades.csv and per-exercise grades
+    python -m grader roster names.csv                 # students' names (id,first_name,last_name,email)
     python -m grader status                           # graded / running / failed / waiting
     python -m grader table                            # the grade table
     python -m grader text [--from-py]                 # solutions/*.ipynb <-> their jupytext .py twins
@@ -29,6 +31,7 @@ from pathlib import Path
 
 from lab_src.registry import ASSIGNMENT
 
+from .autograde import DEFAULT_JOBS
 from .course import Course
 
 
@@ -75,6 +78,8 @@ def cmd_collect(course: Course, args) -> int:
         students = course.students()
     course.ensure_assignment()
     course.add_students(students)
+    if args.roster:
+        course.import_roster(args.roster)
     print(f"collected {len(students)} submissions into {course.submitted()}")
     return 0
 
@@ -104,17 +109,18 @@ def cmd_autograde(course: Course, args) -> int:
 
 
 def cmd_feedback(course: Course, args) -> int:
-    if args.student:  # nbgrader takes one --student at a time
-        for student in args.student:
-            course.nbgrader("generate_feedback", ASSIGNMENT, "--force", "--student", student)
-    else:
-        course.nbgrader("generate_feedback", ASSIGNMENT, "--force")
-    print(f"feedback written under {course.root / 'feedback'}")
+    from .feedback import generate_feedback
+    students = args.student or course.students()
+    missing = generate_feedback(course, args.student)
+    print(f"feedback written under {course.root / 'feedback'} for {len(students) - len(missing)} of "
+          f"{len(students)} submissions")
+    for student, why in sorted(missing.items()):
+        print(f"  NO FEEDBACK for {student}: {why}")
     if args.release:
         from . import exchange
         exchange.release_feedback(course, args.exchange or None)
         print("feedback released into nbgrader's exchange: students fetch it in the Assignments panel")
-    return 0
+    return 1 if missing else 0
 
 
 def cmd_export(course: Course, args) -> int:
@@ -127,12 +133,19 @@ def cmd_export(course: Course, args) -> int:
 
 
 def cmd_status(course: Course, args) -> int:
+    from .formgrader_view import status_of
     from .report import progress
     states = progress(course)
     total = sum(len(v) for v in states.values())
     print(f"{total} submissions: " + ", ".join(f"{len(v)} {k}" for k, v in states.items()))
     for s in states.get("failed", []):
-        print(f"  failed: {s}")
+        print(f"  failed: {s}: {status_of(course, s).get('error', '')[:500]}")
+    return 0
+
+
+def cmd_roster(course: Course, args) -> int:
+    n = course.import_roster(args.csv)
+    print(f"{n} students' names imported into {course.db_path} (nbgrader db student import)")
     return 0
 
 
@@ -176,9 +189,11 @@ def main(argv=None) -> int:
     g.add_argument("--from", dest="source", type=Path, help="folder of <student>/ folders")
     g.add_argument("--zip", nargs="+", type=Path, help="zip archives of <student>/*.ipynb")
     g.add_argument("--exchange", nargs="?", const="", metavar="DIR", help="the latest submissions in nbgrader's exchange")
+    p.add_argument("--roster", type=Path, help="also import names from this CSV (as `grader roster`)")
     p = sub.add_parser("autograde", help="grade submissions (nbgrader + out-of-process hidden tests)")
     p.add_argument("--student", nargs="+")
-    p.add_argument("--jobs", type=int, default=1, help="students graded at once (default 1)")
+    p.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
+                   help=f"students graded at once (default {DEFAULT_JOBS}: one per core, at most 4)")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="grade without bubblewrap where none is available (every report says so)")
     p = sub.add_parser("feedback", help="HTML feedback for students")
@@ -188,6 +203,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("export", help="grades as CSV")
     p.add_argument("--to", default="grades.csv")
     sub.add_parser("status", help="how many submissions are graded, running, failed")
+    p = sub.add_parser("roster", help="names and emails from a CSV (id,first_name,last_name,email) into the gradebook")
+    p.add_argument("csv", type=Path)
     sub.add_parser("table", help="print the grade table")
     p = sub.add_parser("text", help="write the .py twins of the source notebooks (or, --from-py, the reverse)")
     p.add_argument("--from-py", action="store_true", help="rebuild the notebooks from their edited .py twins")
@@ -201,7 +218,7 @@ def main(argv=None) -> int:
     course = Course(args.course)
     return {"release": cmd_release, "collect": cmd_collect, "autograde": cmd_autograde, "feedback": cmd_feedback,
             "export": cmd_export, "status": cmd_status, "table": cmd_table, "text": cmd_text,
-            "new": cmd_new, "readme": cmd_readme}[args.command](course, args)
+            "new": cmd_new, "readme": cmd_readme, "roster": cmd_roster}[args.command](course, args)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from lab_src.registry import ASSIGNMENT, EXERCISES, notebook_pattern
 from . import RELEASE, ROOT, SOURCE
 
 COURSE_ID = "pipeline-lab"
+# nbgrader's kernel must answer within this (nbgrader's own default: 60 s), else one fresh start
+STARTUP_TIMEOUT_S = 180
 
 # Files a run of a notebook leaves beside it, which must never ship or be collected as part of the release.
 IGNORE = [".ipynb_checkpoints", "*.pyc", "__pycache__", "answers", "runs", "feedback", ".*", "*.log",
@@ -42,6 +44,10 @@ c.Execute.timeout = {cell_timeout}
 c.Execute.interrupt_on_timeout = True
 # The kernels that execute submitted notebooks run in the grading sandbox (grader/kernel_sandbox.py).
 c.Execute.kernel_manager_class = "grader.kernel_sandbox.SandboxedKernelManager"
+# Kernel start on a loaded node (other students' hidden tests busy on every core): a longer limit than
+# nbgrader's 60 s, and one fresh start when a kernel still does not answer (grader/execute.py).
+c.Execute.startup_timeout = {startup_timeout}
+c.RetryingExecute.startup_retries = {startup_retries}
 # Huge outputs (a student printing megabytes) are cut down in the autograded notebook.
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 60
@@ -50,6 +56,8 @@ from nbgrader.converters.autograde import Autograde as _Autograde
 from nbgrader.preprocessors import LimitOutput as _LimitOutput
 _steps = list(_Autograde.class_traits()["autograde_preprocessors"].default())
 _steps.insert(_steps.index(_LimitOutput) + 1, "grader.limit_output.LimitOutputChars")
+from nbgrader.preprocessors import Execute as _Execute
+_steps[_steps.index(_Execute)] = "grader.execute.RetryingExecute"
 c.Autograde.autograde_preprocessors = _steps
 # Feedback shows each hidden-test verdict, never the hidden tests' code.
 c.GenerateFeedback.preprocessors = [
@@ -70,11 +78,25 @@ def tool_env() -> dict:
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
+# nbgrader's exchange (release, fetch, submit, collect, feedback), for a course run without JupyterHub:
+# a folder every user of the machine can write. Without one, the formgrader's Manage Assignments page
+# warns that the exchange is missing and leaves its Release and Collect columns empty. Course(exchange=DIR)
+# writes it into the course's config; a course folder that holds an exchange/ folder uses that one.
+EXCHANGE = '''
+c.Exchange.root = {exchange!r}
+'''
+
+
 class Course:
     def __init__(self, root: Path | str = "course", cell_timeout: int = 120, release: Path = RELEASE,
-                 source: Path = SOURCE):
+                 source: Path = SOURCE, startup_timeout: int = STARTUP_TIMEOUT_S, startup_retries: int = 1,
+                 exchange: Path | str | None = None):
         self.root = Path(root).resolve()
+        if exchange is None and (self.root / "exchange").is_dir():
+            exchange = self.root / "exchange"   # a course folder with an exchange/ of its own keeps using it
+        self.exchange = Path(exchange).resolve() if exchange else None
         self.cell_timeout = cell_timeout
+        self.startup_timeout, self.startup_retries = startup_timeout, startup_retries
         # where generate_assignment reads and writes (tests point them at temporary folders)
         self.release = Path(release).resolve()
         self.source = Path(source).resolve()
@@ -103,7 +125,12 @@ class Course:
         path = self.root / "nbgrader_config.py"
         path.write_text(CONFIG.format(course_id=COURSE_ID, root=str(self.root), source=str(self.source),
                                       release=str(self.release), db_url=f"sqlite:///{self.db_path}",
-                                      ignore=IGNORE, cell_timeout=self.cell_timeout, notebooks=notebook_pattern()))
+                                      ignore=IGNORE, cell_timeout=self.cell_timeout, notebooks=notebook_pattern(),
+                                      startup_timeout=self.startup_timeout, startup_retries=self.startup_retries)
+                        + (EXCHANGE.format(exchange=str(self.exchange)) if self.exchange else ""))
+        if self.exchange and not self.exchange.is_dir():
+            self.exchange.mkdir(parents=True)
+            self.exchange.chmod(0o777)   # what nbgrader asks of an exchange: every user writes there
         return path
 
     def nbgrader(self, *args: str, timeout: float | None = None, check: bool = True,
@@ -126,7 +153,9 @@ class Course:
         if ASSIGNMENT not in known or not self._release_matches_db():
             # generate_assignment records the notebooks and grade cells; its release goes into the course
             # folder, so that grading never rewrites the repository's notebooks/
-            Course(self.root, self.cell_timeout, release=self.root / "release", source=self.source).generate_release()
+            Course(self.root, self.cell_timeout, release=self.root / "release", source=self.source,
+                   startup_timeout=self.startup_timeout, startup_retries=self.startup_retries,
+                   exchange=self.exchange).generate_release()
 
     def _release_matches_db(self) -> bool:
         from nbgrader.api import Gradebook
@@ -138,6 +167,14 @@ class Course:
         """nbgrader generate_assignment: solutions/ -> notebooks/ (and the gradebook's record of it)."""
         self.nbgrader("generate_assignment", ASSIGNMENT, "--force")
         return self.release / ASSIGNMENT
+
+    def import_roster(self, path: Path) -> int:
+        """Names and emails from a CSV (columns id, first_name, last_name, email) into the gradebook, with
+        nbgrader's own `nbgrader db student import`. Collecting again later keeps them."""
+        self.nbgrader("db", "student", "import", str(Path(path).resolve()))
+        import csv
+        with open(path, newline="") as f:
+            return sum(1 for _ in csv.DictReader(f))
 
     def add_students(self, students: list[str]) -> None:
         from nbgrader.api import Gradebook

@@ -4,7 +4,8 @@
    with the unsharded baseline; the measured schedule, the bubble beside (p-1)/(m+p-1), and a
    Chrome-trace JSON to open in Perfetto.
 2. The student release regenerated from solutions/ with nbgrader (and compared with notebooks/).
-3. The sample cohort autograded (nbgrader + the out-of-process hidden tests), and the grade table.
+3. The sample cohort autograded (nbgrader + the out-of-process hidden tests), the grade table, the
+   feedback, and what nbgrader's own formgrader shows for every student.
 
     python -m grader.demo [--out out/demo] [--students ada ivo ...] [--jobs N] [--skip-cohort]
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import os
 import shutil
 import sys
 import time
@@ -30,6 +30,7 @@ from lab_src.views import bubble, grid
 from lab_src.views.chrome_trace import write_chrome_trace
 
 from . import RELEASE
+from .autograde import DEFAULT_JOBS
 from .reference import reference_sources
 
 
@@ -107,40 +108,65 @@ def release_demo(out: Path) -> bool:
 def cohort_demo(out: Path, students: list[str] | None, jobs: int) -> bool:
     from .autograde import grade_all
     from .cli import collect_folder
-    from .cohort import BY_NAME, COHORT, build_cohort
+    from .cohort import BY_NAME, COHORT, ROSTER, build_cohort
     from .course import Course, hidden_points
+    from .feedback import generate_feedback
+    from .formgrader_view import describe, problems
     from .report import format_table, grade_rows
     chosen = [BY_NAME[s] for s in students] if students else COHORT
     banner(f"3. Autograding the sample cohort: {len(chosen)} students, {jobs} at a time")
     for s in chosen:
         print(f"  {s.name:<10} {s.story}")
-    course = Course(out / "course")
+    # a course without JupyterHub: its own exchange folder, so that the formgrader's Manage Assignments
+    # page works (release and collect through it) instead of warning that the exchange is missing
+    course = Course(out / "course", exchange=out / "course" / "exchange")
     for sub in ("submitted", "autograded", "feedback", "grader"):
         if (course.root / sub).exists():
             shutil.rmtree(course.root / sub)
     build_cohort(out / "cohort", chosen)
     collect_folder(course, out / "cohort")
+    course.ensure_assignment()
+    course.import_roster(out / "cohort" / ROSTER)
     started = time.monotonic()
     print(flush=True)
     results = grade_all(course, [s.name for s in chosen], jobs=jobs,
-                        on_done=lambda s, r: print(f"  graded {s:<10} {r.get('wall_s', 0):5.0f} s  {r['state']}",
-                                                   flush=True))
+                        on_done=lambda s, r: print(f"  graded {s:<10} {r.get('wall_s', 0):5.0f} s  {r['state']}"
+                                                   + (f": {r['error'][:200]}" if r.get("error") else ""), flush=True))
     print(f"\n{len(chosen)} submissions in {time.monotonic() - started:.0f} s\n")
     rows = {r["student"]: r for r in grade_rows(course)}
     print(format_table(list(rows.values())))
+    started = time.monotonic()
+    no_feedback = generate_feedback(course)
+    print(f"\nfeedback (nbgrader generate_feedback) in {time.monotonic() - started:.0f} s, "
+          f"under {course.root / 'feedback'}")
+    # what nbgrader's own views show: the formgrader's Manage Submissions page, and the feedback
+    print("\nnbgrader's formgrader, Manage Submissions:")
+    print(describe(course, [s.name for s in chosen]))
     points = hidden_points()
     wrong = [f"{s.name} {qid}" for s in chosen for qid, want in s.expected_points(points).items()
              if abs(rows.get(s.name, {}).get(qid, -1) - want) > 1e-6]
-    print("\nevery student got exactly the expected points" if not wrong else f"\nUNEXPECTED: {wrong}")
-    print(f"feedback: python -m grader --course {course.root} feedback   (HTML under {course.root / 'feedback'})")
-    return not wrong and all(r["state"] == "graded" for r in results.values())
+    failed = {s: r.get("error", "") for s, r in results.items() if r["state"] != "graded"}
+    unseen = {**problems(course, [s.name for s in chosen]), **no_feedback}
+    for student, why in sorted(failed.items()):
+        print(f"FAILED {student}: {why}")
+    for student, why in sorted(unseen.items()):
+        print(f"NOT IN NBGRADER'S VIEW {student}: {why}")
+    if wrong:
+        print(f"UNEXPECTED POINTS: {wrong}")
+    ok = not wrong and not failed and not unseen
+    print(f"\nformgrader: cd {course.root} && {Path(sys.executable).parent / 'jupyter'} lab   (Nbgrader > Formgrader)")
+    print(f"\nevery student got exactly the expected points, and nbgrader's formgrader shows all {len(chosen)} "
+          f"autograded with their feedback" if ok else
+          f"\n{len(failed)} failed, {len(unseen)} not autograded or without feedback in nbgrader's view, "
+          f"{len(wrong)} unexpected scores (see above)")
+    return ok
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/demo"))
     ap.add_argument("--students", nargs="*", help="grade only these cohort students (default: all)")
-    ap.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)))
+    ap.add_argument("--jobs", type=int, default=DEFAULT_JOBS)
     ap.add_argument("--skip-cohort", action="store_true")
     args = ap.parse_args(argv)
     out = args.out.resolve()

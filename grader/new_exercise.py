@@ -33,6 +33,18 @@ def _cell(kind: str, source: str, **nbgrader) -> dict:
     return cell
 
 
+def hidden_cell_source(qid: str, points: int) -> str:
+    """The test cell: in the release, it fails nbgrader's Validate unless the check passed
+    (lab_src.grading.require_check); the hidden part, which only the grader runs, stays out of the release."""
+    return (f"# Hidden tests of {qid} ({points} points): the grader runs them in fresh processes, outside\n"
+            f"# this notebook, and writes the score into the gradebook.\n"
+            f"# Validate fails here unless the check above passed.\n"
+            f"from lab_src.grading import require_check\n"
+            f'require_check("{qid}")\n'
+            f"### BEGIN HIDDEN TESTS\nfrom lab_src.grading import scored_out_of_process\n"
+            f'scored_out_of_process("{qid}")\n### END HIDDEN TESTS')
+
+
 def notebook(qid: str, function: str, title: str, points: int) -> dict:
     return {"nbformat": 4, "nbformat_minor": 5,
             "metadata": {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
@@ -46,11 +58,7 @@ def notebook(qid: str, function: str, title: str, points: int) -> dict:
                               f"\n    ### END SOLUTION", grade_id=f"{qid}_answer", solution=True),
                 _cell("markdown", "## Check\n\nTODO: what the check runs and what it shows."),
                 _cell("code", f'report = check("{qid}")'),
-                _cell("code", f"# Hidden tests of {qid} ({points} points): the grader runs them in fresh processes, "
-                              f"outside\n# this notebook, and writes the score into the gradebook.\n"
-                              f"### BEGIN HIDDEN TESTS\nfrom lab_src.grading import scored_out_of_process\n"
-                              f'scored_out_of_process("{qid}")\n### END HIDDEN TESTS',
-                      grade_id=f"{qid}_hidden", grade=True, points=points),
+                _cell("code", hidden_cell_source(qid, points), grade_id=f"{qid}_hidden", grade=True, points=points),
             ])]}
 
 

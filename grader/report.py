@@ -11,16 +11,22 @@ from .course import COURSE_ID, Course
 
 
 def grade_rows(course: Course) -> list[dict]:
-    """One row per student with a submission: autograded points per exercise, written answers, totals."""
+    """One row per student with a submission (in the gradebook, or returned and not yet in it):
+    autograded points per exercise, written answers, totals, and the grading state with its reason."""
     from nbgrader.api import Gradebook, MissingEntry
     rows = []
+    returned = set(course.students())
     with Gradebook(f"sqlite:///{course.db_path}", COURSE_ID) as gb:
-        for student in sorted(s.id for s in gb.students):
+        for student in sorted({s.id for s in gb.students} | returned):
+            state = grading_state(course, student)
             try:
                 sub = gb.find_submission(ASSIGNMENT, student)
             except MissingEntry:
+                if student in returned:
+                    rows.append({"student": student, **state, "autograded": 0.0, "autograded_max": 0.0,
+                                 "written": 0.0, "written_max": 0.0, "written_pending": 0})
                 continue
-            row = {"student": student}
+            row = {"student": student, **state}
             auto = auto_max = manual = manual_max = 0.0
             pending = 0
             for nb in sub.notebooks:
@@ -41,22 +47,36 @@ def grade_rows(course: Course) -> list[dict]:
     return rows
 
 
+def grading_state(course: Course, student: str) -> dict:
+    """{"state": graded / running / failed / waiting, "error": the reason, for a failed one}."""
+    path = course.root / "grader" / student / "status.json"
+    status = json.loads(path.read_text()) if path.exists() else {}
+    out = {"state": status.get("state", "waiting")}
+    if status.get("error"):
+        out["error"] = status["error"]
+    return out
+
+
 def format_table(rows: list[dict]) -> str:
+    """The grade table; a student who is not (fully) graded is marked, and the reasons follow the table."""
     qids = [e.id for e in EXERCISES.values() if e.function]
     head = f"{'student':<12}" + "".join(f"{q:>6}" for q in qids) + f"{'auto':>9}  written"
     lines = [head, "-" * len(head)]
     for r in rows:
         cells = "".join(f"{r.get(q, 0):>6.4g}" for q in qids)
         written = f"{r['written_pending']} to grade" if r["written_pending"] else f"{r['written']:g}/{r['written_max']:g}"
-        lines.append(f"{r['student']:<12}{cells}{r['autograded']:>6.4g}/{r['autograded_max']:g}  {written}")
-    return "\n".join(lines)
+        mark = "" if r.get("state", "graded") == "graded" else f"  {r['state'].upper()}"
+        lines.append(f"{r['student']:<12}{cells}{r['autograded']:>6.4g}/{r['autograded_max']:g}  {written}{mark}")
+    notes = [f"{r['student']} is {r['state']}" + (f": {r['error'][:300]}" if r.get("error") else "")
+             for r in rows if r.get("state", "graded") != "graded"]
+    return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def export_csv(course: Course, path: Path) -> Path:
     """Per-exercise grades (nbgrader's own `nbgrader export` gives one total per assignment)."""
     rows = grade_rows(course)
     qids = [e.id for e in EXERCISES.values() if e.function]
-    fields = ["student", *qids, "autograded", "autograded_max", "written", "written_max", "written_pending"]
+    fields = ["student", *qids, "autograded", "autograded_max", "written", "written_max", "written_pending", "state"]
     path = Path(path)
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
@@ -70,7 +90,5 @@ def progress(course: Course, students: list[str] | None = None) -> dict[str, lis
     """Students by grading state: graded, running, failed, waiting (no status yet)."""
     states: dict[str, list[str]] = {"graded": [], "running": [], "failed": [], "waiting": []}
     for s in students or course.students():
-        path = course.root / "grader" / s / "status.json"
-        state = json.loads(path.read_text()).get("state", "waiting") if path.exists() else "waiting"
-        states.setdefault(state, []).append(s)
+        states.setdefault(grading_state(course, s)["state"], []).append(s)
     return states

@@ -68,13 +68,15 @@ def graded_cohort(tmp_path_factory):
     Shared by the cohort tests and the Slurm test, which compares its merged grades with these."""
     from grader.autograde import grade_all
     from grader.cli import collect_folder
-    from grader.cohort import COHORT, build_cohort
+    from grader.cohort import COHORT, ROSTER, build_cohort
     from grader.course import Course
     from grader.report import grade_rows
     base = tmp_path_factory.mktemp("cohort")
     build_cohort(base / "submissions")
     course = Course(base / "course")
     collect_folder(course, base / "submissions")
+    course.ensure_assignment()
+    course.import_roster(base / "submissions" / ROSTER)
     results = grade_all(course, [s.name for s in COHORT], jobs=4)
     return course, results, {r["student"]: r for r in grade_rows(course)}
 

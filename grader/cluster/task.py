@@ -117,6 +117,10 @@ def grade_one(run: Run, student: str, scratch: Path | None = None) -> bool:
             run.write_state(student, "failed", error=f"{type(e).__name__}: {e}"[:4000],
                             wall_s=round(time.monotonic() - started, 1), **job)
             return False
+        if summary["state"] != "graded":   # the hidden tests ran, nbgrader's autograde did not succeed
+            keep_logs(run, space, student)
+            run.write_state(student, "failed", error=summary["error"], wall_s=summary["wall_s"], **job)
+            return False
     run.write_state(student, "graded", scores=summary["scores"], wall_s=summary["wall_s"], **job)
     return True
 

@@ -15,7 +15,10 @@ from lab_src.registry import ASSIGNMENT, EXERCISES
 
 from .. import RELEASE, SOURCE
 from ..answer_cells import MARKERS, cell_source, find_cell
+from .roster import write_roster
 from .students import COHORT, PATCHES, Student
+
+ROSTER = "roster.csv"   # beside the students' folders (a file: `grader collect --from` takes folders only)
 
 
 def _load(path: Path) -> dict:
@@ -103,7 +106,9 @@ def build_student(student: Student, out: Path) -> Path:
 
 
 def build_cohort(out: Path, students=COHORT) -> list[Path]:
+    """Each student's folder under `out`, and their names in `out`/roster.csv (grader/cohort/roster.py)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    write_roster(out / ROSTER, students)
     return [build_student(s, out) for s in students]
 

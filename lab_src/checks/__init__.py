@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 
 from lab_src.checks.common import CheckFailed, CheckReport, autograding, autograding_report, failed_in_notebook
+from lab_src.grading import record_check
 from lab_src.registry import exercise
 
 
@@ -28,12 +29,16 @@ def check(qid: str) -> CheckReport:
         raise ValueError(f"{ex.id} has no check: its answers are written ones")
     module = importlib.import_module(f"lab_src.checks.{ex.module}")
     try:
-        return module.check()
-    except Exception as e:  # noqa: BLE001 - a missing or raising answer becomes the report's message
-        report = failed_in_notebook(ex.id, e)
+        report = module.check()
+    except BaseException as e:   # an interrupt too: Validate stops a cell that overruns its Execute.timeout
+        # a missing or raising answer becomes the report's message; anything else surfaces as it is
+        report = failed_in_notebook(ex.id, e) if isinstance(e, Exception) else None
         if report is None:
+            record_check(ex.id, e)     # the test cell's Validate reads it (lab_src.grading.require_check)
             raise
-        return report
+    # a failed check returns its report: the test cell's Validate fails all the same, with its verdict
+    record_check(ex.id, None if report.ok else CheckFailed("\n".join(report.verdict())))
+    return report
 
 
 def demo_seeds(num_ranks: int = 4) -> CheckReport:

@@ -102,6 +102,9 @@ report = check("q02")
 # %% nbgrader={"grade": true, "grade_id": "q02_hidden", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q02 (5 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
+# Validate fails here unless the check above passed.
+from lab_src.grading import require_check
+require_check("q02")
 ### BEGIN HIDDEN TESTS
 from lab_src.grading import scored_out_of_process
 scored_out_of_process("q02")

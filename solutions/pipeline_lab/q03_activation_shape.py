@@ -93,6 +93,9 @@ boundaries_figure(cfg, activation_shape(cfg, cfg.global_batch_size // cfg.num_mi
 # %% nbgrader={"grade": true, "grade_id": "q03_hidden", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q03 (5 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
+# Validate fails here unless the check above passed.
+from lab_src.grading import require_check
+require_check("q03")
 ### BEGIN HIDDEN TESTS
 from lab_src.grading import scored_out_of_process
 scored_out_of_process("q03")

@@ -84,6 +84,9 @@ report = check("q04")
 # %% nbgrader={"grade": true, "grade_id": "q04_hidden", "locked": true, "points": 10, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q04 (10 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
+# Validate fails here unless the check above passed.
+from lab_src.grading import require_check
+require_check("q04")
 ### BEGIN HIDDEN TESTS
 from lab_src.grading import scored_out_of_process
 scored_out_of_process("q04")

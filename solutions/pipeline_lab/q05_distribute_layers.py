@@ -76,6 +76,9 @@ report = check("q05")
 # %% nbgrader={"grade": true, "grade_id": "q05_hidden", "locked": true, "schema_version": 3, "solution": false, "task": false, "points": 10}
 # Hidden tests of q05 (10 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
+# Validate fails here unless the check above passed.
+from lab_src.grading import require_check
+require_check("q05")
 ### BEGIN HIDDEN TESTS
 from lab_src.grading import scored_out_of_process
 scored_out_of_process("q05")

@@ -66,6 +66,9 @@ report = check("q06")
 # %% nbgrader={"grade": true, "grade_id": "q06_hidden", "locked": true, "schema_version": 3, "solution": false, "task": false, "points": 5}
 # Hidden tests of q06 (5 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
+# Validate fails here unless the check above passed.
+from lab_src.grading import require_check
+require_check("q06")
 ### BEGIN HIDDEN TESTS
 from lab_src.grading import scored_out_of_process
 scored_out_of_process("q06")

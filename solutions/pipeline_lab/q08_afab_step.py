@@ -159,6 +159,9 @@ report.timeline()
 # %% nbgrader={"grade": true, "grade_id": "q08_hidden", "locked": true, "points": 20, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q08 (20 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
+# Validate fails here unless the check above passed.
+from lab_src.grading import require_check
+require_check("q08")
 ### BEGIN HIDDEN TESTS
 from lab_src.grading import scored_out_of_process
 scored_out_of_process("q08")

@@ -196,6 +196,9 @@ report.timeline()
 # %% nbgrader={"grade": true, "grade_id": "q11_hidden", "locked": true, "points": 15, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q11 (15 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
+# Validate fails here unless the check above passed.
+from lab_src.grading import require_check
+require_check("q11")
 ### BEGIN HIDDEN TESTS
 from lab_src.grading import scored_out_of_process
 scored_out_of_process("q11")

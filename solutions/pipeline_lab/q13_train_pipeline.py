@@ -200,6 +200,9 @@ report = check("q13")
 # %% nbgrader={"grade": true, "grade_id": "q13_hidden", "locked": true, "points": 15, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q13 (15 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
+# Validate fails here unless the check above passed.
+from lab_src.grading import require_check
+require_check("q13")
 ### BEGIN HIDDEN TESTS
 from lab_src.grading import scored_out_of_process
 scored_out_of_process("q13")

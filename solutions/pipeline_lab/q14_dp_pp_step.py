@@ -222,6 +222,9 @@ what_if(report, nodes=2, ranks_per_node=4, intra_gbps=800, inter_gbps=100, intra
 # %% nbgrader={"grade": true, "grade_id": "q14_hidden", "locked": true, "points": 20, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q14 (20 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
+# Validate fails here unless the check above passed.
+from lab_src.grading import require_check
+require_check("q14")
 ### BEGIN HIDDEN TESTS
 from lab_src.grading import scored_out_of_process
 scored_out_of_process("q14")

@@ -286,6 +286,9 @@ what_crosses(["blocks.2.down", "blocks.5"]);
 # %% nbgrader={"grade": true, "grade_id": "q15_hidden", "locked": true, "points": 20, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q15 (20 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
+# Validate fails here unless the check above passed.
+from lab_src.grading import require_check
+require_check("q15")
 ### BEGIN HIDDEN TESTS
 from lab_src.grading import scored_out_of_process
 scored_out_of_process("q15")
