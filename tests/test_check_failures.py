@@ -95,6 +95,49 @@ def test_the_watch_sees_a_deadlock_only_when_no_rank_can_go_on():
     assert p.stuck(0, 3) is None                      # ... rank 0 could go on
 
 
+def test_the_watch_follows_posted_messages_one_by_one():
+    """q11's raw calls: a posted message (P) does not block its rank, the wait for it (A) does; a posted
+    receive takes its peer's messages in order, and a send waits for the receive that takes it."""
+    def started(n):
+        p = Progress()
+        for r in range(n):
+            feed(p, r, ("C", "start 0"))
+        return p
+    # each rank sends before it receives, and waits for its send: neither posted the other's receive
+    p = started(2)
+    feed(p, 0, ("P", ["0", "send_forward", 1, 1]), ("A", ["0", "send_forward", 1, 1]))
+    feed(p, 1, ("P", ["0", "send_backward", 0, 0]))
+    assert p.stuck(0, 2) is None                      # rank 1 has posted, not waited: it may go on
+    feed(p, 1, ("A", ["0", "send_backward", 0, 0]))
+    stuck = p.stuck(0, 2)
+    assert stuck is not None and stuck.cycle() == [0, 1, 0]
+    assert stuck.lines()[:2] == ["rank 0 waits in send_forward(mb=1) to rank 1",
+                                 "rank 1 waits in send_backward(mb=0) to rank 0"]
+    # the same, with each rank's receive posted before it waits for its send: both messages can go
+    p = started(2)
+    feed(p, 0, ("P", ["0", "send_forward", 1, 1]), ("P", ["0", "recv_backward", 0, 1]), ("A", ["0", "send_forward", 1, 1]))
+    feed(p, 1, ("P", ["0", "send_backward", 0, 0]), ("P", ["0", "recv_forward", 1, 0]), ("A", ["0", "send_backward", 0, 0]))
+    assert p.stuck(0, 2) is None
+    # a receive posted and not waited for does not make its rank wait
+    p = started(2)
+    feed(p, 0, ("P", ["0", "recv_backward", 0, 1]))
+    feed(p, 1, ("B", ["0", "recv_forward", 0, 0]))
+    assert p.stuck(0, 2) is None
+    feed(p, 0, ("A", ["0", "recv_backward", 0, 1]))
+    assert p.stuck(0, 2) is not None
+    # two receives posted from one peer take its first two messages: one sent satisfies only the first
+    p = started(2)
+    feed(p, 1, ("P", ["0", "recv_forward", 0, 0]), ("P", ["0", "recv_forward", 1, 0]))
+    feed(p, 0, ("P", ["0", "send_forward", 0, 1]), ("B", ["0", "recv_backward", 0, 1]))
+    feed(p, 1, ("A", ["0", "recv_forward", 0, 0]))
+    assert p.stuck(0, 2) is None                      # the first is on its way
+    feed(p, 1, ("E", ["0", "recv_forward", 0, 0]), ("A", ["0", "recv_forward", 1, 0]))
+    stuck = p.stuck(0, 2)
+    assert stuck is not None and set(stuck.waits) == {0, 1}
+    feed(p, 0, ("P", ["0", "send_forward", 1, 1]))    # had rank 0 sent the second too ...
+    assert p.stuck(0, 2) is None
+
+
 # ---- real runs of the visible checks --------------------------------------------------------------
 def workspace(reference, wrong: dict[str, str]) -> None:
     from lab_src.answers import answers_dir
