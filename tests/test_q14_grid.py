@@ -282,8 +282,11 @@ MISTAKES = {
     "reference": (q14_answer(), 1.0, "12 of 12 hidden checks passed"),
     "summed": (Q14_SUMMED, 0.7333, "they are 2x the baseline's, and 2 is the data-parallel size: the all-reduce "
                                    "summed the replicas' gradients; average them"),
+    # said once (judge/summary.py): on the first grid it showed in, 1 x 4, with where else it showed
     "no tied all-reduce": (Q14_NO_TIED, 0.75, "this rank never summed the tied embedding's gradient with its copy on "
-                                              "rank 1 (no grid.all_reduce(..., \"tied\") over ranks [0, 1] was recorded)"),
+                                              "rank 3 (no grid.all_reduce(..., \"tied\") over ranks [0, 3] was recorded): "
+                                              "each copy keeps only its own use's gradient, and the copies drift apart "
+                                              "(1 x 4, tied) also on rank 3 (the same run); ranks 0, 1, 2, 3 (2 x 2, tied)"),
     "tied over the data-parallel set": (
         q14_answer(tied_reduce='grid.all_reduce(stage.tied_embedding.grad, dp_sets[pp_rank], "tied")'), 0.75,
         "the tied all-reduce ran over ranks [0, 2], the data-parallel set of stage 0; the copies of pipeline 0's tied "

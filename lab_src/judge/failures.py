@@ -62,7 +62,9 @@ def rank_problems(qid: str, errors: dict[int, dict], label: str = "", stuck=None
     cycle = stuck.cycle() if stuck is not None else None
     tail = [f"they wait for each other in a cycle: {' -> '.join(f'rank {r}' for r in cycle)}"] if cycle else []
     mb = next((e["pending"][2] for e in left.values() if e.get("pending")), None)
-    return [Problem(qid, f"deadlock: every rank waited for a message that no rank was going to send, {how}. "
+    sends = any((e.get("pending") or [None, ""])[1].startswith("send") for e in left.values())
+    more = " (or, in a send, for a receive that no rank was going to post)" if sends else ""
+    return [Problem(qid, f"deadlock: every rank waited for a message that no rank was going to send{more}, {how}. "
                          f"Check that every send has a receive on the peer, in the same order:\n"
                          + _indent(lines + tail), None, mb, label)]
 
