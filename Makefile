@@ -27,6 +27,7 @@ benchmark: setup
 	.venv/bin/python benchmarks/interleaved_vs_torch.py
 	.venv/bin/python benchmarks/q13_curve_agreement.py
 	.venv/bin/python benchmarks/autograde_time.py
+	.venv/bin/python benchmarks/failure_report.py
 	.venv/bin/python benchmarks/grid_traffic.py
 	.venv/bin/python benchmarks/validate_time.py
 

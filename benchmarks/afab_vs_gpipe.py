@@ -2,7 +2,8 @@
 
 Same model (the lab's stages), same configuration, same batch, same processes, in one torchrun launch.
 Each iteration times three steps in rotating order after warm-up: ours as the checks run it (every
-operation traced and journalled), ours untraced, and ScheduleGPipe's. A step's time is the slowest
+operation traced and journalled, every wait one the check can stop: pipeline/waiting.py), ours
+untraced with plain waits, and ScheduleGPipe's. A step's time is the slowest
 rank's, between two barriers. Prints the median step times and the ratios ours / ScheduleGPipe (the
 target is at most 1.0). Both schedules' gradients are compared once, as a sanity check.
 
@@ -29,7 +30,8 @@ def worker(spec_path: str) -> None:
     from torch.distributed.pipelining import ScheduleGPipe
 
     from lab_src.harness import groups as distributed
-    from lab_src.pipeline import trace
+    from lab_src.harness import runfolder
+    from lab_src.pipeline import trace, waiting
     from lab_src.answers import use_answers
     from lab_src.pipeline.config import LabConfig
     from lab_src.pipeline.data import make_dataloader
@@ -63,14 +65,15 @@ def worker(spec_path: str) -> None:
                                loss_fn=lambda out, target: out.mean())
         target = torch.zeros(cfg.global_batch_size)
         journal = open(Path(spec["out"]).parent / f"journal.rank{rank}.log", "a", buffering=1)
-        tracer = trace.Tracer(rank, journal, None, "bench")
+        tracer = trace.Tracer(rank, lambda tag, pending: journal.write(runfolder.op_line(tag, pending)), None, "bench")
         micro_batches = list(batch.chunk(m))   # both schedules get the same batch, already loaded
 
         def ours_step(traced=True):
             data = iter(micro_batches) if rank == 0 else None
             if traced:
-                with trace.tracing(tracer):
+                with trace.tracing(tracer), waiting.stop_when(lambda: None):
                     afab_step(stage, data, m)
+                    stage.flush()
                 tracer.events.clear()
             else:
                 afab_step(stage, data, m)

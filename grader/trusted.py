@@ -25,6 +25,7 @@ from lab_src.answers import use_answers
 from lab_src.pipeline.baseline import compute_baseline, save_baseline
 from lab_src.harness.groups import device_for
 from lab_src.judge.problems import Problem
+from lab_src.judge.summary import render
 from lab_src.registry import CODED, exercise
 from lab_src.harness.runner import run_cases
 
@@ -51,12 +52,11 @@ def score(items: list[Item]) -> float:
 
 
 def summarize(qid: str, items: list[Item]) -> dict:
+    """The verdict of one exercise: its score, and what went wrong as the visible checks say it: the
+    causes first, then what they caused, each said once with where else it showed (judge/summary.py)."""
     failed = [i for i in items if not i.passed]
     lines = [f"{qid}: {len(items) - len(failed)} of {len(items)} hidden checks passed"]
-    for item in failed[:8]:
-        lines.append(f"- {item.part} / {item.name}: {item.problems[0]}")
-    if len(failed) > 8:
-        lines.append(f"- ... and {len(failed) - 8} more")
+    lines += render([p for item in failed for p in item.problems], limit=8)
     return {"fraction": round(score(items), 4), "passed": len(items) - len(failed), "total": len(items),
             "messages": lines}
 
@@ -68,13 +68,26 @@ def missing_verdict(qid: str, reason: str) -> dict:
                          f"%%answer {qid} in {ex.notebook}."]}
 
 
-def save_timeline(qid: str, outcomes, folder: Path) -> None:
-    """The events of the grader's run of `qid` (whatever the ranks recorded, even of a failed run)."""
+def drawn_run(outcomes, label: str) -> list:
+    """The run of `label` for the notebook's timeline; when it was not run (earlier cases of the
+    exercise deadlocked), the first run of the exercise that recorded something and failed."""
+    chosen = [o for o in outcomes if o.case.label == label]
+    if chosen and not chosen[0].events(recovered=True):
+        failed = [o for o in outcomes if (o.errors() or o.failure) and o.events(recovered=True)]
+        return failed[:1] or chosen
+    return chosen
+
+
+def save_timeline(qid: str, outcomes, items: list[Item], folder: Path) -> None:
+    """The events of the grader's run of `qid` (whatever the ranks recorded, even of a failed run, with
+    where each rank was left waiting), and what went wrong in it, for the notebook's timeline cell."""
     if not outcomes:
         return
     from lab_src.views.saved import case_view, save_view
     view = case_view(outcomes[0])
     view["title"] = f"the grader's run of {qid}: {view['stages']} stages, {view['microbatches']} micro-batches"
+    label = outcomes[0].case.label
+    view["messages"] = render([p for i in items if i.name == label for p in i.problems], limit=6)
     save_view(view, folder / f"{qid}.json")
 
 
@@ -122,7 +135,7 @@ def grade_submission(submission: Path, work: Path, only: list[str] | None = None
             verdicts[qid]["messages"].append(f"{qid}: {UNSAFE}")
         drawn = exercise(qid).timeline
         if drawn:
-            save_timeline(qid, [o for o in outcomes if o.case.label == drawn], work / "timeline")
+            save_timeline(qid, drawn_run(outcomes, drawn), items, work / "timeline")
     return {"exercises": verdicts, "cases": len(all_cases), "launches": len(run.launches) if run else 0,
             "sandbox": "bubblewrap" if sandboxed else "none (--unsafe-no-sandbox)",
             "wall_s": round(time.monotonic() - started, 2)}

@@ -8,6 +8,7 @@ from lab_src.answers import use_answers
 from lab_src.pipeline.baseline import compute_baseline, load_baseline, save_baseline
 from lab_src.judge.compare import compare_run
 from lab_src.pipeline.config import LabConfig
+from lab_src.judge.failures import case_problems
 from lab_src.judge.problems import from_error
 from lab_src.harness.case import Case
 from lab_src.harness.runner import run_cases
@@ -70,8 +71,10 @@ def case(answers, cfg=CFG, **extra):
 
 
 def test_deadlock_times_out_with_each_ranks_pending_operation(answers_with, tmp_path, no_leftovers):
+    """Without the deadlock watch, the receives' own timeouts end a deadlock."""
     started = time.monotonic()
-    run = run_cases([case(answers_with(q08=DEADLOCK))], tmp_path, timeout_s=3, case_deadline_s=20)
+    run = run_cases([case(answers_with(q08=DEADLOCK))], tmp_path, timeout_s=3, case_deadline_s=20,
+                    stop_deadlocks=False)
     assert time.monotonic() - started < 20
     errors = run.outcomes[0].errors()
     assert sorted(errors) == [0, 1, 2, 3]
@@ -81,9 +84,27 @@ def test_deadlock_times_out_with_each_ranks_pending_operation(answers_with, tmp_
     assert "rank 3, micro-batch 0: waited in recv_forward(mb=0) with rank 2" in text
 
 
+def test_deadlock_is_stopped_as_soon_as_every_rank_waits(answers_with, tmp_path, no_leftovers):
+    """With receives that would wait a minute, the watch stops the case within a second of the last
+    rank starting to wait, names each rank's wait and the cycle, and the launch goes on."""
+    run = run_cases([case(answers_with(q08=DEADLOCK))], tmp_path, timeout_s=60, case_deadline_s=50)
+    out = run.outcomes[0]
+    assert len(run.launches) == 1 and out.failure is None
+    assert {e["type"] for e in out.errors().values()} == {"StoppedWaiting"}
+    waits = out.waits()
+    assert sorted(w.rank for w in waits) == [0, 1, 2, 3]
+    assert max(w.t_end for w in waits) - max(w.t_start for w in waits) < 2.0     # 0.3 s settle + polls
+    assert out.stuck.cycle() == [2, 3, 2]
+    (problem,) = case_problems(out, "q08", "deadlock")
+    assert problem.message.startswith("deadlock: every rank waited for a message that no rank was going to send")
+    assert "rank 3 waited in recv_forward(mb=0) from rank 2, itself waiting" in problem.message
+    assert "rank 2 -> rank 3 -> rank 2" in problem.message
+
+
 def test_deadlock_stopped_by_the_deadline_is_reported_from_the_journals(answers_with, tmp_path, no_leftovers):
     started = time.monotonic()
-    run = run_cases([case(answers_with(q08=DEADLOCK))], tmp_path, timeout_s=60, case_deadline_s=5)
+    run = run_cases([case(answers_with(q08=DEADLOCK))], tmp_path, timeout_s=60, case_deadline_s=5,
+                    stop_deadlocks=False)
     assert time.monotonic() - started < 40
     report = run.outcomes[0].failure
     assert "stopped: case deadline of 5 s" in report

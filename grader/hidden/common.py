@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from lab_src.harness.case import Case
 from lab_src.harness.cases import exercises_called
-from lab_src.judge.problems import Problem, from_errors
+from lab_src.judge import failures
+from lab_src.judge.problems import Problem
 from lab_src.pipeline.config import LabConfig
 from lab_src.judge.realness import WRONG_SCHEDULE
 from lab_src.registry import DEFAULT_STEP, exercise
@@ -100,10 +101,9 @@ class Context:
 
 
 def case_problems(qid: str, outcome, label: str) -> list[Problem]:
-    """A case that did not complete, or raised on some rank, as problems (empty when it ran cleanly)."""
-    if outcome.failure:
-        return [Problem(qid, outcome.failure, None, None, label)]
-    return from_errors(qid, outcome.errors(), label)
+    """A case that did not complete, or raised on some rank, as problems (empty when it ran cleanly):
+    the causes first, then what they caused (lab_src/judge/failures.py)."""
+    return failures.case_problems(outcome, qid, label)
 
 
 def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extra=None) -> Item:

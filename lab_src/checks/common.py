@@ -1,14 +1,17 @@
 """What every visible check shares: the configuration, launching its cases, and its report.
 
 A visible check (lab_src/checks/qNN_<function>.py) runs the student's own answers (this exercise's and
-the earlier ones it builds on) in real torchrun processes on the CPU, in a few seconds, and raises
-`CheckFailed` with messages that name the exercise, rank and micro-batch when something is wrong.
-Missing earlier answers are reported before anything is launched. The returned `CheckReport` holds the
-run's events for the pictures.
+the earlier ones it builds on) in real torchrun processes on the CPU, in a few seconds, and returns a
+`CheckReport`, passed or failed: what went wrong comes first, the cause before what it caused, each said
+once (judge/summary.py), then what each case did, then what the ranks printed. A failed check does not
+raise, so the notebook's next cell can draw the failing run (`report.timeline()`); `report.traceback`
+keeps the full tracebacks, and `report.raise_if_failed()` turns a failure into `CheckFailed`. Missing
+earlier answers are reported before anything is launched.
 """
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -16,12 +19,15 @@ from lab_src import answers
 from lab_src.grading import autograding, grader_view
 from lab_src.harness.case import Case
 from lab_src.harness.runner import CaseOutcome, Run, run_cases
-from lab_src.judge.problems import Problem, from_errors, summary
+from lab_src.judge.failures import case_problems
+from lab_src.judge.problems import Problem, sanitize
+from lab_src.judge.summary import counts, render
 from lab_src.pipeline.config import LabConfig
 from lab_src.registry import exercise
 from lab_src.views.saved import case_view, draw
 
 VISIBLE = LabConfig()  # 8 layers, 4 stages, batch 8 in 4 micro-batches
+OUTPUT_LINES = 6       # lines of each rank's output a report shows
 
 
 class CheckFailed(AssertionError):
@@ -29,11 +35,17 @@ class CheckFailed(AssertionError):
 
 
 class CheckReport:
-    """What a check found, and the events of each case it ran (for the timeline)."""
+    """What a check found, and the events of each case it ran (for the timeline).
 
-    def __init__(self, qid: str, run: Run | None, problems: list[Problem], lines: list[str], views=None):
+    `ok`, `problems` (causes first), `lines` (what each case did), `traceback` (every exception's full
+    traceback), `outputs()` (what each rank printed), `timeline()`."""
+
+    def __init__(self, qid: str, run: Run | None, problems: list[Problem], lines: list[str], views=None,
+                 tracebacks: list[str] | None = None, skipped: bool = False):
         self.qid, self.run, self.problems, self.lines = qid, run, problems, lines
         self.views = views if views is not None else [case_view(o) for o in (run.outcomes if run else [])]
+        self._tracebacks = tracebacks or []
+        self.skipped = skipped            # while autograding: nothing was checked here
 
     @property
     def ok(self) -> bool:
@@ -48,16 +60,90 @@ class CheckReport:
     def microbatches(self, case: int = 0) -> int:
         return self.views[case]["microbatches"]
 
-    def timeline(self, case: int = 0):
-        """The animated P2P timeline of one case of this run (a static figure while autograding)."""
+    def observations(self, case: int = 0) -> dict[int, dict]:
+        """What each rank observed in one case of the run (plain values: harness/cases.py)."""
+        return dict(self.run.outcomes[case].obs) if self.run else {}
+
+    def failed_case(self) -> int:
+        """The first case that did not run cleanly or has a problem (0 when none)."""
+        failed = {p.case for p in self.problems}
+        outcomes = self.run.outcomes if self.run else []
+        return next((i for i, o in enumerate(outcomes) if o.failure or o.errors() or o.case.label in failed), 0)
+
+    def timeline(self, case: int | None = None):
+        """The animated P2P timeline of one case of this run (a static figure while autograding): by
+        default the first case that failed, with where each rank was left waiting."""
         if not self.views:
-            print("No run to draw: the check did not run.")
+            print("No run to draw: the check stopped before launching anything (see its message above).")
             return None
-        v = self.views[case]
-        return draw(v, f"{self.qid}: {v['stages']} stages, {v['microbatches']} micro-batches")
+        v = self.views[self.failed_case() if case is None else case]
+        return draw(v, f"{self.qid}: {v.get('label') or ''}")
+
+    @property
+    def traceback(self) -> str:
+        """Every exception's full traceback, torch's and the lab's frames included (for the curious:
+        the messages above say what to change)."""
+        parts = list(self._tracebacks)
+        for o in (self.run.outcomes if self.run else []):
+            for r, e in sorted(o.errors().items()):
+                if e.get("traceback"):
+                    parts.append(f"--- {o.case.label}, rank {r} ---\n{e['traceback']}")
+        return "\n".join(parts) or "No exception was raised."
+
+    def outputs(self) -> dict[int, str]:
+        """What each rank printed (its whole log)."""
+        if self.run is None:
+            return {}
+        from lab_src.harness import runfolder
+        return {r: p.read_text(errors="replace") for r, p in runfolder.rank_logs(self.run.run_dir).items()}
+
+    def raise_if_failed(self) -> "CheckReport":
+        if not self.ok:
+            raise CheckFailed("\n".join(self.verdict()))
+        return self
+
+    def verdict(self) -> list[str]:
+        title = self.qid
+        if self.skipped:
+            return [f"{title}: not checked here while autograding"]
+        if self.ok:
+            return [f"{title}: all checks passed" if exercise(self.qid).function else f"{title}: the demo ran"]
+        causes, caused = counts(self.problems)
+        head = f"{title}: FAILED, {causes} problem{'s' if causes != 1 else ''}" + \
+            (", and what it caused" if caused else "")
+        return [head] + render(self.problems)
+
+    def output_lines(self) -> list[str]:
+        """The first lines each rank printed, and where the rest is."""
+        shown = []
+        for r, text in self.outputs().items():
+            lines = [sanitize(ln) for ln in text.splitlines() if ln.strip()]
+            shown += [f"  rank {r} | {ln[:160]}" for ln in lines[:OUTPUT_LINES]]
+            if len(lines) > OUTPUT_LINES:
+                shown.append(f"  rank {r} | ... {len(lines) - OUTPUT_LINES} more lines")
+        if not shown:
+            return []
+        folder = _relative(self.run.run_dir)
+        return [f"What the ranks printed (the first lines of each; all of it: {folder}/rank<r>.log):"] + shown
+
+    def footer(self) -> list[str]:
+        if self.ok or not self.views:
+            return []
+        return ["report.timeline() draws the run that failed; report.traceback holds the full tracebacks."]
+
+    def text(self) -> str:
+        parts = [self.verdict(), self.lines, self.output_lines(), self.footer()]
+        return "\n\n".join("\n".join(p) for p in parts if p)
 
     def __repr__(self) -> str:
-        return "\n".join(self.lines)
+        return self.text()
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def sources(qid: str) -> dict[str, str | None]:
@@ -82,20 +168,23 @@ def make_case(kind: str, cfg: LabConfig, srcs, qid: str, **extra) -> Case:
 
 
 def errors(outcome: CaseOutcome, qid: str, label: str) -> list[Problem]:
-    if outcome.failure:
-        return [Problem(qid, outcome.failure, None, None, label)]
-    return from_errors(qid, outcome.errors(), label)
+    """What went wrong in a case that did not run cleanly, causes first (judge/failures.py)."""
+    return case_problems(outcome, qid, label)
 
 
-def finish(qid: str, run: Run | None, problems: list[Problem], lines: list[str]) -> CheckReport:
-    report = CheckReport(qid, run, problems, lines)
-    if problems:
-        lines.append(f"\n{qid}: {len(problems)} problem(s)\n" + summary(problems))
+def finish(qid: str, run: Run | None, problems: list[Problem], lines: list[str],
+           tracebacks: list[str] | None = None, views=None, cls: type = CheckReport) -> CheckReport:
+    """The report of a check: printed (what went wrong first, on stderr, which a notebook shows in red)
+    and returned, passed or failed. `cls`, `views`: a report of another kind (q14's knows the grid)."""
+    report = cls(qid, run, problems, lines, views, tracebacks=tracebacks)
+    verdict = "\n".join(report.verdict())
+    rest = "\n\n".join("\n".join(p) for p in (lines, report.output_lines(), report.footer()) if p)
+    if report.ok:
+        print(verdict + ("\n\n" + rest if rest else ""))
     else:
-        lines.append(f"\n{qid}: all checks passed")
-    print("\n".join(lines))
-    if problems:
-        raise CheckFailed(f"{qid}: {len(problems)} problem(s)\n" + summary(problems))
+        sys.stdout.flush()
+        print(verdict, file=sys.stderr, flush=True)
+        print("\n" + rest if rest else "", flush=True)
     return report
 
 
@@ -105,9 +194,41 @@ def autograding_report(qid: str) -> CheckReport:
     lines = [f"{qid}: the visible check is skipped while autograding; the grader runs the hidden tests."]
     views = [v for v in [grader_view(qid)] if v is not None]
     if views:
-        lines.append(f"The timeline below is the grader's run of your answer ({views[0].get('title', '')}).")
+        v = views[0]
+        said = v.get("messages") or []
+        lines.append(f"The timeline below is {v.get('title', 'the grader run of your answer')}"
+                     + (f" ({v['label']})" if v.get("label") else "")
+                     + (", which went wrong:" if said else ", which passed."))
+        lines += ["  " + line for line in said]
     print("\n".join(lines))
-    return CheckReport(qid, None, [], lines, views)
+    return CheckReport(qid, None, [], lines, views, skipped=True)
+
+
+def failed_in_notebook(qid: str, error: BaseException) -> CheckReport | None:
+    """The report of a check stopped in this notebook's own process by a missing or broken answer, or by
+    an exception raised in the student's code (q04's baseline runs here): the message and the
+    student's line, not the lab's traceback (kept in `report.traceback`). None for anything else (a
+    fault of the lab's own, which should surface as it is)."""
+    import traceback
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if _is_answer_file(f.filename)]
+    if not isinstance(error, (answers.StubCalled, answers.AnswerError)) and not frames:
+        return None
+    message = f"{type(error).__name__}: {error}" if frames else str(error)
+    if frames:
+        f = frames[-1]
+        message += f"\n    at {Path(f.filename).name} line {f.lineno}, in {f.name}: {f.line}"
+    full = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return finish(qid, None, [Problem(qid, message)], [], tracebacks=[full])
+
+
+def _is_answer_file(filename: str) -> bool:
+    try:
+        return Path(filename).resolve().parent == answers.answers_dir()
+    except OSError:
+        return False
+
+
+UNFINISHED = "    did not finish: what went wrong is at the top; report.timeline() draws where each rank stopped"
 
 
 def indent(text: str, by: str = "    ") -> str:
@@ -115,4 +236,4 @@ def indent(text: str, by: str = "    ") -> str:
 
 
 __all__ = ["VISIBLE", "CheckFailed", "CheckReport", "sources", "run_dir", "make_case", "errors", "finish",
-           "autograding", "autograding_report", "indent", "run_cases"]
+           "failed_in_notebook", "autograding", "autograding_report", "indent", "run_cases", "UNFINISHED"]

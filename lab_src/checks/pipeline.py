@@ -2,8 +2,8 @@
 compared with the unsharded baseline and checked to be a real pipeline of the exercise's schedule."""
 from __future__ import annotations
 
-from lab_src.checks.common import (CheckReport, LabConfig, errors, exercise, finish, indent, make_case, run_cases,
-                                   run_dir, sources)
+from lab_src.checks.common import (UNFINISHED, CheckReport, LabConfig, errors, exercise, finish, indent, make_case,
+                                   run_cases, run_dir, sources)
 from lab_src.judge.probes import judge_check_gradients, judge_check_outputs
 from lab_src.judge.realness import check_run
 from lab_src.pipeline.schedules import in_flight
@@ -35,6 +35,7 @@ def pipeline_check(qid: str, configs: list[LabConfig], probes: list[str]) -> Che
         errs = errors(out, qid, label)
         problems += errs
         if errs:
+            lines.append(UNFINISHED)
             continue
         numbers = compare_run(out, load_baseline(case.baseline), qid, label)
         found = numbers + check_run(out, qid, label)

@@ -2,8 +2,8 @@
 All-Forward-All-Backward schedule, sending tensors labelled with sender and micro-batch."""
 from __future__ import annotations
 
-from lab_src.checks.common import (CaseOutcome, CheckReport, VISIBLE, errors, finish, indent, make_case, run_cases,
-                                   run_dir, sources)
+from lab_src.checks.common import (UNFINISHED, CaseOutcome, CheckReport, VISIBLE, errors, finish, indent, make_case,
+                                   run_cases, run_dir, sources)
 from lab_src.judge.probes import judge_comm
 from lab_src.views import grid
 
@@ -17,9 +17,11 @@ def check() -> CheckReport:
     for cfg, out in zip(configs, run.outcomes):
         label = f"{cfg.num_stages} stages, {cfg.num_microbatches} micro-batches"
         lines.append(f"\n  {label}:")
-        problems += errors(out, "q07", label)
-        problems += judge_comm(out, "q07", label)
-        if not out.errors() and not out.failure:
+        errs = errors(out, "q07", label)
+        problems += errs + judge_comm(out, "q07", label)
+        if errs:
+            lines.append(UNFINISHED)
+        elif not out.errors() and not out.failure:
             lines.append(indent(grid.step_grid(out.events(), cfg.num_stages) if any(
                 e.is_compute for e in out.events()) else _message_table(out)))
     return finish("q07", run, problems, lines)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab_src.checks.common import (CheckReport, VISIBLE, autograding, autograding_report, errors, finish, indent,
-                                   make_case, run_cases, run_dir, sources)
+from lab_src.checks.common import (UNFINISHED, CheckReport, VISIBLE, autograding, autograding_report, errors, finish,
+                                   indent, make_case, run_cases, run_dir, sources)
 from lab_src.judge.p2p import judge_p2p, mutual_sends
 from lab_src.judge.problems import summary
 
@@ -38,11 +38,14 @@ def check() -> CheckReport:
     for (cfg, sched), out in zip(CONFIGS, run.outcomes):
         label = f"{cfg.num_stages} stages, {cfg.num_microbatches} micro-batches, in {sched.upper()} order"
         lines.append(f"\n  {label}:")
-        problems += mutual_sends("q11", out.errors(), label) + errors(out, "q11", label)
+        errs = mutual_sends("q11", out.errors(), label) + errors(out, "q11", label)
+        problems += errs
         if not out.failure:
             messages, buffers = judge_p2p(out, "q11", label)
             problems += messages + buffers
             lines.append(indent(message_table(out)))
+        if errs:
+            lines.append(UNFINISHED)
     return finish("q11", run, problems, lines)
 
 
@@ -69,7 +72,9 @@ def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch
 
 def blocking_demo(timeout_s: float = 3.0) -> CheckReport | None:
     """Two ranks call the operations of a 1F1B step with BLOCKING (send first, then receive): the steady
-    state deadlocks, and after `timeout_s` the report says what each rank was waiting in."""
+    state deadlocks, the check stops the run as soon as both ranks wait (each in a send whose receive the
+    other has not posted), and the report says what each rank was waiting in. `timeout_s`: the receives'
+    timeout, the last resort."""
     if autograding():
         return autograding_report("q11")
     srcs = {q: path for q, path in sources("q11").items() if q != "q11"}
@@ -80,7 +85,8 @@ def blocking_demo(timeout_s: float = 3.0) -> CheckReport | None:
     cfg = VISIBLE.replace(num_stages=2, num_layers=4)
     case = make_case("p2p", cfg, {**srcs, "q11": str(answer.resolve())}, "q11", schedule="1f1b")
     print(f"2 ranks call the operations of a 1F1B step ({cfg.num_microbatches} micro-batches) with blocking "
-          f"sends; each receive gives up after {timeout_s:g} s ...", flush=True)
+          f"sends; the check stops the run as soon as every rank waits for something no rank will do ...",
+          flush=True)
     run = run_cases([case], folder, timeout_s=timeout_s, case_deadline_s=10 * timeout_s + 20)
     out = run.outcomes[0]
     lines = ["", "What each rank finished before it got stuck:", indent(message_table(out)), "",

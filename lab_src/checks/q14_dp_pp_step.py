@@ -10,7 +10,8 @@ student's prediction for the 2 x 2 grid.
 """
 from __future__ import annotations
 
-from lab_src.checks.common import CheckReport, errors, finish, indent, make_case, run_cases, run_dir, sources
+from lab_src.checks.common import (UNFINISHED, CheckReport, errors, finish, indent, make_case, run_cases, run_dir,
+                                   sources)
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.traffic import PREDICTION_CONFIG, PREDICTION_NAME
 
@@ -22,12 +23,13 @@ GRIDS = [PREDICTION_CONFIG,
 class GridReport(CheckReport):
     """A check report whose pictures know the grid: views hold global events and the grid's shape."""
 
-    def timeline(self, case: int = 0):
+    def timeline(self, case: int | None = None):
+        """The run of one grid (by default the first that failed, else the 2 x 2 one)."""
         if not self.views:
-            print("No run to draw: the check did not run.")
+            print("No run to draw: the check stopped before launching anything (see its message above).")
             return None
         from lab_src.views.dp_grid import show_grid
-        v = self.views[case]
+        v = self.views[self.failed_case() if case is None else case]
         return show_grid(v["events"], v["dp"], v["pp"], v["microbatches"], v["title"], v.get("predicted"),
                          v.get("note", ""))
 
@@ -63,6 +65,7 @@ def check() -> CheckReport:
         views.append(view)
         if errs:
             problems += errs
+            lines.append(UNFINISHED)
             continue
         verdict = judge_grid(out, base, "q14", label)
         found = verdict.data_parallel + verdict.tied
@@ -81,8 +84,7 @@ def check() -> CheckReport:
             lines.append("      " + compare_prediction(prediction, measured, why))
         else:
             lines.append(indent(table(measured, wire=wire_bytes_by_kind(view["events"])), "      "))
-    done = finish("q14", run, problems, lines)        # prints; raises CheckFailed on any problem
-    return GridReport("q14", run, done.problems, done.lines, views)
+    return finish("q14", run, problems, lines, views=views, cls=GridReport)   # printed, and returned even if failed
 
 
 # The cluster a student describes by default: 4 GPUs a node on a fast interconnect, nodes on 100 Gb/s.

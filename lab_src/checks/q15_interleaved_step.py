@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
-from lab_src.checks.common import (VISIBLE, CheckReport, autograding, exercise, finish, indent, run_cases, run_dir,
-                                   sources)
+from lab_src.checks.common import (UNFINISHED, VISIBLE, CheckReport, autograding, exercise, failed_in_notebook, finish,
+                                   indent, run_cases, run_dir, sources)
 from lab_src.harness.case import Case
 from lab_src.judge.chunks import check_interleaved_run, interleaved_errors
 from lab_src.pipeline.config import LabConfig
@@ -61,6 +61,7 @@ def check() -> CheckReport:
         errs = interleaved_errors(QID, out, label)
         problems += errs
         if errs:
+            lines.append(UNFINISHED)
             continue
         numbers = compare_run(out, base, QID, label)
         found = check_interleaved_run(out, QID, label) + numbers
@@ -144,13 +145,13 @@ def bubble_study(chunks=(1, 2, 4), stages: int | None = None, cfg: LabConfig = S
 def traced_partition(cut_points: list[str], num_layers: int = 8) -> CheckReport | None:
     """Cut the lab's model at `cut_points` by tracing it (lab_src/pipeline/traced.py) and compare the
     len(cut_points) + 1 stages with your Q5 partition of the same blocks: the pieces each stage holds, their
-    parameters, and each stage's output on the same input. Raises CheckFailed where they differ."""
+    parameters, and each stage's output on the same input. Returns the report, passed or failed (where they
+    differ, or a cut point is not in the model); `report.raise_if_failed()` raises CheckFailed."""
     import time
 
     import torch
 
     from lab_src import answers
-    from lab_src.checks.common import CheckFailed
     from lab_src.judge.problems import Problem
     from lab_src.judge.realness import expected_pieces
     from lab_src.pipeline.data import make_dataloader
@@ -163,7 +164,7 @@ def traced_partition(cut_points: list[str], num_layers: int = 8) -> CheckReport 
     srcs = answers.sources(["q03", "q05"])
     missing = [q for q, path in srcs.items() if path is None]
     if missing:
-        raise answers.StubCalled(answers.stub_message(missing[0], caller=QID))
+        return failed_in_notebook(QID, answers.StubCalled(answers.stub_message(missing[0], caller=QID)))
     p = len(cut_points) + 1
     cfg = LabConfig(num_layers=num_layers, num_stages=p)
     model = build_model(cfg)
@@ -171,7 +172,7 @@ def traced_partition(cut_points: list[str], num_layers: int = 8) -> CheckReport 
     try:
         part = split_by_tracing(model, cut_points)
     except CutPointError as e:
-        raise CheckFailed(f"{QID} traced partition: {e}") from None
+        return finish(QID, None, [Problem(QID, f"traced partition: {e}", None, None, "traced")], [])
     traced_s = time.perf_counter() - started
     mbs = cfg.global_batch_size // cfg.num_microbatches
     tokens = next(iter(make_dataloader(cfg, mbs)))

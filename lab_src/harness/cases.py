@@ -35,7 +35,7 @@ from lab_src.harness.grid_case import run_grid
 from lab_src.harness.memory import counting, peak_rss_bytes
 from lab_src.harness.p2p_case import run_p2p
 from lab_src.harness.train import run_train
-from lab_src.pipeline import data, model, trace
+from lab_src.pipeline import data, model, trace, waiting
 from lab_src.pipeline.baseline import compute_baseline, load_baseline
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.schedules import schedule
@@ -96,6 +96,20 @@ def _stage(cfg, rank, ctx, group, obs) -> PipelineStage:
     return stage
 
 
+def _barrier(group) -> None:
+    """A barrier of the case's ranks that the check can stop (pipeline/waiting.py)."""
+    waiting.barrier(group)
+
+
+def _finish_messages(stage, group, tracer) -> None:
+    """The end of a rank's part of a case: it sends nothing more (journalled for the deadlock watch),
+    waits until its messages are delivered (`stage`: None where there is none), then for the other ranks."""
+    tracer.finished()
+    if stage is not None:
+        stage.flush()
+    _barrier(group)
+
+
 def _record_instrumentation(obs: dict, tracer) -> None:
     obs["built"] = list(model.BUILT)
     obs["ran"] = dict(model.RAN)
@@ -113,13 +127,12 @@ def run_pipeline(case: Case, ctx, group, tracer, obs) -> None:
         needs = exercises.needs_dataloader(rank, cfg.num_stages)
         obs["needs_dataloader"] = plain(needs)
         loader = data.make_dataloader(cfg, obs["micro_batch_size"]) if needs else None
-        dist.barrier(group=group)
+        _barrier(group)
         step = exercises.API[case.step]
         with counting(stage, tracer) as saved:
             returned = step(stage, iter(loader) if loader is not None else None, cfg.num_microbatches)
         obs["memory"] = {"peak_saved_bytes": saved.peak, "peak_rss_bytes": peak_rss_bytes()}
-        stage.flush()
-        dist.barrier(group=group)
+        _finish_messages(stage, group, tracer)
         outputs, loss = _unpack_step(returned, obs)
         obs["outputs"] = outputs
         obs["loss"] = loss
@@ -252,7 +265,7 @@ def run_comm(case: Case, ctx, group, tracer, obs) -> None:
     try:
         stage = _stage(cfg, ctx.rank, ctx, group, obs)
         obs["probes"] = {"noop_ends": _probe_noop_ends(stage)}
-        dist.barrier(group=group)
+        _barrier(group)
         calls = []
         for step in schedule(case.schedule).messages(ctx.rank, cfg.num_stages, cfg.num_microbatches):
             op, mb = step.op.value, step.microbatch
@@ -266,8 +279,7 @@ def run_comm(case: Case, ctx, group, tracer, obs) -> None:
             traced = [e.microbatch for e in tracer.events[before:]]
             calls.append([op, mb, _read_label(got), traced])
         obs["calls"] = calls
-        stage.flush()
-        dist.barrier(group=group)
+        _finish_messages(stage, group, tracer)
     finally:
         _record_instrumentation(obs, tracer)
 
@@ -354,8 +366,15 @@ def run_seeds(case: Case, ctx, group, tracer, obs) -> None:
     torch.manual_seed(seed + rank)
     offset = torch.randn(cfg.hidden_size, cfg.hidden_size // cfg.num_stages)
     block = model.build_piece(cfg, "blocks.3")
+    # which samples a data-parallel replica reads first: a shuffle of its own, or its slice of a shared one
+    samples = 4 * cfg.global_batch_size
+    torch.manual_seed(seed)
+    data_same = torch.randperm(samples)[:3]
+    shared = torch.randperm(samples, generator=torch.Generator().manual_seed(seed))
+    data_split = shared[rank::cfg.num_stages][:3]
     obs.update({"same_seed": fingerprint(same), "rank_seed": fingerprint(offset),
-                "block3": fingerprint(block.qkv.weight.detach())})
+                "block3": fingerprint(block.qkv.weight.detach()),
+                "data_same": [int(i) for i in data_same], "data_split": [int(i) for i in data_split]})
 
 
 # The exercises whose functions the ranks call, by kind of case: a case must carry their answers.

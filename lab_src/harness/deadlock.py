@@ -1,11 +1,24 @@
-"""The report on a run that did not finish: for each rank, the last operation it completed and the
-operation it is still waiting in, read from the journals the ranks wrote as they went.
+"""Deadlocks, from the journals the ranks write as they go (harness/runfolder.py).
+
+While a launch runs, `Progress` follows the journals line by line and says when a case is stuck: every
+one of its ranks either waits in a receive whose message no rank has sent, or has done its part (it
+will send nothing more). Nothing can change that, so the launching process stops the case at once
+(harness/runner.py) instead of waiting for the receive's timeout. A send counts from the moment it
+begins (B, or P for a posted one): the watch errs towards "a message is on its way", never towards
+stopping a run that could go on. Code that journals a send and a receive as one operation would hide the
+send from it: journal each send on its own (harness/rawp2p.py does, for raw torch.distributed calls).
+
+After a run that did not finish, `report` gives, for each rank, the last operation it completed and
+the operation it is still waiting in:
 
     rank 0: done with send_forward(mb=3) to rank 1; waits in recv_backward(mb=0) from rank 1
     rank 1: done with F3; waits in recv_forward(mb=4) from rank 0
 """
 from __future__ import annotations
 
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab_src.pipeline.schedules import Op
@@ -32,9 +45,9 @@ def rank_state(journal: Path, case_index: int) -> dict:
                 state["started"] = True
             elif payload == f"end {case_index}":
                 state["ended"] = True
-        elif tag in ("B", "E") and payload and payload[0] == label:
+        elif tag in ("B", "P", "E") and payload and payload[0] == label:
             op = describe_op(*payload[1:4])
-            if tag == "B":
+            if tag in ("B", "P"):
                 waiting.append(op)
             else:
                 state["last_done"] = op
@@ -42,6 +55,32 @@ def rank_state(journal: Path, case_index: int) -> dict:
                     waiting.remove(op)
     state["pending"] = " and ".join(waiting) or None
     return state
+
+
+def recover(journal: Path, case_index: int, rank: int, stopped_at: float) -> dict:
+    """What a rank that left no observations (its launch was stopped, or it died) did in a case, from
+    its journal: its events (without shapes or sizes) and the operation it was still in, in the form
+    of a rank's observations (harness/cases.py, worker.py)."""
+    label, begun, events, pending = str(case_index), {}, [], None
+    for t, tag, payload in read_journal(journal):
+        if tag not in ("B", "P", "A", "E") or not payload or payload[0] != label:
+            continue
+        kind, mb, peer = payload[1:4]
+        key = repr(payload[1:4])
+        if tag in ("B", "P"):
+            begun.setdefault(key, []).append(t)
+        if tag in ("B", "A"):
+            pending = (payload, t)
+        elif tag == "E":
+            start = (begun.get(key) or [t]).pop(0)
+            events.append([rank, kind, mb, peer, None, 0, start, t, 0])
+            if pending is not None and pending[0][1:4] == payload[1:4]:
+                pending = None
+    error = None
+    if pending is not None:
+        error = {"type": "Stopped", "message": "the run was stopped while this rank waited", "where": [],
+                 "pending": pending[0], "pending_since": pending[1], "at": stopped_at}
+    return {"events": events, "error": error, "recovered": True}
 
 
 def report(run_dir: Path, case_index: int, ranks: range, done_ranks=(), exited=None) -> str:
@@ -67,3 +106,141 @@ def report(run_dir: Path, case_index: int, ranks: range, done_ranks=(), exited=N
             lines.append(f"rank {r}: {done}; busy outside any send, receive, forward or backward "
                          f"(a loop in the code, or waiting at a barrier)")
     return "\n".join(lines)
+
+
+# ---- while a launch runs -----------------------------------------------------------------------------
+@dataclass
+class RankProgress:
+    started: bool = False
+    finished: bool = False              # journalled W: it sends nothing more in this case
+    pending: list | None = None         # [case, kind, mb, peer] of the operation it is in
+    pending_since: float | None = None  # its journal time
+    pending_tag: str = ""               # B: an operation it is in; A: the wait for a message it posted
+
+
+@dataclass
+class Stuck:
+    """A case in which no rank can go on."""
+    case: int
+    waits: dict[int, tuple]             # rank -> (kind, mb, peer, since): receives nothing will answer,
+                                        # sends nothing will take
+    finished: list[int]                 # ranks that did their part
+    unreceived: dict[tuple, list]       # (sender, receiver) -> the sends posted that no receive took
+
+    def lines(self) -> list[str]:
+        """One line per rank, then the cycle of waits if there is one."""
+        out = []
+        for r in sorted([*self.waits, *self.finished]):
+            if r in self.waits:
+                kind, mb, peer, _ = self.waits[r]
+                out.append(f"rank {r} waits in {describe_op(kind, mb, peer)}")
+            else:
+                sent = [f"{k}(mb={mb})" for (src, dst), ops in sorted(self.unreceived.items()) if src == r
+                        for k, mb in ops]
+                dsts = sorted({dst for (src, dst), ops in self.unreceived.items() if src == r and ops})
+                out.append(f"rank {r} has done its part" + (
+                    f"; its {', '.join(sent)} to rank {', '.join(map(str, dsts))} never got a matching receive"
+                    if sent else ""))
+        cycle = self.cycle()
+        if cycle:
+            out.append("they wait for each other in a cycle: " + " -> ".join(f"rank {r}" for r in cycle))
+        return out
+
+    def cycle(self) -> list[int] | None:
+        """Ranks that wait for each other in a circle (r0 waits for r1 ... waits for r0), if any."""
+        for start in sorted(self.waits):
+            path, r = [], start
+            while r in self.waits and r not in path:
+                path.append(r)
+                r = self.waits[r][2]
+            if r in path:
+                return path[path.index(r):] + [r]
+        return None
+
+
+class Progress:
+    """What the journals of a launch have said so far, fed line by line (`feed`) while it runs."""
+
+    def __init__(self):
+        self.ranks: dict[tuple[int, int], RankProgress] = defaultdict(RankProgress)   # (case, rank)
+        self.posted: dict[tuple, list] = defaultdict(list)      # (case, src, dst) -> [(kind, mb)] sent
+        self.claimed: Counter = Counter()                        # (case, src, dst) -> receives begun or posted
+        self.ordinals: dict[tuple, list] = defaultdict(list)    # (case, rank, op) -> n of its open receives
+        self.changed_at = time.monotonic()
+
+    def feed(self, rank: int, t: float, tag: str, payload) -> None:
+        self.changed_at = time.monotonic()
+        if tag == "C":
+            what, _, index = str(payload).partition(" ")
+            if what == "start" and index.isdigit():
+                self.ranks[(int(index), rank)].started = True
+            return
+        if not isinstance(payload, list) or not payload or not str(payload[0]).isdigit():
+            return
+        case = int(payload[0])
+        state = self.ranks[(case, rank)]
+        if tag == "W":
+            state.finished = True
+            return
+        if len(payload) < 4:
+            return
+        kind, mb, peer = payload[1:4]
+        op = Op.of(kind)
+        key = (case, rank, repr(payload[1:4]))
+        if tag in ("B", "P"):               # B: the rank is in it now; P: posted, the rank goes on
+            if tag == "B":
+                state.pending, state.pending_since, state.pending_tag = payload, t, tag
+            if op is not None and op.is_send and isinstance(peer, int):
+                # counted when it begins: a message on its way, or about to be; a wait for it (A) ends
+                # when `peer` has posted the receive that takes it (gloo's sends wait for their receive)
+                self.posted[(case, rank, peer)].append((kind, mb))
+                self.ordinals[key].append(len(self.posted[(case, rank, peer)]))
+            elif op is not None and op.is_recv and isinstance(peer, int):
+                # gloo matches a peer's messages to the receives in the order they were posted: this
+                # receive takes the n-th message that `peer` sends to this rank
+                self.claimed[(case, peer, rank)] += 1
+                self.ordinals[key].append(self.claimed[(case, peer, rank)])
+        elif tag == "A":                    # waits for a message it posted
+            state.pending, state.pending_since, state.pending_tag = payload, t, tag
+        elif tag == "E":
+            if state.pending is not None and state.pending[1:4] == payload[1:4]:
+                state.pending = state.pending_since = None
+            if self.ordinals.get(key):
+                self.ordinals[key].pop(0)
+
+    def stuck(self, case: int, stages: int) -> Stuck | None:
+        """The case's state if no rank of it can go on, else None. A rank can do nothing more when it
+        waits in a receive (blocking, or the wait of a posted one) that takes the n-th message from its
+        peer, and the peer has sent fewer than n (gloo matches messages by peer, in the order the receives
+        were posted, whatever their labels); when it waits for a posted send (q11's raw calls) that is the
+        n-th to its peer, and the peer has posted fewer than n receives from it (a gloo send waits for its
+        receive); or when it has done its part. A rank computing, posting a send, in a collective, or
+        between operations, may go on: then nothing is stuck."""
+        waits, finished = {}, []
+        for r in range(stages):
+            s = self.ranks.get((case, r))
+            if s is None or not s.started:
+                return None
+            if s.finished:
+                finished.append(r)
+                continue
+            if s.pending is None:
+                return None
+            kind, mb, peer = s.pending[1:4]
+            op = Op.of(kind)
+            if op is None or op.is_compute or not isinstance(peer, int):
+                return None
+            ordinal = (self.ordinals.get((case, r, repr(s.pending[1:4]))) or [None])[0]
+            if ordinal is None:
+                return None
+            if op.is_recv and len(self.posted[(case, peer, r)]) >= ordinal:
+                return None                     # its message is on its way
+            if op.is_send and (s.pending_tag != "A" or self.claimed[(case, r, peer)] >= ordinal):
+                return None                     # posting it does not wait; or its receive is posted
+            waits[r] = (kind, mb, peer, s.pending_since)
+        if not waits:
+            return None                         # everybody is done: the case is ending normally
+        unreceived = {(src, dst): sends[self.claimed[(c, src, dst)]:]
+                      for (c, src, dst), sends in self.posted.items()
+                      if c == case and len(sends) > self.claimed[(c, src, dst)]}
+        return Stuck(case, waits, finished, unreceived)

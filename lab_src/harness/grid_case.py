@@ -28,19 +28,18 @@ SGD_LR = 0.1     # the one optimizer step after which the tied copies are compar
 
 
 def run_grid(case: Case, ctx, group, tracer, obs) -> None:
-    from lab_src.harness.cases import _record_instrumentation, plain
+    from lab_src.harness.cases import _barrier, _finish_messages, _record_instrumentation, plain
     cfg = case.config
     data.SHARDS.clear()
     grid = Grid(ctx.rank, case.stages, cfg.dp_size, cfg.num_stages, ctx.device, ctx.timeout_s)
     obs["grid"] = [cfg.dp_size, cfg.num_stages]
     try:
-        dist.barrier(group=group)
+        _barrier(group)
         returned = exercises.dp_pp_step(grid, cfg)
         stage = _unpack(returned, obs, plain)
+        _finish_messages(stage, group, tracer)
         if stage is not None:
-            stage.flush()
             _observe_stage(stage, obs)
-        dist.barrier(group=group)
         grid.close()                    # every rank is past the step: nothing is in flight on its groups
         if "network" in case.probes:
             with trace.tracing(None):   # the lab's own ping-pong: not part of the student's run (rawp2p records raw calls)

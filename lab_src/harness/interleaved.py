@@ -56,10 +56,9 @@ def run_interleaved(case, ctx, group, tracer, obs) -> None:
         needs = exercises.needs_dataloader(rank, p)
         obs["needs_dataloader"] = cases.plain(needs)
         loader = MicroBatches(data.make_dataloader(cfg, mbs), m, p) if needs else None
-        dist.barrier(group=group)
+        cases._barrier(group)
         returned = exercises.API[case.step](stage, loader, m)
-        stage.flush()
-        dist.barrier(group=group)
+        cases._finish_messages(stage, group, tracer)
         outputs, loss = cases._unpack_step(returned, obs)
         obs["outputs"] = outputs
         obs["loss"] = loss

@@ -64,13 +64,13 @@ def _probe_noop_ends(stage, tracer) -> dict:
 
 
 def run_p2p(case: Case, ctx, group, tracer, obs) -> None:
-    from lab_src.harness.cases import _record_instrumentation, _stage
+    from lab_src.harness.cases import _barrier, _finish_messages, _record_instrumentation, _stage
     cfg = case.config
     rank, p, m = ctx.rank, cfg.num_stages, cfg.num_microbatches
     try:
         stage = _stage(cfg, rank, ctx, group, obs)
         obs["probes"] = {"noop_ends": _probe_noop_ends(stage, tracer)}
-        dist.barrier(group=group)
+        _barrier(group)
         done = obs["calls"] = []
         raw_before = rawp2p.RECORDED[0]
         for call in calls(case.schedule, rank, p, m, combined="single" not in case.probes):
@@ -83,6 +83,6 @@ def run_p2p(case: Case, ctx, group, tracer, obs) -> None:
             done.append([call.operation, call.microbatch, call.recv_microbatch, read_buffer(got),
                          [[e.kind, e.microbatch] for e in tracer.events[before:]]])
             obs["raw_messages"] = rawp2p.RECORDED[0] - raw_before   # made with torch.distributed's own calls
-        dist.barrier(group=group)
+        _finish_messages(None, group, tracer)
     finally:
         _record_instrumentation(obs, tracer)

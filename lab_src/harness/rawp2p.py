@@ -14,6 +14,12 @@ is the one of the q11 call it belongs to: `p2p_call` runs around every call of q
 `recv_microbatch` (the tensor a combined operation receives). A posted message begins when it is
 posted and ends when its `wait()` returns; one still open when the q11 call returns ends then.
 
+For the deadlock watch (harness/deadlock.py), each message is journalled on its own: a posted one (P)
+when it is posted, the rank waiting for it (A) when its `wait()` begins, its end (E) when that returns;
+under a check, a blocking `send` or `recv` is posted and waited for the same way (P, A, E). Waits then go
+through `pipeline/waiting.py`, so the check can stop a rank that waits for a message nobody will take or
+send. (Outside a check's cases, a blocking call is journalled as an operation the rank is in: B ... E.)
+
 Calls the stage makes inside its own traced span (`stage.send` / `stage.recv`) are not recorded twice,
 and nothing is recorded outside a tracer (code run in a notebook's kernel is left alone).
 """
@@ -25,7 +31,7 @@ import time
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from lab_src.pipeline import trace
+from lab_src.pipeline import trace, waiting
 from lab_src.pipeline.trace import Event
 
 _ORIGINAL: dict = {}
@@ -94,7 +100,7 @@ def check_tensor(call: dict | None, kind: str, tensor, mb) -> None:
 class _Record:
     """One message, from its posting to the end of its wait."""
 
-    def __init__(self, is_send: bool, tensor, group, peer=None, group_peer=None):
+    def __init__(self, is_send: bool, tensor, group, peer=None, group_peer=None, posted: bool = True):
         self.tracer = trace.active()
         call = _calls[-1] if _calls else None
         self.peer = _group_peer(group, peer, group_peer)
@@ -103,7 +109,7 @@ class _Record:
         self.shape = tuple(tensor.shape)
         self.nbytes = tensor.numel() * tensor.element_size()
         self.done = False
-        self.pending = self.tracer.begin(self.kind, self.mb, self.peer)
+        self.pending = self.tracer.begin(self.kind, self.mb, self.peer, posted=posted)
         self.call = call
         self.waiting()
         check_tensor(call, self.kind, tensor, self.mb)
@@ -113,8 +119,12 @@ class _Record:
             call["open"].append(self)
 
     def waiting(self) -> None:
-        """The rank is now blocked on this message: an error from here on names it."""
+        """An error from here on names this message."""
         self.tracer.pending = self.pending
+
+    def blocked(self) -> None:
+        """The rank now waits for this posted message (journalled: the deadlock watch counts it waiting)."""
+        self.tracer.awaits(self.pending)
 
     def end(self) -> None:
         if self.done:
@@ -123,7 +133,7 @@ class _Record:
         if self.tracer.sync is not None:
             self.tracer.sync()
         if self.tracer.pending is self.pending:
-            self.tracer.pending = None
+            self.tracer.pending = self.tracer.pending_since = None
         self.tracer.record(Event(self.tracer.rank, self.kind, self.mb, self.peer, self.shape, self.nbytes,
                                  self.t_start, time.perf_counter()), self.pending)
         RECORDED[0] += 1
@@ -146,9 +156,14 @@ class RecordedWork:
     def wait(self, *args, **kwargs):
         for record in self._records:
             if not record.done:
-                record.waiting()
+                record.blocked()
                 break
-        result = self._work.wait(*args, **kwargs) if self._work is not None else True
+        if self._work is None:
+            result = True
+        elif args or kwargs:            # a timeout of the student's own: their wait, as they asked for it
+            result = self._work.wait(*args, **kwargs)
+        else:
+            result = waiting.wait(self._work)
         for record in self._records:
             record.end()
         return result
@@ -188,9 +203,20 @@ def _blocking(is_send: bool):
         if not _recording():
             return original(tensor, *args, **kwargs)
         group, peer, group_peer = _arguments(args, kwargs, peer_name, group_key)
-        record = _Record(is_send, tensor, group, peer, group_peer)
-        record.waiting()
-        result = original(tensor, *args, **kwargs)    # an exception leaves it pending, for the report
+        if waiting.stoppable() and (peer is not None or group_peer is not None):
+            # under a check: posted, then waited for in a wait the check can stop (an exception leaves
+            # it pending, for the report); a receive returns its sender's global rank, as dist.recv does
+            record = _Record(is_send, tensor, group, peer, group_peer)
+            record.waiting()
+            posted = _ORIGINAL["isend" if is_send else "irecv"](tensor, *args, **kwargs)
+            record.blocked()
+            waiting.wait(posted)
+            result = None if is_send else (peer if peer is not None else
+                                           dist.get_global_rank(group or dist.group.WORLD, group_peer))
+        else:
+            record = _Record(is_send, tensor, group, peer, group_peer, posted=False)
+            record.waiting()
+            result = original(tensor, *args, **kwargs)    # an exception leaves it pending, for the report
         record.end()
         return result
     return _named(wrapper, original)

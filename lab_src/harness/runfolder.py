@@ -9,7 +9,14 @@
         rank<r>.log, torchrun.log the processes' own output
 
 A journal line is `<time> <tag> <payload>`: tag C marks a case ("start 3", "end 3"); B and E mark the
-beginning and end of an operation, with payload [case, kind, micro-batch, peer] as JSON.
+beginning and end of an operation the rank is in (a forward, a blocking receive...), with payload
+[case, kind, micro-batch, peer] as JSON; P marks a message posted that ends later (a raw isend or irecv of
+q11: several may be open at once, and the rank goes on meanwhile), A [the same payload] that the rank
+now waits for that posted message, and its E comes when the wait returns; W [case] says that the rank
+has done its part of the case and only waits for the others (it sends nothing more).
+
+    stop.c<i>                 written by the launching process to stop case i, whose ranks all wait
+                              for messages nobody will send (pipeline/waiting.py reads it)
 """
 from __future__ import annotations
 
@@ -32,6 +39,10 @@ def obs_path(run_dir: Path, case_index: int, rank: int) -> Path:
 
 def events_path(run_dir: Path, case_index: int) -> Path:
     return Path(run_dir) / f"events-c{case_index}.json"
+
+
+def stop_path(run_dir: Path, case_index: int) -> Path:
+    return Path(run_dir) / f"stop.c{case_index}"
 
 
 def rank_log_path(run_dir: Path, rank: int) -> Path:
@@ -60,25 +71,28 @@ def parse_case_line(line: str) -> tuple[str, int] | None:
     return None
 
 
-def read_journal(path: Path) -> list[tuple[float, str, list | str]]:
-    """(time, 'B' | 'E' | 'C', payload) for each journal line; torn last lines are skipped."""
-    out = []
-    if not Path(path).exists():
-        return out
-    for line in Path(path).read_text(errors="replace").splitlines():
-        parts = line.split(" ", 2)
-        if len(parts) < 2:
-            continue
+def parse_line(line: str) -> tuple[float, str, list | str] | None:
+    """(time, tag, payload) of one journal line, or None for a torn or foreign line."""
+    parts = line.split(" ", 2)
+    if len(parts) < 2:
+        return None
+    try:
+        t = float(parts[0])
+    except ValueError:
+        return None
+    tag = parts[1]
+    payload = parts[2] if len(parts) > 2 else ""
+    if tag in ("B", "E", "W", "P", "A"):
         try:
-            t = float(parts[0])
-        except ValueError:
-            continue
-        tag = parts[1]
-        payload = parts[2] if len(parts) > 2 else ""
-        if tag in ("B", "E"):
-            try:
-                payload = json.loads(payload)
-            except json.JSONDecodeError:
-                continue
-        out.append((t, tag, payload))
-    return out
+            payload = json.loads(payload)
+        except json.JSONDecodeError:
+            return None
+    return t, tag, payload
+
+
+def read_journal(path: Path) -> list[tuple[float, str, list | str]]:
+    """(time, 'B' | 'E' | 'P' | 'A' | 'W' | 'C', payload) for each journal line; torn last lines are skipped."""
+    if not Path(path).exists():
+        return []
+    parsed = (parse_line(line) for line in Path(path).read_text(errors="replace").splitlines())
+    return [p for p in parsed if p is not None]

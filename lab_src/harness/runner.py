@@ -27,16 +27,53 @@ class CaseOutcome:
     case: Case
     obs: dict[int, dict] = field(default_factory=dict)   # rank -> what it observed
     failure: str | None = None                            # why the case did not complete, if it did not
+    stuck: "deadlock.Stuck | None" = None                 # the deadlock the run was stopped in, if it was
+    stopped_at: float | None = None                       # when it was stopped (time.perf_counter)
+    # rank -> what its journal says it did, for a rank that left no observations (for the pictures only)
+    recovered: dict[int, dict] = field(default_factory=dict)
 
     def errors(self) -> dict[int, dict]:
         return {r: o["error"] for r, o in self.obs.items() if o.get("error")}
 
-    def events(self) -> list[Event]:
-        """Every rank's events, on one clock whose zero is the case's first event."""
-        events = [Event.from_row(r) for o in self.obs.values() for r in o.get("events", [])]
-        t0 = min((e.t_start for e in events), default=0.0)
+    def _ranks(self, recovered: bool) -> dict[int, dict]:
+        return {**{r: o for r, o in self.recovered.items() if recovered}, **self.obs}
+
+    def _t0(self, recovered: bool) -> float:
+        ranks = self._ranks(recovered).values()
+        starts = [row[6] for o in ranks for row in o.get("events", [])]
+        starts += [o["error"]["pending_since"] for o in ranks
+                   if recovered and (o.get("error") or {}).get("pending_since") is not None]
+        return min(starts, default=0.0)
+
+    def events(self, recovered: bool = False) -> list[Event]:
+        """Every rank's events, on one clock whose zero is the case's first event. `recovered`: also
+        those read from the journals of ranks that left no observations (for drawing a stopped run)."""
+        t0 = self._t0(recovered)
+        events = [Event.from_row(r) for o in self._ranks(recovered).values() for r in o.get("events", [])]
         events = [replace(e, t_start=e.t_start - t0, t_end=e.t_end - t0) for e in events]
         return sorted(events, key=lambda e: (e.t_start, e.rank))
+
+    def waits(self) -> list[Event]:
+        """The operations ranks were still in when the case ended (a receive whose message never came),
+        from when they began to when the rank gave up or the run was stopped; on the clock of
+        `events(recovered=True)`."""
+        t0, out = self._t0(True), []
+        for r, o in sorted(self._ranks(True).items()):
+            e = o.get("error") or {}
+            if e.get("pending") and e.get("pending_since") is not None:
+                _, kind, mb, peer = e["pending"]
+                end = e.get("at") or self.stopped_at or e["pending_since"]
+                out.append(Event(r, kind, mb, peer, None, 0, e["pending_since"] - t0, end - t0))
+        return out
+
+    def ends(self) -> list[tuple[int, float, str]]:
+        """(rank, time, what) for each rank whose part ended in an exception outside any wait."""
+        t0, out = self._t0(True), []
+        for r, o in sorted(self.obs.items()):
+            e = o.get("error") or {}
+            if e and not e.get("pending") and e.get("at") and e.get("type") != "StoppedWaiting":
+                out.append((r, e["at"] - t0, f"raised {e['type']}"))
+        return out
 
 
 @dataclass
@@ -51,17 +88,26 @@ class Run:
 
 
 class _CaseWatch:
-    """Follows the journals while a launch runs, to stop a case that overruns its deadline."""
+    """Follows the journals while a launch runs: stops a case whose ranks all wait for messages nobody
+    will send (at once, harness/deadlock.py), and the launch when a case overruns its deadline."""
 
-    def __init__(self, run_dir: Path, nproc: int, case_deadline_s: float, startup_s: float):
+    def __init__(self, run_dir: Path, nproc: int, case_deadline_s: float, startup_s: float,
+                 stages: dict[int, int] | None = None, settle_s: float = 0.3, stop_grace_s: float = 5.0):
+        self.run_dir = run_dir
         self.paths = [runfolder.journal_path(run_dir, r) for r in range(nproc)]
         self.offsets = [0] * nproc
         self.case_deadline_s, self.startup_s = case_deadline_s, startup_s
+        self.stages = stages or {}
+        self.settle_s, self.stop_grace_s = settle_s, stop_grace_s
         self.started_at = time.monotonic()
         self.current, self.current_since = None, None
         self.ended: set[int] = set()
+        self.progress = deadlock.Progress()
+        self.stuck: dict[int, deadlock.Stuck] = {}      # case -> its state when the watch stopped it
+        self.stopped_at: dict[int, float] = {}          # case -> when (time.monotonic)
+        self.stop_times: dict[int, float] = {}          # case -> when (time.perf_counter, the journals' clock)
 
-    def __call__(self) -> str | None:
+    def _read(self) -> None:
         for i, path in enumerate(self.paths):
             try:
                 with open(path, "rb") as f:
@@ -72,6 +118,10 @@ class _CaseWatch:
             complete = chunk[: chunk.rfind(b"\n") + 1]   # a line still being written waits for the next poll
             self.offsets[i] += len(complete)
             for line in complete.decode(errors="replace").splitlines():
+                parsed = runfolder.parse_line(line)
+                if parsed is None:
+                    continue
+                self.progress.feed(i, *parsed)
                 mark = runfolder.parse_case_line(line)
                 if mark is None:
                     continue
@@ -80,12 +130,28 @@ class _CaseWatch:
                     self.current, self.current_since = index, time.monotonic()
                 elif what == "end":
                     self.ended.add(index)
+
+    def __call__(self) -> str | None:
+        self._read()
         now = time.monotonic()
         if self.current is None:
             if now - self.started_at > self.startup_s:
                 return f"the ranks did not start within {self.startup_s:.0f} s"
             return None
-        if self.current not in self.ended and now - self.current_since > self.case_deadline_s:
+        case = self.current
+        if case in self.ended:
+            return None
+        if case in self.stopped_at:
+            if now - self.stopped_at[case] > self.stop_grace_s:
+                return (f"a deadlock: every rank was waiting, and the ranks did not stop when asked "
+                        f"within {self.stop_grace_s:.0f} s")
+        elif case in self.stages and now - self.progress.changed_at >= self.settle_s:
+            stuck = self.progress.stuck(case, self.stages[case])
+            if stuck is not None:
+                self.stuck[case], self.stopped_at[case] = stuck, now
+                self.stop_times[case] = time.perf_counter()
+                runfolder.stop_path(self.run_dir, case).write_text("\n".join(stuck.lines()) + "\n")
+        if now - self.current_since > self.case_deadline_s:
             return f"case deadline of {self.case_deadline_s:.0f} s"
         return None
 
@@ -194,11 +260,15 @@ def stage_inputs(cases: list[Case], run_dir: Path, folder: Path | None = None) -
 
 def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0, timeout_s: float = 10.0,
               startup_s: float = 120.0, env: dict | None = None, max_launch_failures_per_exercise: int = 2,
-              log_limit: int = 200_000, sandboxed: bool = False) -> Run:
+              log_limit: int = 200_000, sandboxed: bool = False, stop_deadlocks: bool = True) -> Run:
     """Run `cases` in as few launches as possible (see the module's docstring). `sandboxed`: every
-    launch in bubblewrap (harness/sandbox.py), as the grader runs students' code."""
+    launch in bubblewrap (harness/sandbox.py), as the grader runs students' code. `stop_deadlocks`:
+    stop a case as soon as all its ranks wait for messages nobody will send (harness/deadlock.py);
+    without it, only the receives' timeouts and the case deadline end a deadlock (the last resort)."""
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
+    for old in run_dir.glob("stop.c*"):        # requests to stop the cases of an earlier run here
+        old.unlink()
     for i, case in enumerate(cases):
         case.index = i
     outcomes = {i: CaseOutcome(case) for i, case in enumerate(cases)}
@@ -211,7 +281,7 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
             groups = group_cases(remaining)
             remaining = [c for g in groups for c in g]      # the order they run in
             result, watches = _launch_grouped(groups, run_dir, len(launches), timeout_s, log_limit, deadline,
-                                              case_deadline_s, startup_s, env)
+                                              case_deadline_s, startup_s, env, stop_deadlocks)
             started = any(w.current is not None for w in watches)
         else:
             nproc = max(c.stages for c in remaining)
@@ -221,11 +291,16 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
             spec_path.write_text(json.dumps(spec))
             for r in range(nproc):  # a journal tells about one launch only
                 runfolder.journal_path(run_dir, r).unlink(missing_ok=True)
-            watch = _CaseWatch(run_dir, nproc, case_deadline_s, startup_s)
+            watch = _CaseWatch(run_dir, nproc, case_deadline_s, startup_s,
+                               {c.index: c.stages for c in remaining} if stop_deadlocks else {})
+            watches = [watch]
             result = launch(nproc, "lab_src.harness.worker", [str(spec_path)], run_dir=run_dir, deadline_s=deadline,
                             watchdog=watch, env=worker_env(env))
             started = watch.current is not None
         launches.append(result)
+        for w in watches:
+            for index, stuck in w.stuck.items():
+                outcomes[index].stuck, outcomes[index].stopped_at = stuck, w.stop_times[index]
         next_remaining = []
         for pos, case in enumerate(remaining):
             outcome = outcomes[case.index]
@@ -243,6 +318,9 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
                     outcomes[other.index].failure = broken
                 break
             outcome.failure = _launch_failure(result, run_dir, case, outcome.obs)
+            now = time.perf_counter()
+            outcome.recovered = {r: deadlock.recover(runfolder.journal_path(run_dir, r), case.index, r, now)
+                                 for r in range(case.stages) if r not in outcome.obs}
             failures_by_exercise[case.qid] = failures_by_exercise.get(case.qid, 0) + 1
             for later in remaining[pos + 1:]:
                 if failures_by_exercise.get(later.qid, 0) >= max_launch_failures_per_exercise:
@@ -261,7 +339,8 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
 
 
 def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, timeout_s: float, log_limit: int,
-                    deadline: float, case_deadline_s: float, startup_s: float, env: dict | None):
+                    deadline: float, case_deadline_s: float, startup_s: float, env: dict | None,
+                    stop_deadlocks: bool = True):
     """One sandboxed launch of `groups` through the fork server: each group's spec and inputs are
     written just before it runs, in a folder of its own, and deleted once it has ended."""
     folders = [run_dir / f"group{launch_no}-{i}" for i in range(len(groups))]
@@ -282,7 +361,8 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
         shutil.rmtree(folders[i] / "inputs", ignore_errors=True)
 
     def watchdog(i: int, nproc: int):
-        watches.append(_CaseWatch(run_dir, nproc, case_deadline_s, startup_s))
+        watches.append(_CaseWatch(run_dir, nproc, case_deadline_s, startup_s,
+                                  {c.index: c.stages for c in groups[i]} if stop_deadlocks else {}))
         return watches[-1]
 
     result = launch_groups(specs, run_dir=run_dir, deadline_s=deadline, make_watchdog=watchdog,

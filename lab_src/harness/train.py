@@ -36,7 +36,7 @@ def settings(case: Case) -> dict:
 
 
 def run_train(case: Case, ctx, group, tracer, obs) -> None:
-    from lab_src.harness.cases import _micro_batch_size, _record_instrumentation, plain
+    from lab_src.harness.cases import _barrier, _finish_messages, _micro_batch_size, _record_instrumentation, plain
     cfg, rank = case.config, ctx.rank
     s = settings(case)
     digits.READS.clear()
@@ -57,12 +57,11 @@ def run_train(case: Case, ctx, group, tracer, obs) -> None:
                 stage.flush()
                 spans.append(start + [len(tracer.events), len(stage.forwards), plain(num_microbatches)])
 
-        dist.barrier(group=group)
+        _barrier(group)
         with OptimizerWatch(stage) as watch:
             returned = exercises.train_pipeline(stage, data, step_fn, s["steps"], s["lr"])
         obs["optimizer"] = watch.record
-        stage.flush()
-        dist.barrier(group=group)
+        _finish_messages(stage, group, tracer)
         obs["returned"] = _record(returned)
         obs["params"] = {n: p.detach().cpu().clone() for n, p in stage.named_parameters()}
     finally:

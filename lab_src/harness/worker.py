@@ -6,9 +6,10 @@ For each case, ranks 0..p-1 of a p-stage case run it in their pipeline group, wi
 case names (`answers.use_answers`), and save what they observed to obs/c<index>.rank<r>.pt. All ranks
 then agree, through the world group, on whether any rank failed; after a failure every pipeline group
 is rebuilt, so that a message left in flight cannot leak into the next case. Once two cases of one
-exercise have timed out (a deadlock costs a full timeout each time), its remaining cases are skipped. The journal
-(journal.rank<r>.log) marks where each case starts and ends and each operation, for the report on a
-run that had to be stopped.
+exercise have deadlocked or timed out, its remaining cases are skipped. The journal
+(journal.rank<r>.log) marks where each case starts and ends and each operation: the launching process
+follows it, and when every rank of a case waits for a message nobody will send, it asks the ranks to
+stop waiting (pipeline/waiting.py), so a deadlock costs a fraction of a second instead of a timeout.
 """
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ import json
 import os
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
+
+from lab_src.registry import exercise
 
 
 class CappedWriter(io.TextIOBase):
@@ -58,17 +62,33 @@ def _die_with_parent() -> None:
         pass
 
 
-def _describe(e: BaseException, tracer) -> dict:
+def _describe(e: BaseException, tracer, case=None) -> dict:
+    """An exception as plain values. `where`: the frames that help a student, their answer's and
+    lab_src's, not torch's insides; the frames of the answer under test carry its file name and line
+    (the launch runs a copy), those of the other answers only their exercise (in the grader they are
+    the reference answers, whose code a message must not show)."""
     frames = traceback.extract_tb(e.__traceback__)
-    # keep the frames that help a student: their answers and lab_src, not torch's insides
     keep = [f for f in frames if "/torch/" not in f.filename and "/lib/python3" not in f.filename
             and not f.filename.endswith(("worker.py", "contextlib.py"))]
-    return {"type": type(e).__name__, "message": str(e)[:2000],
-            "where": [[Path(f.filename).name, f.lineno, f.name, f.line] for f in keep][-6:],
-            "pending": tracer.pending if tracer is not None else None}
+    answers = {str(Path(path).resolve()): q for q, path in (case.answers if case else {}).items() if path}
+
+    def frame(f) -> list:
+        q = answers.get(str(Path(f.filename).resolve()))
+        if q is None:
+            return [f"lab_src:{Path(f.filename).name}", f.lineno, f.name, f.line]
+        if q == case.qid:
+            return [exercise(q).answer_file, f.lineno, f.name, f.line]
+        return [f"<answer to {q}>", f.lineno, f.name, None]
+    full = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    return {"type": type(e).__name__, "message": str(e)[:2000], "where": [frame(f) for f in keep][-6:],
+            "pending": tracer.pending if tracer is not None else None,
+            "pending_since": tracer.pending_since if tracer is not None else None,
+            "at": time.perf_counter(), "traceback": full[-20_000:]}
 
 
 SKIP_AFTER_TIMEOUTS = 2
+STOP_REASON = ("stopped by the check: every rank of this run was waiting for a message that no rank was "
+               "going to send")
 
 
 def main(spec_path: str) -> int:
@@ -90,7 +110,7 @@ def main(spec_path: str) -> int:
     from lab_src.harness.cases import KINDS
     from lab_src.harness import rawp2p
     from lab_src.judge.problems import gave_up_waiting
-    from lab_src.pipeline import data, model, trace
+    from lab_src.pipeline import data, model, trace, waiting
 
     rawp2p.install()     # raw torch.distributed messages (q11) are recorded like the stage's own
     ctx = process_groups.init(spec["timeout_s"])
@@ -110,22 +130,29 @@ def main(spec_path: str) -> int:
         journal.write(runfolder.case_line("start", index))
         failed = 0
         if rank < stages:
+            stop_file = runfolder.stop_path(run_dir, index)
+
+            def asked_to_stop(stop_file=stop_file) -> str | None:
+                return STOP_REASON if stop_file.exists() else None
             model.reset_instrumentation()
             data.CREATED["dataloaders"] = 0
             tracer = trace.Tracer(rank, write_op, sync, label=str(index))
             obs = {"kind": case.kind, "rank": rank, "stages": stages, "error": None}
             if timeouts.get(qid, 0) >= SKIP_AFTER_TIMEOUTS:
                 obs["error"] = {"type": "NotRun", "pending": None, "where": [],
-                                "message": f"not run: {SKIP_AFTER_TIMEOUTS} earlier cases of {qid} timed out"}
+                                "message": f"not run: {SKIP_AFTER_TIMEOUTS} earlier cases of {qid} deadlocked or timed out"}
             else:
                 try:
-                    with use_answers(case.answers), running_for(qid), trace.tracing(tracer):
+                    with use_answers(case.answers), running_for(qid), trace.tracing(tracer), \
+                            waiting.stop_when(asked_to_stop):
                         KINDS[case.kind](case, ctx, group, tracer, obs)
                 except Exception as e:  # noqa: BLE001 - a failing case is an observation, the run goes on
-                    obs["error"] = _describe(e, tracer)
-                    failed = 2 if gave_up_waiting(obs["error"]["message"]) else 1
+                    obs["error"] = _describe(e, tracer, case)
+                    # a wait the check stopped counts as a timeout: it would have ended in one
+                    stopped = isinstance(e, waiting.StoppedWaiting)
+                    failed = 2 if stopped or gave_up_waiting(obs["error"]["message"]) else 1
                 except (SystemExit, KeyboardInterrupt) as e:   # exit() in an answer ends its case, not the run
-                    obs["error"] = _describe(e, tracer)
+                    obs["error"] = _describe(e, tracer, case)
                     obs["error"]["message"] = (f"the answer called exit() on rank {rank} ({type(e).__name__}: "
                                                f"{e}); an answer must return, not end the process")
                     failed = 1
@@ -133,6 +160,7 @@ def main(spec_path: str) -> int:
             tmp = final.with_name(f".{final.name}.tmp")
             torch.save(obs, tmp)
             os.replace(tmp, final)
+            tracer.finished()
         flag = torch.tensor([failed], device=ctx.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag.item():

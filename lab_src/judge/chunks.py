@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from lab_src.judge.problems import Problem, from_errors
+from lab_src.judge.problems import Problem
 from lab_src.judge.realness import WRONG_SCHEDULE, check_built_and_ran, check_layers
 from lab_src.pipeline.schedules import Interleaved1F1B, Op, compute_order, in_flight_violations, schedule
 
@@ -230,30 +230,19 @@ def check_interleaved_run(outcome, qid: str, label: str = "") -> list[Problem]:
 
 
 def interleaved_errors(qid: str, outcome, label: str) -> list[Problem]:
-    """A case that did not complete, or raised somewhere, as problems. The hint about a wrong peer that
-    `from_errors` adds knows only a straight line of stages: dropped where the peer is the ring's
-    neighbour (rank p - 1 before rank 0)."""
+    """A case that did not complete, or raised somewhere, as problems, causes first (judge/failures.py),
+    with the ranks as a ring: rank p - 1 and rank 0 are neighbours, not a wrong peer."""
+    from lab_src.judge.failures import case_problems
     if outcome.failure:
         return [Problem(qid, outcome.failure, None, None, label)]
     p = outcome.case.stages
     problems = []
-    errors = from_errors(qid, outcome.errors(), label)
+    errors = case_problems(outcome, qid, label, ring=p)
     if errors:
         sched = schedule(outcome.case.schedule)
         problems += order_at_stop(outcome, qid, label)
         problems += _contiguous_hint(outcome.events(), p, sched.chunks_per_rank, qid, label)
-    for pr in errors:
-        error = outcome.errors().get(pr.rank) or {}
-        pending = error.get("pending")
-        if pending and "wrong peer" in pr.message:
-            _, kind, _, peer = pending
-            op = Op.of(kind)
-            ring = (pr.rank + 1) % p if op is not None and op.towards_next else (pr.rank - 1) % p
-            if peer == ring:
-                pr = Problem(pr.exercise, "\n".join(line for line in pr.message.splitlines() if "wrong peer" not in line),
-                             pr.rank, pr.microbatch, pr.case)
-        problems.append(pr)
-    return problems
+    return problems + errors
 
 
 def order_at_stop(outcome, qid: str, label: str) -> list[Problem]:

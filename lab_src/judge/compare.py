@@ -46,6 +46,17 @@ def explain_scale(c: float, m: int) -> str:
     return f"they are {c:.4g}x the baseline's"
 
 
+def scale_gist(c: float | None, m: int) -> str:
+    """The same words for the same kind of scale, whatever m is (to say it once: judge/summary.py)."""
+    if c is None:
+        return ""
+    if m > 1 and abs(c - m) < 1e-3 * m:
+        return "scaled by the number of micro-batches"
+    if m > 1 and abs(c - 1 / m) < 1e-3 / m:
+        return "divided by the number of micro-batches twice"
+    return ""
+
+
 def compare_outputs(obs_last: dict, baseline: dict, m: int, rank: int, qid: str, label: str) -> list[Problem]:
     outputs = obs_last.get("outputs")
     if outputs is None:
@@ -79,7 +90,8 @@ def compare_loss(obs_last: dict, baseline: dict, m: int, rank: int, qid: str, la
     if abs(loss - want) <= 1e-5 + 1e-5 * abs(want):
         return []
     c = loss / want if want else float("inf")
-    return [Problem(qid, f"the loss is {loss:.6g}, the baseline's {want:.6g}: " + explain_scale(c, m), rank, None, label)]
+    return [Problem(qid, f"the loss is {loss:.6g}, the baseline's {want:.6g}: " + explain_scale(c, m), rank, None, label,
+                    gist=scale_gist(c, m))]
 
 
 def compare_grads(obs: dict, baseline: dict, m: int, rank: int, qid: str, label: str) -> list[Problem]:
@@ -100,7 +112,7 @@ def compare_grads(obs: dict, baseline: dict, m: int, rank: int, qid: str, label:
             f"largest difference {float((got - want).abs().max()):.3g}"
         few = ", ".join(wrong[:3]) + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "")
         problems.append(Problem(qid, f"{len(wrong)} of {len(grads)} gradients differ from the baseline "
-                                       f"({few}): {how}", rank, None, label))
+                                       f"({few}): {how}", rank, None, label, gist=scale_gist(c, m)))
     return problems
 
 

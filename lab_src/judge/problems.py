@@ -4,9 +4,13 @@ Every problem names the exercise most likely at fault, the rank and the micro-ba
 and what probably went wrong:
 
     [q08] rank 3, micro-batch 2: the outputs match the baseline's micro-batch 1 ...
+
+A problem may be a *consequence* of another (ranks left waiting by a rank that raised): those are
+listed after the causes, and labelled (judge/failures.py orders them, judge/summary.py says each once).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from lab_src.pipeline.schedules import Op
@@ -19,28 +23,55 @@ class Problem:
     rank: int | None = None
     microbatch: int | None = None
     case: str = ""            # the configuration it showed in
+    gist: str = ""            # what it means, in the same words wherever it shows (to say it once)
+    consequence: bool = False  # it follows from another problem of the same run
 
-    def __str__(self) -> str:
+    @property
+    def where(self) -> str:
         where = []
         if self.rank is not None:
             where.append(f"rank {self.rank}")
         if self.microbatch is not None:
             where.append(f"micro-batch {self.microbatch}")
-        head = f"[{self.exercise}]" + (f" {', '.join(where)}" if where else "")
-        return f"{head}: {self.message}" + (f"  ({self.case})" if self.case else "")
+        return ", ".join(where)
+
+    def __str__(self) -> str:
+        head = f"[{self.exercise}]" + (f" {self.where}" if self.where else "")
+        first, *rest = self.message.split("\n", 1)
+        return "\n".join([f"{head}: {first}" + (f"  ({self.case})" if self.case else ""), *rest])
 
 
-def from_error(exercise: str, rank: int, error: dict, case: str = "") -> Problem:
-    """A problem from an exception a rank recorded, with the operation it was in and the student's line."""
-    msg = f"{error['type']}: {error['message']}"
+# "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] " and the like
+_SOURCE_REF = re.compile(r"\[[^\]\s]*[/\\][^\]\s]*:\d+\]\s*")
+_LIBRARY_PATH = re.compile(r"(?:/[\w.+-]+)*/(?:site-packages|dist-packages|third_party|torch|pytorch|"
+                           r"lib/python3[\w.]*)/[\w./+-]*")
+# a launch runs copies of the answers: <run folder>/inputs/3-q08_afab_step.py is the student's q08_afab_step.py
+_ANSWER_COPY = re.compile(r"\S*/inputs/\d+-(q\d\d_\w+\.py)")
+
+
+def sanitize(text: str) -> str:
+    """An error message without paths into torch, gloo or the Python installation: they say where the
+    library noticed a problem, never what the student should change."""
+    text = _SOURCE_REF.sub("", text)
+    text = _ANSWER_COPY.sub(r"\1", text)
+    return _LIBRARY_PATH.sub(lambda m: m.group(0).rsplit("/", 1)[-1], text)
+
+
+def from_error(exercise: str, rank: int, error: dict, case: str = "", ring: int | None = None) -> Problem:
+    """A problem from an exception a rank recorded, with the operation it was in and the student's line.
+    `ring`: the ranks form a ring of this many (interleaved: the neighbour of rank 0 is rank ring - 1)."""
+    msg = f"{error['type']}: {sanitize(error['message'])}" if error["type"] != "NotRun" else error["message"]
     if error.get("pending"):
         _, kind, mb, peer = error["pending"]
         if isinstance(peer, list):      # a collective, over these ranks
             op = f"{kind} over ranks {peer}"
         else:
             op = f"{kind}(mb={mb})" + (f" with rank {peer}" if peer is not None else "")
-        gave_up = gave_up_waiting(error["message"])
-        if gave_up and isinstance(peer, list):
+        gave_up = gave_up_waiting(error["message"], error["type"])
+        if gave_up == "stopped":
+            msg = (f"waited in {op} for a message that never came; every rank was waiting, so the check "
+                   f"stopped the run")
+        elif gave_up and isinstance(peer, list):
             msg = (f"waited in {op} until the {'timeout' if gave_up == 'timeout' else 'others gave up'}: not every "
                    f"member joined it. Every rank of the group must call the same all-reduces in the same order "
                    f"({error['type']})")
@@ -52,20 +83,37 @@ def from_error(exercise: str, rank: int, error: dict, case: str = "") -> Problem
                    f"crash): no matching message arrived")
         else:
             msg = f"failed in {op}: {msg}"
-        wrong = wrong_peer(rank, kind, peer)
+        wrong = wrong_peer(rank, kind, peer, ring)
         if wrong:
             msg += f"\n    {wrong}"
-    where = [w for w in error.get("where", []) if w[0].startswith("q")]  # the student's own files
-    if where:
-        file, line, fn, text = where[-1]
-        msg += f"\n    at {file} line {line}, in {fn}: {text}"
+    msg += student_line(error)
     return Problem(exercise, msg, rank, error.get("pending", [None, None, None])[2] if error.get("pending") else None,
                    case)
 
 
-def gave_up_waiting(message: str) -> str | None:
-    """"timeout" when a receive (or send) timed out, "peer" when the peer's connection closed under
-    it (the peer timed out or died first), None for any other error."""
+def student_line(error: dict) -> str:
+    """'\n    at q07_pipeline_communicate.py line 12, in ...: <the line>' for the innermost frame of the
+    answer under test (harness/worker.py names those frames by the answer's file), or ''."""
+    where = [w for w in error.get("where", []) if w[0].startswith("q")]
+    if not where:
+        return ""
+    file, line, fn, text = where[-1]
+    return f"\n    at {file} line {line}, in {fn}: {text}"
+
+
+def from_errors(exercise: str, errors: dict[int, dict], case: str = "", ring: int | None = None) -> list[Problem]:
+    """The exceptions of a case's ranks as problems: causes first, then what they caused, labelled
+    (judge/failures.py; `failures.case_problems` also knows whether the run was stopped in a deadlock)."""
+    from lab_src.judge.failures import rank_problems
+    return rank_problems(exercise, errors, case, ring=ring)
+
+
+def gave_up_waiting(message: str, kind: str = "") -> str | None:
+    """"stopped" when the check stopped a rank waiting in a deadlock (pipeline/waiting.py), "timeout"
+    when a receive (or send) timed out, "peer" when the peer's connection closed under it (the peer
+    timed out or died first), None for any other error."""
+    if kind == "StoppedWaiting":
+        return "stopped"
     text = message.lower()
     if "timed out" in text or "timeout" in text:
         return "timeout"
@@ -74,25 +122,19 @@ def gave_up_waiting(message: str) -> str | None:
     return None
 
 
-def from_errors(exercise: str, errors: dict[int, dict], case: str = "") -> list[Problem]:
-    """The exceptions of a case's ranks as problems, the most telling first: a rank talking to the
-    wrong peer is usually the cause, and the others' timeouts the consequence."""
-    problems = [from_error(exercise, r, e, case) for r, e in sorted(errors.items())]
-    return sorted(problems, key=lambda p: "wrong peer" not in p.message)
-
-
-def wrong_peer(rank: int, kind: str, peer) -> str | None:
-    """Why `peer` is the wrong partner for `kind` on `rank`, or None if it is the right one."""
+def wrong_peer(rank: int, kind: str, peer, ring: int | None = None) -> str | None:
+    """Why `peer` is the wrong partner for `kind` on `rank`, or None if it is the right one. `ring`: the
+    ranks form a ring of this many (interleaved), where rank ring - 1 and rank 0 are neighbours too."""
     op = Op.of(kind)
-    if peer is None or op is None or op.is_compute:
+    if peer is None or op is None or op.is_compute or isinstance(peer, list):
         return None
-    if peer == (rank + 1 if op.towards_next else rank - 1):
+    right = rank + 1 if op.towards_next else rank - 1
+    if peer == right or (ring and peer == right % ring):
         return None
     return f"wrong peer: in {kind}, {op.describe_peer(rank, rank + 2)}, not rank {peer}"
 
 
 def summary(problems: list[Problem], limit: int = 12) -> str:
-    lines = [str(p) for p in problems[:limit]]
-    if len(problems) > limit:
-        lines.append(f"... and {len(problems) - limit} more")
-    return "\n".join(lines)
+    """Each problem said once, causes first (judge/summary.py)."""
+    from lab_src.judge.summary import render
+    return "\n".join(render(problems, limit))

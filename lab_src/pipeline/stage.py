@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lab_src.pipeline import trace
+from lab_src.pipeline import trace, waiting
 from lab_src.pipeline.config import LabConfig
 from lab_src.exercises import activation_shape, distribute_layers
 from lab_src.pipeline.model import build_piece
@@ -80,29 +80,18 @@ class PipelineStage(nn.Module):
         return x
 
     def backward(self, input_tensor, output_tensor, output_grad, microbatch: int = 0):
-        where = f"stage {self.pp_rank}, micro-batch {microbatch}"
-        if output_grad is None and output_tensor.numel() != 1:
-            raise RuntimeError(
-                f"{where}: backward got no output gradient for a non-scalar output of shape "
-                f"{tuple(output_tensor.shape)}. Only the last stage starts from its loss; every other "
-                f"stage back-propagates the gradient it receives with recv_backward (q07, q08).")
-        if not output_tensor.requires_grad:
-            raise RuntimeError(f"{where}: the output passed to backward does not require grad. Pass the "
-                               f"tensor stage.forward returned (or the loss computed from it), not a detached copy.")
-        receives_grad = input_tensor is not None and input_tensor.is_floating_point()
-        if receives_grad and not input_tensor.requires_grad:
-            raise RuntimeError(
-                f"{where}: the activation this stage received does not require grad, so backward cannot "
-                f"compute the gradient to send back to stage {self.pp_rank - 1}, whose layers would get "
-                f"no gradient at all. Call .requires_grad_() on received activations before forward (q08).")
+        """Back-propagate `output_grad` through this stage's layers; return the gradient of `input_tensor`
+        (what the previous stage needs), or None on the first stage, whose input is token ids."""
+        self._check_backward(input_tensor, output_tensor, output_grad, microbatch)
         with trace.span("backward", microbatch, None, tuple(output_tensor.shape)):
-            if output_grad is None:
+            if output_grad is None:             # the last stage: output_tensor is its loss
                 output_tensor.backward()
             else:
                 # The vector-Jacobian product of torch.autograd.backward(output, output_grad), to the bit:
                 # d/dparams sum(output * output_grad) = J^T output_grad. Written this way because an
                 # explicit grad_tensors makes PyTorch import sympy (0.4 s) on a rank's first backward.
                 (output_tensor * output_grad).sum().backward()
+        receives_grad = input_tensor is not None and input_tensor.is_floating_point()
         return input_tensor.grad if receives_grad else None
 
     # ---- messaging -------------------------------------------------------------------------
@@ -126,8 +115,9 @@ class PipelineStage(nn.Module):
     def flush(self) -> None:
         """Wait until every message this stage sent has been delivered (the end of a step)."""
         while self._sends:
-            work, _ = self._sends.pop(0)
-            work.wait()
+            work, _ = self._sends[0]
+            waiting.wait(work)
+            self._sends.pop(0)
 
     def recv(self, src: int, shape, operation: str, microbatch: int = 0, chunk: int = 0) -> torch.Tensor:
         where = f"stage {self.pp_rank} {operation}(mb={microbatch}{f', chunk {chunk}' if chunk else ''})"
@@ -135,7 +125,7 @@ class PipelineStage(nn.Module):
         shape = tuple(int(s) for s in shape)
         buffer = torch.empty(shape, dtype=self.dtype, device=self.device)
         with trace.span(operation, microbatch, src, shape, buffer.numel() * buffer.element_size(), chunk):
-            dist.recv(buffer, group=self.group, group_src=src)
+            waiting.wait(dist.irecv(buffer, group=self.group, group_src=src))
         return buffer
 
     # ---- checks that turn a hang or a wrong number into a message ---------------------------
@@ -149,6 +139,23 @@ class PipelineStage(nn.Module):
                              f"The first stage has no previous stage and the last no next one.")
         if peer == self.pp_rank:
             raise ValueError(f"{where}: a stage cannot send to or receive from itself")
+
+    def _check_backward(self, input_tensor, output_tensor, output_grad, microbatch: int) -> None:
+        where = f"stage {self.pp_rank}, micro-batch {microbatch}"
+        if output_grad is None and output_tensor.numel() != 1:
+            raise RuntimeError(
+                f"{where}: backward got no output gradient for a non-scalar output of shape "
+                f"{tuple(output_tensor.shape)}. Only the last stage starts from its loss; every other "
+                f"stage back-propagates the gradient it receives with recv_backward (q07, q08).")
+        if not output_tensor.requires_grad:
+            raise RuntimeError(f"{where}: the output passed to backward does not require grad. Pass the "
+                               f"tensor stage.forward returned (or the loss computed from it), not a detached copy.")
+        receives_grad = input_tensor is not None and input_tensor.is_floating_point()
+        if receives_grad and not input_tensor.requires_grad:
+            raise RuntimeError(
+                f"{where}: the activation this stage received does not require grad, so backward cannot "
+                f"compute the gradient to send back to stage {self.pp_rank - 1}, whose layers would get "
+                f"no gradient at all. Call .requires_grad_() on received activations before forward (q08).")
 
     def _check_input(self, x, microbatch: int) -> None:
         where = f"stage {self.pp_rank}, micro-batch {microbatch}"

@@ -112,6 +112,7 @@ class Tracer:
         self.sync = sync                      # e.g. torch.cuda.synchronize, so GPU times are real
         self.label = label                    # which case of a launch this is
         self.pending: list | None = None      # the operation in progress: [label, kind, mb, peer]
+        self.pending_since: float | None = None   # when it began (time.perf_counter)
         self._journal = journal               # journal(tag, pending): harness/runfolder.py's format, or None
         self.memory = None                    # () -> bytes saved for backward now held (harness/memory.py)
 
@@ -122,30 +123,43 @@ class Tracer:
         pending = self.pending = [self.label, kind, microbatch, peer if group is None else list(group)]
         if self._journal:
             self._journal("B", pending)
-        t_start = time.perf_counter()
+        t_start = self.pending_since = time.perf_counter()
         yield
         if self.sync is not None:
             self.sync()
         t_end = time.perf_counter()
-        self.pending = None
+        self.pending = self.pending_since = None
         self.record(Event(self.rank, kind, microbatch, peer, tuple(shape) if shape is not None else None, nbytes,
                           t_start, t_end, chunk, group=tuple(group) if group is not None else None), pending)
 
     def held(self) -> int:
         return self.memory() if self.memory is not None else 0
 
-    def begin(self, kind: str, microbatch=None, peer=None) -> list:
-        """Journal the start of an operation that ends later (a posted send or receive); `record` ends it."""
+    def begin(self, kind: str, microbatch=None, peer=None, posted: bool = False) -> list:
+        """Journal the start of an operation that ends later; `record` ends it. `posted`: a message posted
+        (a raw isend or irecv) that the rank does not wait for yet: `awaits` says when it does."""
         pending = [self.label, kind, microbatch, peer]
         if self._journal:
-            self._journal("B", pending)
+            self._journal("P" if posted else "B", pending)
         return pending
+
+    def awaits(self, pending: list) -> None:
+        """Journal that the rank now waits for the posted message `pending` (harness/deadlock.py)."""
+        self.pending, self.pending_since = pending, time.perf_counter()
+        if self._journal:
+            self._journal("A", pending)
 
     def record(self, event: Event, pending: list | None = None) -> None:
         """Keep a finished event (with the memory held now) and journal its end."""
         self.events.append(replace(event, held=self.held()) if self.memory is not None else event)
         if self._journal and pending is not None:
             self._journal("E", pending)
+
+    def finished(self) -> None:
+        """Journal that this rank has done its part of the case: from now on it only waits for its sends
+        to be delivered and for the other ranks (the deadlock watch counts it as sending nothing more)."""
+        if self._journal:
+            self._journal("W", [self.label])
 
 
 _active: list[Tracer] = []

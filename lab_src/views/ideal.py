@@ -44,7 +44,8 @@ def calibrate(events: list[Event], p: int, stage_layers: list[int] | None = None
 
     `stage_layers` is how many blocks each rank ran (as the run recorded it). Without it, each stage
     counts as one layer: the ideal stages then take the average measured stage time. A run without
-    compute (Q7's messages only) gets zero compute.
+    compute (Q7's messages only) gets zero compute; a run stopped before any backward, the backward
+    of `base` scaled like its forward.
     """
     layers = sum(stage_layers) if stage_layers else p
     out = base
@@ -52,6 +53,9 @@ def calibrate(events: list[Event], p: int, stage_layers: list[int] | None = None
         boxes = [e for e in events if e.kind == kind]
         m = len({e.microbatch for e in boxes}) or 1
         out = replace(out, **{name: sum(e.duration for e in boxes) / (m * layers)})
+    if out.forward_s_per_layer and not out.backward_s_per_layer:
+        out = replace(out, backward_s_per_layer=out.forward_s_per_layer * base.backward_s_per_layer
+                      / base.forward_s_per_layer)
     return out
 
 

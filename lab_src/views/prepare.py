@@ -9,7 +9,8 @@ from lab_src.views.clocks import clock_offsets, shift
 from lab_src.pipeline.matching import Matching, match
 
 COLORS = {"forward": "#4c78a8", "backward": "#f58518", "send": "#54a24b", "recv": "#9e9e9e",
-          "idle": "#f1f1f1", "cursor": "#d62728", "allreduce_dp": "#9467bd", "allreduce_tied": "#e377c2"}
+          "idle": "#f1f1f1", "cursor": "#d62728", "wait": "#d62728", "allreduce_dp": "#9467bd",
+          "allreduce_tied": "#e377c2"}
 COLLECTIVE_LABELS = {"allreduce_dp": "data-parallel all-reduce", "allreduce_tied": "tied-embedding all-reduce"}
 
 
@@ -41,6 +42,29 @@ class Timeline:
     note: str = ""                      # how the events were made (the ideal view's cost model)
     raw_bubble: float | None = None     # the bubble before the clocks were aligned (what the check printed)
     chunks: int = 1                     # model chunks per rank (v of an interleaved schedule)
+    # a run that did not finish: the operations ranks were left in (from their start to when the rank
+    # gave up or was stopped), and where a rank's part ended in an exception: (rank, time, what)
+    waits: list[Event] = field(default_factory=list)
+    ends: list[tuple[int, float, str]] = field(default_factory=list)
+    verdict: str = ""                   # why the run did not finish, in one line
+
+    @property
+    def unfinished(self) -> bool:
+        return bool(self.waits or self.ends or self.matching.lost_sends)
+
+    @property
+    def stopped_at(self) -> float:
+        """When the last rank gave up (for an unfinished run), else the end of the step."""
+        return max([self.span, *(w.t_end for w in self.waits), *(t for _, t, _ in self.ends)])
+
+    @property
+    def drawn_until(self) -> float:
+        """The end of the time axis: the step, and for an unfinished run a little room after its last
+        event for the waits that go on (drawn to the edge: they may have lasted much longer)."""
+        if not self.unfinished:
+            return self.span
+        last = max([self.span, *(w.t_start for w in self.waits), *(t for _, t, _ in self.ends)])
+        return min(self.stopped_at, last * 1.25 + 1e-4) if self.stopped_at > last else last * 1.05 + 1e-4
 
     @property
     def span(self) -> float:
@@ -78,22 +102,34 @@ class Timeline:
 
 
 def prepare(events: list[Event], p: int, m: int, *, kind: str = "measured", note: str = "",
-            align: bool = True, chunks: int = 1) -> Timeline:
-    """Match the messages, put the ranks on one clock (see clocks.py), start the step at time 0."""
-    events = list(events)
+            align: bool = True, chunks: int = 1, waits: list[Event] = (), ends=(), verdict: str = "") -> Timeline:
+    """Match the messages, put the ranks on one clock (see clocks.py), start the step at time 0.
+    `waits` and `ends` (of a run that did not finish) go on the same clock."""
+    events, waits = list(events), list(waits)
     offsets: dict[int, float] = {}
     raw_bubble = measured_bubble(events, p) if any(e.is_compute for e in events) else None
     if align:
         offsets = clock_offsets(match(events).pairs, p)
-        events = shift(events, offsets)
-    t0 = min((e.t_start for e in events), default=0.0)
-    events = shift(events, {r: -t0 for r in range(p)}) if t0 else events
+        events, waits = shift(events, offsets), shift(waits, offsets)
+        ends = [(r, t + offsets.get(r, 0.0), what) for r, t, what in ends]
+    t0 = min((e.t_start for e in events + waits), default=0.0)
+    if t0:
+        events, waits = shift(events, {r: -t0 for r in range(p)}), shift(waits, {r: -t0 for r in range(p)})
+        ends = [(r, t - t0, what) for r, t, what in ends]
     events.sort(key=lambda e: (e.t_end, e.rank))
     offsets = {r: o for r, o in offsets.items() if o}
     if offsets:
         shifts = ", ".join(f"rank {r} {o * 1e3:+.2f} ms" for r, o in offsets.items())
         note = "; ".join(filter(None, [note, f"clocks aligned with the messages ({shifts})"]))
-    return Timeline(events, p, m, match(events), offsets, kind, note, raw_bubble, chunks)
+    return Timeline(events, p, m, match(events), offsets, kind, note, raw_bubble, chunks=chunks, waits=waits,
+                    ends=list(ends), verdict=verdict)
+
+
+def describe_wait(e: Event) -> str:
+    """One line about an operation a rank was left in."""
+    peer = f" {'to' if e.kind in SENDS else 'from'} rank {e.peer}" if e.peer is not None else ""
+    return (f"rank {e.rank} · waited in {e.kind} of micro-batch {e.microbatch}{peer} from {e.t_start * 1e3:.2f} ms "
+            f"until the run was stopped at {e.t_end * 1e3:.0f} ms: the message never came")
 
 
 def collective_calls(events: list[Event]) -> list[tuple[str, tuple, list[Event]]]:

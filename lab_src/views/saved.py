@@ -14,22 +14,38 @@ from lab_src.pipeline.trace import Event
 
 
 def case_view(outcome) -> dict:
-    """What the timeline needs of one case (a `harness.runner.CaseOutcome`): its events and its shape."""
+    """What the timeline needs of one case (a `harness.runner.CaseOutcome`): its events and its shape,
+    and for a run that did not finish, where each rank was left (`waits`, `ends`) and why (`verdict`)."""
     case = outcome.case
     layers = [len(outcome.obs.get(r, {}).get("layers") or []) for r in range(case.stages)]
-    return {"events": outcome.events(), "stages": case.stages, "microbatches": case.microbatches,
-            "schedule": case.schedule, "stage_layers": layers if all(layers) else None}
+    return {"events": outcome.events(recovered=True), "stages": case.stages, "microbatches": case.microbatches,
+            "schedule": case.schedule, "stage_layers": layers if all(layers) else None, "label": case.label,
+            "waits": outcome.waits(), "ends": [list(e) for e in outcome.ends()], "verdict": verdict(outcome)}
+
+
+def verdict(outcome) -> str:
+    """Why a case did not finish, in one line ("" when it did)."""
+    if outcome.stuck is not None:
+        return "stopped by the check: every rank was waiting for a message that no rank was going to send"
+    if outcome.failure:
+        return outcome.failure.splitlines()[0]
+    errors = outcome.errors()
+    if errors:
+        return "; ".join(f"rank {r}: {e['type']}" for r, e in sorted(errors.items()))
+    return ""
 
 
 def save_view(view: dict, path: Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**view, "events": [e.to_row() for e in view["events"]]}))
+    path.write_text(json.dumps({**view, "events": [e.to_row() for e in view["events"]],
+                                "waits": [e.to_row() for e in view.get("waits", [])]}))
 
 
 def load_view(path: Path) -> dict:
     view = json.loads(Path(path).read_text())
-    return {**view, "events": [Event.from_row(r) for r in view["events"]]}
+    return {**view, "events": [Event.from_row(r) for r in view["events"]],
+            "waits": [Event.from_row(r) for r in view.get("waits", [])]}
 
 
 def draw(view: dict, title: str = ""):
@@ -37,4 +53,6 @@ def draw(view: dict, title: str = ""):
     from lab_src.views.timeline import show
     title = view.get("title") or title or f"{view['stages']} stages, {view['microbatches']} micro-batches"
     return show(view["events"], view["stages"], view["microbatches"], title=title,
-                schedule=view.get("schedule", "afab"), stage_layers=view.get("stage_layers"))
+                schedule=view.get("schedule", "afab"), stage_layers=view.get("stage_layers"),
+                waits=view.get("waits", []), ends=[tuple(e) for e in view.get("ends", [])],
+                verdict=view.get("verdict", ""))

@@ -28,9 +28,10 @@ class TimelineFigure(Figure):
 
 
 def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
-    """Draw one timeline on `ax`; the axis ends at `t_max` seconds (default: the end of the step)."""
+    """Draw one timeline on `ax`; the axis ends at `t_max` seconds (default: the end of the step, and
+    for a run that did not finish a little more, for where its ranks were left waiting)."""
     ms = 1e3
-    t_max = t_max or tl.span or 1e-3
+    t_max = t_max or tl.drawn_until or 1e-3
     for r in range(tl.p):   # the whole step is hatched idle time; what the rank did is drawn over it
         ax.barh(r, tl.span * ms, left=0, height=ROW, color=COLORS["idle"], hatch="///", edgecolor="#d4d4d4", lw=0)
     for e in tl.events:
@@ -57,6 +58,7 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
                     xytext=(send.t_start * ms, send.rank + (BAR if down else -BAR) / 2),
                     arrowprops=dict(arrowstyle="-|>", color=color, lw=0.9, alpha=0.8, shrinkA=0, shrinkB=0,
                                     mutation_scale=8))
+    _draw_unfinished(ax, tl, t_max)
     reduced = {r: sum(e.bytes for e in tl.events if e.rank == r and e.is_collective) for r in range(tl.p)}
     for r, n in tl.bytes_sent().items():
         extra = f"\n+ {reduced[r]:,} B all-reduced" if reduced[r] else ""
@@ -65,23 +67,60 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
     ax.set_ylim(tl.p - 0.5, -0.5)     # rank 0 on top
     ax.set_xlim(0, t_max * ms * 1.01)
     title = f"{tl.kind}: step {tl.span * ms:.1f} ms · {tl.bubble_text()}"
-    ax.set_title(title + (f"\n{tl.kind}: {tl.note}" if tl.note else ""), fontsize=9.5, loc="left")
+    if tl.unfinished:
+        title = f"{tl.kind}: this run did not finish" + (f": {tl.verdict}" if tl.verdict else "")
+    ax.set_title(title + (f"\n{tl.kind}: {tl.note}" if tl.note else ""), fontsize=9.5, loc="left",
+                 color=COLORS["wait"] if tl.unfinished else "black")
     ax.grid(axis="x", color="#e4e4e4", lw=0.6)
     ax.set_axisbelow(True)
 
 
-def legend_handles(collectives: tuple = (), chunks: int = 1) -> list:
+def _draw_unfinished(ax, tl: Timeline, t_max: float) -> None:
+    """Where a run that did not finish left its ranks (see svg.py's `_unfinished`)."""
+    ms, red = 1e3, COLORS["wait"]
+    for w in tl.waits:
+        end = min(w.t_end, t_max)
+        ax.barh(w.rank, (end - w.t_start) * ms, left=w.t_start * ms, height=ROW * 0.8, color=red, alpha=0.13,
+                edgecolor=red, lw=1.2, linestyle="--")
+        peer = f" from rank {w.peer}" if w.peer is not None else ""
+        label = f"waits in {w.kind}(mb={w.microbatch}){peer}"
+        until = f"until stopped at {w.t_end * ms:.0f} ms »" if w.t_end > t_max else ""
+        if (t_max - w.t_start) > 0.007 * t_max * (len(label) + len(until) + 4):    # room for both in the bar
+            ax.text((w.t_start + 0.004 * t_max) * ms, w.rank, label, va="center", ha="left", color=red,
+                    fontsize=7.5, clip_on=True)
+            if until:
+                ax.text(t_max * ms, w.rank, until, va="center", ha="right", color=red, fontsize=7, clip_on=True)
+        else:                                  # a wait that began late: one line, ending at the edge
+            ax.text(t_max * ms, w.rank, " · ".join(filter(None, [label, until])), va="center", ha="right",
+                    color=red, fontsize=7, clip_on=True,
+                    bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=1))
+    for send in tl.matching.lost_sends:
+        down = send.peer > send.rank
+        x0 = send.t_start * ms
+        x1 = min(send.t_start + 0.04 * t_max, t_max * 0.99) * ms
+        y1 = send.peer - (ROW / 2 if down else -ROW / 2)
+        ax.plot([x0, x1], [send.rank, y1], color=red, lw=1, linestyle="--")
+        ax.text(x1, y1, "✕", color=red, fontsize=9, ha="center", va="center")
+    for rank, t, what in tl.ends:
+        x = min(t, t_max) * ms
+        ax.text(x, rank, "✕", color=red, fontsize=12, fontweight="bold", ha="center", va="center")
+        ax.text(x, rank - ROW / 2, f" {what}", color=red, fontsize=7.5, ha="left", va="bottom")
+
+
+def legend_handles(collectives: tuple = (), chunks: int = 1, unfinished: bool = False) -> list:
+    extra = [Patch(facecolor=COLORS["wait"], alpha=0.3, edgecolor=COLORS["wait"], linestyle="--",
+                   label="left waiting")] if unfinished else []
     later = []
     if chunks > 1:     # the palest forward and backward: the last chunk
         from lab_src.pipeline.trace import Event
         pale = [Event(0, k, 0, None, None, 0, 0.0, 0.0, chunks - 1) for k in ("forward", "backward")]
         later = [Patch(color=box_color(pale[0], chunks), label=f"paler: later chunks (F3c1: micro-batch 3, chunk 1)"),
                  Patch(color=box_color(pale[1], chunks), label=f"backward, chunk {chunks - 1}")]
-    return [Patch(color=COLORS["forward"], label="forward"), Patch(color=COLORS["backward"], label="backward"),
-            *later,
-            Patch(color=COLORS["send"], label="send"), Patch(color=COLORS["recv"], label="receive (waiting)"),
-            Patch(facecolor=COLORS["idle"], hatch="///", edgecolor="#c8c8c8", label="idle (bubble)"),
-            Line2D([], [], color="#555", marker=">", markersize=5, lw=1, label="message: send → receive")] + \
+    return extra + [Patch(color=COLORS["forward"], label="forward"), Patch(color=COLORS["backward"], label="backward"),
+                    *later,
+                    Patch(color=COLORS["send"], label="send"), Patch(color=COLORS["recv"], label="receive (waiting)"),
+                    Patch(facecolor=COLORS["idle"], hatch="///", edgecolor="#c8c8c8", label="idle (bubble)"),
+                    Line2D([], [], color="#555", marker=">", markersize=5, lw=1, label="message: send → receive")] + \
         [Patch(color=COLORS[k], label=COLLECTIVE_LABELS[k]) for k in COLLECTIVE_LABELS if k in collectives]
 
 
@@ -100,8 +139,8 @@ def figure(timelines: list[Timeline], title: str = "", memory_unit: str = "bytes
     axes[-1].set_xlabel("time since the step started (ms)")
     if title:
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")
+    unfinished = any(tl.unfinished for tl in timelines)
     kinds = tuple({e.kind for tl in timelines for e in tl.events if e.is_collective})
-    fig.legend(handles=legend_handles(kinds, timelines[0].chunks), loc="outside lower center",
-               ncol=6 + len(kinds) // 2, fontsize=8,
-               frameon=False)
+    fig.legend(handles=legend_handles(kinds, timelines[0].chunks, unfinished), loc="outside lower center",
+               ncol=(7 if unfinished else 6) + len(kinds) // 2, fontsize=8, frameon=False)
     return fig

@@ -11,7 +11,8 @@ import math
 from html import escape
 
 from lab_src.views import memory
-from lab_src.views.prepare import COLLECTIVE_LABELS, COLORS, Timeline, box_color, box_label, collective_calls, describe
+from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, Timeline, box_color, box_label, collective_calls,
+                                   describe, describe_wait)
 
 LEFT, RIGHT, TOP, ROW_H, BOX_H, BAR_H, AXIS_H, LEGEND_H = 62, 118, 10, 46, 28, 10, 36, 22
 GHOST = 0.16
@@ -36,7 +37,7 @@ def nice_ticks(t_max_ms: float, target: int = 8) -> list[float]:
     return [i * step for i in range(int(t_max_ms / step) + 1)]
 
 
-def legend(x: float, y: float, collectives: tuple = (), chunks: int = 1) -> str:
+def legend(x: float, y: float, collectives: tuple = (), chunks: int = 1, unfinished: bool = False) -> str:
     """What the colours mean, in one line starting at (x, y)."""
     forward = "forward (paler: later chunks)" if chunks > 1 else "forward"
     items = [(COLORS["forward"], forward, BOX_H), (COLORS["backward"], "backward", BOX_H),
@@ -45,6 +46,12 @@ def legend(x: float, y: float, collectives: tuple = (), chunks: int = 1) -> str:
     items += [(COLORS[k], COLLECTIVE_LABELS[k].replace("-embedding", ""), BAR_H) for k in COLLECTIVE_LABELS
               if k in collectives]
     out = []
+    if unfinished:
+        out.append(f'<rect x="{x:.0f}" y="{y - 10:.1f}" width="14" height="10" fill="{COLORS["wait"]}" '
+                   f'fill-opacity="0.18" stroke="{COLORS["wait"]}" stroke-dasharray="3,2"/>'
+                   f'<text x="{x + 18:.0f}" y="{y}" fill="#444">left waiting</text>')
+        x += 30 + 6.2 * len("left waiting")
+        items = [i for i in items if i[1] != "idle (bubble)"]
     for fill, label, h in items:
         size = 12 if h == BOX_H else 5
         out.append(f'<rect x="{x:.0f}" y="{y - 4 - size / 2:.1f}" width="14" height="{size}" fill="{fill}"/>'
@@ -58,7 +65,7 @@ def legend(x: float, y: float, collectives: tuple = (), chunks: int = 1) -> str:
 
 def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, width: int = 860) -> str:
     """The SVG of `tl` at `step` (an index into tl.events; None: the whole run, no cursor)."""
-    t_max = t_max or tl.span or 1e-3
+    t_max = t_max or tl.drawn_until or 1e-3
     plot_w = width - LEFT - RIGHT
     lane_h = memory.LANE_H if memory.has_memory(tl) else 0      # the memory lane, when the run counted it
     height = TOP + tl.p * ROW_H + lane_h + AXIS_H + LEGEND_H
@@ -123,6 +130,7 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
             out.append(f'<line x1="{x(done):.1f}" y1="{mid(min(group)):.1f}" x2="{x(done):.1f}" '
                        f'y2="{mid(max(group)):.1f}" stroke="{COLORS[kind]}" stroke-width="1.5" '
                        f'stroke-dasharray="3,2"/>')
+    out += _unfinished(tl, x, mid, cursor, t_max)
     # bytes each rank has sent so far
     for r in range(tl.p):
         sent = sum(e.bytes for e in tl.events if e.rank == r and e.is_send and e.t_end <= cursor)
@@ -142,6 +150,52 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
         out.append(f'<line x1="{xc:.1f}" y1="{TOP - 4}" x2="{xc:.1f}" y2="{axis_y}" stroke="{COLORS["cursor"]}" '
                    f'stroke-width="1.5"/><text x="{xc + 3:.1f}" y="{axis_y + 30}" fill="{COLORS["cursor"]}">'
                    f't = {cursor * 1e3:.2f} ms</text>')
-    out.append(legend(LEFT, height - 8, tuple({e.kind for e in tl.events if e.is_collective}), tl.chunks))
+    out.append(legend(LEFT, height - 8, tuple({e.kind for e in tl.events if e.is_collective}), tl.chunks,
+                      tl.unfinished))
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _unfinished(tl: Timeline, x, mid, cursor: float, t_max: float) -> list[str]:
+    """What a run that did not finish left: each rank's last wait (red, dashed, to where the run was
+    stopped or to the edge), sends that no receive took (a dashed arrow ending in a cross), and where
+    a rank's part ended in an exception (a cross)."""
+    out, red = [], COLORS["wait"]
+    for w in tl.waits:
+        if w.t_start > cursor:
+            continue
+        x0, x1 = x(w.t_start), x(min(w.t_end, t_max))
+        y = mid(w.rank) - BOX_H / 2 + 2
+        cut = w.t_end > t_max
+        out.append(f'<rect class="pp-wait" x="{x0:.1f}" y="{y:.1f}" width="{max(x1 - x0, 3):.1f}" height="{BOX_H - 4}" '
+                   f'fill="{red}" fill-opacity="0.13" stroke="{red}" stroke-width="1.4" stroke-dasharray="4,2">'
+                   f'<title>{escape(describe_wait(w))}</title></rect>')
+        peer = f" from rank {w.peer}" if w.peer is not None else ""
+        label = escape(f"waits in {w.kind}(mb={w.microbatch}){peer}")
+        edge = x(t_max)
+        fits = x0 + 4 + 5.6 * len(label) < edge
+        out.append(f'<text x="{x0 + 4 if fits else edge - 2:.1f}" y="{mid(w.rank) - BOX_H / 2 - 3:.1f}" '
+                   f'fill="{red}" font-size="10" text-anchor="{"start" if fits else "end"}" '
+                   f'pointer-events="none">{label}</text>')
+        if cut:
+            out.append(f'<text x="{x1 - 3:.1f}" y="{mid(w.rank) + 4}" fill="{red}" font-size="9" '
+                       f'text-anchor="end">until stopped at {w.t_end * 1e3:.0f} ms »</text>')
+    for send in tl.matching.lost_sends:
+        if send.t_start > cursor:
+            continue
+        down = send.peer > send.rank
+        y0, y1 = mid(send.rank) + (BAR_H / 2 if down else -BAR_H / 2), mid(send.peer) - (BAR_H if down else -BAR_H)
+        x0 = x(send.t_start)
+        x1 = min(x0 + 40, x(t_max) - 8)
+        out.append(f'<line class="pp-lost" x1="{x0:.1f}" y1="{y0:.1f}" x2="{x1:.1f}" y2="{y1:.1f}" stroke="{red}" '
+                   f'stroke-width="1.2" stroke-dasharray="3,2"><title>{escape(describe(send, None))}: no receive '
+                   f'took it</title></line><text x="{x1:.1f}" y="{y1 + 4:.1f}" fill="{red}" font-size="12" '
+                   f'text-anchor="middle">✕</text>')
+    for rank, t, what in tl.ends:
+        if t > cursor:
+            continue
+        out.append(f'<text class="pp-end" x="{x(min(t, t_max)):.1f}" y="{mid(rank) + 5}" fill="{red}" font-size="15" '
+                   f'font-weight="bold" text-anchor="middle">✕<title>rank {rank} {escape(what)} here</title></text>'
+                   f'<text x="{x(min(t, t_max)) + 9:.1f}" y="{mid(rank) - BOX_H / 2 + 2}" fill="{red}" '
+                   f'font-size="10">{escape(what)}</text>')
+    return out

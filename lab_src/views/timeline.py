@@ -31,9 +31,11 @@ from lab_src.pipeline.matching import Matching, UnmatchedMessages, check_matchin
 
 
 def timelines(events: list[Event], p: int, m: int, *, schedule: str = "afab", activation_bytes: int | None = None,
-              stage_layers: list[int] | None = None, cost: CostModel | None = None) -> tuple[Timeline, Timeline]:
+              stage_layers: list[int] | None = None, cost: CostModel | None = None, waits: list[Event] = (),
+              ends=(), verdict: str = "") -> tuple[Timeline, Timeline]:
     """(measured, ideal) for one run of `schedule`. `stage_layers` is the number of blocks each rank
-    ran, as the run recorded it. The ideal's compute comes from `cost`, else from the run itself."""
+    ran, as the run recorded it. The ideal's compute comes from `cost`, else from the run itself.
+    `waits`, `ends`, `verdict`: where a run that did not finish left its ranks (prepare.Timeline)."""
     messages = [e for e in events if e.is_send or e.is_recv]
     if activation_bytes is None:
         activation_bytes = max((e.bytes for e in messages), default=0)
@@ -46,7 +48,7 @@ def timelines(events: list[Event], p: int, m: int, *, schedule: str = "afab", ac
     ideal = ideal_events(p, m, cost, schedule=schedule, stage_layers=stage_layers,
                          activation_bytes=activation_bytes, shape=shape)
     v = schedules.schedule(schedule).chunks_per_rank if isinstance(schedule, str) else schedule.chunks_per_rank
-    return (prepare(events, p, m, chunks=v),
+    return (prepare(events, p, m, chunks=v, waits=waits, ends=ends, verdict=verdict),
             prepare(ideal, p, m, kind="ideal", note=note, align=False, chunks=v))
 
 

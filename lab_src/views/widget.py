@@ -90,6 +90,10 @@ class TimelineWidget(w.VBox):
                          f"arrives before it was sent.")
             if measured.raw_bubble is not None:
                 raw = f" ({pct(measured.raw_bubble)} before aligning)"
+        if measured.verdict or measured.waits:
+            notes.insert(0, "This run did not finish" + (f": {measured.verdict}" if measured.verdict else "")
+                         + ". In red: where each rank was left waiting (hover for details), sends no receive took, "
+                           "and where a rank raised.")
         if not measured.matching.ok:
             notes.append("Unmatched messages: " + "; ".join(measured.matching.problems()))
         notes.append(f"Ideal: {ideal.note}.")
@@ -105,4 +109,5 @@ class TimelineWidget(w.VBox):
                 + (f"<b>Activation memory</b> (peak held for backward)<br>"
                    f"{escape(memory.describe_peaks(measured.events, measured.p))}<br><br>"
                    if memory.has_memory(measured) else "")
-                + "".join(f"<div style='color:#555'>{escape(n)}</div>" for n in notes) + "</div>")
+                + "".join(f"<div style='color:{'#b00' if n.startswith('This run did not finish') else '#555'}'>"
+                          f"{escape(n)}</div>" for n in notes) + "</div>")

@@ -35,11 +35,21 @@ from lab_src.checks import check
 #
 # `demo_seeds()` starts `torchrun` with 4 ranks. Each rank draws the first numbers of a weight "shard"
 # twice: once after `torch.manual_seed(seed)` and once after `torch.manual_seed(seed + rank)`. Then each
-# builds block 3 of the lab's model the way a pipeline stage would.
+# builds block 3 of the lab's model the way a pipeline stage would. Last, each picks the first samples
+# it would train on, in two ways: from a shuffle of its own, seeded with `seed`, or from its slice of one
+# shuffle that all ranks share (as PyTorch's `DistributedSampler` does).
 
 # %%
 from lab_src.checks import demo_seeds
-demo_seeds()
+from lab_src.views.pictures import seeds_figure
+seeds = demo_seeds()
+
+# %% [markdown]
+# The same run as a picture: one row per way of drawing, one box per rank. Boxes of one colour hold the
+# same numbers.
+
+# %%
+seeds_figure(seeds)
 
 # %% [markdown]
 # What to notice:
@@ -51,6 +61,9 @@ demo_seeds()
 #   these ranks (a replicated LayerNorm, or a model replica in data parallelism) would now differ.
 # - Block 3 came out the same on every rank. The lab seeds each piece of the model from the run seed and
 #   the piece's name (`lab_src.pipeline.model.piece_seed`), so it does not matter which rank builds it.
+# - With a shuffle of their own from the same seed, all ranks would train on the same samples: four
+#   replicas doing the work of one. Slicing one shared shuffle gives each rank different samples, and
+#   together they still see every sample once.
 
 # %% [markdown]
 # ## Questions
@@ -60,7 +73,7 @@ demo_seeds()
 # **1.** Across the ranks of the **pipeline-parallel** dimension (stage 0, stage 1, …), should the seed
 # be the same or different?
 
-# %% [markdown] nbgrader={"grade": true, "grade_id": "q01_pipeline", "locked": false, "schema_version": 3, "solution": true, "task": false, "points": 3}
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q01_pipeline", "locked": false, "points": 3, "schema_version": 3, "solution": true, "task": false}
 # Different (or, equivalently, seeded per layer). The stages hold different layers, so nothing needs to
 # match between them. With one shared seed and each stage initialising "its first layer" from the same
 # random stream, layer 0 of stage 0 and layer 0 of stage 1 would start with identical weights:
@@ -72,7 +85,7 @@ demo_seeds()
 # **2.** Across the ranks of the **data-parallel** dimension (replicas that see different data), should
 # the seed be the same or different?
 
-# %% [markdown] nbgrader={"grade": true, "grade_id": "q01_data", "locked": false, "schema_version": 3, "solution": true, "task": false, "points": 3}
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q01_data", "locked": false, "points": 3, "schema_version": 3, "solution": true, "task": false}
 # The same for the parameters: data-parallel ranks are replicas of one model, and all-reducing gradients
 # only keeps them in step if they start from identical weights (otherwise rank 0's weights would have to
 # be broadcast at start). Different for everything per-sample: each replica must read different samples
@@ -83,7 +96,7 @@ demo_seeds()
 # **3.** Across the ranks of the **tensor-parallel** dimension, should the seed be the same or different?
 # *Hint:* tensor parallelism shards most linear layers, but not the LayerNorms.
 
-# %% [markdown] nbgrader={"grade": true, "grade_id": "q01_tensor", "locked": false, "schema_version": 3, "solution": true, "task": false, "points": 3}
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q01_tensor", "locked": false, "points": 3, "schema_version": 3, "solution": true, "task": false}
 # Both, depending on the parameter. Sharded weights (each rank holds a slice of a linear layer) need
 # different random numbers on each rank, or the full matrix is made of repeated blocks. Replicated
 # parameters (LayerNorm weights and biases, and anything else every tensor-parallel rank holds in full)
@@ -93,7 +106,7 @@ demo_seeds()
 # %% [markdown]
 # **4.** Now combine all three. Do your answers contradict each other? How could a framework resolve it?
 
-# %% [markdown] nbgrader={"grade": true, "grade_id": "q01_combined", "locked": false, "schema_version": 3, "solution": true, "task": false, "points": 3}
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q01_combined", "locked": false, "points": 3, "schema_version": 3, "solution": true, "task": false}
 # Yes: one process is at the same time a data-parallel replica (wants the same seed as its replicas), a
 # tensor-parallel shard (wants a different seed for sharded weights, the same for replicated ones) and a
 # pipeline stage (wants a seed of its own). A single global seed cannot satisfy all of this. Frameworks

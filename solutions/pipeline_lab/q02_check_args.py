@@ -39,20 +39,34 @@ from lab_src.checks import check
 # is yours: running it defines your function here *and* saves it to `answers/q02_check_args.py` next to this notebook.
 # The check below it starts real `torchrun` processes, and each of them loads that file, so always re-run
 # your answer cell after editing it. Keep the answer cell self-contained (its own imports): the grader
-# runs it on its own.
+# runs it on its own. When a check finds a problem, it says so first, and the report stays in `report`.
 #
 # ## Your task
 #
-# Write `check_args(num_layers, num_stages, global_batch_size, num_microbatches, allow_uneven_layers=False)`:
+# `check_args` is the first thing a pipeline program calls: it refuses a configuration that the
+# pipeline cannot run evenly, and otherwise says how large each micro-batch is. Its contract, printed
+# from the lab's own code:
+
+# %%
+import lab_src
+help(lab_src.check_args)
+
+# %% [markdown]
+# **Predict first.** For each call below, write down what it should do (return what, or refuse, and
+# because of which rule) before you write any code. The check runs the same calls, so you can compare.
 #
-# - raise `ValueError` if `num_stages < 1` or `num_microbatches < 1`;
-# - raise `ValueError` if the layers do not divide evenly into the stages, unless `allow_uneven_layers`
-#   is true: then only require that every stage gets at least one layer;
-# - raise `ValueError` if the global batch does not divide evenly into `num_microbatches`;
-# - otherwise return the micro-batch size, `global_batch_size // num_microbatches`.
+# | call | returns, or refuses because ... |
+# |---|---|
+# | `check_args(8, 2, 12, 3)` | |
+# | `check_args(8, 3, 8, 4)` | |
+# | `check_args(7, 3, 8, 4, allow_uneven_layers=True)` | |
+# | `check_args(2, 3, 6, 3, allow_uneven_layers=True)` | |
+# | `check_args(8, 4, 8, 3)` | |
+# | `check_args(8, 4, 8, 0)` | |
 #
-# Use `raise ValueError(...)` rather than `assert`: `python -O` removes assert statements, and a
-# configuration check must not disappear. Make each message say what is wrong.
+# Two more things to decide: which rules involve the stages and which the micro-batches (can a
+# configuration break both?), and how to refuse so that the refusal happens in *every* way Python can
+# be run, including with optimisations switched on.
 
 # %% nbgrader={"grade": false, "grade_id": "q02_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # %%answer q02
@@ -78,13 +92,14 @@ def check_args(num_layers, num_stages, global_batch_size, num_microbatches, allo
 # %% [markdown]
 # ## Check
 #
-# The check tries a few configurations in this notebook, then starts 4 `torchrun` ranks that each
-# validate the lab's default configuration before doing anything else, as a real pipeline program would.
+# The check tries the calls of the table in this notebook (and two more), then starts 4 `torchrun`
+# ranks that each validate the lab's default configuration before doing anything else, as a real
+# pipeline program would. Where your function disagrees, the message says what it expected and why.
 
 # %%
 report = check("q02")
 
-# %% nbgrader={"grade": true, "grade_id": "q02_hidden", "locked": true, "schema_version": 3, "solution": false, "task": false, "points": 5}
+# %% nbgrader={"grade": true, "grade_id": "q02_hidden", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q02 (5 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
 # Validate fails here unless the check above passed.

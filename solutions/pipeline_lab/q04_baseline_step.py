@@ -34,17 +34,27 @@ from lab_src.checks import check
 # is yours: running it defines your function here *and* saves it to `answers/q04_baseline_step.py` next to this notebook.
 # The check below it starts real `torchrun` processes, and each of them loads that file, so always re-run
 # your answer cell after editing it. Keep the answer cell self-contained (its own imports): the grader
-# runs it on its own.
+# runs it on its own. When a check finds a problem, it says so first, and the report stays in `report`.
 #
 # ## Your task
 #
-# Write `baseline_step(model, dataloader, device)`:
+# `baseline_step` is the reference every later notebook is judged against: one training step of the whole
+# model, in one process, on one batch. Its contract, printed from the lab's own code:
+
+# %%
+import lab_src
+help(lab_src.baseline_step)
+
+# %% [markdown]
+# **Predict first**, then write the function:
 #
-# 1. take the first batch from `dataloader` (a batch of token ids, shape `(batch, seq)`);
-# 2. move it to `device`;
-# 3. run the model on it (forward);
-# 4. compute `loss = output.mean()` and run backward;
-# 5. return `(output, loss)`.
+# - The pipeline of Q8 will cut *one* global batch into micro-batches. Which batch must the baseline
+#   use so that the two can be compared sample by sample, and what happens to the comparison if it uses
+#   another one?
+# - After your function returns, where are the gradients? Nothing returns them: what did `backward`
+#   leave behind, and on which objects?
+# - If the loss were `output.sum()` instead of `output.mean()`, by what factor would every gradient
+#   change? (The output has shape `(batch, seq, vocab)`.) Would the pipeline still be able to match it?
 
 # %% nbgrader={"grade": false, "grade_id": "q04_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # %%answer q04
@@ -64,13 +74,14 @@ def baseline_step(model, dataloader, device):
 #
 # The check runs your function on a freshly built model in float64, looks at the output's shape and the
 # loss, and compares one gradient entry with a finite difference: nudge one weight up and down and see how
-# the loss moves. Then two `torchrun` ranks run your baseline too: built from the same seed, they must
-# agree with this notebook to the last bit (Q1).
+# the loss moves (no autograd involved, so it tells you whether your gradients belong to your loss). Then
+# two `torchrun` ranks run your baseline too: built from the same seed, they must agree with this notebook
+# to the last bit (Q1).
 
 # %%
 report = check("q04")
 
-# %% nbgrader={"grade": true, "grade_id": "q04_hidden", "locked": true, "schema_version": 3, "solution": false, "task": false, "points": 10}
+# %% nbgrader={"grade": true, "grade_id": "q04_hidden", "locked": true, "points": 10, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q04 (10 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
 # Validate fails here unless the check above passed.

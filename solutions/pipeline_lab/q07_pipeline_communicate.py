@@ -18,19 +18,22 @@
 # *Exercise q07 of the pipeline-parallelism lab · 15 points for the code, 6 for the written answer*
 #
 # In the **All-Forward-All-Backward** (AFAB) schedule, every micro-batch first goes forward through all
-# stages, then every micro-batch goes backward. With 4 stages and 4 micro-batches (`F2` is the forward of
-# micro-batch 2, `B2` its backward; each row is one rank; time runs to the right):
-#
-# ```
-# rank 0 | F0 F1 F2 F3 .  .  .  .  .  .  B0 B1 B2 B3
-# rank 1 | .  F0 F1 F2 F3 .  .  .  .  B0 B1 B2 B3 .
-# rank 2 | .  .  F0 F1 F2 F3 .  .  B0 B1 B2 B3 .  .
-# rank 3 | .  .  .  F0 F1 F2 F3 B0 B1 B2 B3 .  .  .
-# ```
-#
-# The dots are the **bubble**: time a rank waits for work. Here each rank is idle in 6 of 14 steps,
-# (p-1)/(m+p-1) = 3/7 of the time; more micro-batches shrink that share. Between the boxes, stages exchange tensors
-# with point-to-point messages. A stage does four kinds of exchange:
+# stages, then every micro-batch goes backward. The picture below is drawn by the lab's own timeline
+# from the schedule as the checks know it (`lab_src/pipeline/schedules.py`), for 4 stages and 4
+# micro-batches: each row is one rank, time runs to the right, `F2` is the forward of micro-batch 2 and
+# `B2` its backward, the thin bars are sends and receives, and each arrow a message from its send to its
+# receive.
+
+# %%
+# %load_ext lab_src
+from lab_src.checks import check
+from lab_src.views.pictures import schedule_figure
+schedule_figure("afab", p=4, m=4)
+
+# %% [markdown]
+# The hatched parts are the **bubble**: time a rank waits for work. With equal stages it is
+# (p-1)/(m+p-1) of the step, here 3/7; more micro-batches shrink that share. Between the boxes, stages
+# exchange tensors with point-to-point messages. A stage does four kinds of exchange:
 #
 # | operation | what moves | between |
 # |---|---|---|
@@ -42,11 +45,6 @@
 # At the ends of the pipeline some of them have no partner. Your function must then do nothing and
 # return `None`: that way the same step code (Q8) runs on every stage.
 
-# %%
-# %load_ext lab_src
-from lab_src.checks import check
-
-
 # %% [markdown]
 # ## Written question (6 points)
 #
@@ -54,7 +52,7 @@ from lab_src.checks import check
 # which ranks it does nothing, and why the schedule cannot deadlock if every rank performs its
 # operations in the order of the picture.
 
-# %% [markdown] nbgrader={"grade": true, "grade_id": "q07_when", "locked": false, "schema_version": 3, "solution": true, "task": false, "points": 6}
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q07_when", "locked": false, "points": 6, "schema_version": 3, "solution": true, "task": false}
 # During the forward phase, for each micro-batch k in order, a stage first does `recv_forward(k)` (it
 # waits for the activation of micro-batch k from stage r-1), runs its forward, then `send_forward(k)` to
 # stage r+1. Stage 0 has no previous stage: its `recv_forward` does nothing and its input comes from the
@@ -77,7 +75,7 @@ from lab_src.checks import check
 # is yours: running it defines your function here *and* saves it to `answers/q07_pipeline_communicate.py` next to this notebook.
 # The check below it starts real `torchrun` processes, and each of them loads that file, so always re-run
 # your answer cell after editing it. Keep the answer cell self-contained (its own imports): the grader
-# runs it on its own.
+# runs it on its own. When a check finds a problem, it says so first, and the report stays in `report`.
 #
 # ## Your task
 #
@@ -126,8 +124,9 @@ def pipeline_communicate(operation, stage, tensor=None, microbatch=0):
 #
 # Four `torchrun` ranks call your function in AFAB order, without any model compute: each send carries a
 # tensor filled with a label that says who sent it and for which micro-batch, and each receive reports
-# what arrived. Then the same with 2 ranks. A mistake shows as a wrong label, or as a receive that waits
-# until its timeout: the report then says what every rank was waiting for.
+# what arrived. Then the same with 2 ranks. A mistake shows as a wrong label, or as receives that wait
+# for messages no rank is going to send: as soon as every rank waits, the check stops the run and says
+# what each rank was waiting for, the cause first.
 
 # %%
 report = check("q07")
@@ -138,12 +137,13 @@ report = check("q07")
 # The timeline below is the run you just made (the 4-stage case), drawn from the events every rank
 # recorded: each message is an arrow from its send to its receive. Press play, or drag the slider, and
 # watch the activations go forward and the gradients come back. Without any compute, the messages are
-# all there is.
+# all there is. If the check failed, this is the run that failed: in red, where each rank was left
+# waiting when the check stopped it, and the messages that no receive took.
 
 # %%
 report.timeline()
 
-# %% nbgrader={"grade": true, "grade_id": "q07_hidden", "locked": true, "schema_version": 3, "solution": false, "task": false, "points": 15}
+# %% nbgrader={"grade": true, "grade_id": "q07_hidden", "locked": true, "points": 15, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q07 (15 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
 # Validate fails here unless the check above passed.

@@ -34,18 +34,31 @@ from lab_src.checks import check
 # is yours: running it defines your function here *and* saves it to `answers/q10_check_gradients.py` next to this notebook.
 # The check below it starts real `torchrun` processes, and each of them loads that file, so always re-run
 # your answer cell after editing it. Keep the answer cell self-contained (its own imports): the grader
-# runs it on its own.
+# runs it on its own. When a check finds a problem, it says so first, and the report stays in `report`.
 #
 # ## Your task
 #
-# Write `check_gradients(stage, baseline_grads)` where `baseline_grads` maps parameter names to the
-# baseline's gradients:
+# `check_gradients` is the test that would have caught the mistakes of Q8: it runs on every stage after
+# the pipelined step and must fail whenever this stage's gradients are not the baseline's. Its contract,
+# printed from the lab's own code:
+
+# %%
+import lab_src
+help(lab_src.check_gradients)
+
+# %% [markdown]
+# **Predict first.** A check is only as good as the wrong answers it catches, so think about those:
 #
-# - for every parameter of `stage`, compare its `.grad` with the baseline's using
-#   `torch.testing.assert_close`;
-# - a parameter without a gradient (`.grad is None`) is an error too: raise `AssertionError` with a
-#   message that names it;
-# - return the list of names you checked.
+# - In a pipeline whose stages never received a gradient (Q8 without `requires_grad_()`), what is the
+#   `.grad` of stage 0's parameters? What would your check do with it: would it fail, or quietly pass?
+# - The baseline has a gradient for every layer of the model; this stage has a few. Which names must
+#   you look at, and what happens if you loop over the baseline's names instead?
+# - A gradient that is 4 times too large, or one whose elements are all there but in another order:
+#   which comparisons notice, which do not? (`torch.testing.assert_close` is the lab's tool; a sum or a
+#   norm is not enough.)
+#
+# The check hands your function real gradients, then wrong ones (one element changed, a parameter
+# reversed, a gradient missing) and tells you which of them it let through.
 
 # %% nbgrader={"grade": false, "grade_id": "q10_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # %%answer q10
@@ -68,14 +81,15 @@ def check_gradients(stage, baseline_grads):
 # %% [markdown]
 # ## Check
 #
-# Your Q8 step runs on four `torchrun` ranks; each rank then calls your `check_gradients` three times: on
-# its real gradients (must pass and name exactly the parameters the stage owns), against a baseline with
-# one gradient changed, and with one of its gradients removed (both must raise `AssertionError`).
+# Your Q8 step runs on four `torchrun` ranks; each rank then calls your `check_gradients` on its real
+# gradients (it must pass and name exactly the parameters the stage owns), and then on wrong ones: a
+# baseline with one element of the first, middle or last parameter moved up or down, a parameter with
+# its elements reversed, and a gradient removed (each must raise `AssertionError`).
 
 # %%
 report = check("q10")
 
-# %% nbgrader={"grade": true, "grade_id": "q10_hidden", "locked": true, "schema_version": 3, "solution": false, "task": false, "points": 10}
+# %% nbgrader={"grade": true, "grade_id": "q10_hidden", "locked": true, "points": 10, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q10 (10 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
 # Validate fails here unless the check above passed.

@@ -1,0 +1,110 @@
+"""What went wrong in a case that did not run cleanly: the cause first, then what it caused.
+
+When one rank raises, or waits for a message from the wrong peer, the other ranks are left waiting for
+messages that never come: their timeouts (or the check stopping the run, harness/deadlock.py) are
+consequences, not mistakes of their own, and point at code that is right. So a case's problems are:
+
+1. the causes: every exception a rank raised (with the student's line), then every receive from the
+   wrong peer;
+2. one problem, marked as a consequence, that says where each other rank was left waiting;
+3. when there is no cause to show (every rank waited for the right peer, and nobody raised), the
+   waiting itself is the problem: a deadlock, with each rank's wait and the cycle, if there is one.
+"""
+from __future__ import annotations
+
+from lab_src.judge.problems import Problem, from_error, gave_up_waiting, sanitize, student_line, wrong_peer
+
+
+def is_wait(error: dict) -> bool:
+    """Whether a rank's error is that it stopped waiting (a timeout, its peer gone, or the check); a
+    case that was not run at all (its exercise deadlocked twice before) is not."""
+    if error.get("type") == "NotRun":
+        return False
+    return gave_up_waiting(error.get("message", ""), error.get("type", "")) is not None
+
+
+def case_problems(outcome, qid: str, label: str, ring: int | None = None) -> list[Problem]:
+    """A case that did not complete, or raised on some rank, as problems (empty when it ran cleanly).
+    `ring`: the ranks form a ring of this many (an interleaved schedule: rank p - 1 sends to rank 0)."""
+    if outcome.failure:
+        return [Problem(qid, sanitize(outcome.failure), None, None, label)]
+    return rank_problems(qid, outcome.errors(), label, getattr(outcome, "stuck", None), ring)
+
+
+def rank_problems(qid: str, errors: dict[int, dict], label: str = "", stuck=None,
+                  ring: int | None = None) -> list[Problem]:
+    raised, waits = {}, {}
+    for r, e in sorted(errors.items()):
+        (waits if is_wait(e) else raised)[r] = e
+    causes = [from_error(qid, r, e, label, ring) for r, e in raised.items()]
+    wrong = {}
+    for r, e in waits.items():
+        kind, mb, peer = (e.get("pending") or [None] * 4)[1:4]
+        why = wrong_peer(r, kind, peer, ring) if kind else None
+        if why:
+            wrong[r] = e
+            never = "a receive that rank {} was never going to post" if kind.startswith("send") else \
+                "a message that rank {} was never going to send"
+            causes.append(Problem(qid, f"{why}; this rank waited in {kind}(mb={mb}) for {never.format(peer)}"
+                                       f"{student_line(e)}", r, mb, label))
+    left = {r: e for r, e in waits.items() if r not in wrong}
+    if not causes and any(isinstance((e.get("pending") or [None] * 4)[3], list) for e in left.values()):
+        # a collective that not every member joined: each rank's own message says which (judge/problems.py)
+        return [from_error(qid, r, e, label, ring) for r, e in sorted(errors.items())]
+    lines = _waiting_lines(left, stuck, set(raised), set(wrong))
+    if not lines:
+        # every error is accounted for above, or (ranks that only waited at the end) is one of its own
+        return causes or [from_error(qid, r, e, label, ring) for r, e in sorted(errors.items())]
+    how = "until the check stopped the run" if stuck is not None or _stopped(left) else "until their timeout"
+    if causes:
+        return causes + [Problem(qid, f"the other ranks were left waiting {how}:\n" + _indent(lines), None, None,
+                                 label, consequence=True)]
+    cycle = stuck.cycle() if stuck is not None else None
+    tail = [f"they wait for each other in a cycle: {' -> '.join(f'rank {r}' for r in cycle)}"] if cycle else []
+    mb = next((e["pending"][2] for e in left.values() if e.get("pending")), None)
+    sends = any((e.get("pending") or [None, ""])[1].startswith("send") for e in left.values())
+    more = " (or, in a send, for a receive that no rank was going to post)" if sends else ""
+    return [Problem(qid, f"deadlock: every rank waited for a message that no rank was going to send{more}, {how}. "
+                         f"Check that every send has a receive on the peer, in the same order:\n"
+                         + _indent(lines + tail), None, mb, label)]
+
+
+def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[int]) -> list[str]:
+    lines = []
+    for r, e in sorted(left.items()):
+        pending = e.get("pending")
+        if pending:
+            _, kind, mb, peer = pending
+            if isinstance(peer, list):      # a collective, over these ranks
+                line = f"rank {r} waited in {kind} over ranks {peer}"
+                if set(peer) & raised:
+                    line += ", a member of which had stopped with the error above"
+                lines.append(line)
+                continue
+            towards = "to" if kind.startswith("send") else "from"
+            line = f"rank {r} waited in {kind}(mb={mb})" + (f" {towards} rank {peer}" if peer is not None else "")
+            if peer in raised:
+                line += ", which had stopped with the error above"
+            elif peer in wrong:
+                line += ", itself waiting on the wrong peer"
+            elif peer in left:
+                line += ", itself waiting"
+            elif stuck is not None and peer in stuck.finished:
+                line += ", which had done its part without sending it"
+            lines.append(line)
+        elif stuck is not None:
+            sent = [f"{k}(mb={mb})" for (src, dst), ops in sorted(stuck.unreceived.items()) if src == r
+                    for k, mb in ops]
+            if sent:
+                dsts = sorted({dst for (src, dst), ops in stuck.unreceived.items() if src == r and ops})
+                lines.append(f"rank {r} had done its part; its {', '.join(sent)} to rank "
+                             f"{', '.join(map(str, dsts))} never got a matching receive")
+    return lines
+
+
+def _stopped(errors: dict[int, dict]) -> bool:
+    return any(gave_up_waiting(e.get("message", ""), e.get("type", "")) == "stopped" for e in errors.values())
+
+
+def _indent(lines: list[str]) -> str:
+    return "\n".join("    " + line for line in lines)

@@ -1,0 +1,84 @@
+"""Waiting for a message in a way that the check can stop.
+
+A gloo receive blocks in C++ until its message arrives or the process group's timeout expires, and
+a timed-out wait closes the connection, so it cannot be polled. When the process that launched a
+check sees that every rank of a case is waiting for a message nobody will send (harness/deadlock.py),
+it asks the ranks to stop. To hear that request while blocked, a rank waits like this:
+
+    work = dist.irecv(buffer, ...)
+    waiting.wait(work)        # returns when the message is there; raises StoppedWaiting when asked
+
+The blocking `work.wait()` runs in a helper thread while this thread checks, every 50 ms, whether it
+was asked to stop (`stop_when` installs the question; the worker asks about a file in the run folder).
+Outside a check nothing is installed, and `wait` is a plain `work.wait()`. A wait that was stopped
+leaves its helper thread blocked until the group's own timeout; the next wait gets a new helper, and
+the worker replaces the process group of a case that failed.
+"""
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+
+
+class StoppedWaiting(RuntimeError):
+    """Raised in a rank that was asked to stop waiting (the check found every rank of its case waiting)."""
+
+
+_stop_checks: list = []          # callables returning a reason (str) to stop, or None
+_helper: "_Helper | None" = None
+
+
+@contextlib.contextmanager
+def stop_when(should_stop):
+    """Within the block, `wait` raises StoppedWaiting(reason) as soon as `should_stop()` gives a reason."""
+    _stop_checks.append(should_stop)
+    try:
+        yield
+    finally:
+        _stop_checks.pop()
+
+
+class _Helper:
+    def __init__(self):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, daemon=True, name="lab-wait").start()
+
+    def _serve(self) -> None:
+        while True:
+            work, done, failure = self.jobs.get()
+            try:
+                work.wait()
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+                failure.append(e)
+            done.set()
+
+
+def stoppable() -> bool:
+    """Whether a wait here can be stopped (inside a check's case)."""
+    return bool(_stop_checks)
+
+
+def barrier(group) -> None:
+    """A barrier of `group` that the check can stop."""
+    import torch.distributed as dist
+    wait(dist.barrier(group=group, async_op=True))
+
+
+def wait(work, poll_s: float = 0.05) -> None:
+    """`work.wait()`, unless the rank is asked to stop first (then StoppedWaiting)."""
+    global _helper
+    if not _stop_checks:
+        work.wait()
+        return
+    if _helper is None:
+        _helper = _Helper()
+    done, failure = threading.Event(), []
+    _helper.jobs.put((work, done, failure))
+    while not done.wait(poll_s):
+        reason = _stop_checks[-1]()
+        if reason:
+            _helper = None                  # it stays blocked in this wait; later waits get a new one
+            raise StoppedWaiting(reason)
+    if failure:
+        raise failure[0]
