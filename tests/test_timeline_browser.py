@@ -247,7 +247,9 @@ def drive_notebook(page, base: str, token: str, saved: list[Path]) -> None:
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
     page.wait_for_function(STARTED_RUNNING, timeout=15_000)
     page.wait_for_function(CHECK_DONE, timeout=120_000)
-    outputs = page.locator(".jp-NotebookPanel .jp-OutputArea-output").all_inner_texts()
+    # textContent, not innerText: JupyterLab skips rendering cells outside the view (content-visibility),
+    # and Run All leaves the view at the last cell, far below the check's output
+    outputs = page.locator(".jp-NotebookPanel .jp-OutputArea-output").all_text_contents()
     assert any("q08: all checks passed" in o for o in outputs), "the check did not pass:\n" + "\n".join(outputs)
     phase("check passed")
     page.wait_for_selector(FRAME, timeout=30_000)
