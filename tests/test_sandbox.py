@@ -93,6 +93,19 @@ def test_a_sandboxed_process_reaches_only_its_folder(tmp_path):
     assert 0 < out["forks"] < sandbox.Limits().processes, "the process limit holds"
 
 
+def test_a_figure_drawn_in_the_sandbox_says_nothing_on_stderr(tmp_path):
+    """The timelines in the feedback are drawn in the sandbox (nbgrader's kernel): matplotlib's first
+    drawing asks fontconfig for fonts, which printed "Fontconfig error: ..." under every figure."""
+    folder = tmp_path / "draw"
+    sandbox.prepare(folder)
+    code = ("import matplotlib; matplotlib.use('agg'); import matplotlib.pyplot as plt\n"
+            "fig, ax = plt.subplots(); ax.set_title('rank 0'); fig.savefig('figure.png')")
+    proc = subprocess.run(sandbox.wrap([sys.executable, "-c", code], writable=folder, env={}),
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0 and (folder / "figure.png").stat().st_size > 0, proc.stderr[-2000:]
+    assert proc.stderr.strip() == "", proc.stderr[-2000:]
+
+
 def test_nothing_outlives_the_sandbox(tmp_path):
     sleep = run_probe(tmp_path, [], [])["sleep"]
     left = [p for p in psutil.process_iter(["cmdline", "uids"])

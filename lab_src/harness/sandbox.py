@@ -104,8 +104,10 @@ def _system_binds() -> list[str]:
         elif top.is_dir():
             args += ["--ro-bind", str(top), str(top)]
     args += ["--perms", "0755", "--dir", "/etc"]
+    # fonts: matplotlib asks fontconfig for system fonts the first time it draws, and without its config
+    # "Fontconfig error: Cannot load default config file" lands under every timeline in the feedback
     for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
-                 "localtime", "hosts"):
+                 "localtime", "hosts", "fonts"):
         path = Path("/etc") / name
         if path.exists():
             args += ["--ro-bind", str(path), str(path)]
