@@ -271,7 +271,7 @@ def cmdline(p: psutil.Process) -> str:
         return ""
 
 
-def alive(p: psutil.Process) -> bool:
+def still_running(p: psutil.Process) -> bool:
     try:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -484,7 +484,7 @@ def test_grade_sh_on_a_real_slurm(slurm, graded_cohort, tmp_path):
     tree = slurm.our_processes(ada_job)          # the task, its sandbox, the fork server and the ranks
     slurm.cmd("scancel", f"{first['array_job']}_0")
     assert slurm.wait_job(f"{first['array_job']}_0", 60) == ["CANCELLED"]
-    wait_for(lambda: not slurm.our_processes(job=ada_job) and not [p for p in tree if alive(p)], 20,
+    wait_for(lambda: not slurm.our_processes(job=ada_job) and not [p for p in tree if still_running(p)], 20,
              "the cancelled task's processes (sandboxed ones included) to end")
     assert run.state("ada")["state"] == "failed" and "SIGTERM" in run.state("ada")["error"]
     assert slurm.wait_job(first["merge_job"], 600) == ["COMPLETED"]
