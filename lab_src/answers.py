@@ -26,6 +26,7 @@ from lab_src.registry import exercise
 
 _installed: list[dict[str, str | None]] = []
 _cache: dict[tuple, object] = {}
+_failed: dict[tuple, str] = {}      # a file that failed to load, and why: it is not run again until it changes
 
 
 class AnswerError(RuntimeError):
@@ -88,6 +89,8 @@ def load(qid: str):
     key = (str(p), st.st_mtime_ns, st.st_size)
     if key in _cache:
         return _cache[key]
+    if key in _failed:
+        raise AnswerError(_failed[key])
     name = f"lab_answers.{ex.id}_{abs(hash(key)):x}"
     spec = importlib.util.spec_from_file_location(name, p)
     module = importlib.util.module_from_spec(spec)
@@ -95,12 +98,14 @@ def load(qid: str):
     try:
         spec.loader.exec_module(module)
     except Exception as e:
-        raise AnswerError(f"{ex.id}: running your answer cell failed: {type(e).__name__}: {e}") from e
+        _failed[key] = f"{ex.id}: running your answer cell failed: {type(e).__name__}: {e}"
+        raise AnswerError(_failed[key]) from e
     fn = getattr(module, ex.function, None)
     if not callable(fn):
         defined = [n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == name]
         hint = f" (it defines: {', '.join(defined)})" if defined else ""
-        raise AnswerError(f"{ex.id}: your answer cell must define a function named {ex.function}{hint}")
+        _failed[key] = f"{ex.id}: your answer cell must define a function named {ex.function}{hint}"
+        raise AnswerError(_failed[key])
     _cache[key] = fn
     return fn
 

@@ -3,6 +3,7 @@ within its deadline, with no process left behind."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from lab_src.answers import use_answers
 from lab_src.pipeline.baseline import compute_baseline, load_baseline, save_baseline
@@ -141,3 +142,32 @@ def test_usual_mistakes_get_named(answers_with, reference, tmp_path, no_leftover
     assert "they are 4x the baseline's, and 4 is the number of micro-batches" in text
     err = "\n".join(str(from_error("q08", r, e)) for r, e in no_grad.errors().items())
     assert "does not require grad" in err and "requires_grad_()" in err and "rank 1" in err
+
+
+def test_an_answer_slow_to_load_on_one_rank_costs_no_case(answers_with, reference, tmp_path, no_leftovers):
+    """An answer cell runs once on every rank before the first case: a cell that keeps one rank busy
+    longer than a receive's timeout as it loads (a slow import, a walk of the disk) leaves every case right."""
+    slow = ("import os, time\nif os.environ.get('RANK') == '1':\n    time.sleep(5)\n"
+            + Path(reference["q08"]).read_text())
+    with use_answers(reference):
+        base = save_baseline(compute_baseline(CFG), tmp_path / "b.pt")
+    mapping = answers_with(q08=slow)
+    run = run_cases([case(mapping, baseline=str(base)), case(mapping, baseline=str(base), label="again")], tmp_path,
+                    timeout_s=2, case_deadline_s=30)
+    for out in run.outcomes:
+        assert out.failure is None and not out.errors()
+        assert compare_run(out, load_baseline(base), "q08") == []
+
+
+def test_an_answer_that_never_finishes_loading_is_named_and_the_launch_goes_on(answers_with, reference, tmp_path,
+                                                                               no_leftovers):
+    forever = "while True:\n    pass\n" + Path(reference["q08"]).read_text()
+    started = time.monotonic()
+    run = run_cases([case(answers_with(q08=forever)), case(answers_with(q08=forever), label="again"),
+                     case(reference, label="the reference")], tmp_path, timeout_s=5, case_deadline_s=30, load_limit_s=3)
+    assert time.monotonic() - started < 30 and len(run.launches) == 1
+    for out in run.outcomes[:2]:
+        assert sorted(out.errors()) == [0, 1, 2, 3]
+        text = "\n".join(str(from_error("q08", r, e)) for r, e in out.errors().items())
+        assert "running your answer cell failed: SlowToLoad: the cell was still running after 3 s" in text
+    assert run.outcomes[2].failure is None and not run.outcomes[2].errors()

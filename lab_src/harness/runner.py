@@ -136,7 +136,8 @@ class _CaseWatch:
         now = time.monotonic()
         if self.current is None:
             if now - self.started_at > self.startup_s:
-                return f"the ranks did not start within {self.startup_s:.0f} s"
+                return (f"the ranks did not start within {self.startup_s:.0f} s (starting includes running "
+                        f"the answer cells under test once on every rank)")
             return None
         case = self.current
         if case in self.ended:
@@ -260,11 +261,14 @@ def stage_inputs(cases: list[Case], run_dir: Path, folder: Path | None = None) -
 
 def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0, timeout_s: float = 10.0,
               startup_s: float = 120.0, env: dict | None = None, max_launch_failures_per_exercise: int = 2,
-              log_limit: int = 200_000, sandboxed: bool = False, stop_deadlocks: bool = True) -> Run:
+              log_limit: int = 200_000, sandboxed: bool = False, stop_deadlocks: bool = True,
+              load_limit_s: float | None = None) -> Run:
     """Run `cases` in as few launches as possible (see the module's docstring). `sandboxed`: every
     launch in bubblewrap (harness/sandbox.py), as the grader runs students' code. `stop_deadlocks`:
     stop a case as soon as all its ranks wait for messages nobody will send (harness/deadlock.py);
-    without it, only the receives' timeouts and the case deadline end a deadlock (the last resort)."""
+    without it, only the receives' timeouts and the case deadline end a deadlock (the last resort).
+    `load_limit_s`: how long an answer cell under test may run as it loads, on every rank before the
+    first case (harness/worker.py); by default half the startup deadline."""
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     for old in run_dir.glob("stop.c*"):        # requests to stop the cases of an earlier run here
@@ -272,6 +276,7 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
     for i, case in enumerate(cases):
         case.index = i
     outcomes = {i: CaseOutcome(case) for i, case in enumerate(cases)}
+    load_limit_s = load_limit_s or startup_s / 2
     launches: list[Launch] = []
     failures_by_exercise: dict[str, int] = {}
     remaining = list(cases)
@@ -281,12 +286,12 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
             groups = group_cases(remaining)
             remaining = [c for g in groups for c in g]      # the order they run in
             result, watches = _launch_grouped(groups, run_dir, len(launches), timeout_s, log_limit, deadline,
-                                              case_deadline_s, startup_s, env, stop_deadlocks)
+                                              case_deadline_s, startup_s, env, stop_deadlocks, load_limit_s)
             started = any(w.current is not None for w in watches)
         else:
             nproc = max(c.stages for c in remaining)
             spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "cases": stage_inputs(remaining, run_dir),
-                    "log_limit": log_limit}
+                    "log_limit": log_limit, "load_limit_s": load_limit_s}
             spec_path = runfolder.spec_path(run_dir, len(launches))
             spec_path.write_text(json.dumps(spec))
             for r in range(nproc):  # a journal tells about one launch only
@@ -340,7 +345,7 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
 
 def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, timeout_s: float, log_limit: int,
                     deadline: float, case_deadline_s: float, startup_s: float, env: dict | None,
-                    stop_deadlocks: bool = True):
+                    stop_deadlocks: bool = True, load_limit_s: float = 60.0):
     """One sandboxed launch of `groups` through the fork server: each group's spec and inputs are
     written just before it runs, in a folder of its own, and deleted once it has ended."""
     folders = [run_dir / f"group{launch_no}-{i}" for i in range(len(groups))]
@@ -351,7 +356,7 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
         if folders[i].exists():                     # never trust what a sandboxed process left there
             shutil.rmtree(folders[i])
         folders[i].mkdir()
-        spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "log_limit": log_limit,
+        spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "log_limit": log_limit, "load_limit_s": load_limit_s,
                 "cases": stage_inputs(groups[i], run_dir, folders[i])}
         specs[i][0].write_text(json.dumps(spec))
         for r in range(specs[i][1]):

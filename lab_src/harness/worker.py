@@ -2,7 +2,8 @@
 
     python -m torch.distributed.run --standalone --nproc-per-node N -m lab_src.harness.worker SPEC.json
 
-For each case, ranks 0..p-1 of a p-stage case run it in their pipeline group, with the answers the
+Before the first case, every rank runs the answer cell under test of each of its cases once and waits
+for the others (`load_answers_under_test`). For each case, ranks 0..p-1 of a p-stage case run it in their pipeline group, with the answers the
 case names (`answers.use_answers`), and save what they observed to obs/c<index>.rank<r>.pt. All ranks
 then agree, through the world group, on whether any rank failed; after a failure every pipeline group
 is rebuilt, so that a message left in flight cannot leak into the next case. Once two cases of one
@@ -86,6 +87,49 @@ def _describe(e: BaseException, tracer, case=None) -> dict:
             "at": time.perf_counter(), "traceback": full[-20_000:]}
 
 
+class SlowToLoad(Exception):
+    def __init__(self, limit_s: float):
+        super().__init__(f"the cell was still running after {limit_s:g} s: the code outside the function runs "
+                         f"as the answer loads, and should only define it")
+
+
+def load_answers_under_test(cases: list, rank: int, limit_s: float) -> None:
+    """Run the answer cell under test of every case this rank takes part in, once, before any case
+    starts. What a cell does as it loads (a slow import, a walk of the disk, a burst of forks that
+    fills the launch's process limit for a moment) then makes no rank late for another's message and
+    counts against no case's deadline. A cell that fails to load, or runs past `limit_s`, is
+    not run again: each of its cases reports why (lab_src.answers keeps the reason)."""
+    from lab_src import answers
+    from lab_src.exercises import running_for
+
+    def too_slow(signum, frame):
+        raise SlowToLoad(limit_s)
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    try:
+        for case in cases:
+            if rank < case.stages and case.answers.get(case.qid):
+                with answers.use_answers(case.answers), running_for(case.qid):
+                    signal.setitimer(signal.ITIMER_REAL, limit_s)
+                    try:
+                        answers.load(case.qid)
+                    except (Exception, SystemExit):   # noqa: BLE001 - reported by the cases that call it
+                        pass
+                    finally:
+                        signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+def wait_for_every_rank(world_size: int, rank: int, timeout_s: float = 3600) -> None:
+    """A barrier through the job's store, without the world group's timeout: loading the answers may take
+    one rank much longer than another. The launching process's startup deadline bounds the wait."""
+    import datetime
+    import torch.distributed as dist
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"loaded/{rank}", "1")
+    store.wait([f"loaded/{r}" for r in range(world_size)], datetime.timedelta(seconds=timeout_s))
+
+
 SKIP_AFTER_TIMEOUTS = 2
 STOP_REASON = ("stopped by the check: every rank of this run was waiting for a message that no rank was "
                "going to send")
@@ -123,8 +167,12 @@ def main(spec_path: str) -> int:
     (run_dir / "obs").mkdir(exist_ok=True)
     sync = torch.cuda.synchronize if ctx.device.type == "cuda" else None
 
+    cases = [Case.from_dict(d) for d in spec["cases"]]
+    load_answers_under_test(cases, rank, spec.get("load_limit_s", 60.0))
+    wait_for_every_rank(ctx.world_size, rank)
+
     timeouts: dict[str, int] = {}
-    for case in map(Case.from_dict, spec["cases"]):
+    for case in cases:
         index, stages, qid = case.index, case.stages, case.qid
         group = groups.get(stages)
         journal.write(runfolder.case_line("start", index))
