@@ -3,8 +3,9 @@ The submission is the sample cohort's `ada` (every answer correct), graded by
 `grader.autograde.grade_student`, exactly as `python -m grader autograde` grades it: in the sandbox
 (bubblewrap, the fork server running the cases in groups that never hold the graded exercise's
 reference), and, for comparison, with `--unsafe-no-sandbox` (one plain torchrun launch, every
-reference answer beside the student's code; nbgrader's kernels unsandboxed). Runs alternate, so both
-see the same machine load.
+reference answer beside the student's code; nbgrader's kernels unsandboxed), and sandboxed with a
+sandbox started per kernel instead of the kernels' fork server (LAB_KERNEL_NO_FORK_SERVER=1: what the
+fork server saves). Runs alternate, so all see the same machine load.
 
     python benchmarks/autograde_time.py [--student ada] [--repeat 2]
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -27,6 +29,7 @@ def main() -> int:
     from grader.cli import collect_folder
     from grader.cohort import BY_NAME, build_cohort
     from grader.course import Course
+    from grader.kernel_sandbox import NO_ZYGOTE
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--student", default="ada")
@@ -41,24 +44,28 @@ def main() -> int:
         course.ensure_assignment()
         course.add_students([args.student])
         print(f"gradebook set up once per course: {time.monotonic() - t:.1f} s")
-        phases = {mode: {"hidden_tests": [], "nbgrader": [], "wall": []} for mode in ("sandbox", "no sandbox")}
+        modes = (("sandbox", False, "0"), ("no sandbox", True, "0"), ("kernel sandboxes", False, "1"))
+        phases = {mode: {"hidden_tests": [], "nbgrader": [], "wall": []} for mode, _, _ in modes}
         for i in range(args.repeat):
-            for mode, unsafe in (("sandbox", False), ("no sandbox", True)):
+            for mode, unsafe, no_fork_server in modes:
                 for sub in ("autograded", "grader"):
                     shutil.rmtree(course.root / sub, ignore_errors=True)
+                os.environ[NO_ZYGOTE] = no_fork_server
                 out = grade_student(course, args.student, unsafe_no_sandbox=unsafe)
                 ph = out["phases_s"]
                 for name, value in (*ph.items(), ("wall", out["wall_s"])):
                     phases[mode].setdefault(name, []).append(value)
-                print(f"run {i + 1}, {mode:>10}: {out['wall_s']:.1f} s in all = hidden tests "
+                print(f"run {i + 1}, {mode:>16}: {out['wall_s']:.1f} s in all = hidden tests "
                       f"{ph['hidden_tests']:.1f} s ({out['cases']} cases, {out['launches']} launch(es)) + nbgrader "
                       f"executing the notebooks {ph['nbgrader']:.1f} s (visible checks do not launch while "
                       f"autograding) + gradebook {ph['gradebook']:.1f} s; score {sum(out['scores'].values()):g}")
         best = {mode: {name: min(v) for name, v in by.items()} for mode, by in phases.items()}
         for name in ("hidden_tests", "nbgrader", "wall"):
             on, off = best["sandbox"][name], best["no sandbox"][name]
+            per_kernel = best["kernel sandboxes"][name]
             print(f"{name:>12}, best of {args.repeat}: sandboxed {on:.1f} s, unsandboxed {off:.1f} s: "
-                  f"the sandbox adds {on - off:+.1f} s")
+                  f"the sandbox adds {on - off:+.1f} s; a sandbox per kernel instead of the kernels' fork "
+                  f"server {per_kernel:.1f} s ({per_kernel - on:+.1f} s)")
         print(json.dumps({"student": args.student, "best_s": best}))
     return 0
 

@@ -148,7 +148,7 @@ class Sampler(threading.Thread):
 class SandboxWatch(threading.Thread):
     """Samples the grading sandboxes while the instructor autogrades: the fork server of each launch of
     the hidden tests (lab_src/harness/zygote.py) and the kernels nbgrader starts to execute the
-    notebooks (grader/kernel_sandbox.py): who owns them and whether they sit in a user namespace of
+    notebooks (grader/kernel_sandbox.py: forked by lab_src/harness/kernel_zygote.py): who owns them and whether they sit in a user namespace of
     their own (as a non-root instructor, bubblewrap makes an unprivileged one)."""
 
     def __init__(self, course: Path):
@@ -164,7 +164,7 @@ class SandboxWatch(threading.Thread):
                 try:
                     cmd = p.info["cmdline"] or [""]
                     what = "hidden tests" if "lab_src.harness.zygote" in cmd else \
-                        "nbgrader kernel" if "ipykernel_launcher" in cmd else None
+                        "nbgrader kernel" if {"ipykernel_launcher", "lab_src.harness.kernel_zygote"} & set(cmd) else None
                     if what and p.pid not in self.seen and "bwrap" not in cmd[0] \
                             and (p.info["cwd"] or "").startswith(self.course):
                         own_ns = os.readlink(f"/proc/{p.pid}/ns/user") != self.host_userns

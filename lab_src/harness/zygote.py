@@ -36,18 +36,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _non_dumpable() -> None:
+def non_dumpable() -> None:
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(4, 0)     # PR_SET_DUMPABLE, 0
     except OSError:
         pass
 
 
-def _clear_namespace(keep: set[int]) -> int:
-    """SIGKILL every process of this PID namespace but `keep`; return how many there were."""
+def clear_namespace(keep: set[int], spare=None) -> int:
+    """SIGKILL every process of this PID namespace but `keep` (and those `spare(pid)` is true of);
+    return how many there were."""
     killed = 0
     for _ in range(20):
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep]
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep
+                and not (spare and spare(int(p)))]
         if not pids:
             break
         for pid in pids:
@@ -91,12 +93,12 @@ def _run_group(spec_path: str, nproc: int, keep: set[int]) -> dict:
         pid, raw = os.wait()
         if pid in children:
             status[children.pop(pid)] = os.waitstatus_to_exitcode(raw)
-    _clear_namespace(keep)
+    clear_namespace(keep)
     return status
 
 
 def main() -> int:
-    _non_dumpable()
+    non_dumpable()
     import torch  # noqa: F401 - imported once here, so that every rank forked later starts at once
     import torch.distributed  # noqa: F401
 
