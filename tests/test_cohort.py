@@ -26,8 +26,9 @@ from lab_src.registry import EXERCISES
 # default per-test limit on a loaded 2-core machine
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
-# graded one at a time as well, to compare with the concurrent run (cheap ones: little to run)
-SEQUENTIAL = ["untouched", "sam", "tess", "quinn"]
+# graded one at a time as well, to compare with the concurrent run: a notebook nbgrader cannot read, and
+# edited test cells (each changes what grading stages and runs)
+SEQUENTIAL = ["sam", "quinn"]
 
 
 @pytest.fixture(scope="module")
