@@ -5,9 +5,8 @@
 Before the first case, every rank runs the answer cell under test of each of its cases once and waits
 for the others (`load_answers_under_test`). For each case, ranks 0..p-1 of a p-stage case run it in
 their pipeline group, with the answers the case names (`answers.use_answers`), and save what they
-observed to obs/c<index>.rank<r>.pt. All ranks
-then agree, through the world group, on whether any rank failed; after a failure every pipeline group
-is rebuilt, so that a message left in flight cannot leak into the next case. Once two cases of one
+observed to obs/c<index>.rank<r>.pt. All ranks then agree, through the world group, on whether any
+rank failed; after a failure every pipeline group is rebuilt, so that a message left in flight cannot leak into the next case. Once two cases of one
 exercise have deadlocked or timed out, its remaining cases are skipped. The journal
 (journal.rank<r>.log) marks where each case starts and ends and each operation: the launching process
 follows it, and when every rank of a case waits for a message nobody will send, it asks the ranks to
