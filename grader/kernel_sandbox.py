@@ -73,9 +73,8 @@ class KernelZygote:
         return self.proc.poll() is None
 
     def kernel_dir(self) -> Path:
-        path = Path(tempfile.mkdtemp(prefix="k", dir=self.dir))
-        os.chown(path, self.dir.stat().st_uid, self.dir.stat().st_gid)
-        return path
+        """A folder for one kernel's sockets and connection file, inside the one bound into the sandbox."""
+        return Path(tempfile.mkdtemp(prefix="k", dir=self.dir))
 
     def close(self) -> None:
         try:
@@ -87,25 +86,25 @@ class KernelZygote:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-_zygotes: dict[tuple, KernelZygote] = {}
+_zygotes: dict[tuple, KernelZygote | None] = {}      # None: it could not start, and is not tried again
 
 
-def zygote_for(folder: Path, env: dict, pictures: tuple) -> KernelZygote | None:
+def zygote_for(folder: Path, env: dict, pictures: tuple, log) -> KernelZygote | None:
     """The running fork server for kernels in `folder` with `env`, started if needed; None if it cannot start."""
     key = (str(folder), tuple(sorted(env.items())), pictures)
-    z = _zygotes.get(key)
-    if z is not None and z.alive():
-        return z
+    if key in _zygotes and (_zygotes[key] is None or _zygotes[key].alive()):
+        return _zygotes[key]
     try:
-        _zygotes[key] = z = KernelZygote(folder, env, pictures)
-    except (OSError, RuntimeError):
-        return None
-    return z
+        _zygotes[key] = KernelZygote(folder, env, pictures)
+    except (OSError, RuntimeError) as e:
+        log.warning("the kernels' fork server could not start (%s): each kernel gets a sandbox of its own", e)
+        _zygotes[key] = None
+    return _zygotes[key]
 
 
 @atexit.register
 def _close_zygotes() -> None:
-    for z in _zygotes.values():
+    for z in filter(None, _zygotes.values()):
         z.close()
     _zygotes.clear()
 
@@ -128,7 +127,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         passed = {k: env[k] for k in PASSED if env.get(k)}
         passed.update(MPLBACKEND="agg", IPYTHONDIR="/tmp/ipython", MPLCONFIGDIR="/tmp/matplotlib")
         pictures = (env[GRADER_TIMELINES],) if env.get(GRADER_TIMELINES) and Path(env[GRADER_TIMELINES]).is_dir() else ()
-        zygote = zygote_for(folder, passed, pictures) if os.environ.get(NO_ZYGOTE) != "1" else None
+        zygote = zygote_for(folder, passed, pictures, self.log) if os.environ.get(NO_ZYGOTE) != "1" else None
         self._socket_dir = zygote.kernel_dir() if zygote else Path(tempfile.mkdtemp(prefix="ppk-", dir="/tmp"))
         self.transport = "ipc"
         self.ip = str(self._socket_dir / "k")

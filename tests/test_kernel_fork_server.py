@@ -25,7 +25,10 @@ DRIVER = textwrap.dedent('''
     import asyncio, json, os, signal, sys, time
     from grader.kernel_sandbox import SandboxedKernelManager, _zygotes
 
-    SLEEPERS = "import os; print(sum(open(f'/proc/{p}/comm').read().strip() == 'sleep' for p in os.listdir('/proc') if p.isdigit()))"
+    SLEEPERS = ("import os; print(sum(open(f'/proc/{p}/comm').read().strip() == 'sleep' "
+                "for p in os.listdir('/proc') if p.isdigit()))")
+    MINE = "import os; open('mine', 'w').write('1'); print(os.getuid(), os.environ.get('NBGRADER_EXECUTION'), os.getcwd())"
+    LEAVE = "import subprocess, time; subprocess.Popen(['sleep', '300'], start_new_session=True); time.sleep(0.5); "
 
     async def run(km, code, timeout=30):
         kc = km.client()
@@ -50,9 +53,9 @@ DRIVER = textwrap.dedent('''
         os.environ["NBGRADER_EXECUTION"] = "autograde"
         first = SandboxedKernelManager()
         await first.start_kernel(cwd=folder)
-        print("FIRST", json.dumps(await run(first, "import os; open('mine', 'w').write('1'); print(os.getuid(), os.environ.get('NBGRADER_EXECUTION'), os.getcwd())")))
+        print("FIRST", json.dumps(await run(first, MINE)))
         # a process left behind, in a session of its own
-        print("LEFT", json.dumps(await run(first, "import subprocess, time; subprocess.Popen(['sleep', '300'], start_new_session=True); time.sleep(0.5); " + SLEEPERS)))
+        print("LEFT", json.dumps(await run(first, LEAVE + SLEEPERS)))
         print("SAME-ZYGOTE", len(_zygotes))
         await first.shutdown_kernel(now=False)
         second = SandboxedKernelManager()
@@ -119,3 +122,26 @@ def test_kernels_forked_in_the_sandbox_behave_as_kernels_of_their_own(tmp_path, 
     assert json.loads(lines["THIRD"])[0] == "1", "the folder is the notebooks' own, kernel after kernel"
     assert time.monotonic() - started < 120
     assert processes_in(folder) == []
+
+
+def test_a_fork_server_that_cannot_start_is_tried_once_and_said(monkeypatch, tmp_path):
+    """Where the fork server cannot start, every kernel gets a sandbox of its own: the failure is logged
+    once, and the next kernels do not wait for another try."""
+    import logging
+
+    from grader import kernel_sandbox
+    tries = []
+
+    def broken(*args):
+        tries.append(args)
+        raise RuntimeError("the kernels' fork server did not start within 120 s")
+    monkeypatch.setattr(kernel_sandbox, "KernelZygote", broken)
+    monkeypatch.setattr(kernel_sandbox, "_zygotes", {})
+    log = logging.getLogger("test-kernel-fork-server")
+    records = []
+    log.addHandler(type("Keep", (logging.Handler,), {"emit": lambda self, r: records.append(r.getMessage())})())
+    for _ in range(3):
+        assert kernel_sandbox.zygote_for(tmp_path, {"NBGRADER_EXECUTION": "autograde"}, (), log) is None
+    assert len(tries) == 1
+    assert records == ["the kernels' fork server could not start (the kernels' fork server did not start within "
+                       "120 s): each kernel gets a sandbox of its own"]

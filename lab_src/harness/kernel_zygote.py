@@ -83,7 +83,7 @@ def serve(path: str) -> int:
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, "accept")
     sel.register(sys.stdin, selectors.EVENT_READ, "stdin")
-    kernels: dict[int, socket.socket] = {}          # pid -> its connection
+    kernels: dict[int, socket.socket | None] = {}   # pid -> its connection (None once that closed)
     clients: dict[socket.socket, int | None] = {}   # connection -> its kernel, once asked for
     buffers: dict[socket.socket, bytes] = {}
     keep = {1, os.getpid()}
@@ -117,7 +117,6 @@ def serve(path: str) -> int:
                     if clients[conn] is None:
                         pid = _fork_kernel(json.loads(line), base_env, [listener, *clients])
                         clients[conn], kernels[pid] = pid, conn
-                        conn.sendall(f"STARTED {pid}\n".encode())
                     elif line.decode().strip() in SIGNALS:
                         _signal(clients[conn], SIGNALS[line.decode().strip()])
         _reap(kernels, keep)

@@ -345,7 +345,7 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
 
 def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, timeout_s: float, log_limit: int,
                     deadline: float, case_deadline_s: float, startup_s: float, env: dict | None,
-                    stop_deadlocks: bool = True, load_limit_s: float = 60.0):
+                    stop_deadlocks: bool, load_limit_s: float):
     """One sandboxed launch of `groups` through the fork server: each group's spec and inputs are
     written just before it runs, in a folder of its own, and deleted once it has ended."""
     folders = [run_dir / f"group{launch_no}-{i}" for i in range(len(groups))]

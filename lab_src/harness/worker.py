@@ -5,12 +5,13 @@
 Before the first case, every rank runs the answer cell under test of each of its cases once and waits
 for the others (`load_answers_under_test`). For each case, ranks 0..p-1 of a p-stage case run it in
 their pipeline group, with the answers the case names (`answers.use_answers`), and save what they
-observed to obs/c<index>.rank<r>.pt. All ranks then agree, through the world group, on whether any
-rank failed; after a failure every pipeline group is rebuilt, so that a message left in flight cannot leak into the next case. Once two cases of one
-exercise have deadlocked or timed out, its remaining cases are skipped. The journal
-(journal.rank<r>.log) marks where each case starts and ends and each operation: the launching process
-follows it, and when every rank of a case waits for a message nobody will send, it asks the ranks to
-stop waiting (pipeline/waiting.py), so a deadlock costs a fraction of a second instead of a timeout.
+observed to obs/c<index>.rank<r>.pt. All ranks then agree, through the world group, on whether any rank
+failed; after a failure every pipeline group is rebuilt, so that a message left in flight cannot leak
+into the next case. Once two cases of one exercise have deadlocked or timed out, its remaining cases are
+skipped. The journal (journal.rank<r>.log) marks where each case starts and ends and each operation: the
+launching process follows it, and when every rank of a case waits for a message nobody will send, it
+asks the ranks to stop waiting (pipeline/waiting.py), so a deadlock costs a fraction of a second instead
+of a timeout.
 """
 from __future__ import annotations
 
@@ -85,6 +86,9 @@ def _describe(e: BaseException, tracer, case=None) -> dict:
             "pending": tracer.pending if tracer is not None else None,
             "pending_since": tracer.pending_since if tracer is not None else None,
             "at": time.perf_counter(), "traceback": full[-20_000:]}
+
+
+LOAD_LIMIT_S = 60.0     # for a spec that does not say (runner.run_cases always does; scripts/train.py does not)
 
 
 class SlowToLoad(Exception):
@@ -168,7 +172,7 @@ def main(spec_path: str) -> int:
     sync = torch.cuda.synchronize if ctx.device.type == "cuda" else None
 
     cases = [Case.from_dict(d) for d in spec["cases"]]
-    load_answers_under_test(cases, rank, spec.get("load_limit_s", 60.0))
+    load_answers_under_test(cases, rank, spec.get("load_limit_s", LOAD_LIMIT_S))
     wait_for_every_rank(ctx.world_size, rank)
 
     timeouts: dict[str, int] = {}
