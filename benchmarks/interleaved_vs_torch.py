@@ -4,8 +4,10 @@ ScheduleInterleaved1F1B.
 Same model chunks (each rank's `InterleavedStage` modules, shared with torch's stages), same configuration,
 same batch, same processes, in one torchrun launch. Each iteration times three steps in rotating order
 after warm-up: ours as the checks run it (every operation traced and journalled), ours untraced, and
-ScheduleInterleaved1F1B's. A step's time is the slowest rank's, between two barriers. Prints the median step
-times and the ratios ours / ScheduleInterleaved1F1B (the target is at most 1.0). Both schedules' gradients
+ScheduleInterleaved1F1B's. A step's time is the slowest rank's, between two barriers; its CPU is the sum of
+the ranks' process CPU time during the step (their communication threads included): where ranks share
+cores, as 4 ranks on a laptop's 2 do, CPU decides the step time. Prints the median step times and CPU and
+the ratios ours / ScheduleInterleaved1F1B (the target is at most 1.0). Both schedules' gradients
 are compared once, as a sanity check.
 
     python benchmarks/interleaved_vs_torch.py [--steps 20] [--stages 4] [--chunks 2] [--microbatches 8]
@@ -90,14 +92,21 @@ def worker(spec_path: str) -> None:
             else:
                 theirs.step()
 
-        def timed(step) -> float:
+        cpu = {}
+
+        def timed(step, name=None) -> float:
             stage.zero_grad(set_to_none=True)
             dist.barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             step()
+            c1 = time.process_time()
             dist.barrier()
             took = torch.tensor([time.perf_counter() - t0])
             dist.all_reduce(took, op=dist.ReduceOp.MAX)
+            used = torch.tensor([c1 - c0])             # this rank's CPU, its threads (gloo's) included
+            dist.all_reduce(used)
+            if name:
+                cpu.setdefault(name, []).append(float(used))
             return float(took)
 
         # sanity: one step of each from zero gradients gives the same gradients
@@ -112,11 +121,11 @@ def worker(spec_path: str) -> None:
         steps = [("ours", ours_step), ("ours_untraced", lambda: ours_step(traced=False)), ("theirs", theirs_step)]
         for i in range(spec["steps"]):
             for name, step in steps[i % 3:] + steps[:i % 3]:
-                times[name].append(timed(step))
+                times[name].append(timed(step, name))
     diff = torch.tensor([worst])
     dist.all_reduce(diff, op=dist.ReduceOp.MAX)
     if rank == 0:
-        Path(spec["out"]).write_text(json.dumps({**times, "max_grad_diff": float(diff)}))
+        Path(spec["out"]).write_text(json.dumps({**times, "max_grad_diff": float(diff), "cpu": cpu}))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -153,13 +162,15 @@ def main() -> int:
         print(result.launcher_log[-3000:], *result.rank_logs.values(), sep="\n")
         return 1
     times = json.loads((out / "times.json").read_text())
+    cpu = times.pop("cpu")
     med = {k: statistics.median(v) for k, v in times.items() if k != "max_grad_diff"}
     print(f"gradients of the two schedules agree to {times['max_grad_diff']:.1e}")
     for name, label in (("ours", "lab reference interleaved, traced as in checks"),
                         ("ours_untraced", "lab reference interleaved, not traced"),
                         ("theirs", "ScheduleInterleaved1F1B")):
         t = times[name]
-        print(f"  {label:<48} median {med[name] * 1e3:7.1f} ms   (min {min(t) * 1e3:.1f}, max {max(t) * 1e3:.1f})")
+        print(f"  {label:<48} median {med[name] * 1e3:7.1f} ms   (min {min(t) * 1e3:.1f}, max {max(t) * 1e3:.1f})"
+              f"   CPU {statistics.median(cpu[name]) * 1e3:.0f} ms")
     print(f"ratio ours / ScheduleInterleaved1F1B = {med['ours'] / med['theirs']:.3f} traced, "
           f"{med['ours_untraced'] / med['theirs']:.3f} untraced  (target: at most 1.0)")
     fast = {k: min(v) for k, v in times.items() if k != "max_grad_diff"}

@@ -35,6 +35,78 @@ NOT_REVERSED = [("(v - 1 - chunk if backward else chunk)", "chunk")]            
 DEPTH_FIRST_BACKWARD = [("    def order(k, backward):\n", "    def order(k, backward):\n        if backward:  "
                          "# each micro-batch back through all its chunks\n            return k // v, v - 1 - k % v\n")]
 ALL_FORWARDS_FIRST = [("warmup = min((p - r - 1) * 2 + (v - 1) * p, total)", "warmup = total")]
+# posts the next box's receive one box ahead, and after the last box wraps round to the first: a receive
+# posted for a message nobody sends
+LOOKAHEAD_WRAPS = [("after = receive_for(boxes[i + 1]) if i + 1 < len(boxes) else None",
+                    "after = receive_for(boxes[(i + 1) % len(boxes)])")]
+
+# What most students write: each receive blocks when its box is about to run (stage.recv, no post_recv).
+# A valid Interleaved 1F1B step, and it gets full marks.
+BLOCKING_RECEIVES = '''
+def interleaved_step(stage, data_iter, num_microbatches):
+    """One Interleaved 1F1B step of this rank's chunks; returns (outputs, loss)."""
+    p, r, v, m = stage.pp_size, stage.pp_rank, stage.num_chunks, num_microbatches
+    first, last = 0, v * p - 1                      # the virtual stages that begin and end the model
+
+    def virtual(chunk):                             # rank r holds chunks r, r + p, r + 2p, ...
+        return chunk * p + r
+
+    def order(k, backward):
+        """(micro-batch, chunk) of this rank's k-th forward (or backward)."""
+        group, pos = divmod(k, p * v)               # groups of p micro-batches, each through all v chunks
+        mb, chunk = group * p + pos % p, pos // p
+        return mb, (v - 1 - chunk if backward else chunk)
+
+    def communicate(op, chunk, mb, tensor=None):
+        """Q7's four operations for one chunk; the ring's neighbours are (r - 1) % p and (r + 1) % p."""
+        s = virtual(chunk)
+        if op == "recv_forward" and s != first:
+            return stage.recv(src=(r - 1) % p, shape=stage.activation_shape, operation=op, microbatch=mb, chunk=chunk)
+        if op == "send_forward" and s != last:
+            stage.send(tensor, dst=(r + 1) % p, operation=op, microbatch=mb, chunk=chunk)
+        if op == "recv_backward" and s != last:
+            return stage.recv(src=(r + 1) % p, shape=stage.activation_shape, operation=op, microbatch=mb, chunk=chunk)
+        if op == "send_backward" and s != first:
+            stage.send(tensor, dst=(r - 1) % p, operation=op, microbatch=mb, chunk=chunk)
+        return None
+
+    kept, logits, losses = {}, {}, []
+
+    def forward(k):
+        mb, chunk = order(k, backward=False)
+        x = communicate("recv_forward", chunk, mb)
+        if x is None:                               # virtual stage 0: tokens from the dataloader
+            x = next(data_iter).to(stage.device)
+        else:
+            x.requires_grad_()
+        y = stage.forward(x, chunk=chunk, microbatch=mb)
+        communicate("send_forward", chunk, mb, y)
+        if virtual(chunk) == last:
+            logits[mb] = y.detach()
+            y = y.mean() / m                        # this micro-batch's share of the batch mean
+            losses.append(float(y))
+        kept[mb, chunk] = (x, y)
+
+    def backward(k):
+        mb, chunk = order(k, backward=True)
+        grad = communicate("recv_backward", chunk, mb)
+        x, y = kept.pop((mb, chunk))
+        input_grad = stage.backward(x, y, grad, chunk=chunk, microbatch=mb)
+        communicate("send_backward", chunk, mb, input_grad)
+
+    total = m * v
+    warmup = min((p - r - 1) * 2 + (v - 1) * p, total)
+    for k in range(warmup):
+        forward(k)
+    for i in range(total - warmup):
+        forward(warmup + i)
+        backward(i)
+    for k in range(total - warmup, total):
+        backward(k)
+    if stage.is_last_stage:
+        return [logits[mb] for mb in range(m)], sum(losses)
+    return [], None
+'''
 
 
 def grade(reference: dict, answers: dict[str, str], tmp_path, timeout_s: float = 8.0) -> dict:
@@ -74,6 +146,7 @@ def graded_runs(reference, reference_text, tmp_path_factory):
     """The reference and an answer that runs to the end, graded in one launch (an answer that deadlocks
     needs a launch of its own: after two timeouts a launch stops trying the exercise)."""
     return grade(reference, {"reference": reference_text,
+                             "blocking_receives": BLOCKING_RECEIVES,
                              "all_forwards_first": changed(reference_text, *ALL_FORWARDS_FIRST)},
                  tmp_path_factory.mktemp("q15"))
 
@@ -186,6 +259,22 @@ def test_chunks_dealt_out_contiguously_get_nothing_and_are_told_why(reference, t
                    for p in item.problems), messages([item])
 
 
+def test_blocking_receives_get_full_marks_too(graded_runs, reference_text):
+    # the reference posts each receive a box ahead (stage.post_recv); receiving when the box runs is as valid
+    assert "post_recv" in reference_text and "post_recv" not in BLOCKING_RECEIVES
+    score, items = graded_runs["blocking_receives"]
+    assert score == 1.0, messages(items)
+
+
+@pytest.mark.slow
+def test_a_receive_posted_and_never_waited_for_is_named(reference, reference_text, tmp_path):
+    score, items = grade(reference, {"wraps": changed(reference_text, *LOOKAHEAD_WRAPS)}, tmp_path,
+                         timeout_s=4)["wraps"]
+    assert score == 0.0
+    text = messages(items[:1])
+    assert "the step ended with receives posted and never waited for: recv_forward(mb=0) from rank 0" in text, text
+
+
 def test_running_every_forward_first_breaks_the_memory_bound(graded_runs):
     score, items = graded_runs["all_forwards_first"]
     assert score == 0.0
@@ -213,6 +302,8 @@ def test_backwards_in_forward_chunk_order_deadlock_and_are_explained(reference, 
     assert score == 0.0
     first = str(items[0].problems[0])
     assert "backwards visit the chunks in reverse" in first and "deadlocks" in first, first
+    # the deadlock's lines name the chunk each rank waited for (chunk 0 goes without saying)
+    assert "rank 1 waited in recv_forward(mb=1, chunk 1) from rank 0" in messages(items[:1]), messages(items[:1])
 
 
 @pytest.mark.slow

@@ -172,6 +172,57 @@ def test_layer_checks():
     assert "more than one stage" in text and "no stage" in text
 
 
+# ---- the stage's receives and backward ---------------------------------------------------------
+class _FakeReceive:
+    """Stands in for gloo's irecv work (one process): the n-th receive posted gets message n."""
+    posted = 0
+
+    def __init__(self, buffer):
+        _FakeReceive.posted += 1
+        self.buffer, self.n = buffer, _FakeReceive.posted
+
+    def wait(self):
+        self.buffer.fill_(self.n)
+
+
+def test_posted_receives_are_waited_and_recorded_in_the_order_they_were_posted(reference, monkeypatch):
+    from lab_src.answers import use_answers
+    from lab_src.pipeline import stage as stage_module, trace
+    from lab_src.pipeline.stage import PipelineStage
+    monkeypatch.setattr(stage_module.dist, "irecv", lambda buffer, group=None, group_src=None: _FakeReceive(buffer))
+    journal = []
+    tracer = trace.Tracer(2, lambda tag, pending: journal.append((tag, pending[2])), None, "0")
+    with use_answers(reference), trace.tracing(tracer):
+        stage = PipelineStage(LabConfig(num_stages=4), pp_rank=2, pp_size=4, micro_batch_size=2, group=object())
+        first = stage.post_recv(1, stage.activation_shape, "recv_forward", microbatch=0)
+        second = stage.post_recv(1, stage.activation_shape, "recv_forward", microbatch=1)
+        got = second.wait()                 # waits for the first one first: its message came first
+        assert float(first.wait()[0, 0, 0]) + 1 == float(got[0, 0, 0])
+        assert journal == [("P", 0), ("P", 1), ("A", 0), ("E", 0), ("A", 1), ("E", 1)]
+        assert [e.microbatch for e in tracer.events] == [0, 1] and tracer.events[0].bytes == got.numel() * 4
+        stage.post_recv(3, stage.activation_shape, "recv_backward", microbatch=5)
+        with pytest.raises(RuntimeError, match=r"never waited for: recv_backward\(mb=5\) from rank 3"):
+            stage.flush()
+
+
+def test_backward_from_is_autograd_backward_bit_for_bit():
+    from lab_src.pipeline.stage import backward_from
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
+    x, g = torch.randn(3, 5, 16, requires_grad=True), torch.randn(3, 5, 16)
+
+    def grads(run):
+        net.zero_grad()
+        x.grad = None
+        run(net(x))
+        return [q.grad.clone() for q in net.parameters()] + [x.grad.clone()]
+
+    ours, torchs = grads(lambda y: backward_from(y, g)), grads(lambda y: torch.autograd.backward(y, g))
+    assert all(torch.equal(a, b) for a, b in zip(ours, torchs))
+    with pytest.raises(ValueError, match=r"has shape \(3, 5, 16\)"):
+        backward_from(net(x), g[:1])
+
+
 # ---- the comparison with the baseline ----------------------------------------------------------
 def _fake_outcome(p, m, grads_scale, outputs=None):
     cfg = LabConfig(num_stages=p, num_microbatches=m, num_layers=p)

@@ -22,16 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab_src.pipeline.schedules import Op
+from lab_src.pipeline.trace import op_text, unpack
 from lab_src.harness.runfolder import journal_path, read_journal
 
 
-def describe_op(kind: str, mb, peer) -> str:
+def describe_op(kind: str, mb, peer, chunk: int = 0) -> str:
     op = Op.of(kind)
     if op is None:              # a collective: its `peer` is the list of ranks taking part
         return f"{kind} over ranks {peer}"
     if op.is_compute:
-        return f"{kind[0].upper()}{mb}"
-    return f"{kind}(mb={mb}) {'to' if op.is_send else 'from'} rank {peer}"
+        return f"{kind[0].upper()}{mb}" + (f"c{chunk}" if chunk else "")
+    return f"{op_text(kind, mb, chunk)} {'to' if op.is_send else 'from'} rank {peer}"
 
 
 def rank_state(journal: Path, case_index: int) -> dict:
@@ -46,7 +47,7 @@ def rank_state(journal: Path, case_index: int) -> dict:
             elif payload == f"end {case_index}":
                 state["ended"] = True
         elif tag in ("B", "P", "E") and payload and payload[0] == label:
-            op = describe_op(*payload[1:4])
+            op = describe_op(*unpack(payload))
             if tag in ("B", "P"):
                 waiting.append(op)
             else:
@@ -65,16 +66,16 @@ def recover(journal: Path, case_index: int, rank: int, stopped_at: float) -> dic
     for t, tag, payload in read_journal(journal):
         if tag not in ("B", "P", "A", "E") or not payload or payload[0] != label:
             continue
-        kind, mb, peer = payload[1:4]
-        key = repr(payload[1:4])
+        kind, mb, peer, chunk = unpack(payload)
+        key = repr(payload[1:])
         if tag in ("B", "P"):
             begun.setdefault(key, []).append(t)
         if tag in ("B", "A"):
             pending = (payload, t)
         elif tag == "E":
             start = (begun.get(key) or [t]).pop(0)
-            events.append([rank, kind, mb, peer, None, 0, start, t, 0])
-            if pending is not None and pending[0][1:4] == payload[1:4]:
+            events.append([rank, kind, mb, peer, None, 0, start, t, chunk])
+            if pending is not None and pending[0][1:] == payload[1:]:
                 pending = None
     error = None
     if pending is not None:
@@ -113,7 +114,7 @@ def report(run_dir: Path, case_index: int, ranks: range, done_ranks=(), exited=N
 class RankProgress:
     started: bool = False
     finished: bool = False              # journalled W: it sends nothing more in this case
-    pending: list | None = None         # [case, kind, mb, peer] of the operation it is in
+    pending: list | None = None         # [case, kind, mb, peer(, chunk)] of the operation it is in
     pending_since: float | None = None  # its journal time
     pending_tag: str = ""               # B: an operation it is in; A: the wait for a message it posted
 
@@ -122,7 +123,7 @@ class RankProgress:
 class Stuck:
     """A case in which no rank can go on."""
     case: int
-    waits: dict[int, tuple]             # rank -> (kind, mb, peer, since): receives nothing will answer,
+    waits: dict[int, tuple]             # rank -> (kind, mb, peer, since, chunk): receives nothing will answer,
                                         # sends nothing will take
     finished: list[int]                 # ranks that did their part
     unreceived: dict[tuple, list]       # (sender, receiver) -> the sends posted that no receive took
@@ -132,8 +133,8 @@ class Stuck:
         out = []
         for r in sorted([*self.waits, *self.finished]):
             if r in self.waits:
-                kind, mb, peer, _ = self.waits[r]
-                out.append(f"rank {r} waits in {describe_op(kind, mb, peer)}")
+                kind, mb, peer, _, chunk = self.waits[r]
+                out.append(f"rank {r} waits in {describe_op(kind, mb, peer, chunk)}")
             else:
                 sent = [f"{k}(mb={mb})" for (src, dst), ops in sorted(self.unreceived.items()) if src == r
                         for k, mb in ops]
@@ -184,9 +185,9 @@ class Progress:
             return
         if len(payload) < 4:
             return
-        kind, mb, peer = payload[1:4]
+        kind, mb, peer, _ = unpack(payload)
         op = Op.of(kind)
-        key = (case, rank, repr(payload[1:4]))
+        key = (case, rank, repr(payload[1:]))
         if tag in ("B", "P"):               # B: the rank is in it now; P: posted, the rank goes on
             if tag == "B":
                 state.pending, state.pending_since, state.pending_tag = payload, t, tag
@@ -203,7 +204,7 @@ class Progress:
         elif tag == "A":                    # waits for a message it posted
             state.pending, state.pending_since, state.pending_tag = payload, t, tag
         elif tag == "E":
-            if state.pending is not None and state.pending[1:4] == payload[1:4]:
+            if state.pending is not None and state.pending[1:] == payload[1:]:
                 state.pending = state.pending_since = None
             if self.ordinals.get(key):
                 self.ordinals[key].pop(0)
@@ -226,18 +227,18 @@ class Progress:
                 continue
             if s.pending is None:
                 return None
-            kind, mb, peer = s.pending[1:4]
+            kind, mb, peer, chunk = unpack(s.pending)
             op = Op.of(kind)
             if op is None or op.is_compute or not isinstance(peer, int):
                 return None
-            ordinal = (self.ordinals.get((case, r, repr(s.pending[1:4]))) or [None])[0]
+            ordinal = (self.ordinals.get((case, r, repr(s.pending[1:]))) or [None])[0]
             if ordinal is None:
                 return None
             if op.is_recv and len(self.posted[(case, peer, r)]) >= ordinal:
                 return None                     # its message is on its way
             if op.is_send and (s.pending_tag != "A" or self.claimed[(case, r, peer)] >= ordinal):
                 return None                     # posting it does not wait; or its receive is posted
-            waits[r] = (kind, mb, peer, s.pending_since)
+            waits[r] = (kind, mb, peer, s.pending_since, chunk)
         if not waits:
             return None                         # everybody is done: the case is ending normally
         unreceived = {(src, dst): sends[self.claimed[(c, src, dst)]:]

@@ -18,7 +18,7 @@ from pathlib import Path
 from lab_src.harness import deadlock, runfolder
 from lab_src.harness.case import Case
 from lab_src.harness.launcher import Launch, launch, launch_groups
-from lab_src.pipeline.trace import Event, save_events
+from lab_src.pipeline.trace import Event, save_events, unpack
 from lab_src.registry import EXERCISES
 
 
@@ -61,9 +61,9 @@ class CaseOutcome:
         for r, o in sorted(self._ranks(True).items()):
             e = o.get("error") or {}
             if e.get("pending") and e.get("pending_since") is not None:
-                _, kind, mb, peer = e["pending"]
+                kind, mb, peer, chunk = unpack(e["pending"])
                 end = e.get("at") or self.stopped_at or e["pending_since"]
-                out.append(Event(r, kind, mb, peer, None, 0, e["pending_since"] - t0, end - t0))
+                out.append(Event(r, kind, mb, peer, None, 0, e["pending_since"] - t0, end - t0, chunk))
         return out
 
     def ends(self) -> list[tuple[int, float, str]]:

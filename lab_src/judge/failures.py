@@ -13,6 +13,7 @@ consequences, not mistakes of their own, and point at code that is right. So a c
 from __future__ import annotations
 
 from lab_src.judge.problems import Problem, from_error, gave_up_waiting, sanitize, student_line, wrong_peer
+from lab_src.pipeline.trace import op_text, unpack
 
 
 def is_wait(error: dict) -> bool:
@@ -74,7 +75,7 @@ def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[in
     for r, e in sorted(left.items()):
         pending = e.get("pending")
         if pending:
-            _, kind, mb, peer = pending
+            kind, mb, peer, chunk = unpack(pending)
             if isinstance(peer, list):      # a collective, over these ranks
                 line = f"rank {r} waited in {kind} over ranks {peer}"
                 if set(peer) & raised:
@@ -82,7 +83,7 @@ def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[in
                 lines.append(line)
                 continue
             towards = "to" if kind.startswith("send") else "from"
-            line = f"rank {r} waited in {kind}(mb={mb})" + (f" {towards} rank {peer}" if peer is not None else "")
+            line = f"rank {r} waited in {op_text(kind, mb, chunk)}" + (f" {towards} rank {peer}" if peer is not None else "")
             if peer in raised:
                 line += ", which had stopped with the error above"
             elif peer in wrong:

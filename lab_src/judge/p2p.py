@@ -118,7 +118,7 @@ def mutual_sends(qid: str, errors: dict[int, dict], label: str = "") -> list[Pro
     receive was posted)."""
     pending = {r: e["pending"] for r, e in errors.items() if e.get("pending")}
     problems = []
-    for r, (_, kind, mb, peer) in sorted(pending.items()):
+    for r, (_, kind, mb, peer, *_) in sorted(pending.items()):
         other = pending.get(peer)
         op = Op.of(kind)
         if op is None or not op.is_send or other is None or other[3] != r or peer < r:

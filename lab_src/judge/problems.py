@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from lab_src.pipeline.schedules import Op
+from lab_src.pipeline.trace import op_text, unpack
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,11 @@ def from_error(exercise: str, rank: int, error: dict, case: str = "", ring: int 
     `ring`: the ranks form a ring of this many (interleaved: the neighbour of rank 0 is rank ring - 1)."""
     msg = f"{error['type']}: {sanitize(error['message'])}" if error["type"] != "NotRun" else error["message"]
     if error.get("pending"):
-        _, kind, mb, peer = error["pending"]
+        kind, mb, peer, chunk = unpack(error["pending"])
         if isinstance(peer, list):      # a collective, over these ranks
             op = f"{kind} over ranks {peer}"
         else:
-            op = f"{kind}(mb={mb})" + (f" with rank {peer}" if peer is not None else "")
+            op = op_text(kind, mb, chunk) + (f" with rank {peer}" if peer is not None else "")
         gave_up = gave_up_waiting(error["message"], error["type"])
         if gave_up == "stopped":
             msg = (f"waited in {op} for a message that never came; every rank was waiting, so the check "

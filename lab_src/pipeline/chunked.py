@@ -31,7 +31,7 @@ from lab_src.exercises import activation_shape, distribute_layers
 from lab_src.pipeline import trace
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.model import build_piece
-from lab_src.pipeline.stage import PipelineStage, _checked_layers, _checked_shape, _ranges
+from lab_src.pipeline.stage import PipelineStage, _checked_layers, _checked_shape, _ranges, backward_from
 
 
 class InterleavedStage(PipelineStage):
@@ -53,6 +53,7 @@ class InterleavedStage(PipelineStage):
         self.dtype = cfg.torch_dtype
         self.group = group
         self._sends = []
+        self._posted = []
         self.is_first_stage = pp_rank == 0
         self.is_last_stage = pp_rank == pp_size - 1
         self.chunk_layers = [_checked_layers(distribute_layers(cfg.num_layers, self.virtual_stage(c), virtual), cfg,
@@ -128,7 +129,7 @@ class InterleavedStage(PipelineStage):
             if output_grad is None:
                 output_tensor.backward()
             else:
-                (output_tensor * output_grad).sum().backward()   # as PipelineStage.backward (no sympy import)
+                backward_from(output_tensor, output_grad)
         self._held.pop((microbatch, chunk), None)
         return input_tensor.grad if receives_grad else None
 
@@ -143,6 +144,13 @@ class InterleavedStage(PipelineStage):
         got = super().recv(src, shape, operation, microbatch, chunk)
         self.waiting = None
         return got
+
+    def post_recv(self, src: int, shape, operation: str, microbatch: int = 0, chunk: int | None = None):
+        chunk = self._check_chunk(chunk, operation, microbatch)
+        return super().post_recv(src, shape, operation, microbatch, chunk)
+
+    def _waiting_in(self, received) -> None:
+        self.waiting = None if received is None else [received.operation, received.microbatch, received.chunk]
 
     # ---- checks -----------------------------------------------------------------------------
     def _check_peer(self, peer, where: str) -> None:

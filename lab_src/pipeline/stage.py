@@ -12,10 +12,13 @@ stage. On the last stage `output` is the loss and `output_grad` is None.
 `send` and `recv` take the model chunk they work for (0 unless the rank holds several: see
 pipeline/chunked.py); it is recorded with the message.
 
-`send` and `recv` are the only way stages exchange tensors: they are traced, and they check what
-they are given, so that a mistake is reported where it happens rather than as a hang or a wrong
-number three stages later. A send is posted and returns at once (the stage computes while the message
-travels); `flush()` waits for all of them at the end of a step.
+`send` and `recv` (and `post_recv`) are the only way stages exchange tensors: they are traced, and they
+check what they are given, so that a mistake is reported where it happens rather than as a hang or a
+wrong number three stages later. A send is posted and returns at once (the stage computes while the
+message travels); `flush()` waits for all of them at the end of a step. `recv` waits for its message;
+`post_recv` posts the receive and returns a handle whose `wait()` gives the tensor later, so that the
+message can travel while the stage computes something else (gloo moves a message only once its receive
+is posted).
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ class PipelineStage(nn.Module):
         self.dtype = cfg.torch_dtype
         self.group = group
         self._sends = []          # sends posted and not yet known to be delivered (see send and flush)
+        self._posted = []         # receives posted with post_recv and not yet waited for
         self.is_first_stage = pp_rank == 0
         self.is_last_stage = pp_rank == pp_size - 1
         self.layer_ids = _checked_layers(distribute_layers(cfg.num_layers, pp_rank, pp_size), cfg, pp_rank)
@@ -87,10 +91,7 @@ class PipelineStage(nn.Module):
             if output_grad is None:             # the last stage: output_tensor is its loss
                 output_tensor.backward()
             else:
-                # The vector-Jacobian product of torch.autograd.backward(output, output_grad), to the bit:
-                # d/dparams sum(output * output_grad) = J^T output_grad. Written this way because an
-                # explicit grad_tensors makes PyTorch import sympy (0.4 s) on a rank's first backward.
-                (output_tensor * output_grad).sum().backward()
+                backward_from(output_tensor, output_grad)
         receives_grad = input_tensor is not None and input_tensor.is_floating_point()
         return input_tensor.grad if receives_grad else None
 
@@ -114,6 +115,12 @@ class PipelineStage(nn.Module):
 
     def flush(self) -> None:
         """Wait until every message this stage sent has been delivered (the end of a step)."""
+        if self._posted:
+            left = ", ".join(f"{trace.op_text(r.operation, r.microbatch, r.chunk)} from rank {r.src}"
+                             for r in self._posted)
+            self._posted.clear()
+            raise RuntimeError(f"stage {self.pp_rank}: the step ended with receives posted and never waited for: "
+                               f"{left}. Call .wait() on what post_recv returns, before the compute that needs it")
         while self._sends:
             work, _ = self._sends[0]
             waiting.wait(work)
@@ -127,6 +134,25 @@ class PipelineStage(nn.Module):
         with trace.span(operation, microbatch, src, shape, buffer.numel() * buffer.element_size(), chunk):
             waiting.wait(dist.irecv(buffer, group=self.group, group_src=src))
         return buffer
+
+    def post_recv(self, src: int, shape, operation: str, microbatch: int = 0, chunk: int = 0) -> "PostedRecv":
+        """Post a receive now and wait for it later: `stage.post_recv(...).wait()` returns what
+        `stage.recv(...)` would. gloo moves a message only once its receive is posted, so a receive posted
+        before the compute that comes ahead of its use lets the message travel during that compute
+        (torch.distributed.pipelining's schedules post theirs ahead too). Messages from one rank land in
+        the receives in the order they were posted, whatever order they are waited in."""
+        self._check_peer(src, f"stage {self.pp_rank} {trace.op_text(operation, microbatch, chunk)}")
+        shape = tuple(int(s) for s in shape)
+        buffer = torch.empty(shape, dtype=self.dtype, device=self.device)
+        posted = trace.Posted(operation, microbatch, src, shape, buffer.numel() * buffer.element_size(), chunk)
+        with posted.posting():
+            work = dist.irecv(buffer, group=self.group, group_src=src)
+        received = PostedRecv(self, buffer, work, posted, src, operation, microbatch, chunk)
+        self._posted.append(received)
+        return received
+
+    def _waiting_in(self, received) -> None:
+        """A posted receive this stage now waits for (None: the wait is over); see chunked.py."""
 
     # ---- checks that turn a hang or a wrong number into a message ---------------------------
     def _check_peer(self, peer, where: str) -> None:
@@ -170,6 +196,60 @@ class PipelineStage(nn.Module):
         if not self.is_first_stage and not x.is_floating_point():
             raise ValueError(f"{where}: only the first stage reads tokens; this stage's input is the "
                              f"activation received from stage {self.pp_rank - 1}")
+
+
+def backward_from(output: torch.Tensor, grad: torch.Tensor) -> None:
+    """torch.autograd.backward(output, grad): back-propagate `grad`, the gradient of some later loss with
+    respect to `output`, through the graph that made `output`. Written as the backward of a scalar whose
+    gradient with respect to `output` is exactly `grad`, because passing grad_tensors makes PyTorch import
+    sympy (0.4 s) on a process's first backward."""
+    if not isinstance(grad, torch.Tensor) or grad.shape != output.shape:
+        got = f"shape {tuple(grad.shape)}" if isinstance(grad, torch.Tensor) else f"a {type(grad).__name__}"
+        raise ValueError(f"the output gradient passed to backward is {got}, but the output it belongs to has shape "
+                         f"{tuple(output.shape)}: pass the gradient received for this output (recv_backward)")
+    _Seed.apply(output, grad).backward()
+
+
+class _Seed(torch.autograd.Function):
+    """A zero scalar made from `output`; its backward hands `grad` to `output` as is (see backward_from)."""
+
+    @staticmethod
+    def forward(ctx, output, grad):
+        ctx.grad = grad                     # an attribute, not a saved tensor: not counted as activation memory
+        return output.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, _):
+        return ctx.grad, None
+
+
+class PostedRecv:
+    """A receive `PipelineStage.post_recv` posted; `wait()` returns the received tensor."""
+
+    def __init__(self, stage, buffer, work, posted, src, operation, microbatch, chunk):
+        self.stage, self.buffer, self.work, self.posted = stage, buffer, work, posted
+        self.src, self.operation, self.microbatch, self.chunk = src, operation, microbatch, chunk
+        self.done = False
+
+    def wait(self) -> torch.Tensor:
+        if not self.done:
+            # the receives from one peer fill in the order they were posted: wait for the earlier ones first,
+            # so that the record (and the check's reading of it) keeps that order
+            for earlier in [r for r in self.stage._posted if r.src == self.src]:
+                if earlier is self:
+                    break
+                earlier._wait()
+            self._wait()
+        return self.buffer
+
+    def _wait(self) -> None:
+        self.stage._waiting_in(self)
+        with self.posted.waited():
+            waiting.wait(self.work)
+        self.done = True
+        if self in self.stage._posted:
+            self.stage._posted.remove(self)
+        self.stage._waiting_in(None)
 
 
 def _checked_layers(layer_ids, cfg: LabConfig, pp_rank: int) -> list[int]:

@@ -111,7 +111,7 @@ class Tracer:
         self.events: list[Event] = []
         self.sync = sync                      # e.g. torch.cuda.synchronize, so GPU times are real
         self.label = label                    # which case of a launch this is
-        self.pending: list | None = None      # the operation in progress: [label, kind, mb, peer]
+        self.pending: list | None = None      # the operation in progress: [label, kind, mb, peer(, chunk)]
         self.pending_since: float | None = None   # when it began (time.perf_counter)
         self._journal = journal               # journal(tag, pending): harness/runfolder.py's format, or None
         self.memory = None                    # () -> bytes saved for backward now held (harness/memory.py)
@@ -120,7 +120,7 @@ class Tracer:
     def span(self, kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chunk: int = 0,
              group: tuple | None = None):
         # what a deadlock report names: the peer of a message, the ranks of a collective
-        pending = self.pending = [self.label, kind, microbatch, peer if group is None else list(group)]
+        pending = self.pending = operation(self.label, kind, microbatch, peer if group is None else list(group), chunk)
         if self._journal:
             self._journal("B", pending)
         t_start = self.pending_since = time.perf_counter()
@@ -135,10 +135,11 @@ class Tracer:
     def held(self) -> int:
         return self.memory() if self.memory is not None else 0
 
-    def begin(self, kind: str, microbatch=None, peer=None, posted: bool = False) -> list:
+    def begin(self, kind: str, microbatch=None, peer=None, posted: bool = False, chunk: int = 0) -> list:
         """Journal the start of an operation that ends later; `record` ends it. `posted`: a message posted
-        (a raw isend or irecv) that the rank does not wait for yet: `awaits` says when it does."""
-        pending = [self.label, kind, microbatch, peer]
+        (a raw isend or irecv, or a stage's post_recv) that the rank does not wait for yet: `awaits` says when
+        it does."""
+        pending = operation(self.label, kind, microbatch, peer, chunk)
         if self._journal:
             self._journal("P" if posted else "B", pending)
         return pending
@@ -160,6 +161,23 @@ class Tracer:
         to be delivered and for the other ranks (the deadlock watch counts it as sending nothing more)."""
         if self._journal:
             self._journal("W", [self.label])
+
+
+def operation(label: str, kind: str, microbatch, peer, chunk: int = 0) -> list:
+    """How the journal, the deadlock watch and a rank's error name an operation in progress:
+    [label, kind, micro-batch, peer], with the model chunk after them where it is not 0 (interleaved)."""
+    return [label, kind, microbatch, peer] + ([chunk] if chunk else [])
+
+
+def unpack(pending) -> tuple:
+    """(kind, micro-batch, peer, chunk) of an operation named by `operation`."""
+    kind, mb, peer = pending[1:4]
+    return kind, mb, peer, (pending[4] if len(pending) > 4 else 0)
+
+
+def op_text(kind: str, microbatch, chunk: int = 0) -> str:
+    """'recv_forward(mb=3)', or 'recv_forward(mb=3, chunk 1)' for a chunk other than 0."""
+    return f"{kind}(mb={microbatch}{f', chunk {chunk}' if chunk else ''})"
 
 
 _active: list[Tracer] = []
@@ -188,6 +206,46 @@ def span(kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chu
     else:
         with t.span(kind, microbatch, peer, shape, nbytes, chunk, group):
             yield
+
+
+class Posted:
+    """A message posted now and waited for later (`PipelineStage.post_recv`), under the active tracer if
+    any: journalled P when posted (the deadlock watch counts the receive as taking the peer's next
+    message from then on), A when the rank begins to wait for it, E when the wait returns. Its event
+    spans the wait, as a plain receive's does: the time the rank was held up by the message."""
+
+    def __init__(self, kind: str, microbatch, peer, shape, nbytes: int, chunk: int = 0):
+        self.tracer = active()
+        self.what = (kind, microbatch, peer, tuple(shape) if shape is not None else None, nbytes)
+        self.chunk = chunk
+        self.pending = self.tracer.begin(kind, microbatch, peer, posted=True, chunk=chunk) if self.tracer else None
+
+    @contextlib.contextmanager
+    def posting(self):
+        """Around the call that posts it: the rank is in this operation (so harness/rawp2p.py, which records
+        raw torch.distributed calls made outside any operation, leaves it to this record)."""
+        t = self.tracer
+        if t is None:
+            yield
+            return
+        before, t.pending = t.pending, self.pending
+        yield
+        t.pending = before
+
+    @contextlib.contextmanager
+    def waited(self):
+        t = self.tracer
+        if t is None:
+            yield
+            return
+        t.awaits(self.pending)
+        t_start = t.pending_since
+        yield                               # on an exception `pending` stays set, as in Tracer.span
+        if t.sync is not None:
+            t.sync()
+        t_end = time.perf_counter()
+        t.pending = t.pending_since = None
+        t.record(Event(t.rank, *self.what, t_start, t_end, self.chunk), self.pending)
 
 
 @contextlib.contextmanager

@@ -87,7 +87,7 @@ def one_f_one_b_step(stage, data_iter, num_microbatches):
         if stage.is_last_stage:
             logits.append(y.detach())
             outputs[mb] = y.mean() / m           # this micro-batch's share of the batch mean
-            losses.append(float(outputs[mb]))
+            losses.append(float(outputs[mb].detach()))
         return y
 
     def backward(mb, grad):

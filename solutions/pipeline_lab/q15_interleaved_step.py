@@ -90,6 +90,7 @@ from lab_src.checks import check
 # | `stage.backward(x, y, grad, chunk=c, microbatch=mb)` | back-propagates `grad` (None for the loss) through chunk c; returns the gradient of `x` |
 # | `stage.send(tensor, dst=rank, operation=op, microbatch=mb, chunk=c)` | posts a message (returns at once) |
 # | `stage.recv(src=rank, shape=stage.activation_shape, operation=op, microbatch=mb, chunk=c)` | waits for a message and returns it |
+# | `stage.post_recv(...)`, the arguments of `recv` | posts the receive and returns at once; its `.wait()` returns the message |
 #
 # `op` is one of Q7's four operations. Q7's `pipeline_communicate` does not know about chunks: write the
 # chunk-aware version inside your answer (which virtual stage is chunk c? which rank holds the next one and
@@ -99,6 +100,13 @@ from lab_src.checks import check
 # `num_microbatches`; keep each chunk's input and output until its backward. Return `(outputs, loss)`: on the
 # last rank each micro-batch's output (detached, in micro-batch order) and the total loss as a float; on
 # the others `([], None)`.
+#
+# `stage.recv` is all you need. `post_recv` is for later, once the step is right: gloo starts moving a
+# message only when its receive is posted, so a `recv` called when its box is about to run makes the box
+# wait for the whole transfer. Post each box's receive one box ahead, and the message travels while the box
+# before it computes; this is what `torch.distributed.pipelining`'s schedules do. Keep the receives from one
+# rank in the order its sends go out: messages between two ranks land in the receives in the order those
+# were posted.
 
 # %% nbgrader={"grade": false, "grade_id": "q15_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # %%answer q15
@@ -118,51 +126,63 @@ def interleaved_step(stage, data_iter, num_microbatches):
         return mb, (v - 1 - chunk if backward else chunk)
 
     def communicate(op, chunk, mb, tensor=None):
-        """Q7's four operations for one chunk; the ring's neighbours are (r - 1) % p and (r + 1) % p."""
+        """Q7's four operations for one chunk; the ring's neighbours are (r - 1) % p and (r + 1) % p.
+        A receive is posted here and returned; its .wait() gives the tensor."""
         s = virtual(chunk)
         if op == "recv_forward" and s != first:
-            return stage.recv(src=(r - 1) % p, shape=stage.activation_shape, operation=op, microbatch=mb, chunk=chunk)
+            return stage.post_recv(src=(r - 1) % p, shape=stage.activation_shape, operation=op, microbatch=mb,
+                                   chunk=chunk)
         if op == "send_forward" and s != last:
             stage.send(tensor, dst=(r + 1) % p, operation=op, microbatch=mb, chunk=chunk)
         if op == "recv_backward" and s != last:
-            return stage.recv(src=(r + 1) % p, shape=stage.activation_shape, operation=op, microbatch=mb, chunk=chunk)
+            return stage.post_recv(src=(r + 1) % p, shape=stage.activation_shape, operation=op, microbatch=mb,
+                                   chunk=chunk)
         if op == "send_backward" and s != first:
             stage.send(tensor, dst=(r - 1) % p, operation=op, microbatch=mb, chunk=chunk)
         return None
 
     kept, logits, losses = {}, {}, []
 
-    def forward(k):
+    def forward(k, received):
         mb, chunk = order(k, backward=False)
-        x = communicate("recv_forward", chunk, mb)
-        if x is None:                               # virtual stage 0: tokens from the dataloader
+        if received is None:                        # virtual stage 0: tokens from the dataloader
             x = next(data_iter).to(stage.device)
         else:
-            x.requires_grad_()
+            x = received.wait().requires_grad_()
         y = stage.forward(x, chunk=chunk, microbatch=mb)
         communicate("send_forward", chunk, mb, y)
         if virtual(chunk) == last:
             logits[mb] = y.detach()
             y = y.mean() / m                        # this micro-batch's share of the batch mean
-            losses.append(float(y))
+            losses.append(float(y.detach()))
         kept[mb, chunk] = (x, y)
 
-    def backward(k):
+    def backward(k, received):
         mb, chunk = order(k, backward=True)
-        grad = communicate("recv_backward", chunk, mb)
+        grad = received.wait() if received is not None else None    # None: the last virtual stage's loss
         x, y = kept.pop((mb, chunk))
         input_grad = stage.backward(x, y, grad, chunk=chunk, microbatch=mb)
         communicate("send_backward", chunk, mb, input_grad)
 
+    def receive_for(box):
+        """Post the receive that a box (forward or backward k) will need; None if it needs none."""
+        run, k = box
+        backward_box = run is backward
+        mb, chunk = order(k, backward=backward_box)
+        return communicate("recv_backward" if backward_box else "recv_forward", chunk, mb)
+
     total = m * v
     warmup = min((p - r - 1) * 2 + (v - 1) * p, total)
-    for k in range(warmup):
-        forward(k)
+    boxes = [(forward, k) for k in range(warmup)]                   # warm-up
     for i in range(total - warmup):
-        forward(warmup + i)
-        backward(i)
-    for k in range(total - warmup, total):
-        backward(k)
+        boxes += [(forward, warmup + i), (backward, i)]             # one forward, one backward
+    boxes += [(backward, k) for k in range(total - warmup, total)]  # cool-down
+    # Each box's receive is posted one box ahead, so its message travels while the box before computes.
+    received = receive_for(boxes[0])
+    for i, (run, k) in enumerate(boxes):
+        after = receive_for(boxes[i + 1]) if i + 1 < len(boxes) else None
+        run(k, received)
+        received = after
     if stage.is_last_stage:
         return [logits[mb] for mb in range(m)], sum(losses)
     return [], None
