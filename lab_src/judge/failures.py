@@ -83,7 +83,8 @@ def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[in
                 lines.append(line)
                 continue
             towards = "to" if kind.startswith("send") else "from"
-            line = f"rank {r} waited in {op_text(kind, mb, chunk)}" + (f" {towards} rank {peer}" if peer is not None else "")
+            line = f"rank {r} waited in {op_text(kind, mb, chunk)}" + \
+                (f" {towards} rank {peer}" if peer is not None else "")
             if peer in raised:
                 line += ", which had stopped with the error above"
             elif peer in wrong:

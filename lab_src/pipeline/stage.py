@@ -97,7 +97,7 @@ class PipelineStage(nn.Module):
 
     # ---- messaging -------------------------------------------------------------------------
     def send(self, tensor: torch.Tensor, dst: int, operation: str, microbatch: int = 0, chunk: int = 0) -> None:
-        where = f"stage {self.pp_rank} {operation}(mb={microbatch}{f', chunk {chunk}' if chunk else ''})"
+        where = f"stage {self.pp_rank} {trace.op_text(operation, microbatch, chunk)}"
         self._check_peer(dst, where)
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{where}: there is no tensor to send (got {type(tensor).__name__}). "
@@ -127,7 +127,7 @@ class PipelineStage(nn.Module):
             self._sends.pop(0)
 
     def recv(self, src: int, shape, operation: str, microbatch: int = 0, chunk: int = 0) -> torch.Tensor:
-        where = f"stage {self.pp_rank} {operation}(mb={microbatch}{f', chunk {chunk}' if chunk else ''})"
+        where = f"stage {self.pp_rank} {trace.op_text(operation, microbatch, chunk)}"
         self._check_peer(src, where)
         shape = tuple(int(s) for s in shape)
         buffer = torch.empty(shape, dtype=self.dtype, device=self.device)
