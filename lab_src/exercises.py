@@ -229,7 +229,9 @@ def interleaved_step(stage, data_iter, num_microbatches):
     other ranks); every other chunk receives its input from the previous virtual stage. Use
     `stage.forward(x, chunk=c, microbatch=mb)`, `stage.backward(x, y, grad, chunk=c, microbatch=mb)`,
     `stage.send(tensor, dst=..., operation=..., microbatch=mb, chunk=c)` and
-    `stage.recv(src=..., shape=stage.activation_shape, operation=..., microbatch=mb, chunk=c)`.
+    `stage.recv(src=..., shape=stage.activation_shape, operation=..., microbatch=mb, chunk=c)`; or, to let a
+    message travel while the rank computes, `stage.post_recv(...)` (recv's arguments) ahead of time and its
+    `.wait()` when the tensor is needed.
 
     Order the operations as Interleaved 1F1B (`num_microbatches` is a multiple of pp_size): forwards take
     chunk 0 for micro-batches 0..p-1, then chunk 1 for the same group, ..., then the next group;
