@@ -52,7 +52,7 @@ def rank_problems(qid: str, errors: dict[int, dict], label: str = "", stuck=None
     if not causes and any(isinstance((e.get("pending") or [None] * 4)[3], list) for e in left.values()):
         # a collective that not every member joined: each rank's own message says which (judge/problems.py)
         return [from_error(qid, r, e, label, ring) for r, e in sorted(errors.items())]
-    lines = _waiting_lines(left, stuck, set(raised), set(wrong))
+    lines = _waiting_lines(left, stuck, set(raised), set(wrong), chunked=ring is not None)
     if not lines:
         # every error is accounted for above, or (ranks that only waited at the end) is one of its own
         return causes or [from_error(qid, r, e, label, ring) for r, e in sorted(errors.items())]
@@ -70,7 +70,8 @@ def rank_problems(qid: str, errors: dict[int, dict], label: str = "", stuck=None
                          + _indent(lines + tail), None, mb, label)]
 
 
-def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[int]) -> list[str]:
+def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[int], chunked: bool = False) -> list[str]:
+    """One line per rank left waiting; `chunked`: the ranks hold several chunks each, so every line names one."""
     lines = []
     for r, e in sorted(left.items()):
         pending = e.get("pending")
@@ -83,7 +84,7 @@ def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[in
                 lines.append(line)
                 continue
             towards = "to" if kind.startswith("send") else "from"
-            line = f"rank {r} waited in {op_text(kind, mb, chunk)}" + \
+            line = f"rank {r} waited in {op_text(kind, mb, chunk, chunked)}" + \
                 (f" {towards} rank {peer}" if peer is not None else "")
             if peer in raised:
                 line += ", which had stopped with the error above"

@@ -67,7 +67,7 @@ def from_error(exercise: str, rank: int, error: dict, case: str = "", ring: int 
         if isinstance(peer, list):      # a collective, over these ranks
             op = f"{kind} over ranks {peer}"
         else:
-            op = op_text(kind, mb, chunk) + (f" with rank {peer}" if peer is not None else "")
+            op = op_text(kind, mb, chunk, ring is not None) + (f" with rank {peer}" if peer is not None else "")
         gave_up = gave_up_waiting(error["message"], error["type"])
         if gave_up == "stopped":
             msg = (f"waited in {op} for a message that never came; every rank was waiting, so the check "

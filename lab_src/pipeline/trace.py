@@ -175,9 +175,10 @@ def unpack(pending) -> tuple:
     return kind, mb, peer, (pending[4] if len(pending) > 4 else 0)
 
 
-def op_text(kind: str, microbatch, chunk: int = 0) -> str:
-    """'recv_forward(mb=3)', or 'recv_forward(mb=3, chunk 1)' for a chunk other than 0."""
-    return f"{kind}(mb={microbatch}{f', chunk {chunk}' if chunk else ''})"
+def op_text(kind: str, microbatch, chunk: int = 0, chunked: bool = False) -> str:
+    """'recv_forward(mb=3)', or 'recv_forward(mb=3, chunk 1)' for a chunk other than 0 or, with `chunked`
+    (a rank of an interleaved pipeline), for every chunk."""
+    return f"{kind}(mb={microbatch}{f', chunk {chunk}' if chunk or chunked else ''})"
 
 
 _active: list[Tracer] = []
