@@ -67,7 +67,7 @@ class InterleavedStage(PipelineStage):
         self._held: dict[tuple[int, int], int] = {}     # (micro-batch, chunk) -> activation bytes kept for backward
         self.peak_held_bytes = 0
         self.peak_held_chunks = 0
-        self.waiting: list | None = None                # [operation, micro-batch, chunk] of a receive under way
+        self.waiting = None
 
     def virtual_stage(self, chunk: int) -> int:
         """The virtual stage that chunk `chunk` of this rank is: chunk * pp_size + pp_rank."""
@@ -140,17 +140,11 @@ class InterleavedStage(PipelineStage):
 
     def recv(self, src: int, shape, operation: str, microbatch: int = 0, chunk: int | None = None) -> torch.Tensor:
         chunk = self._check_chunk(chunk, operation, microbatch)
-        self.waiting = [operation, microbatch, chunk]   # for the report on a run that stops here
-        got = super().recv(src, shape, operation, microbatch, chunk)
-        self.waiting = None
-        return got
+        return super().recv(src, shape, operation, microbatch, chunk)
 
     def post_recv(self, src: int, shape, operation: str, microbatch: int = 0, chunk: int | None = None):
         chunk = self._check_chunk(chunk, operation, microbatch)
         return super().post_recv(src, shape, operation, microbatch, chunk)
-
-    def _waiting_in(self, received) -> None:
-        self.waiting = None if received is None else [received.operation, received.microbatch, received.chunk]
 
     # ---- checks -----------------------------------------------------------------------------
     def _check_peer(self, peer, where: str) -> None:

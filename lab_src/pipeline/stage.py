@@ -44,6 +44,7 @@ class PipelineStage(nn.Module):
         self.group = group
         self._sends = []          # sends posted and not yet known to be delivered (see send and flush)
         self._posted = []         # receives posted with post_recv and not yet waited for
+        self.waiting = None       # [operation, micro-batch, chunk] of the receive it waits in (for a stopped run)
         self.is_first_stage = pp_rank == 0
         self.is_last_stage = pp_rank == pp_size - 1
         self.layer_ids = _checked_layers(distribute_layers(cfg.num_layers, pp_rank, pp_size), cfg, pp_rank)
@@ -131,8 +132,10 @@ class PipelineStage(nn.Module):
         self._check_peer(src, where)
         shape = tuple(int(s) for s in shape)
         buffer = torch.empty(shape, dtype=self.dtype, device=self.device)
+        self.waiting = [operation, microbatch, chunk]
         with trace.span(operation, microbatch, src, shape, buffer.numel() * buffer.element_size(), chunk):
             waiting.wait(dist.irecv(buffer, group=self.group, group_src=src))
+        self.waiting = None
         return buffer
 
     def post_recv(self, src: int, shape, operation: str, microbatch: int = 0, chunk: int = 0) -> "PostedRecv":
@@ -150,9 +153,6 @@ class PipelineStage(nn.Module):
         received = PostedRecv(self, buffer, work, posted, src, operation, microbatch, chunk)
         self._posted.append(received)
         return received
-
-    def _waiting_in(self, received) -> None:
-        """A posted receive this stage now waits for (None: the wait is over); see chunked.py."""
 
     # ---- checks that turn a hang or a wrong number into a message ---------------------------
     def _check_peer(self, peer, where: str) -> None:
@@ -243,13 +243,13 @@ class PostedRecv:
         return self.buffer
 
     def _wait(self) -> None:
-        self.stage._waiting_in(self)
+        self.stage.waiting = [self.operation, self.microbatch, self.chunk]
         with self.posted.waited():
             waiting.wait(self.work)
         self.done = True
         if self in self.stage._posted:
             self.stage._posted.remove(self)
-        self.stage._waiting_in(None)
+        self.stage.waiting = None
 
 
 def _checked_layers(layer_ids, cfg: LabConfig, pp_rank: int) -> list[int]:
