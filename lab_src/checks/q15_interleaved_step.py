@@ -46,7 +46,7 @@ def _run(configs, folder, srcs):
 def compute_order(events, rank: int, limit: int = 16) -> str:
     """'F0c0 F1c0 F0c1 B0c1 ...': the first `limit` compute boxes of a rank, in the order they ran."""
     boxes = sorted((e for e in events if e.rank == rank and e.is_compute), key=lambda e: e.t_start)
-    words = [f"{e.kind[0].upper()}{e.microbatch}c{e.chunk}" for e in boxes]
+    words = [f"{e.op.letter}{e.microbatch}c{e.chunk}" for e in boxes]
     return " ".join(words[:limit]) + (f" ... ({len(words)} in all)" if len(words) > limit else "")
 
 

@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab_src.pipeline.schedules import Op
+from lab_src.pipeline.ops import Op
 from lab_src.pipeline.trace import op_text, unpack
 from lab_src.harness.runfolder import journal_path, read_journal
 
@@ -31,7 +31,7 @@ def describe_op(kind: str, mb, peer, chunk: int = 0) -> str:
     if op is None:              # a collective: its `peer` is the list of ranks taking part
         return f"{kind} over ranks {peer}"
     if op.is_compute:
-        return f"{kind[0].upper()}{mb}" + (f"c{chunk}" if chunk else "")
+        return f"{op.letter}{mb}" + (f"c{chunk}" if chunk else "")
     return f"{op_text(kind, mb, chunk)} {'to' if op.is_send else 'from'} rank {peer}"
 
 

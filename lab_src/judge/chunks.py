@@ -207,7 +207,7 @@ def held_too_many(events, p: int, m: int, sched: Interleaved1F1B, qid: str, labe
         limit, warm = sched.max_in_flight(r, p, m), sched.warmup(r, p, m)
         held, worst = 0, None
         for e in compute_order(events, r):
-            held += 1 if e.kind == Op.FORWARD else -1
+            held += Op(e.kind).holds
             if held > limit and worst is None:
                 worst = (held, e)
         held, e = worst

@@ -13,7 +13,7 @@ step is wrong, from the forwards and backwards each rank recorded, even in a run
 from __future__ import annotations
 
 from lab_src.judge.problems import Problem
-from lab_src.pipeline.schedules import OneForwardOneBackward, compute_order
+from lab_src.pipeline.schedules import OneForwardOneBackward, compute_order, letters
 
 ONE_F_ONE_B = OneForwardOneBackward()
 
@@ -53,8 +53,7 @@ def diagnose(events, p: int, m: int, qid: str, label: str) -> list[Problem]:
 
 
 def _order(compute, limit: int = 12) -> str:
-    text = " ".join(f"{kind[0].upper()}{mb}" for kind, mb in compute[:limit])
-    return text + (" ..." if len(compute) > limit else "")
+    return letters(compute, limit)
 
 
 def _few(mbs: list[int], n: int = 4) -> str:

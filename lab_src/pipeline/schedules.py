@@ -1,14 +1,12 @@
-"""Pipeline schedules as data: the operations, each rank's program, and the rules a run must keep.
+"""Pipeline schedules as data: each rank's program, and the rules a run must keep.
 
     from lab_src.pipeline.schedules import SCHEDULES, Op
-    SCHEDULES["1f1b"].program(rank=0, p=4, m=8)        # [Step(RECV_FORWARD...), Step(FORWARD, 0), ...]
+    SCHEDULES["1f1b"].program(rank=0, p=4, m=8)        # [0F0, 0SEND_F0, 0F1, ...] (Steps, in torch's grammar)
     SCHEDULES["afab"].violations(events, p=4, m=8)      # [] when the run kept All-Forward-All-Backward's rules
 
-A pipeline of `p` ranks runs `v` model chunks per rank (v = 1 except for interleaved schedules): chunk c
-of rank r is virtual stage s = c * p + r of `v * p`, and virtual stage s + 1 lives on rank (s + 1) % p.
-Activations travel from virtual stage s to s + 1 (forward), gradients from s + 1 back to s (backward).
-Everything that needs to know who talks to whom asks `Op.peer`; nothing else in the lab takes an
-operation's name apart.
+The operations and a program's steps (`Op`, `Step`) are defined in pipeline/ops.py and imported from
+here too. A pipeline of `p` ranks runs `v` model chunks per rank (v = 1 except for interleaved
+schedules): chunk c of rank r is virtual stage c * p + r, the stage a step names.
 
 A schedule declares two things: its `program` (the ordered operations of each rank, point-to-point
 ones included, those that do nothing at the ends of the pipeline left out) and its invariants
@@ -17,107 +15,20 @@ timeline and the case runner read the schedule of the case; none of them assumes
 """
 from __future__ import annotations
 
-import enum
 from collections import Counter
-from dataclasses import dataclass
 
-
-class Op(str, enum.Enum):
-    FORWARD = "forward"
-    BACKWARD = "backward"
-    RECV_FORWARD = "recv_forward"
-    SEND_FORWARD = "send_forward"
-    RECV_BACKWARD = "recv_backward"
-    SEND_BACKWARD = "send_backward"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @classmethod
-    def of(cls, kind) -> "Op | None":
-        """The operation named `kind` ("recv_forward", Op.FORWARD, ...), or None for another kind of event."""
-        try:
-            return cls(kind)
-        except ValueError:
-            return None
-
-    @property
-    def is_compute(self) -> bool:
-        return self in (Op.FORWARD, Op.BACKWARD)
-
-    @property
-    def is_send(self) -> bool:
-        return self in (Op.SEND_FORWARD, Op.SEND_BACKWARD)
-
-    @property
-    def is_recv(self) -> bool:
-        return self in (Op.RECV_FORWARD, Op.RECV_BACKWARD)
-
-    @property
-    def phase(self) -> str:
-        """"forward" for what activations do, "backward" for what gradients do."""
-        return "forward" if self in (Op.FORWARD, Op.RECV_FORWARD, Op.SEND_FORWARD) else "backward"
-
-    @property
-    def towards_next(self) -> bool:
-        """True when the peer is the next (virtual) stage: activations go to it, gradients come from it."""
-        return self in (Op.SEND_FORWARD, Op.RECV_BACKWARD)
-
-    @property
-    def counterpart(self) -> "Op":
-        """The operation on the peer that completes this one (send_forward <-> recv_forward, ...)."""
-        return {Op.SEND_FORWARD: Op.RECV_FORWARD, Op.RECV_FORWARD: Op.SEND_FORWARD,
-                Op.SEND_BACKWARD: Op.RECV_BACKWARD, Op.RECV_BACKWARD: Op.SEND_BACKWARD}.get(self, self)
-
-    def is_noop(self, rank: int, p: int, chunk: int = 0, v: int = 1) -> bool:
-        """True where the operation has no peer: before the first or after the last virtual stage."""
-        if self.is_compute:
-            return False
-        stage = chunk * p + rank
-        return stage == v * p - 1 if self.towards_next else stage == 0
-
-    def peer(self, rank: int, p: int, chunk: int = 0, v: int = 1) -> int | None:
-        """The rank this operation talks to (None for compute and for the no-ops at the ends)."""
-        if self.is_compute or self.is_noop(rank, p, chunk, v):
-            return None
-        return (rank + 1) % p if self.towards_next else (rank - 1) % p
-
-    def peer_chunk(self, rank: int, p: int, chunk: int = 0) -> int:
-        """The chunk of the peer's virtual stage: the next one may sit on the first rank's next chunk."""
-        if self.towards_next:
-            return chunk + 1 if rank == p - 1 else chunk
-        return chunk - 1 if rank == 0 else chunk
-
-    def describe_peer(self, rank: int, p: int) -> str:
-        """'activations go to the next stage, rank 2' and the like, for messages about a wrong peer."""
-        what = {Op.SEND_FORWARD: "activations go to", Op.RECV_FORWARD: "activations come from",
-                Op.SEND_BACKWARD: "gradients go back to", Op.RECV_BACKWARD: "gradients come back from"}[self]
-        want = self.peer(rank, p)
-        where = "the next stage" if self.towards_next else "the previous stage"
-        return f"{what} {where}, rank {want}"
-
-
-@dataclass(frozen=True)
-class Step:
-    """One operation of a rank's program."""
-    op: Op
-    microbatch: int
-    chunk: int = 0
-
-    def __str__(self) -> str:
-        c = f", chunk {self.chunk}" if self.chunk else ""
-        return f"{self.op.value}(mb={self.microbatch}{c})"
+from lab_src.pipeline.ops import Op, Step, letters
 
 
 def _forward(rank: int, p: int, mb: int, chunk: int = 0, v: int = 1, noops: bool = False) -> list[Step]:
     """recv_forward, forward, send_forward of one micro-batch (the no-ops at the ends left out unless `noops`)."""
     ops = (Op.RECV_FORWARD, Op.FORWARD, Op.SEND_FORWARD)
-    return [Step(op, mb, chunk) for op in ops if noops or not op.is_noop(rank, p, chunk, v)]
+    return [Step(chunk * p + rank, op, mb, chunk) for op in ops if noops or not op.is_noop(rank, p, chunk, v)]
 
 
 def _backward(rank: int, p: int, mb: int, chunk: int = 0, v: int = 1, noops: bool = False) -> list[Step]:
     ops = (Op.RECV_BACKWARD, Op.BACKWARD, Op.SEND_BACKWARD)
-    return [Step(op, mb, chunk) for op in ops if noops or not op.is_noop(rank, p, chunk, v)]
+    return [Step(chunk * p + rank, op, mb, chunk) for op in ops if noops or not op.is_noop(rank, p, chunk, v)]
 
 
 class Schedule:
@@ -148,14 +59,6 @@ class Schedule:
         """How many operations of each kind rank `rank` runs in one step."""
         return Counter(s.op for s in self.program(rank, p, m))
 
-    def describe_order(self, rank: int, p: int, m: int) -> str:
-        """The rank's compute order as 'F0 F1 B0 ...' (chunks as F0.1 where there are several)."""
-        out = []
-        for s in self.program(rank, p, m):
-            if s.op.is_compute:
-                out.append(f"{s.op.value[0].upper()}{s.microbatch}" + (f".{s.chunk}" if self.chunks_per_rank > 1 else ""))
-        return " ".join(out)
-
 
 class AllForwardAllBackward(Schedule):
     name = "afab"
@@ -175,7 +78,7 @@ class AllForwardAllBackward(Schedule):
         found = []
         for r in range(p):
             compute = compute_order(events, r)
-            first_b = next((i for i, e in enumerate(compute) if e.kind == Op.BACKWARD), None)
+            first_b = next((i for i, e in enumerate(compute) if Op(e.kind).phase == "backward"), None)
             late = [e for e in compute[first_b:] if e.kind == Op.FORWARD] if first_b is not None else []
             if late:
                 found.append((r, late[0].microbatch, f"forward of micro-batch {late[0].microbatch} runs after a "
@@ -223,16 +126,10 @@ class OneForwardOneBackward(Schedule):
             if got != want:
                 at = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
                 mb = (got[at] if at < len(got) else want[at])[1]
-                found.append((r, mb, f"rank {r} runs {_order(got)}; {self.title} runs {_order(want)} "
+                found.append((r, mb, f"rank {r} runs {letters(got)}; {self.title} runs {letters(want)} "
                                      f"({self.warmup(r, p, m)} warm-up forwards, min(p - r - 1, m), then one forward "
                                      f"and one backward in turn, then the remaining backwards)"))
         return sorted(found, key=lambda f: f[0])
-
-
-def _order(compute: list[tuple[str, int]], limit: int = 12) -> str:
-    """'F0 F1 B0 ...' of (kind, micro-batch) pairs."""
-    text = " ".join(f"{kind[0].upper()}{mb}" for kind, mb in compute[:limit])
-    return text + (" ..." if len(compute) > limit else "")
 
 
 class Interleaved1F1B(Schedule):
@@ -314,16 +211,20 @@ class Interleaved1F1B(Schedule):
 
 
 def compute_order(events, rank: int) -> list:
-    """The forward and backward events of one rank, in the order they ran."""
-    return sorted((e for e in events if e.rank == rank and Op.of(e.kind) in (Op.FORWARD, Op.BACKWARD)),
-                  key=lambda e: e.t_start)
+    """The compute events (forwards, backwards, ...) of one rank, in the order they ran."""
+    return sorted((e for e in events if e.rank == rank and _computes(e.kind)), key=lambda e: e.t_start)
+
+
+def _computes(kind) -> bool:
+    op = Op.of(kind)
+    return op is not None and op.is_compute
 
 
 def in_flight(events, rank: int) -> list[int]:
-    """After each compute event of `rank`, how many forwards are still waiting for their backward."""
+    """After each compute event of `rank`, how many micro-batches it holds for their backward (`Op.holds`)."""
     held, out = 0, []
     for e in compute_order(events, rank):
-        held += 1 if e.kind == Op.FORWARD else -1
+        held += Op(e.kind).holds
         out.append(held)
     return out
 
@@ -332,10 +233,7 @@ def in_flight_violations(schedule: Schedule, events, p: int, m: int) -> list[tup
     found = []
     for r in range(p):
         limit = schedule.max_in_flight(r, p, m)
-        compute = compute_order(events, r)
-        held = 0
-        for e in compute:
-            held += 1 if e.kind == Op.FORWARD else -1
+        for e, held in zip(compute_order(events, r), in_flight(events, r)):
             if held > limit:
                 found.append((r, e.microbatch, f"after the forward of micro-batch {e.microbatch} this rank holds "
                                                f"{held} micro-batches whose backward has not run; {schedule.title} "
@@ -378,7 +276,7 @@ class ForwardOnly(Schedule):
     def violations(self, events, p, m):
         found = []
         for r in range(p):
-            late = [e for e in compute_order(events, r) if e.kind == Op.BACKWARD]
+            late = [e for e in compute_order(events, r) if Op(e.kind).phase == "backward"]
             if late:
                 found.append((r, late[0].microbatch, "a backward ran during evaluation, which is forward only"))
         return found

@@ -27,7 +27,7 @@ import time
 from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 
-from lab_src.pipeline.schedules import Op
+from lab_src.pipeline.ops import Op
 
 COMPUTE = tuple(o.value for o in Op if o.is_compute)
 SENDS = tuple(o.value for o in Op if o.is_send)
@@ -83,7 +83,7 @@ class Event:
     def label(self) -> str:
         """Short text such as 'F3', 'B0', 'send_forward(mb=2) to rank 1'."""
         if self.is_compute:
-            return f"{self.kind[0].upper()}{self.microbatch}"
+            return f"{self.op.letter}{self.microbatch}"
         if self.is_collective:
             return f"{self.kind} over ranks {list(self.group or ())}"
         direction = "to" if self.is_send else "from"

@@ -17,7 +17,7 @@ COLLECTIVE_LABELS = {"allreduce_dp": "data-parallel all-reduce", "allreduce_tied
 def box_color(e: Event, chunks: int = 1) -> str:
     """A compute box's colour: forward blue, backward orange; with several chunks per rank, chunk 0 in
     the full colour and each later chunk paler, so that the chunks can be told apart."""
-    base = COLORS[e.kind]
+    base = COLORS.get(e.kind) or COLORS[e.phase]      # a split backward's parts in the backward's colour
     if chunks <= 1 or not e.chunk:
         return base
     mix = 0.6 * e.chunk / (chunks - 1)          # the last chunk 60 % of the way to white
@@ -27,7 +27,7 @@ def box_color(e: Event, chunks: int = 1) -> str:
 
 def box_label(e: Event, chunks: int = 1) -> str:
     """'F3' (forward of micro-batch 3); 'F3c1' on chunk 1 where ranks hold several chunks."""
-    return f"{e.kind[0].upper()}{e.microbatch}" + (f"c{e.chunk}" if chunks > 1 else "")
+    return f"{e.op.letter}{e.microbatch}" + (f"c{e.chunk}" if chunks > 1 else "")
 
 
 @dataclass

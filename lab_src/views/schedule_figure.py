@@ -23,14 +23,13 @@ FREE_MESSAGES = CostModel(forward_s_per_layer=1e-3, backward_s_per_layer=2e-3, l
 
 
 def with_in_flight(events: list[Event]) -> list[Event]:
-    """The events with `held` set to the micro-batches the rank holds awaiting their backward."""
+    """The events with `held` set to the micro-batches the rank holds awaiting their backward (`Op.holds`)."""
     held: dict[int, int] = {}
     out = []
     for e in sorted(events, key=lambda e: (e.t_end, e.rank)):
-        if e.kind == Op.FORWARD:
-            held[e.rank] = held.get(e.rank, 0) + 1
-        elif e.kind == Op.BACKWARD:
-            held[e.rank] = held.get(e.rank, 0) - 1
+        op = Op.of(e.kind)
+        if op is not None and op.holds:
+            held[e.rank] = held.get(e.rank, 0) + op.holds
         out.append(replace(e, held=held.get(e.rank, 0)))
     return out
 
