@@ -36,7 +36,7 @@ from .reference import reference_sources
 
 # Per-case limits while grading: a receive gives up after TIMEOUT_S, a case is stopped after DEADLINE_S.
 # Generous, so that a loaded machine (several students graded at once) never fails a correct answer;
-# a deadlocking exercise costs two timeouts, then its other cases are skipped (lab_src/worker.py).
+# a deadlocking exercise costs two timeouts, then its other cases are skipped (lab_src/harness/worker.py).
 TIMEOUT_S = 15.0
 DEADLINE_S = 45.0
 
