@@ -21,29 +21,17 @@ from benchmarks import versus  # noqa: E402
 
 
 def contenders(spec: dict, ctx) -> versus.Contenders:
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.pipelining import PipelineStage as TorchStage
     from torch.distributed.pipelining import ScheduleGPipe
 
-    from lab_src.exercises import afab_step, check_args
+    from lab_src.exercises import afab_step
     from lab_src.pipeline import trace, waiting
-    from lab_src.pipeline.config import LabConfig
-    from lab_src.pipeline.data import make_dataloader
-    from lab_src.pipeline.stage import PipelineStage
 
-    cfg = LabConfig.from_dict(spec["config"])
-    rank, p, m = ctx.rank, cfg.num_stages, cfg.num_microbatches
-    mbs = check_args(cfg.num_layers, p, cfg.global_batch_size, m)
-    stage = PipelineStage(cfg, rank, p, mbs, ctx.device, dist.group.WORLD)
-    batch = next(iter(make_dataloader(cfg, cfg.global_batch_size)))
-    theirs = ScheduleGPipe(TorchStage(versus.stage_modules(stage), rank, p, ctx.device), n_microbatches=m,
-                           loss_fn=versus.mean_loss)
-    tracer = versus.journal_tracer(spec, rank)
-    micro_batches = list(batch.chunk(m))   # both schedules get the same batch, already loaded
+    stage, micro_batches, theirs = versus.one_stage_per_rank(spec, ctx, ScheduleGPipe)
+    tracer = versus.journal_tracer(spec, ctx.rank)
+    m = len(micro_batches)
 
     def ours(traced=True):
-        data = iter(micro_batches) if rank == 0 else None
+        data = iter(micro_batches) if ctx.rank == 0 else None
         if traced:
             with trace.tracing(tracer), waiting.stop_when(lambda: None):
                 afab_step(stage, data, m)
@@ -53,7 +41,7 @@ def contenders(spec: dict, ctx) -> versus.Contenders:
             afab_step(stage, data, m)
         stage.flush()
 
-    return versus.Contenders(stage, ours, versus.torch_step(theirs, rank, p, batch, torch.zeros(cfg.global_batch_size)))
+    return versus.Contenders(stage, ours, theirs)
 
 
 def main() -> int:

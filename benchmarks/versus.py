@@ -50,7 +50,7 @@ def torch_step(schedule, rank: int, p: int, batch, target) -> Callable[[], None]
 
 
 def mean_loss(out, target):
-    """The loss both schedules backpropagate (the lab's stages end in the mean of their output)."""
+    """The loss torch's schedule backpropagates: the output's mean, the lab's loss (q04's baseline takes it too)."""
     return out.mean()
 
 
@@ -79,6 +79,29 @@ def stage_modules(stage):
             return self.head(x) if self.head is not None else x
 
     return Piece()
+
+
+def one_stage_per_rank(spec: dict, ctx, schedule_cls):
+    """The lab's PipelineStage of this rank (under the reference answers), the batch as micro-batches, and
+    one step of torch's `schedule_cls` on the same modules and batch."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage as TorchStage
+
+    from lab_src.exercises import check_args
+    from lab_src.pipeline.config import LabConfig
+    from lab_src.pipeline.data import make_dataloader
+    from lab_src.pipeline.stage import PipelineStage
+
+    cfg = LabConfig.from_dict(spec["config"])
+    rank, p, m = ctx.rank, cfg.num_stages, cfg.num_microbatches
+    mbs = check_args(cfg.num_layers, p, cfg.global_batch_size, m)
+    stage = PipelineStage(cfg, rank, p, mbs, ctx.device, dist.group.WORLD)
+    batch = next(iter(make_dataloader(cfg, cfg.global_batch_size)))
+    schedule = schedule_cls(TorchStage(stage_modules(stage), rank, p, ctx.device), n_microbatches=m,
+                            loss_fn=mean_loss)
+    micro_batches = list(batch.chunk(m))   # both schedules get the same batch, already loaded
+    return stage, micro_batches, torch_step(schedule, rank, p, batch, torch.zeros(cfg.global_batch_size))
 
 
 def worker(spec_path: str, contenders: Callable[[dict, object], Contenders]) -> None:
