@@ -209,7 +209,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("text", help="write the .py twins of the source notebooks (or, --from-py, the reverse)")
     p.add_argument("--from-py", action="store_true", help="rebuild the notebooks from their edited .py twins")
     sub.add_parser("readme", help="rewrite README.md's exercise table from the registry")
-    p = sub.add_parser("new", help="the skeleton of a new exercise: python -m grader new q11 function_name")
+    p = sub.add_parser("new", help="the skeleton of a new exercise: python -m grader new q16 function_name")
     p.add_argument("qid")
     p.add_argument("function")
     p.add_argument("--title", default="TODO title")

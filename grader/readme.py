@@ -2,7 +2,7 @@
 
     python -m grader readme      # rewrite the table between the markers in README.md
 
-tests/test_release.py fails when README's table is not what this writes, so README never counts by hand.
+tests/test_registry.py fails when README's table is not what this writes, so README never counts by hand.
 """
 from __future__ import annotations
 

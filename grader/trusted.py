@@ -5,8 +5,9 @@
 This process never imports student code and never runs the student's kernel; the workers that run it
 are sandboxed (bubblewrap: lab_src/harness/sandbox.py). It reads each answer
 cell out of the submitted notebooks (grader/answer_cells.py), writes it to a module file, and hands the
-files to torchrun workers, which run them beside the reference answers: one launch of 4 processes for
-every case of every exercise. The workers only report what they observed; this process compares that
+files to workers, which run them beside the reference answers: every exercise's cases, in groups forked one
+after the other by a fork server in one sandbox (lab_src/harness/runner.py, zygote.py). The workers only
+report what they observed; this process compares that
 with the reference baselines and answers, and writes the verdicts to a pipe the caller passed by descriptor
 (`--verdicts-fd`), which no sandboxed process holds. Run it from a folder outside the submission with `-P`, so that a torch.py or a
 lab_src/ inside the submission cannot shadow the real ones.
@@ -36,7 +37,7 @@ from .reference import reference_sources
 
 # Per-case limits while grading: a receive gives up after TIMEOUT_S, a case is stopped after DEADLINE_S.
 # Generous, so that a loaded machine (several students graded at once) never fails a correct answer;
-# a deadlocking exercise costs two timeouts, then its other cases are skipped (lab_src/worker.py).
+# a deadlocking exercise costs two timeouts, then its other cases are skipped (lab_src/harness/worker.py).
 TIMEOUT_S = 15.0
 DEADLINE_S = 45.0
 

@@ -3,9 +3,9 @@
     %load_ext lab_src                   # in a notebook: enables the %%answer cell magic
     from lab_src import distribute_layers, pipeline_communicate, PipelineStage, LabConfig
 
-The exercise functions (q02..q12) are stubs until the matching notebook's answer cell has run; see
-`lab_src.exercises` for their contracts. Importing lab_src does not import torch; the parts that need
-it load on first use, so notebooks without tensors start fast.
+The exercise functions (q02 onwards: q01 asks for written answers) are stubs until the matching
+notebook's answer cell has run; see `lab_src.exercises` for their contracts. Importing lab_src does not
+import torch; the parts that need it load on first use, so notebooks without tensors start fast.
 """
 from lab_src import exercises as _exercises
 from lab_src.pipeline.config import DEMO, LabConfig

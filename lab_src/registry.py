@@ -5,7 +5,7 @@ qNN carries its module name `qNN_<function>`:
 
     solutions/pipeline_lab/qNN_<function>.ipynb (+ .py)  its source: prose, reference answer, test cells
     notebooks/pipeline_lab/qNN_<function>.ipynb          the student notebook (generated release)
-    lab_src/exercises.py  @exercise_api("qNN")           the stub and its contract (signature, docstring)
+    lab_src/exercises.py  @_exercise_api("qNN")          the stub and its contract (signature, docstring)
     lab_src/checks/qNN_<function>.py                     the visible check (`check("qNN")`)
     grader/hidden/qNN_<function>.py                      the hidden tests the grader runs out of process
     answers/qNN_<function>.py                            the student's answer, written by the %%answer cell

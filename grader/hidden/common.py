@@ -24,7 +24,7 @@ from lab_src.registry import DEFAULT_STEP, exercise
 
 # Several configurations, so that an answer right by accident for one shape fails another. Simplest
 # first: cases run in this order, and an exercise whose cases keep deadlocking or crashing stops being
-# tried after two (lab_src/worker.py, lab_src/runner.py), so the cases it can pass should come early.
+# tried after two (lab_src/harness/worker.py, lab_src/harness/runner.py), so the cases it can pass should come early.
 CONFIGS = {
     "a single stage": LabConfig(num_stages=1, num_layers=3, num_microbatches=2, global_batch_size=4),
     "one micro-batch": LabConfig(num_stages=2, num_layers=4, num_microbatches=1, global_batch_size=4),

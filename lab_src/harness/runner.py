@@ -1,6 +1,7 @@
 """Run a list of check cases in as few torchrun launches as possible, each under a deadline.
 
-All cases go to one launch of max(stages) processes. A case that raises on some rank is simply
+All cases go to one launch of max(stages) processes (sandboxed: one launch of groups of cases, forked in
+turn by the fork server, harness/zygote.py). A case that raises on some rank is simply
 recorded, and the launch goes on. A case that crashes a rank or overruns its deadline ends the launch:
 the runner writes the per-rank report for that case and launches again for the cases after it. An
 exercise whose cases end two launches is not tried again in that run, so a deadlocking answer costs

@@ -1,6 +1,6 @@
 """Put every rank on one clock, using the messages themselves.
 
-Ranks on one host share its monotonic clock (lab_src/trace.py), so there is normally nothing to do.
+Ranks on one host share its monotonic clock (lab_src/pipeline/trace.py), so there is normally nothing to do.
 Ranks on different hosts do not, and a receive cannot finish before its send has started, so every
 message says something about the offset between its two ranks' clocks:
 
