@@ -1,5 +1,5 @@
-"""Kind "grid" (q14): the student's step on a data-parallel x pipeline-parallel
-grid of all the case's ranks, and what it observed.
+"""Kind "grid" (q14): the student's step on a data-parallel x pipeline-parallel grid of all the case's
+ranks, and what it observed.
 
 The rank hands the student's `dp_pp_step` a `Grid` (pipeline/dp_pp.py) and the configuration, and
 records, whatever happens: the groups the step created, the shards it read, every event (forward,
