@@ -159,6 +159,7 @@ def main(spec_path: str) -> int:
     from lab_src.harness.case import Case
     from lab_src.pipeline import data, model, trace, waiting
 
+    runners = kinds.runners()
     rawp2p.install()     # raw torch.distributed messages (q11) are recorded like the stage's own
     ctx = process_groups.init(spec["timeout_s"])
     groups = process_groups.PipeGroups(ctx)
@@ -196,7 +197,7 @@ def main(spec_path: str) -> int:
                 try:
                     with use_answers(case.answers), running_for(qid), trace.tracing(tracer), \
                             waiting.stop_when(asked_to_stop):
-                        kinds.runner(case.kind)(case, ctx, group, tracer, obs)
+                        runners[case.kind](case, ctx, group, tracer, obs)
                 except Exception as e:  # noqa: BLE001 - a failing case is an observation, the run goes on
                     error = _describe(e, tracer, case)
                     obs["error"] = error.to_dict()

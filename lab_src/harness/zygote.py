@@ -103,8 +103,7 @@ def main() -> int:
     import torch.distributed  # noqa: F401
 
     from lab_src.harness import kinds, worker  # noqa: F401 - the rank's code, loaded before any answer
-    for kind in kinds.KINDS:
-        kinds.runner(kind)
+    kinds.runners()
     keep = {os.getpid(), 1}
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -3,7 +3,8 @@ function `run(case, ctx, group, tracer, obs)` that fills `obs` with what the ran
 helpers: harness/observe.py). The table below says, per kind, its module and the exercises its ranks call.
 
 This file imports no kind: the launching process (the trusted grader among others) reads which exercises a
-case calls without importing torch; a rank imports a kind's module when it runs one (`runner`).
+case calls without importing torch; a rank imports the kinds' modules before it loads any answer
+(`runners`).
 """
 from __future__ import annotations
 
@@ -50,9 +51,9 @@ KINDS = {
 }
 
 
-def runner(kind: str):
-    """The function that runs a case of `kind` on a rank (imports its module)."""
-    return importlib.import_module(f"{__name__}.{KINDS[kind].module}").run
+def runners() -> dict:
+    """kind -> the function that runs a case of it on a rank (imports every kind's module)."""
+    return {kind: importlib.import_module(f"{__name__}.{k.module}").run for kind, k in KINDS.items()}
 
 
 def exercises_called(kind: str, step: str = "", calls=()) -> set[str]:
