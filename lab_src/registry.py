@@ -29,7 +29,7 @@ class Exercise:
     title: str               # one line for headings and messages
     needs: tuple[str, ...]   # other exercises whose answers this one's checks run
     schedule: str = ""       # for a pipelined step (or what checks it): the schedule it is judged against
-    step: str = ""           # the exercise whose step function this one's pipeline cases call ("" = itself)
+    step: str = ""           # the exercise whose step function this one's cases call ("": `step_exercise`)
     timeline: str = ""       # the hidden-test configuration whose run is drawn in the notebook's timeline cell
     # the share of a pipeline case's points a run keeps when it is a valid schedule, but not `schedule`
     other_schedule_credit: float = 0.0
@@ -66,7 +66,8 @@ class Exercise:
 
     @property
     def step_exercise(self) -> str:
-        """The exercise whose step function this one's pipeline cases call."""
+        """The exercise whose step function this one's cases call: the one place that decides it (a
+        `Case` that names no step takes this one)."""
         return self.step or (self.id if self.schedule else DEFAULT_STEP)
 
     @property

@@ -119,9 +119,8 @@ def test_problems_that_several_ranks_share_are_said_once():
 
 
 def test_the_optimizer_record_names_each_wrong_use():
-    """The judge reads what torch.optim's step hook saw on each rank (harness/train.py OptimizerWatch)."""
-    from lab_src.harness.case import Case
-    from lab_src.harness.runner import CaseOutcome
+    """The judge reads what torch.optim's step hook saw on each rank (harness/kinds/train.py OptimizerWatch)."""
+    from lab_src.harness.case import Case, CaseOutcome
     from lab_src.judge.training import optimizer_problems
     from lab_src.pipeline.digits import DIGITS
     good = {"steps": 30, "created": 1, "types": ["AdamW"], "settings": [[1e-2, [0.9, 0.999], 1e-8, 0.01, False]],

@@ -15,8 +15,7 @@ from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.model import build_model, build_piece
 from lab_src.judge.realness import check_layers, check_messages
 from lab_src.registry import CODED, EXERCISES
-from lab_src.harness.case import Case
-from lab_src.harness.runner import CaseOutcome
+from lab_src.harness.case import Case, CaseOutcome
 from lab_src.pipeline.trace import Event
 
 

@@ -15,12 +15,12 @@ import importlib.util
 from dataclasses import dataclass, field
 
 from lab_src.harness.case import Case
-from lab_src.harness.cases import exercises_called
+from lab_src.harness.kinds import KINDS, exercises_called
 from lab_src.judge import failures
 from lab_src.judge.problems import Problem
 from lab_src.pipeline.config import LabConfig
 from lab_src.judge.realness import WRONG_SCHEDULE
-from lab_src.registry import DEFAULT_STEP, exercise
+from lab_src.registry import exercise
 
 # Several configurations, so that an answer right by accident for one shape fails another. Simplest
 # first: cases run in this order, and an exercise whose cases keep deadlocking or crashing stops being
@@ -78,21 +78,20 @@ class Context:
             cfg, config = config, None
         else:
             cfg = CONFIGS[config] if config else LabConfig(num_stages=stages or 1)
-        ex = exercise(qid)
         extra.setdefault("label", config or kind)
-        if kind in ("pipeline", "comm", "train"):
-            extra.setdefault("schedule", ex.schedule_of_step)
-            extra.setdefault("step", ex.step_exercise)
+        if KINDS[kind].scheduled:
+            extra.setdefault("schedule", exercise(qid).schedule_of_step)
         if kind == "pipeline" and config:
             extra.setdefault("baseline", self.baseline_files[config])
-        called = exercises_called(kind, extra.get("step", DEFAULT_STEP), extra.get("calls", ()))
-        answers = {q: path for q, path in self.answers(qid).items() if q in called | {qid}}
-        return Case(kind=kind, qid=qid, config=cfg, answers=answers, stages=stages or 0, **extra)
+        case = Case(kind=kind, qid=qid, config=cfg, answers=self.answers(qid), stages=stages or 0, **extra)
+        called = exercises_called(kind, case.step, case.calls) | {qid}
+        case.answers = {q: path for q, path in case.answers.items() if q in called}
+        return case
 
     def reference_fn(self, qid: str):
         """The reference function of `qid`, imported into this (trusted) process."""
         if qid not in self._ref_modules:
-            from lab_src.registry import DEFAULT_STEP, exercise
+            from lab_src.registry import exercise
             spec = importlib.util.spec_from_file_location(f"reference_{qid}", self.reference[qid])
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
@@ -147,7 +146,7 @@ def units_case(ctx: Context, qid: str, label: str, calls: list[tuple]) -> dict:
 def unit_items(ctx: Context, qid: str, outcome, calls: list[tuple], group=None) -> list[Item]:
     """One item per call (or per `group(args, kwargs)` of calls), passed when the student's function
     returns what the reference returns, or raises the same exception type."""
-    from lab_src.registry import DEFAULT_STEP, exercise
+    from lab_src.registry import exercise
     ref, fn, part = ctx.reference_fn(qid), exercise(qid).function, outcome.case.label
     items: dict[str, Item] = {}
     for (args, kwargs), got in zip(calls, _unit_results(outcome, len(calls))):

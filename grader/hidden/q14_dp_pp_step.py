@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab_src.harness.case import Case
-from lab_src.harness.cases import exercises_called
+from lab_src.harness.kinds import exercises_called
 from lab_src.judge.grid import failure_problems, judge_grid
 from lab_src.judge.numeric import NotANumber, read_numbers
 from lab_src.judge.problems import Problem

@@ -5,7 +5,7 @@ the chunks' blocks, the messages per chunk with the wrap-around from the last ra
 memory bound and the order in which the chunks are visited."""
 from lab_src.answers import use_answers
 from lab_src.harness.case import Case
-from lab_src.harness.cases import exercises_called
+from lab_src.harness.kinds import exercises_called
 from lab_src.harness.groups import device_for
 from lab_src.judge.chunks import check_interleaved_run, interleaved_errors
 from lab_src.judge.compare import compare_run

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from lab_src import answers
 from lab_src.grading import autograding, grader_view
-from lab_src.harness.case import Case
-from lab_src.harness.runner import CaseOutcome, Run, run_cases
+from lab_src.harness.case import Case, CaseOutcome, Run
+from lab_src.harness.runner import run_cases
 from lab_src.judge.failures import case_problems
 from lab_src.judge.problems import Problem, sanitize
 from lab_src.judge.summary import counts, render
@@ -61,7 +61,7 @@ class CheckReport:
         return self.views[case]["microbatches"]
 
     def observations(self, case: int = 0) -> dict[int, dict]:
-        """What each rank observed in one case of the run (plain values: harness/cases.py)."""
+        """What each rank observed in one case of the run (plain values: harness/observe.py, harness/kinds/)."""
         return dict(self.run.outcomes[case].obs) if self.run else {}
 
     def failed_case(self) -> int:

@@ -6,7 +6,7 @@ micro-batches through 4 stages, and the bubble against the number of micro-batch
     thousand_microbatches(runs)              # 1F1B with m = 1000: time, and memory against m = 8
     bubble_vs_microbatches().figure()        # measured bubble against (p-1)/(m+p-1) on the DEMO model
 
-Nothing here is graded. Each experiment is one torchrun launch of pipeline cases (harness/cases.py),
+Nothing here is graded. Each experiment is one torchrun launch of pipeline cases (harness/kinds/pipeline.py),
 which count the bytes each rank holds for backward (harness/memory.py). While nbgrader autogrades, they
 launch nothing.
 """

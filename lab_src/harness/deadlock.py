@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from lab_src.pipeline.ops import Op
-from lab_src.pipeline.trace import op_text, unpack
+from lab_src.harness.records import RankError
 from lab_src.harness.runfolder import journal_path, read_journal
+from lab_src.pipeline.ops import Op
+from lab_src.pipeline.trace import Pending, op_text
 
 
 def describe_op(kind: str, mb, peer, chunk: int = 0) -> str:
@@ -47,7 +48,8 @@ def rank_state(journal: Path, case_index: int) -> dict:
             elif payload == f"end {case_index}":
                 state["ended"] = True
         elif tag in ("B", "P", "E") and payload and payload[0] == label:
-            op = describe_op(*unpack(payload))
+            p = Pending.from_list(payload)
+            op = describe_op(p.kind, p.microbatch, p.peer, p.chunk)
             if tag in ("B", "P"):
                 waiting.append(op)
             else:
@@ -61,26 +63,26 @@ def rank_state(journal: Path, case_index: int) -> dict:
 def recover(journal: Path, case_index: int, rank: int, stopped_at: float) -> dict:
     """What a rank that left no observations (its launch was stopped, or it died) did in a case, from
     its journal: its events (without shapes or sizes) and the operation it was still in, in the form
-    of a rank's observations (harness/cases.py, worker.py)."""
+    of a rank's observations (harness/observe.py, worker.py)."""
     label, begun, events, pending = str(case_index), {}, [], None
     for t, tag, payload in read_journal(journal):
         if tag not in ("B", "P", "A", "E") or not payload or payload[0] != label:
             continue
-        kind, mb, peer, chunk = unpack(payload)
-        key = repr(payload[1:])
+        op = Pending.from_list(payload)
+        key = repr(op.what)
         if tag in ("B", "P"):
             begun.setdefault(key, []).append(t)
         if tag in ("B", "A"):
-            pending = (payload, t)
+            pending = (op, t)
         elif tag == "E":
             start = (begun.get(key) or [t]).pop(0)
-            events.append([rank, kind, mb, peer, None, 0, start, t, chunk])
-            if pending is not None and pending[0][1:] == payload[1:]:
+            events.append([rank, op.kind, op.microbatch, op.peer, None, 0, start, t, op.chunk])
+            if pending is not None and pending[0].what == op.what:
                 pending = None
     error = None
     if pending is not None:
-        error = {"type": "Stopped", "message": "the run was stopped while this rank waited", "where": [],
-                 "pending": pending[0], "pending_since": pending[1], "at": stopped_at}
+        error = RankError("Stopped", "the run was stopped while this rank waited", pending=pending[0],
+                          pending_since=pending[1], at=stopped_at).to_dict()
     return {"events": events, "error": error, "recovered": True}
 
 
@@ -114,7 +116,7 @@ def report(run_dir: Path, case_index: int, ranks: range, done_ranks=(), exited=N
 class RankProgress:
     started: bool = False
     finished: bool = False              # journalled W: it sends nothing more in this case
-    pending: list | None = None         # [case, kind, mb, peer(, chunk)] of the operation it is in
+    pending: Pending | None = None      # the operation it is in
     pending_since: float | None = None  # its journal time
     pending_tag: str = ""               # B: an operation it is in; A: the wait for a message it posted
 
@@ -185,12 +187,13 @@ class Progress:
             return
         if len(payload) < 4:
             return
-        kind, mb, peer, _ = unpack(payload)
+        pending = Pending.from_list(payload)
+        kind, mb, peer = pending.kind, pending.microbatch, pending.peer
         op = Op.of(kind)
-        key = (case, rank, repr(payload[1:]))
+        key = (case, rank, repr(pending.what))
         if tag in ("B", "P"):               # B: the rank is in it now; P: posted, the rank goes on
             if tag == "B":
-                state.pending, state.pending_since, state.pending_tag = payload, t, tag
+                state.pending, state.pending_since, state.pending_tag = pending, t, tag
             if op is not None and op.is_send and isinstance(peer, int):
                 # counted when it begins: a message on its way, or about to be; a wait for it (A) ends
                 # when `peer` has posted the receive that takes it (gloo's sends wait for their receive)
@@ -202,9 +205,9 @@ class Progress:
                 self.claimed[(case, peer, rank)] += 1
                 self.ordinals[key].append(self.claimed[(case, peer, rank)])
         elif tag == "A":                    # waits for a message it posted
-            state.pending, state.pending_since, state.pending_tag = payload, t, tag
+            state.pending, state.pending_since, state.pending_tag = pending, t, tag
         elif tag == "E":
-            if state.pending is not None and state.pending[1:] == payload[1:]:
+            if state.pending is not None and state.pending.what == pending.what:
                 state.pending = state.pending_since = None
             if self.ordinals.get(key):
                 self.ordinals[key].pop(0)
@@ -227,11 +230,12 @@ class Progress:
                 continue
             if s.pending is None:
                 return None
-            kind, mb, peer, chunk = unpack(s.pending)
+            p = s.pending
+            kind, mb, peer, chunk = p.kind, p.microbatch, p.peer, p.chunk
             op = Op.of(kind)
             if op is None or op.is_compute or not isinstance(peer, int):
                 return None
-            ordinal = (self.ordinals.get((case, r, repr(s.pending[1:]))) or [None])[0]
+            ordinal = (self.ordinals.get((case, r, repr(p.what))) or [None])[0]
             if ordinal is None:
                 return None
             if op.is_recv and len(self.posted[(case, peer, r)]) >= ordinal:

@@ -13,79 +13,14 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lab_src.harness import deadlock, runfolder
-from lab_src.harness.case import Case
+from lab_src.harness.case import Case, CaseOutcome, Run
 from lab_src.harness.launcher import Launch, launch, launch_groups
-from lab_src.pipeline.trace import Event, save_events, unpack
+from lab_src.harness.records import RankError
+from lab_src.pipeline.trace import save_events
 from lab_src.registry import EXERCISES
-
-
-@dataclass
-class CaseOutcome:
-    case: Case
-    obs: dict[int, dict] = field(default_factory=dict)   # rank -> what it observed
-    failure: str | None = None                            # why the case did not complete, if it did not
-    stuck: "deadlock.Stuck | None" = None                 # the deadlock the run was stopped in, if it was
-    stopped_at: float | None = None                       # when it was stopped (time.perf_counter)
-    # rank -> what its journal says it did, for a rank that left no observations (for the pictures only)
-    recovered: dict[int, dict] = field(default_factory=dict)
-
-    def errors(self) -> dict[int, dict]:
-        return {r: o["error"] for r, o in self.obs.items() if o.get("error")}
-
-    def _ranks(self, recovered: bool) -> dict[int, dict]:
-        return {**{r: o for r, o in self.recovered.items() if recovered}, **self.obs}
-
-    def _t0(self, recovered: bool) -> float:
-        ranks = self._ranks(recovered).values()
-        starts = [row[6] for o in ranks for row in o.get("events", [])]
-        starts += [o["error"]["pending_since"] for o in ranks
-                   if recovered and (o.get("error") or {}).get("pending_since") is not None]
-        return min(starts, default=0.0)
-
-    def events(self, recovered: bool = False) -> list[Event]:
-        """Every rank's events, on one clock whose zero is the case's first event. `recovered`: also
-        those read from the journals of ranks that left no observations (for drawing a stopped run)."""
-        t0 = self._t0(recovered)
-        events = [Event.from_row(r) for o in self._ranks(recovered).values() for r in o.get("events", [])]
-        events = [replace(e, t_start=e.t_start - t0, t_end=e.t_end - t0) for e in events]
-        return sorted(events, key=lambda e: (e.t_start, e.rank))
-
-    def waits(self) -> list[Event]:
-        """The operations ranks were still in when the case ended (a receive whose message never came),
-        from when they began to when the rank gave up or the run was stopped; on the clock of
-        `events(recovered=True)`."""
-        t0, out = self._t0(True), []
-        for r, o in sorted(self._ranks(True).items()):
-            e = o.get("error") or {}
-            if e.get("pending") and e.get("pending_since") is not None:
-                kind, mb, peer, chunk = unpack(e["pending"])
-                end = e.get("at") or self.stopped_at or e["pending_since"]
-                out.append(Event(r, kind, mb, peer, None, 0, e["pending_since"] - t0, end - t0, chunk))
-        return out
-
-    def ends(self) -> list[tuple[int, float, str]]:
-        """(rank, time, what) for each rank whose part ended in an exception outside any wait."""
-        t0, out = self._t0(True), []
-        for r, o in sorted(self.obs.items()):
-            e = o.get("error") or {}
-            if e and not e.get("pending") and e.get("at") and e.get("type") != "StoppedWaiting":
-                out.append((r, e["at"] - t0, f"raised {e['type']}"))
-        return out
-
-
-@dataclass
-class Run:
-    run_dir: Path
-    outcomes: list[CaseOutcome]
-    launches: list[Launch]
-
-    @property
-    def wall_s(self) -> float:
-        return sum(launch.wall_s for launch in self.launches)
 
 
 class _CaseWatch:
@@ -166,13 +101,13 @@ def _load_obs(path: Path) -> dict | None:
     import torch
     try:
         if path.stat().st_size > OBS_LIMIT_BYTES:
-            return {"error": {"type": "OversizedObservation", "where": [], "pending": None,
-                              "message": f"{path.name} is {path.stat().st_size} bytes, more than a rank observes"}}
+            return {"error": RankError("OversizedObservation", f"{path.name} is {path.stat().st_size} bytes, "
+                                                               f"more than a rank observes").to_dict()}
         return torch.load(path, weights_only=True)
     except FileNotFoundError:
         return None
     except Exception as e:  # noqa: BLE001 - a damaged file is reported, never trusted
-        return {"error": {"type": "UnreadableObservation", "message": str(e)[:300], "where": [], "pending": None}}
+        return {"error": RankError("UnreadableObservation", str(e)[:300]).to_dict()}
 
 
 def _launch_failure(result: Launch, run_dir: Path, case: Case, obs: dict) -> str:

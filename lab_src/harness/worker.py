@@ -25,6 +25,7 @@ import time
 import traceback
 from pathlib import Path
 
+from lab_src.harness.records import RankError, gave_up_waiting
 from lab_src.registry import exercise
 
 
@@ -64,8 +65,8 @@ def _die_with_parent() -> None:
         pass
 
 
-def _describe(e: BaseException, tracer, case=None) -> dict:
-    """An exception as plain values. `where`: the frames that help a student, their answer's and
+def _describe(e: BaseException, tracer, case=None) -> RankError:
+    """An exception as a rank's error. `where`: the frames that help a student, their answer's and
     lab_src's, not torch's insides; the frames of the answer under test carry its file name and line
     (the launch runs a copy), those of the other answers only their exercise (in the grader they are
     the reference answers, whose code a message must not show)."""
@@ -82,10 +83,10 @@ def _describe(e: BaseException, tracer, case=None) -> dict:
             return [exercise(q).answer_file, f.lineno, f.name, f.line]
         return [f"<answer to {q}>", f.lineno, f.name, None]
     full = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    return {"type": type(e).__name__, "message": str(e)[:2000], "where": [frame(f) for f in keep][-6:],
-            "pending": tracer.pending if tracer is not None else None,
-            "pending_since": tracer.pending_since if tracer is not None else None,
-            "at": time.perf_counter(), "traceback": full[-20_000:]}
+    return RankError(type(e).__name__, str(e)[:2000], [frame(f) for f in keep][-6:],
+                     pending=tracer.pending if tracer is not None else None,
+                     pending_since=tracer.pending_since if tracer is not None else None,
+                     at=time.perf_counter(), traceback=full[-20_000:])
 
 
 LOAD_LIMIT_S = 60.0     # for a spec that does not say (runner.run_cases always does; scripts/train.py does not)
@@ -154,12 +155,11 @@ def main(spec_path: str) -> int:
     from lab_src.exercises import running_for
     from lab_src.harness import groups as process_groups
     from lab_src.harness import runfolder
+    from lab_src.harness import kinds, rawp2p
     from lab_src.harness.case import Case
-    from lab_src.harness.cases import KINDS
-    from lab_src.harness import rawp2p
-    from lab_src.judge.problems import gave_up_waiting
     from lab_src.pipeline import data, model, trace, waiting
 
+    runners = kinds.runners()
     rawp2p.install()     # raw torch.distributed messages (q11) are recorded like the stage's own
     ctx = process_groups.init(spec["timeout_s"])
     groups = process_groups.PipeGroups(ctx)
@@ -191,22 +191,23 @@ def main(spec_path: str) -> int:
             tracer = trace.Tracer(rank, write_op, sync, label=str(index))
             obs = {"kind": case.kind, "rank": rank, "stages": stages, "error": None}
             if timeouts.get(qid, 0) >= SKIP_AFTER_TIMEOUTS:
-                obs["error"] = {"type": "NotRun", "pending": None, "where": [],
-                                "message": f"not run: {SKIP_AFTER_TIMEOUTS} earlier cases of {qid} deadlocked or timed out"}
+                obs["error"] = RankError("NotRun", f"not run: {SKIP_AFTER_TIMEOUTS} earlier cases of {qid} "
+                                                   f"deadlocked or timed out").to_dict()
             else:
                 try:
                     with use_answers(case.answers), running_for(qid), trace.tracing(tracer), \
                             waiting.stop_when(asked_to_stop):
-                        KINDS[case.kind](case, ctx, group, tracer, obs)
+                        runners[case.kind](case, ctx, group, tracer, obs)
                 except Exception as e:  # noqa: BLE001 - a failing case is an observation, the run goes on
-                    obs["error"] = _describe(e, tracer, case)
+                    error = _describe(e, tracer, case)
+                    obs["error"] = error.to_dict()
                     # a wait the check stopped counts as a timeout: it would have ended in one
-                    stopped = isinstance(e, waiting.StoppedWaiting)
-                    failed = 2 if stopped or gave_up_waiting(obs["error"]["message"]) else 1
+                    failed = 2 if isinstance(e, waiting.StoppedWaiting) or gave_up_waiting(error.message) else 1
                 except (SystemExit, KeyboardInterrupt) as e:   # exit() in an answer ends its case, not the run
-                    obs["error"] = _describe(e, tracer, case)
-                    obs["error"]["message"] = (f"the answer called exit() on rank {rank} ({type(e).__name__}: "
-                                               f"{e}); an answer must return, not end the process")
+                    error = _describe(e, tracer, case)
+                    error.message = (f"the answer called exit() on rank {rank} ({type(e).__name__}: "
+                                     f"{e}); an answer must return, not end the process")
+                    obs["error"] = error.to_dict()
                     failed = 1
             final = runfolder.obs_path(run_dir, index, rank)
             tmp = final.with_name(f".{final.name}.tmp")

@@ -102,7 +102,8 @@ def main() -> int:
     import torch  # noqa: F401 - imported once here, so that every rank forked later starts at once
     import torch.distributed  # noqa: F401
 
-    from lab_src.harness import cases, worker  # noqa: F401 - the rank's code, loaded before any answer
+    from lab_src.harness import kinds, worker  # noqa: F401 - the rank's code, loaded before any answer
+    kinds.runners()
     keep = {os.getpid(), 1}
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -12,7 +12,8 @@ consequences, not mistakes of their own, and point at code that is right. So a c
 """
 from __future__ import annotations
 
-from lab_src.judge.problems import Problem, from_error, gave_up_waiting, sanitize, student_line, wrong_peer
+from lab_src.harness.records import gave_up_waiting
+from lab_src.judge.problems import Problem, from_error, sanitize, student_line, wrong_peer
 from lab_src.pipeline.trace import op_text, unpack
 
 

@@ -98,7 +98,8 @@ def failure_problems(outcome, qid: str, label: str = "") -> list[Problem]:
     """A grid case that did not complete: first what its records say about the groups (a missing group is
     the usual cause of a collective that never completes), then the ranks' errors, those that raised
     something other than a timeout first (the cause; the timeouts of their partners are the consequence)."""
-    from lab_src.judge.problems import from_errors, gave_up_waiting
+    from lab_src.harness.records import gave_up_waiting
+    from lab_src.judge.problems import from_errors
     case = outcome.case
     lay = layout_of(case)
     created = next((o.get("groups_created") for _, o in sorted(outcome.obs.items()) if o.get("groups_created")), None)

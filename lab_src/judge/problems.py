@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from lab_src.harness.records import gave_up_waiting
 from lab_src.pipeline.schedules import Op
 from lab_src.pipeline.trace import op_text, unpack
 
@@ -107,20 +108,6 @@ def from_errors(exercise: str, errors: dict[int, dict], case: str = "", ring: in
     (judge/failures.py; `failures.case_problems` also knows whether the run was stopped in a deadlock)."""
     from lab_src.judge.failures import rank_problems
     return rank_problems(exercise, errors, case, ring=ring)
-
-
-def gave_up_waiting(message: str, kind: str = "") -> str | None:
-    """"stopped" when the check stopped a rank waiting in a deadlock (pipeline/waiting.py), "timeout"
-    when a receive (or send) timed out, "peer" when the peer's connection closed under it (the peer
-    timed out or died first), None for any other error."""
-    if kind == "StoppedWaiting":
-        return "stopped"
-    text = message.lower()
-    if "timed out" in text or "timeout" in text:
-        return "timeout"
-    if "closed by peer" in text or "connection reset" in text:
-        return "peer"
-    return None
 
 
 def wrong_peer(rank: int, kind: str, peer, ring: int | None = None) -> str | None:

@@ -167,10 +167,10 @@ def _matching_mistake(losses, mistaken_curve, rtol: float) -> str | None:
 
 
 def optimizer_problems(outcome, qid: str, label: str) -> list[Problem]:
-    """What the optimizer steps of each rank saw (harness/train.py, OptimizerWatch), against the contract:
+    """What the optimizer steps of each rank saw (harness/kinds/train.py, OptimizerWatch), against the contract:
     one AdamW per rank, created once, over exactly this stage's parameters, with learning rate lr and
     PyTorch's defaults, stepping once per training step while the step's gradients are there."""
-    from lab_src.harness.train import settings
+    from lab_src.harness.kinds.train import settings
     case = outcome.case
     s = settings(case)
     steps, lr = s["steps"], s["lr"]
@@ -250,7 +250,7 @@ def frozen_parameters(outcome, expected: dict, qid: str, label: str) -> list[Pro
 # ---- a real pipeline, by the schedule model ------------------------------------------------------
 
 def pipeline_problems(outcome, qid: str, label: str) -> list[Problem]:
-    from lab_src.harness.train import settings
+    from lab_src.harness.kinds.train import settings
     case = outcome.case
     cfg, p, m = case.config, case.stages, case.microbatches
     steps = settings(case)["steps"]
@@ -289,7 +289,7 @@ def pipeline_problems(outcome, qid: str, label: str) -> list[Problem]:
 
 
 def _data(outcome):
-    from lab_src.harness.train import settings
+    from lab_src.harness.kinds.train import settings
     from lab_src.pipeline.digits import Digits
     return Digits(outcome.case.config, settings(outcome.case)["test_microbatches"])
 

@@ -111,7 +111,7 @@ class Tracer:
         self.events: list[Event] = []
         self.sync = sync                      # e.g. torch.cuda.synchronize, so GPU times are real
         self.label = label                    # which case of a launch this is
-        self.pending: list | None = None      # the operation in progress: [label, kind, mb, peer(, chunk)]
+        self.pending: Pending | None = None   # the operation in progress
         self.pending_since: float | None = None   # when it began (time.perf_counter)
         self._journal = journal               # journal(tag, pending): harness/runfolder.py's format, or None
         self.memory = None                    # () -> bytes saved for backward now held (harness/memory.py)
@@ -120,9 +120,8 @@ class Tracer:
     def span(self, kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chunk: int = 0,
              group: tuple | None = None):
         # what a deadlock report names: the peer of a message, the ranks of a collective
-        pending = self.pending = operation(self.label, kind, microbatch, peer if group is None else list(group), chunk)
-        if self._journal:
-            self._journal("B", pending)
+        pending = self.pending = Pending(self.label, kind, microbatch, peer if group is None else list(group), chunk)
+        self._write("B", pending)
         t_start = self.pending_since = time.perf_counter()
         yield
         if self.sync is not None:
@@ -135,26 +134,28 @@ class Tracer:
     def held(self) -> int:
         return self.memory() if self.memory is not None else 0
 
-    def begin(self, kind: str, microbatch=None, peer=None, posted: bool = False, chunk: int = 0) -> list:
+    def begin(self, kind: str, microbatch=None, peer=None, posted: bool = False, chunk: int = 0) -> Pending:
         """Journal the start of an operation that ends later; `record` ends it. `posted`: a message posted
         (a raw isend or irecv, or a stage's post_recv) that the rank does not wait for yet: `awaits` says when
         it does."""
-        pending = operation(self.label, kind, microbatch, peer, chunk)
-        if self._journal:
-            self._journal("P" if posted else "B", pending)
+        pending = Pending(self.label, kind, microbatch, peer, chunk)
+        self._write("P" if posted else "B", pending)
         return pending
 
-    def awaits(self, pending: list) -> None:
+    def awaits(self, pending: Pending) -> None:
         """Journal that the rank now waits for the posted message `pending` (harness/deadlock.py)."""
         self.pending, self.pending_since = pending, time.perf_counter()
-        if self._journal:
-            self._journal("A", pending)
+        self._write("A", pending)
 
-    def record(self, event: Event, pending: list | None = None) -> None:
+    def record(self, event: Event, pending: Pending | None = None) -> None:
         """Keep a finished event (with the memory held now) and journal its end."""
         self.events.append(replace(event, held=self.held()) if self.memory is not None else event)
-        if self._journal and pending is not None:
-            self._journal("E", pending)
+        if pending is not None:
+            self._write("E", pending)
+
+    def _write(self, tag: str, pending: Pending) -> None:
+        if self._journal:
+            self._journal(tag, pending.to_list())
 
     def finished(self) -> None:
         """Journal that this rank has done its part of the case: from now on it only waits for its sends
@@ -163,16 +164,35 @@ class Tracer:
             self._journal("W", [self.label])
 
 
-def operation(label: str, kind: str, microbatch, peer, chunk: int = 0) -> list:
-    """How the journal, the deadlock watch and a rank's error name an operation in progress:
+@dataclass
+class Pending:
+    """An operation a rank is in (a receive it waits in, a message it posted), as the journal, the deadlock
+    watch and a rank's error name it. Its plain form, which they carry (`to_list`, `from_list`), is
     [label, kind, micro-batch, peer], with the model chunk after them where it is not 0 (interleaved)."""
-    return [label, kind, microbatch, peer] + ([chunk] if chunk else [])
+    label: str                      # the case it belongs to (its index in the launch)
+    kind: str                       # an operation of `schedules.Op`, or a collective
+    microbatch: int | None
+    peer: int | list | None         # a collective's: the ranks taking part
+    chunk: int = 0
+
+    def to_list(self) -> list:
+        return [self.label, self.kind, self.microbatch, self.peer] + ([self.chunk] if self.chunk else [])
+
+    @classmethod
+    def from_list(cls, row) -> "Pending":
+        label, kind, mb, peer = row[:4]
+        return cls(label, kind, mb, peer, row[4] if len(row) > 4 else 0)
+
+    @property
+    def what(self) -> list:
+        """The plain form without the case: what two journal lines of the same operation share."""
+        return self.to_list()[1:]
 
 
-def unpack(pending) -> tuple:
-    """(kind, micro-batch, peer, chunk) of an operation named by `operation`."""
-    kind, mb, peer = pending[1:4]
-    return kind, mb, peer, (pending[4] if len(pending) > 4 else 0)
+def unpack(pending: list) -> tuple:
+    """(kind, micro-batch, peer, chunk) of a pending operation in its plain form (a rank's error)."""
+    p = Pending.from_list(pending)
+    return p.kind, p.microbatch, p.peer, p.chunk
 
 
 def op_text(kind: str, microbatch, chunk: int = 0, chunked: bool = False) -> str:
@@ -257,13 +277,11 @@ def waiting(kind: str, group: tuple):
     if t is None:
         yield
         return
-    pending = t.pending = [t.label, kind, None, list(group)]
-    if t._journal:
-        t._journal("B", pending)
+    pending = t.pending = Pending(t.label, kind, None, list(group))
+    t._write("B", pending)
     yield                               # on an exception `pending` stays set, as in Tracer.span
     t.pending = None
-    if t._journal:
-        t._journal("E", pending)
+    t._write("E", pending)
 
 
 def save_events(events: list[Event], path: Path) -> None:

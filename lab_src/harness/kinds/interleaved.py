@@ -1,4 +1,4 @@
-"""What one rank does for an interleaved pipeline case (kind "interleaved"): build its `InterleavedStage`
+"""Kind "interleaved" (q15): each rank builds its `InterleavedStage`
 with the case's chunks per rank (the schedule "interleaved:<v>"), run the case's step on it, and observe
 the same things a "pipeline" case observes, plus each chunk's blocks and the activation memory held.
 
@@ -8,10 +8,10 @@ its input (the wrap-around from the last rank to the first).
 """
 from __future__ import annotations
 
-import torch.distributed as dist
-
 from lab_src import exercises
-from lab_src.harness import cases
+from lab_src.harness import observe
+from lab_src.harness.case import Case
+from lab_src.harness.records import Memory
 from lab_src.pipeline import data
 from lab_src.pipeline.chunked import InterleavedStage
 from lab_src.pipeline.schedules import schedule
@@ -42,29 +42,25 @@ class MicroBatches:
         return next(self._it)
 
 
-def run_interleaved(case, ctx, group, tracer, obs) -> None:
+def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg = case.config
     rank, p, m = ctx.rank, case.stages, cfg.num_microbatches
     v = schedule(case.schedule).chunks_per_rank
     stage = None
     try:
-        mbs = obs["micro_batch_size"] = cases._micro_batch_size(cfg)
+        mbs = obs["micro_batch_size"] = observe.micro_batch_size(cfg)
         stage = InterleavedStage(cfg, rank, p, v, mbs, ctx.device, group)
         obs["chunk_layers"] = stage.chunk_layers
-        obs["layers"] = stage.layer_ids
-        obs["activation_shape"] = list(stage.activation_shape)
+        observe.observe_stage(stage, obs)
         needs = exercises.needs_dataloader(rank, p)
-        obs["needs_dataloader"] = cases.plain(needs)
+        obs["needs_dataloader"] = observe.plain(needs)
         loader = MicroBatches(data.make_dataloader(cfg, mbs), m, p) if needs else None
-        cases._barrier(group)
+        observe.barrier(group)
         returned = exercises.API[case.step](stage, loader, m)
-        cases._finish_messages(stage, group, tracer)
-        outputs, loss = cases._unpack_step(returned, obs)
-        obs["outputs"] = outputs
-        obs["loss"] = loss
-        obs["grads"] = {n: (q.grad.detach().cpu().clone() if q.grad is not None else None)
-                        for n, q in stage.named_parameters()}
-        obs["memory"] = {"peak_held_bytes": stage.peak_held_bytes, "peak_held_chunks": stage.peak_held_chunks}
+        observe.finish_messages(stage, group, tracer)
+        obs["outputs"], obs["loss"] = observe.unpack_step(returned, obs)
+        obs["grads"] = observe.gradients(stage)
+        obs["memory"] = Memory(peak_held_bytes=stage.peak_held_bytes, peak_held_chunks=stage.peak_held_chunks).to_dict()
     finally:
         obs["waiting"] = stage.waiting if stage is not None else None
-        cases._record_instrumentation(obs, tracer)
+        observe.record_instrumentation(obs, tracer)

@@ -1,11 +1,11 @@
-"""What one rank does for a "grid" case (q14): the student's step on a data-parallel x pipeline-parallel
-grid of all the case's ranks, and what it observed.
+"""Kind "grid" (q14): the student's step on a data-parallel x pipeline-parallel grid of all the case's
+ranks, and what it observed.
 
-The rank hands the student's `dp_pp_step` a `Grid` (pipeline/grid.py) and the configuration, and
+The rank hands the student's `dp_pp_step` a `Grid` (pipeline/dp_pp.py) and the configuration, and
 records, whatever happens: the groups the step created, the shards it read, every event (forward,
 backward, messages and all-reduces). When the step returns its stage, the rank also records which stage
 it is and in which pipeline group, its outputs, loss and gradients, and then takes one SGD step and
-records its copy of the tied embedding: the judge (judge/grid.py) checks that the copies stayed equal.
+records its copy of the tied embedding: the judge (judge/dp_pp.py) checks that the copies stayed equal.
 
 With the probe "network", rank 0 and rank 1 then time a few messages of two sizes between them (a
 ping-pong through the run's world group): the latency and bandwidth of this machine's collective library,
@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from lab_src import exercises
+from lab_src.harness import observe
 from lab_src.harness.case import Case
 from lab_src.pipeline import data, trace
 from lab_src.pipeline.grid import Grid
@@ -27,17 +28,16 @@ from lab_src.pipeline.stage import PipelineStage
 SGD_LR = 0.1     # the one optimizer step after which the tied copies are compared
 
 
-def run_grid(case: Case, ctx, group, tracer, obs) -> None:
-    from lab_src.harness.cases import _barrier, _finish_messages, _record_instrumentation, plain
+def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg = case.config
     data.SHARDS.clear()
     grid = Grid(ctx.rank, case.stages, cfg.dp_size, cfg.num_stages, ctx.device, ctx.timeout_s)
     obs["grid"] = [cfg.dp_size, cfg.num_stages]
     try:
-        _barrier(group)
+        observe.barrier(group)
         returned = exercises.dp_pp_step(grid, cfg)
-        stage = _unpack(returned, obs, plain)
-        _finish_messages(stage, group, tracer)
+        stage = _unpack(returned, obs)
+        observe.finish_messages(stage, group, tracer)
         if stage is not None:
             _observe_stage(stage, obs)
         grid.close()                    # every rank is past the step: nothing is in flight on its groups
@@ -47,23 +47,23 @@ def run_grid(case: Case, ctx, group, tracer, obs) -> None:
     finally:
         obs["groups_created"] = [list(g) for g in grid.created]
         obs["shards"] = [list(s) for s in data.SHARDS]
-        _record_instrumentation(obs, tracer)
+        observe.record_instrumentation(obs, tracer)
 
 
-def _unpack(returned, obs, plain) -> PipelineStage | None:
+def _unpack(returned, obs) -> PipelineStage | None:
     """The stage of `(stage, outputs, loss)`; outputs and loss into `obs`. A malformed return is noted."""
     try:
         stage, outputs, loss = returned
     except (TypeError, ValueError):
-        obs["returned"] = f"dp_pp_step must return (stage, outputs, loss); it returned {plain(returned)!r}"[:500]
+        obs["returned"] = f"dp_pp_step must return (stage, outputs, loss); it returned {observe.plain(returned)!r}"[:500]
         return None
     if not isinstance(stage, PipelineStage):
-        obs["returned"] = f"the first thing dp_pp_step returns must be its PipelineStage, got {plain(stage)!r}"[:500]
+        obs["returned"] = f"the first thing dp_pp_step returns must be its PipelineStage, got {observe.plain(stage)!r}"[:500]
         return None
     if isinstance(outputs, (list, tuple)) and all(isinstance(o, torch.Tensor) for o in outputs):
         obs["outputs"] = [o.detach().cpu().clone() for o in outputs]
     else:
-        obs["returned"] = f"outputs must be a list of tensors, got {plain(outputs)!r}"[:500]
+        obs["returned"] = f"outputs must be a list of tensors, got {observe.plain(outputs)!r}"[:500]
     if isinstance(loss, torch.Tensor) and loss.numel() == 1:
         loss = float(loss)
     obs["loss"] = float(loss) if isinstance(loss, (int, float)) and not isinstance(loss, bool) else None
@@ -73,10 +73,8 @@ def _unpack(returned, obs, plain) -> PipelineStage | None:
 def _observe_stage(stage: PipelineStage, obs: dict) -> None:
     obs["pp_rank"], obs["pp_size"] = stage.pp_rank, stage.pp_size
     obs["pipeline_group"] = dist.get_process_group_ranks(stage.group) if stage.group is not None else None
-    obs["layers"] = stage.layer_ids
-    obs["activation_shape"] = list(stage.activation_shape)
-    obs["grads"] = {n: (p.grad.detach().cpu().clone() if p.grad is not None else None)
-                    for n, p in stage.named_parameters()}
+    observe.observe_stage(stage, obs)
+    obs["grads"] = observe.gradients(stage)
     obs["weights"] = {n: float(p.detach().double().sum()) for n, p in stage.named_parameters()}   # before the step
     with torch.no_grad():
         for p in stage.parameters():

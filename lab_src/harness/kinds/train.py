@@ -1,4 +1,4 @@
-"""The "train" case kind (exercise q13): every rank runs the student's training loop around the
+"""Kind "train" (q13): every rank runs the student's training loop around the
 pipelined step, on the digits, and records what it observed.
 
 The rank builds its `ClassifierStage` (layers from q05), hands `train_pipeline` the stage, the data,
@@ -20,9 +20,9 @@ from __future__ import annotations
 import weakref
 
 import torch
-import torch.distributed as dist
 
 from lab_src import exercises
+from lab_src.harness import observe
 from lab_src.harness.case import Case
 from lab_src.pipeline import digits
 from lab_src.pipeline.classifier import ClassifierStage
@@ -35,16 +35,14 @@ def settings(case: Case) -> dict:
     return {**DEFAULTS, **(case.settings or {})}
 
 
-def run_train(case: Case, ctx, group, tracer, obs) -> None:
-    from lab_src.harness.cases import _barrier, _finish_messages, _micro_batch_size, _record_instrumentation, plain
+def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg, rank = case.config, ctx.rank
     s = settings(case)
     digits.READS.clear()
     try:
-        mbs = obs["micro_batch_size"] = _micro_batch_size(cfg)
+        mbs = obs["micro_batch_size"] = observe.micro_batch_size(cfg)
         stage = ClassifierStage(cfg, rank, cfg.num_stages, mbs, ctx.device, group)
-        obs["layers"] = stage.layer_ids
-        obs["activation_shape"] = list(stage.activation_shape)
+        observe.observe_stage(stage, obs)
         data = digits.Digits(cfg, s["test_microbatches"])
         step = exercises.API[case.step]
         spans = obs["step_spans"] = []     # [events before, forwards before, events after, forwards after, m]
@@ -55,20 +53,20 @@ def run_train(case: Case, ctx, group, tracer, obs) -> None:
                 return step(stage_, data_iter, num_microbatches)
             finally:
                 stage.flush()
-                spans.append(start + [len(tracer.events), len(stage.forwards), plain(num_microbatches)])
+                spans.append(start + [len(tracer.events), len(stage.forwards), observe.plain(num_microbatches)])
 
-        _barrier(group)
+        observe.barrier(group)
         with OptimizerWatch(stage) as watch:
             returned = exercises.train_pipeline(stage, data, step_fn, s["steps"], s["lr"])
         obs["optimizer"] = watch.record
-        _finish_messages(stage, group, tracer)
+        observe.finish_messages(stage, group, tracer)
         obs["returned"] = _record(returned)
         obs["params"] = {n: p.detach().cpu().clone() for n, p in stage.named_parameters()}
     finally:
         if "stage" in locals():
             obs["forwards"] = list(stage.forwards)
         obs["reads"] = dict(digits.READS)
-        _record_instrumentation(obs, tracer)
+        observe.record_instrumentation(obs, tracer)
 
 
 class OptimizerWatch:
@@ -119,11 +117,10 @@ class OptimizerWatch:
 
 def _record(returned):
     """What train_pipeline returned, as plain values: the metrics dict (losses as floats), else a description."""
-    from lab_src.harness.cases import plain
     if returned is None:
         return None
     if not isinstance(returned, dict):
-        return {"object": type(returned).__name__, "value": plain(returned)}
+        return {"object": type(returned).__name__, "value": observe.plain(returned)}
     out = {}
     for key, value in list(returned.items())[:20]:
         if key == "losses" and isinstance(value, (list, tuple)):
@@ -134,7 +131,6 @@ def _record(returned):
 
 
 def _number(v):
-    from lab_src.harness.cases import plain
     if isinstance(v, torch.Tensor) and v.numel() == 1:
         return float(v.detach())
     if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -144,4 +140,4 @@ def _number(v):
             return float(v)
         except (TypeError, ValueError):
             pass
-    return plain(v)
+    return observe.plain(v)

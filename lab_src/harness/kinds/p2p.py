@@ -1,4 +1,4 @@
-"""Case kind "p2p" (q11): every rank calls `p2p_communicate` in the order of the case's schedule, no compute.
+"""Kind "p2p" (q11): every rank calls `p2p_communicate` in the order of the case's schedule, no compute.
 
 The calls are the schedule's messages as `pipeline/p2p_calls.py` writes them: a send and a receive from the
 same neighbour with no compute between them as one combined operation (1F1B's steady state), or, with the
@@ -13,27 +13,19 @@ harness/rawp2p.py, whatever torch.distributed calls the answer makes.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from lab_src import exercises
-from lab_src.harness import rawp2p
+from lab_src.harness import observe, rawp2p
 from lab_src.harness.case import Case
 from lab_src.pipeline.p2p_calls import COMBINED, calls
 from lab_src.pipeline.schedules import Op
 
 
-def label_tensor(stage, rank: int, mb: int, phase: str) -> torch.Tensor:
-    """A tensor of the activation shape whose every element says (sender, micro-batch, direction)."""
-    label = (1 if phase == "forward" else -1) * (1000 * (rank + 1) + mb)
-    return torch.full(stage.activation_shape, float(label), dtype=stage.dtype, device=stage.device)
-
-
 def read_buffer(value) -> dict | None:
     """What a receive returned: the label it carries and how its buffer was made."""
-    from lab_src.harness.cases import _read_label
     if value is None:
         return None
-    got = _read_label(value)
+    got = observe.read_label(value)
     if isinstance(value, torch.Tensor):
         got.update(dtype=str(value.dtype).replace("torch.", ""), device=value.device.type,
                    requires_grad=bool(value.requires_grad))
@@ -51,31 +43,30 @@ def _noops(stage) -> list[str]:
 
 
 def _probe_noop_ends(stage, tracer) -> dict:
-    from lab_src.harness.cases import attempt
+    """The operations towards the missing neighbour at either end must return None without messaging."""
     dummy = torch.zeros(stage.activation_shape, dtype=stage.dtype, device=stage.device)
     start, out = len(tracer.events), {}
     for name in _noops(stage):
         before = len(tracer.events)
         tensor = dummy if name.startswith("send") else None
-        out[name] = attempt(exercises.p2p_communicate, name, stage, tensor=tensor, microbatch=0)
+        out[name] = observe.attempt(exercises.p2p_communicate, name, stage, tensor=tensor, microbatch=0)
         out[name]["messages"] = len(tracer.events) - before
     del tracer.events[start:]  # probes are not part of the schedule
     return out
 
 
-def run_p2p(case: Case, ctx, group, tracer, obs) -> None:
-    from lab_src.harness.cases import _barrier, _finish_messages, _record_instrumentation, _stage
+def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg = case.config
     rank, p, m = ctx.rank, cfg.num_stages, cfg.num_microbatches
     try:
-        stage = _stage(cfg, rank, ctx, group, obs)
+        stage = observe.build_stage(cfg, ctx, group, obs)
         obs["probes"] = {"noop_ends": _probe_noop_ends(stage, tracer)}
-        _barrier(group)
+        observe.barrier(group)
         done = obs["calls"] = []
         raw_before = rawp2p.RECORDED[0]
         for call in calls(case.schedule, rank, p, m, combined="single" not in case.probes):
             send = next((op for op in call.parts if op.is_send), None)
-            tensor = label_tensor(stage, rank, call.microbatch, send.phase) if send else None
+            tensor = observe.label_tensor(stage, rank, call.microbatch, send.phase) if send else None
             kwargs = {"recv_microbatch": call.recv_microbatch} if call.operation in COMBINED else {}
             before = len(tracer.events)
             got = exercises.p2p_communicate(call.operation, stage, tensor=tensor, microbatch=call.microbatch,
@@ -83,6 +74,6 @@ def run_p2p(case: Case, ctx, group, tracer, obs) -> None:
             done.append([call.operation, call.microbatch, call.recv_microbatch, read_buffer(got),
                          [[e.kind, e.microbatch] for e in tracer.events[before:]]])
             obs["raw_messages"] = rawp2p.RECORDED[0] - raw_before   # made with torch.distributed's own calls
-        _finish_messages(None, group, tracer)
+        observe.finish_messages(None, group, tracer)
     finally:
-        _record_instrumentation(obs, tracer)
+        observe.record_instrumentation(obs, tracer)

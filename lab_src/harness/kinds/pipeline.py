@@ -1,0 +1,47 @@
+"""Kind "pipeline": the step function the case names (q08's afab_step, ...) on every rank's stage, with
+what the comparisons need (outputs, loss, gradients) and, as the case's probes ask, q07's no-ops at the
+ends and q09's and q10's checks (kinds/probes.py).
+
+Every event carries the activation memory the step holds (harness/memory.py), and obs["memory"] has the
+peak beside the process's peak resident set size so far (meaningful for the first or largest case of a
+launch).
+"""
+from __future__ import annotations
+
+from lab_src import exercises
+from lab_src.harness import observe
+from lab_src.harness.case import Case
+from lab_src.harness.kinds import probes as probe
+from lab_src.harness.memory import counting, peak_rss_bytes
+from lab_src.harness.records import Memory
+from lab_src.pipeline import data
+from lab_src.pipeline.baseline import load_baseline
+
+
+def run(case: Case, ctx, group, tracer, obs) -> None:
+    cfg = case.config
+    rank, probes = ctx.rank, case.probes
+    try:
+        stage = observe.build_stage(cfg, ctx, group, obs)
+        if "noop_ends" in probes:
+            obs["probes"] = {"noop_ends": probe.noop_ends(stage)}
+        needs = exercises.needs_dataloader(rank, cfg.num_stages)
+        obs["needs_dataloader"] = observe.plain(needs)
+        loader = data.make_dataloader(cfg, obs["micro_batch_size"]) if needs else None
+        observe.barrier(group)
+        step = exercises.API[case.step]
+        with counting(stage, tracer) as saved:
+            returned = step(stage, iter(loader) if loader is not None else None, cfg.num_microbatches)
+        obs["memory"] = Memory(peak_saved_bytes=saved.peak, peak_rss_bytes=peak_rss_bytes()).to_dict()
+        observe.finish_messages(stage, group, tracer)
+        obs["outputs"], obs["loss"] = observe.unpack_step(returned, obs)
+        obs["grads"] = observe.gradients(stage)
+        if case.baseline and ("check_outputs" in probes or "check_gradients" in probes):
+            baseline = load_baseline(case.baseline)
+            obs.setdefault("probes", {})
+            if "check_outputs" in probes:
+                obs["probes"]["check_outputs"] = probe.check_outputs(stage, returned[0], baseline)
+            if "check_gradients" in probes:
+                obs["probes"]["check_gradients"] = probe.check_gradients(stage, baseline)
+    finally:
+        observe.record_instrumentation(obs, tracer)
