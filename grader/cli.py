@@ -14,7 +14,7 @@
     python -m grader status                           # graded / running / failed / waiting
     python -m grader table                            # the grade table
     python -m grader text [--from-py]                 # solutions/*.ipynb <-> their jupytext .py twins
-    python -m grader new qNN function_name            # the skeleton of a new exercise
+    python -m grader new qNN function_name            # the skeleton of a new exercise (--schedule NAME: a step)
     python -m grader readme                           # README's exercise table, from the registry
 
 `--course DIR` (default ./course) chooses the course folder: gradebook.db (SQLite), submissions,
@@ -158,7 +158,7 @@ def cmd_text(course: Course, args) -> int:
 
 def cmd_new(course: Course, args) -> int:
     from .new_exercise import create
-    for path in create(args.qid, args.function, args.title, args.points):
+    for path in create(args.qid, args.function, args.title, args.points, args.schedule, args.needs):
         print(f"wrote {path}")
     print("Now write the prose, the reference answer, the check and the hidden tests; add realistic mistakes "
           "to grader/cohort/students.py; then `python -m grader text` and `python -m grader release`.")
@@ -214,6 +214,10 @@ def main(argv=None) -> int:
     p.add_argument("function")
     p.add_argument("--title", default="TODO title")
     p.add_argument("--points", type=int, default=10)
+    p.add_argument("--schedule", default="", metavar="NAME",
+                   help="a pipelined step judged against this schedule (afab, 1f1b, ...: lab_src/pipeline/schedules.py)")
+    p.add_argument("--needs", nargs="*", metavar="QID",
+                   help="the exercises whose answers its checks run (default with --schedule: those of q08)")
     args = ap.parse_args(argv)
     course = Course(args.course)
     return {"release": cmd_release, "collect": cmd_collect, "autograde": cmd_autograde, "feedback": cmd_feedback,

@@ -18,12 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from lab_src.answers import use_answers
+from lab_src.harness.baselines import baselines_for
 from lab_src.harness.case import Case
-from lab_src.harness.groups import device_for
 from lab_src.harness.runner import run_cases
 from lab_src.judge.compare import close
-from lab_src.pipeline.baseline import compute_baseline, save_baseline
 from lab_src.pipeline.config import DEMO
 from lab_src.registry import ASSIGNMENT
 from lab_src.views import bubble, grid
@@ -42,14 +40,12 @@ def pipeline_demo(out: Path) -> bool:
     cfg = DEMO
     ref = reference_sources()
     banner(f"1. The reference pipeline on {cfg.num_stages} CPU processes: {cfg.describe()}")
-    with use_answers(ref):
-        started = time.monotonic()
-        base = compute_baseline(cfg, device_for(cfg.num_stages))
-        print(f"baseline (whole model, one process): loss {base['loss']:.6f}, "
-              f"{time.monotonic() - started:.1f} s", flush=True)
-    path = save_baseline(base, out / "baseline.pt")
+    started = time.monotonic()
+    base = baselines_for([cfg], ref)[cfg]
+    print(f"baseline (whole model, one process): loss {base['loss']:.6f}, "
+          f"{time.monotonic() - started:.1f} s", flush=True)
     # two identical cases: the first warms up each process, the second is the one shown
-    cases = [Case(kind="pipeline", qid="q08", config=cfg, answers=ref, baseline=str(path), label=what)
+    cases = [Case(kind="pipeline", qid="q08", config=cfg, answers=ref, label=what)
              for what in ("warm-up", "the step shown")]
     run = run_cases(cases, out / "run", case_deadline_s=120, timeout_s=60)
     outcome = run.outcomes[1]

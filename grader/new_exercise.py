@@ -1,10 +1,16 @@
-"""`python -m grader new qNN function_name`: the skeleton of a new exercise, in every place it needs one.
+"""`python -m grader new qNN function_name [--schedule NAME]`: the skeleton of a new exercise, in every place
+it needs one.
 
 Writes (never overwriting an existing file):
     solutions/pipeline_lab/qNN_<function>.ipynb and its .py twin   prose, answer cell, check, hidden-test cell
     lab_src/checks/qNN_<function>.py                               the visible check
     grader/hidden/qNN_<function>.py                                the hidden tests
 and adds the exercise's declaration to lab_src/registry.py and its contract to lab_src/exercises.py.
+Without `--schedule` the exercise is a function called directly ("units" cases). With `--schedule NAME`
+(a schedule of lab_src/pipeline/schedules.py, one chunk per rank) it is a pipelined step judged against
+that schedule: its check is the pipeline check (lab_src/checks/pipeline.py), its hidden tests the
+pipeline item of grader/hidden/common.py on every grading configuration, its registry entry declares
+the schedule, and its notebook draws the run.
 What is left by hand: the prose, the reference answer, the check, the hidden tests, the cohort's
 realistic mistakes (grader/cohort/students.py). Everything else (API, README table, zip-collect pattern,
 pytest marker, Slurm test totals) follows from the registry.
@@ -17,7 +23,7 @@ from pathlib import Path
 
 import jupytext
 
-from lab_src.registry import ASSIGNMENT, EXERCISES
+from lab_src.registry import ASSIGNMENT, DEFAULT_STEP, EXERCISES
 
 from . import ROOT, SOURCE
 from .notebook_text import as_text
@@ -45,7 +51,10 @@ def hidden_cell_source(qid: str, points: int) -> str:
             f'scored_out_of_process("{qid}")\n### END HIDDEN TESTS')
 
 
-def notebook(qid: str, function: str, title: str, points: int) -> dict:
+def notebook(qid: str, function: str, title: str, points: int, schedule: str = "") -> dict:
+    params = "stage, data_iter, num_microbatches" if schedule else ""
+    drawn = [_cell("markdown", "## What your code did\n\nTODO: what the timeline shows."),
+             _cell("code", "report.timeline()")] if schedule else []
     return {"nbformat": 4, "nbformat_minor": 5,
             "metadata": {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
                          "language_info": {"name": "python"}, "lab": {"exercise": qid}},
@@ -54,10 +63,11 @@ def notebook(qid: str, function: str, title: str, points: int) -> dict:
                                   f"{points} points*\n\nTODO: what this step of pipeline parallelism is, and why."),
                 _cell("code", "%load_ext lab_src\nfrom lab_src.checks import check"),
                 _cell("markdown", f"## Your task\n\nTODO: the contract of `{function}` (see lab_src/exercises.py)."),
-                _cell("code", f"%%answer {qid}\ndef {function}():\n    ### BEGIN SOLUTION\n    raise NotImplementedError()"
-                              f"\n    ### END SOLUTION", grade_id=f"{qid}_answer", solution=True),
+                _cell("code", f"%%answer {qid}\ndef {function}({params}):\n    ### BEGIN SOLUTION\n"
+                              f"    raise NotImplementedError()\n    ### END SOLUTION", grade_id=f"{qid}_answer", solution=True),
                 _cell("markdown", "## Check\n\nTODO: what the check runs and what it shows."),
                 _cell("code", f'report = check("{qid}")'),
+                *drawn,
                 _cell("code", hidden_cell_source(qid, points), grade_id=f"{qid}_hidden", grade=True, points=points),
             ])]}
 
@@ -98,11 +108,61 @@ def {function}():
 '''
 
 
-def create(qid: str, function: str, title: str = "TODO title", points: int = 10) -> list[Path]:
+STEP_CHECK = '''"""Visible check of {qid} ({function}): the step on 4 stages with 4 micro-batches and on 3 uneven stages
+with 2, compared with the unsharded baseline, checked to be a real pipeline and judged against the
+"{schedule}" schedule (lab_src/checks/pipeline.py). TODO say what else it shows."""
+from __future__ import annotations
+
+from lab_src.checks.common import VISIBLE, CheckReport
+from lab_src.checks.pipeline import pipeline_check
+
+
+def check() -> CheckReport:
+    return pipeline_check("{qid}", [VISIBLE, VISIBLE.replace(num_stages=3, num_layers=7, num_microbatches=2)], [])
+'''
+
+STEP_HIDDEN_TESTS = '''"""Hidden tests of {qid} ({function}): full pipelines of 1 to 4 stages, 1 to 6 micro-batches, uneven layers,
+float64 and other seeds, compared with the baseline, checked to be real pipelines and judged against the
+"{schedule}" schedule. TODO say what else they judge."""
+from .common import CONFIGS, pipeline_item
+
+QID = "{qid}"
+
+
+def cases(ctx):
+    return [ctx.case(QID, "pipeline", c) for c in CONFIGS]
+
+
+def judge(ctx, outcomes):
+    return [pipeline_item(QID, ctx, o) for o in outcomes]
+'''
+
+STEP_CONTRACT = '''
+
+@_exercise_api("{qid}")
+def {function}(stage, data_iter, num_microbatches):
+    """One training step of `stage` over `num_microbatches` micro-batches in the order of the "{schedule}"
+    schedule (lab_src/pipeline/schedules.py). TODO: the rest of the contract of {qid}. Loss, scaling and
+    return value are those of `afab_step` (q08): on the last stage `(outputs, loss)` with each micro-batch's
+    output (detached, in micro-batch order) and the total loss as a float; on other stages `([], None)`.
+    """
+'''
+
+
+def create(qid: str, function: str, title: str = "TODO title", points: int = 10, schedule: str = "",
+           needs: tuple[str, ...] | None = None) -> list[Path]:
+    """Write the skeleton of exercise `qid`; with `schedule`, a pipelined step judged against that schedule,
+    whose answers `needs` by default those of the lab's first step (q08)."""
     if not re.fullmatch(r"q\d\d", qid) or not re.fullmatch(r"[a-z][a-z0-9_]*", function):
         raise SystemExit("usage: python -m grader new qNN function_name (e.g. q11 p2p_exchange)")
     if qid in EXERCISES:
         raise SystemExit(f"{qid} exists already ({EXERCISES[qid].notebook})")
+    if schedule:
+        check_schedule(schedule)
+        needs = EXERCISES[DEFAULT_STEP].needs if needs is None else tuple(needs)
+    unknown = [q for q in needs or () if q not in EXERCISES]
+    if unknown:
+        raise SystemExit(f"--needs: no exercise {', '.join(unknown)}")
     module = f"{qid}_{function}"
     written = []
 
@@ -113,23 +173,42 @@ def create(qid: str, function: str, title: str = "TODO title", points: int = 10)
         written.append(path)
 
     nb_path = SOURCE / ASSIGNMENT / f"{module}.ipynb"
-    nb = jupytext.reads(json.dumps(notebook(qid, function, title, points)), fmt="ipynb")
+    nb = jupytext.reads(json.dumps(notebook(qid, function, title, points, schedule)), fmt="ipynb")
     if nb_path.exists():
         raise SystemExit(f"{nb_path} exists already")
     jupytext.write(nb, nb_path, fmt="ipynb")
     written.append(nb_path)
     put(nb_path.with_suffix(".py"), as_text(nb_path))
-    put(ROOT / "lab_src" / "checks" / f"{module}.py", VISIBLE_CHECK.format(qid=qid, function=function))
-    put(ROOT / "grader" / "hidden" / f"{module}.py", HIDDEN_TESTS.format(qid=qid, function=function))
+    names = dict(qid=qid, function=function, schedule=schedule)
+    put(ROOT / "lab_src" / "checks" / f"{module}.py", (STEP_CHECK if schedule else VISIBLE_CHECK).format(**names))
+    put(ROOT / "grader" / "hidden" / f"{module}.py", (STEP_HIDDEN_TESTS if schedule else HIDDEN_TESTS).format(**names))
 
     registry = ROOT / "lab_src" / "registry.py"
     text = registry.read_text()
-    entry = f'    Exercise("{qid}", "{function}", "{title}", ()),\n]}}'
-    registry.write_text(text.replace("\n]}", "\n" + entry, 1))
+    listed = ", ".join(f'"{q}"' for q in needs or ())
+    entry = f'    Exercise("{qid}", "{function}", "{title}", ({listed}{"," if len(needs or ()) == 1 else ""})'
+    if schedule:   # drawn and credited as the lab's other steps are (q08, q12)
+        entry += (f',\n             schedule="{schedule}", timeline="more micro-batches than stages", '
+                  f'other_schedule_credit=0.5')
+    registry.write_text(text.replace("\n]}", "\n" + entry + "),\n]}", 1))
     written.append(registry)
     exercises = ROOT / "lab_src" / "exercises.py"
     text = exercises.read_text()
     marker = "\n\n_missing = "
-    exercises.write_text(text.replace(marker, CONTRACT.format(qid=qid, function=function).rstrip("\n") + "\n" + marker, 1))
+    contract = (STEP_CONTRACT if schedule else CONTRACT).format(**names)
+    exercises.write_text(text.replace(marker, contract.rstrip("\n") + "\n" + marker, 1))
     written.append(exercises)
     return written
+
+
+def check_schedule(name: str) -> None:
+    """A schedule the pipeline cases can run: declared in lab_src/pipeline/schedules.py, one chunk per rank."""
+    from lab_src.pipeline.schedules import SCHEDULES, schedule
+    try:
+        chunks = schedule(name).chunks_per_rank
+    except KeyError:
+        raise SystemExit(f"--schedule: no schedule {name!r}; declare it in lab_src/pipeline/schedules.py "
+                         f"(the schedules: {', '.join(SCHEDULES)})") from None
+    if chunks != 1:
+        raise SystemExit(f"--schedule {name}: a schedule of {chunks} chunks per rank runs in interleaved cases "
+                         f"(as q15 does), not in the pipeline check that `grader new` writes")

@@ -22,9 +22,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from lab_src.answers import use_answers
-from lab_src.pipeline.baseline import compute_baseline, save_baseline
-from lab_src.harness.groups import device_for
 from lab_src.judge.problems import Problem
 from lab_src.judge.summary import render
 from lab_src.registry import CODED, exercise
@@ -108,11 +105,8 @@ def grade_submission(submission: Path, work: Path, only: list[str] | None = None
     work.mkdir(parents=True, exist_ok=True)
     student = write_answer_files(submission, work / "answers")
     reasons = dict(write_answer_files.reasons)
-    ctx = Context(student=student, reference=reference_sources())
-    with use_answers(ctx.reference):
-        for name, cfg in CONFIGS.items():
-            ctx.baselines[name] = compute_baseline(cfg, device_for(4))
-            ctx.baseline_files[name] = str(save_baseline(ctx.baselines[name], work / "baselines" / f"{cfg.key()}.pt"))
+    ctx = Context(student=student, reference=reference_sources(), folder=work / "baselines")
+    ctx.baselines.add(CONFIGS.values())
 
     verdicts, cases_of, all_cases = {}, {}, []
     for ex in CODED:

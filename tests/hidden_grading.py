@@ -9,10 +9,7 @@ from pathlib import Path
 from grader.hidden import hidden_tests
 from grader.hidden.common import CONFIGS, Context
 from grader.trusted import DEADLINE_S, TIMEOUT_S, summarize
-from lab_src.answers import use_answers
-from lab_src.harness.groups import device_for
 from lab_src.harness.runner import run_cases
-from lab_src.pipeline.baseline import compute_baseline, save_baseline
 
 
 def grade_answer(qid: str, text: str, reference: dict, folder: Path, timeout_s: float = TIMEOUT_S,
@@ -22,11 +19,8 @@ def grade_answer(qid: str, text: str, reference: dict, folder: Path, timeout_s: 
     folder.mkdir(parents=True, exist_ok=True)
     answer = folder / f"{qid}_answer.py"
     answer.write_text(text)
-    ctx = Context(student={**reference, qid: str(answer)}, reference=reference)
-    with use_answers(reference):
-        for name, cfg in CONFIGS.items():
-            ctx.baselines[name] = compute_baseline(cfg, device_for(4))
-            ctx.baseline_files[name] = str(save_baseline(ctx.baselines[name], folder / "baselines" / f"{cfg.key()}.pt"))
+    ctx = Context(student={**reference, qid: str(answer)}, reference=reference, folder=folder / "baselines")
+    ctx.baselines.add(CONFIGS.values())
     tests = hidden_tests(qid)
     cases = tests.cases(ctx)
     run = run_cases(cases, folder / "run", case_deadline_s=DEADLINE_S, timeout_s=timeout_s, sandboxed=sandboxed)

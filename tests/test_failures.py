@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from lab_src.answers import use_answers
-from lab_src.pipeline.baseline import compute_baseline, load_baseline, save_baseline
+from lab_src.harness.baselines import baselines_for
 from lab_src.judge.compare import compare_run
 from lab_src.pipeline.config import LabConfig
 from lab_src.judge.failures import case_problems
@@ -114,15 +113,14 @@ def test_deadlock_stopped_by_the_deadline_is_reported_from_the_journals(answers_
 
 
 def test_a_hung_rank_is_stopped_and_the_next_case_still_runs(answers_with, reference, tmp_path, no_leftovers):
-    with use_answers(reference):
-        base = save_baseline(compute_baseline(CFG), tmp_path / "b.pt")
-    run = run_cases([case(answers_with(q08=HANG)), case(reference, baseline=str(base))], tmp_path,
+    base = baselines_for([CFG], reference)[CFG]
+    run = run_cases([case(answers_with(q08=HANG)), case(reference)], tmp_path,
                     timeout_s=60, case_deadline_s=5)
     assert len(run.launches) == 2
     hung, good = run.outcomes
     assert "rank 1: no operation finished; busy outside any send, receive" in hung.failure
     assert good.failure is None and not good.errors()
-    assert compare_run(good, load_baseline(base), "q08") == []
+    assert compare_run(good, base, "q08") == []
 
 
 def test_a_crashed_rank_is_named_with_its_exit_code(answers_with, tmp_path, no_leftovers):
@@ -133,12 +131,10 @@ def test_a_crashed_rank_is_named_with_its_exit_code(answers_with, tmp_path, no_l
 
 def test_usual_mistakes_get_named(answers_with, reference, tmp_path, no_leftovers):
     from grader.cohort.students import Q08_NO_SCALE as NO_SCALE
-    with use_answers(reference):
-        base = save_baseline(compute_baseline(CFG), tmp_path / "b.pt")
-    run = run_cases([case(answers_with(q08=NO_SCALE), baseline=str(base)),
-                     case(answers_with(q08=NO_REQUIRES_GRAD), baseline=str(base))], tmp_path)
+    base = baselines_for([CFG], reference)[CFG]
+    run = run_cases([case(answers_with(q08=NO_SCALE)), case(answers_with(q08=NO_REQUIRES_GRAD))], tmp_path)
     no_scale, no_grad = run.outcomes
-    text = "\n".join(map(str, compare_run(no_scale, load_baseline(base), "q08")))
+    text = "\n".join(map(str, compare_run(no_scale, base, "q08")))
     assert "they are 4x the baseline's, and 4 is the number of micro-batches" in text
     err = "\n".join(str(from_error("q08", r, e)) for r, e in no_grad.errors().items())
     assert "does not require grad" in err and "requires_grad_()" in err and "rank 1" in err
@@ -149,14 +145,13 @@ def test_an_answer_slow_to_load_on_one_rank_costs_no_case(answers_with, referenc
     longer than a receive's timeout as it loads (a slow import, a walk of the disk) leaves every case right."""
     slow = ("import os, time\nif os.environ.get('RANK') == '1':\n    time.sleep(5)\n"
             + Path(reference["q08"]).read_text())
-    with use_answers(reference):
-        base = save_baseline(compute_baseline(CFG), tmp_path / "b.pt")
+    base = baselines_for([CFG], reference)[CFG]
     mapping = answers_with(q08=slow)
-    run = run_cases([case(mapping, baseline=str(base)), case(mapping, baseline=str(base), label="again")], tmp_path,
+    run = run_cases([case(mapping), case(mapping, label="again")], tmp_path,
                     timeout_s=2, case_deadline_s=30)
     for out in run.outcomes:
         assert out.failure is None and not out.errors()
-        assert compare_run(out, load_baseline(base), "q08") == []
+        assert compare_run(out, base, "q08") == []
 
 
 def test_an_answer_that_never_finishes_loading_is_named_and_the_launch_goes_on(answers_with, reference, tmp_path,

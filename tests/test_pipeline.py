@@ -5,8 +5,7 @@ import threading
 
 import pytest
 
-from lab_src.answers import use_answers
-from lab_src.pipeline.baseline import compute_baseline, save_baseline
+from lab_src.harness.baselines import baselines_for
 from lab_src.judge.compare import compare_run
 from lab_src.pipeline.config import LabConfig
 from lab_src.judge.realness import check_run
@@ -22,27 +21,22 @@ FOUR_RANKS = [LabConfig(num_stages=4, num_layers=8, num_microbatches=6, global_b
               LabConfig(num_stages=4, num_layers=4, num_microbatches=1, global_batch_size=2)]
 
 
-def pipeline_cases(configs, answers, tmp_path):
+def pipeline_cases(configs, answers):
+    """The cases of `configs` in one launch, and their baselines, computed where that launch computes."""
     from lab_src.harness.groups import device_for
-    cases = []
-    with use_answers(answers):
-        for cfg in configs:
-            base = compute_baseline(cfg, device_for(max(c.num_stages for c in configs)))
-            path = save_baseline(base, tmp_path / f"baseline-{cfg.key()}.pt")
-            cases.append(Case(kind="pipeline", qid="q08", config=cfg, answers=answers, baseline=str(path)))
-    return cases
+    baselines = baselines_for(configs, answers, device=device_for(max(c.num_stages for c in configs)))
+    return [Case(kind="pipeline", qid="q08", config=cfg, answers=answers) for cfg in configs], baselines
 
 
 @pytest.mark.parametrize("configs", [TWO_RANKS, FOUR_RANKS], ids=["2 ranks", "4 ranks"])
 def test_reference_pipeline_matches_the_baseline(configs, reference, tmp_path, no_leftovers):
-    from lab_src.pipeline.baseline import load_baseline
-    cases = pipeline_cases(configs, reference, tmp_path)
+    cases, baselines = pipeline_cases(configs, reference)
     run = run_cases(cases, tmp_path / "run")
     assert len(run.launches) == 1, "all cases share one launch"
     assert run.launches[0].leftovers == 0
-    for cfg, case, outcome in zip(configs, cases, run.outcomes):
+    for cfg, outcome in zip(configs, run.outcomes):
         assert outcome.failure is None and not outcome.errors(), (cfg, outcome.failure, outcome.errors())
-        problems = compare_run(outcome, load_baseline(case.baseline), "q08") + check_run(outcome, "q08")
+        problems = compare_run(outcome, baselines[cfg], "q08") + check_run(outcome, "q08")
         assert problems == [], (cfg.describe(), [str(p) for p in problems])
         # each rank built only its own pieces, and the messages are the schedule's
         for r, o in outcome.obs.items():
@@ -64,7 +58,7 @@ def test_two_launches_at_once_both_succeed(reference, tmp_path, no_leftovers):
     results = {}
 
     def go(name, cfg):
-        cases = pipeline_cases([cfg], reference, tmp_path / name)
+        cases, _ = pipeline_cases([cfg], reference)
         results[name] = run_cases(cases, tmp_path / name / "run")
 
     threads = [threading.Thread(target=go, args=(n, c)) for n, c in (("a", FOUR_RANKS[0]), ("b", TWO_RANKS[1]))]
@@ -82,14 +76,13 @@ def test_reference_pipeline_on_gpus_with_nccl(reference, tmp_path, no_leftovers)
     """With one GPU per rank the checks use NCCL and CUDA; the baseline runs on a GPU too."""
     import torch
 
-    from lab_src.pipeline.baseline import load_baseline
     from lab_src.harness.groups import device_for
     n = min(4, torch.cuda.device_count())
     configs = [LabConfig(num_stages=n, num_layers=2 * n, num_microbatches=4, global_batch_size=8),
                LabConfig(num_stages=2, num_layers=5, num_microbatches=3, global_batch_size=6, dtype="float64")]
     assert device_for(n) == "cuda"
-    cases = pipeline_cases(configs, reference, tmp_path)
+    cases, baselines = pipeline_cases(configs, reference)
     run = run_cases(cases, tmp_path / "run")
-    for case, outcome in zip(cases, run.outcomes):
+    for cfg, outcome in zip(configs, run.outcomes):
         assert outcome.failure is None and not outcome.errors(), (outcome.failure, outcome.errors())
-        assert compare_run(outcome, load_baseline(case.baseline), "q08") + check_run(outcome, "q08") == []
+        assert compare_run(outcome, baselines[cfg], "q08") + check_run(outcome, "q08") == []

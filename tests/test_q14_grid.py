@@ -200,15 +200,13 @@ def test_prediction_items_grade_each_kind_and_explain(tmp_path, reference):
 def test_reference_2x2_step_equals_the_baseline_and_sends_what_the_formula_says(reference, tmp_path, no_leftovers):
     from grader.hidden.common import Context
     from grader.hidden.q14_dp_pp_step import expected_bytes
-    from lab_src.answers import use_answers
+    from lab_src.harness.baselines import baselines_for
     from lab_src.harness.case import Case
     from lab_src.harness.runner import run_cases
     from lab_src.judge.grid import judge_grid
-    from lab_src.pipeline.baseline import compute_baseline
     from lab_src.pipeline.traffic import PREDICTION_CONFIG, bytes_by_kind
     cfg = PREDICTION_CONFIG
-    with use_answers(reference):
-        base = compute_baseline(cfg)
+    base = baselines_for([cfg], reference)[cfg]
     case = Case(kind="grid", qid="q14", config=cfg, answers=reference, stages=4, step="q14", probes=["network"])
     out = run_cases([case], tmp_path).outcomes[0]
     assert out.failure is None and not out.errors()

@@ -84,10 +84,9 @@ def test_no_grader_module_imports_the_visible_checks():
             assert not any(n == "lab_src.checks" or n.startswith("lab_src.checks.") for n in names), path
 
 
-@pytest.mark.slow
-def test_grader_new_writes_a_working_skeleton_in_at_most_seven_files(tmp_path):
-    """In a copy of the repository: `python -m grader new` and nothing else gives an exercise that the
-    API, the hidden-test lookup, the checks, the README table and the release all know."""
+def repository_copy(tmp_path: Path):
+    """A copy of the repository's files (tracked and not ignored) in tmp_path/repo, and a function that runs
+    Python there: run(*args) -> the finished process."""
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                            capture_output=True, check=True).stdout.decode().split("\0")
     copy = tmp_path / "repo"
@@ -95,9 +94,16 @@ def test_grader_new_writes_a_working_skeleton_in_at_most_seven_files(tmp_path):
         if (ROOT / f).is_file():
             (copy / f).parent.mkdir(parents=True, exist_ok=True)
             (copy / f).write_bytes((ROOT / f).read_bytes())
-    run = lambda *args: subprocess.run([sys.executable, "-P", *args], cwd=copy, capture_output=True, text=True,  # noqa: E731
-                                       timeout=600, env={"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path),
-                                                         "PYTHONPATH": str(copy)})
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path), "PYTHONPATH": str(copy)}
+    return copy, lambda *args: subprocess.run([sys.executable, "-P", *args], cwd=copy, capture_output=True,
+                                              text=True, timeout=600, env=env)
+
+
+@pytest.mark.slow
+def test_grader_new_writes_a_working_skeleton_in_at_most_seven_files(tmp_path):
+    """In a copy of the repository: `python -m grader new` and nothing else gives an exercise that the
+    API, the hidden-test lookup, the checks, the README table and the release all know."""
+    copy, run = repository_copy(tmp_path)
     made = run("-m", "grader", "new", "q99", "p2p_exchange", "--title", "Raw P2P", "--points", "8")
     assert made.returncode == 0, made.stderr
     written = [line.split(" ", 1)[1] for line in made.stdout.splitlines() if line.startswith("wrote ")]
@@ -117,3 +123,57 @@ def test_grader_new_writes_a_working_skeleton_in_at_most_seven_files(tmp_path):
     text = json.dumps(released)
     assert "raise NotImplementedError" in text and "BEGIN SOLUTION" not in text and "BEGIN HIDDEN" not in text
     assert not list((copy / "notebooks" / "pipeline_lab").glob("*.py")), "the jupytext twins must not ship"
+
+
+# In the copy, after `grader new q99 toy_step --schedule afab`: the visible check without an answer, then with
+# q08's reference step as the answer, then the hidden tests of that answer (without the sandbox: a test needs
+# no bubblewrap), each printed as one JSON line.
+TOY_STEP_PROBE = """
+import json, os, sys
+from pathlib import Path
+sys.path.insert(0, "tests")
+from grader.reference import reference_sources
+from hidden_grading import grade_answer
+from lab_src.checks import check
+from lab_src.registry import exercise
+
+ref = reference_sources()
+mapping = Path("answers.json")
+os.environ["LAB_ANSWERS"] = str(mapping.resolve())
+mapping.write_text(json.dumps({**ref, "q99": None}))
+stub = check("q99")
+answer = Path("q99_toy_step.py")
+answer.write_text(Path(ref["q08"]).read_text().replace("def afab_step(", "def toy_step("))
+mapping.write_text(json.dumps({**ref, "q99": str(answer.resolve())}))
+report = check("q99")
+hidden = grade_answer("q99", answer.read_text(), ref, Path("graded"), sandboxed=False)
+ex = exercise("q99")
+print(json.dumps({"stub": [p.message for p in stub.problems], "ok": report.ok, "lines": report.lines,
+                  "hidden": [hidden["fraction"], hidden["passed"], hidden["total"]],
+                  "declared": [ex.schedule, ex.step_exercise, list(ex.needs)]}))
+"""
+
+
+@pytest.mark.slow
+def test_grader_new_writes_a_schedule_exercise_whose_check_and_hidden_tests_run(tmp_path):
+    """In a copy of the repository: `grader new --schedule afab` gives a step exercise whose visible check is
+    the pipeline check (it says the answer is missing, then passes q08's reference step) and whose hidden
+    tests are the pipeline items on every grading configuration (the reference step gets every point)."""
+    copy, run = repository_copy(tmp_path)
+    made = run("-m", "grader", "new", "q99", "toy_step", "--title", "Toy AFAB", "--schedule", "afab")
+    assert made.returncode == 0, made.stderr
+    written = [line.split(" ", 1)[1] for line in made.stdout.splitlines() if line.startswith("wrote ")]
+    assert len(written) <= 7, written
+    assert "pipeline_check(" in (copy / "lab_src" / "checks" / "q99_toy_step.py").read_text()
+    assert "pipeline_item(" in (copy / "grader" / "hidden" / "q99_toy_step.py").read_text()
+    refused = run("-m", "grader", "new", "q98", "toy_step", "--schedule", "no_such_schedule")
+    assert refused.returncode != 0 and "no schedule 'no_such_schedule'" in refused.stderr
+    probe = run("-c", TOY_STEP_PROBE)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    got = json.loads(probe.stdout.splitlines()[-1])
+    assert got["stub"] == ["q99 toy_step() has no answer yet: open q99_toy_step.ipynb, write the function in its "
+                           "answer cell (the one starting with %%answer q99) and run that cell."]
+    assert got["ok"], "\n".join(got["lines"])
+    assert sum("match the unsharded baseline" in line for line in got["lines"]) == 2
+    assert got["hidden"] == [1.0, 6, 6]
+    assert got["declared"] == ["afab", "q99", ["q02", "q03", "q04", "q05", "q06", "q07"]]

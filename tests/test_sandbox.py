@@ -135,15 +135,14 @@ def test_grading_refuses_without_a_sandbox_unless_told(tmp_path, monkeypatch):
     assert any("WITHOUT a sandbox" in m for m in result["exercises"]["q02"]["messages"])
 
 
-def test_no_group_of_cases_holds_what_its_exercises_are_judged_against(reference):
+def test_no_group_of_cases_holds_what_its_exercises_are_judged_against(reference, tmp_path):
     """The hidden tests of a whole submission, grouped: no group holds the reference of an exercise it
     grades, and no group that holds a baseline grades an exercise judged on those numbers."""
     from grader.hidden import hidden_tests
-    from grader.hidden.common import CONFIGS, Context
+    from grader.hidden.common import Context
     from lab_src.harness.runner import group_cases, holds
     from lab_src.registry import CODED
-    ctx = Context(student=dict(reference), reference=reference)
-    ctx.baseline_files = {name: f"/nowhere/{name}.pt" for name in CONFIGS}
+    ctx = Context(student=dict(reference), reference=reference, folder=tmp_path)
     cases = [c for ex in CODED for c in hidden_tests(ex.id).cases(ctx)]
     groups = group_cases(cases)
     assert sorted(c.index if c.index >= 0 else id(c) for g in groups for c in g) == \

@@ -127,22 +127,18 @@ def test_interleaved_needs_a_multiple_of_p_microbatches():
 @pytest.fixture(scope="module")
 def one_f_one_b_runs(reference, tmp_path_factory):
     """A correct 1F1B step, run twice in one launch: judged as 1F1B, then as AFAB (q08)."""
-    from lab_src.answers import use_answers
+    from lab_src.harness.baselines import baselines_for
     from lab_src.harness.case import Case
-    from lab_src.harness.groups import device_for
     from lab_src.harness.runner import run_cases
-    from lab_src.pipeline.baseline import compute_baseline, save_baseline
     from lab_src.pipeline.config import LabConfig
     tmp = tmp_path_factory.mktemp("1f1b")
     step = tmp / "q08_one_f_one_b.py"
     step.write_text(ONE_F_ONE_B)
     answers = {**reference, "q08": str(step)}
     cfg = LabConfig(num_stages=4, num_layers=8, num_microbatches=6, global_batch_size=12)
-    with use_answers(reference):
-        base = compute_baseline(cfg, device_for(4))
-    path = save_baseline(base, tmp / "baseline.pt")
-    cases = [Case(kind="pipeline", qid="q08", config=cfg, answers=answers, baseline=str(path), schedule=s,
-                  label=f"judged as {s}") for s in ("1f1b", "afab")]
+    base = baselines_for([cfg], reference)[cfg]
+    cases = [Case(kind="pipeline", qid="q08", config=cfg, answers=answers, schedule=s, label=f"judged as {s}")
+             for s in ("1f1b", "afab")]
     run = run_cases(cases, tmp / "run")
     return run, base
 

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from lab_src.harness.baselines import Baselines
 from lab_src.harness.case import Case
-from lab_src.harness.kinds import KINDS, exercises_called
+from lab_src.harness.groups import device_for
+from lab_src.harness.kinds import exercises_called
 from lab_src.judge import failures
 from lab_src.judge.problems import Problem
 from lab_src.pipeline.config import LabConfig
@@ -61,9 +64,13 @@ class Item:
 class Context:
     student: dict[str, str | None]          # qid -> the student's answer file (None: missing)
     reference: dict[str, str]               # qid -> the reference answer file
-    baselines: dict[str, dict] = field(default_factory=dict)       # config name -> reference baseline
-    baseline_files: dict[str, str] = field(default_factory=dict)   # config name -> its file
+    folder: Path | None = None              # where the baselines that ranks load are written
+    baselines: Baselines = field(init=False)   # the reference's baselines, by configuration
     _ref_modules: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        # every graded case runs in one launch of 4 processes (grader/trusted.py): the baselines compute where it does
+        self.baselines = Baselines(self.reference, self.folder, device_for(4))
 
     def answers(self, qid: str) -> dict[str, str | None]:
         """Reference answers everywhere except `qid`, which is the student's."""
@@ -72,21 +79,20 @@ class Context:
     def case(self, qid: str, kind: str, config: str | LabConfig | None = None, stages: int | None = None,
              **extra) -> Case:
         """A case of `kind` on the named grading configuration (or a configuration of its own, named by
-        `label`), testing the student's answer to `qid`; pipeline, communication and training cases follow
-        the schedule `qid` declares."""
+        `label`), testing the student's answer to `qid`. It runs the step of `qid`'s exercise and is judged
+        against its schedule, unless `step` and `schedule` (a variant of it: "interleaved:4", q15's with 4
+        chunks per rank) say otherwise; a pipeline case whose probes load the baseline carries its file."""
         if isinstance(config, LabConfig):
             cfg, config = config, None
         else:
             cfg = CONFIGS[config] if config else LabConfig(num_stages=stages or 1)
-        extra.setdefault("label", config or kind)
-        if KINDS[kind].scheduled:
-            extra.setdefault("schedule", exercise(qid).schedule_of_step)
-        if kind == "pipeline" and config:
-            extra.setdefault("baseline", self.baseline_files[config])
-        case = Case(kind=kind, qid=qid, config=cfg, answers=self.answers(qid), stages=stages or 0, **extra)
-        called = exercises_called(kind, case.step, case.calls) | {qid}
-        case.answers = {q: path for q, path in case.answers.items() if q in called}
-        return case
+        ex = exercise(qid)
+        extra = {"label": config or kind, "schedule": ex.schedule_of_step, "step": ex.step_exercise, **extra}
+        if kind == "pipeline":
+            extra.setdefault("baseline", self.baselines.for_case(cfg, extra.get("probes", ())))
+        called = exercises_called(kind, extra["step"], extra.get("calls", ()))
+        answers = {q: path for q, path in self.answers(qid).items() if q in called | {qid}}
+        return Case(kind=kind, qid=qid, config=cfg, answers=answers, stages=stages or 0, **extra)
 
     def reference_fn(self, qid: str):
         """The reference function of `qid`, imported into this (trusted) process."""
@@ -115,7 +121,7 @@ def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extr
     if item.problems:
         return item
     cfg = outcome.case.config
-    item.problems += compare_run(outcome, ctx.baselines[label], qid, label)
+    item.problems += compare_run(outcome, ctx.baselines[cfg], qid, label)
     item.problems += check_run(outcome, qid, label)
     ref_layers = ctx.reference_fn("q05")
     for r, o in sorted(outcome.obs.items()):

@@ -21,7 +21,7 @@ def judge(ctx, outcomes):
         items.append(item)
         if item.problems:
             continue
-        got, want = out.obs[0], ctx.baselines[label]
+        got, want = out.obs[0], ctx.baselines[out.case.config]
         if tuple(got["output"].shape) != tuple(want["output"].shape):
             item.problems.append(Problem(QID, f"the output has shape {tuple(got['output'].shape)}, expected "
                                               f"{tuple(want['output'].shape)} (the whole first batch)", None, None, label))

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab_src.harness.case import Case
-from lab_src.harness.kinds import exercises_called
 from lab_src.judge.grid import failure_problems, judge_grid
 from lab_src.judge.numeric import NotANumber, read_numbers
 from lab_src.judge.problems import Problem
@@ -40,16 +38,8 @@ TOLERANCE = 0.005   # a prediction within half a percent counts
 
 
 def cases(ctx):
-    from lab_src.answers import use_answers
-    from lab_src.harness.groups import device_for
-    from lab_src.pipeline.baseline import compute_baseline
-    called = exercises_called("grid") | {QID}
-    answers = {q: path for q, path in ctx.answers(QID).items() if q in called}
-    with use_answers(ctx.reference):
-        for label, cfg in GRIDS.items():          # judged here, never handed to the ranks
-            ctx.baselines[f"{QID}/{label}"] = compute_baseline(cfg, device_for(cfg.world_size))
-    return [Case(kind="grid", qid=QID, config=cfg, answers=answers, label=label, schedule="afab", step=QID,
-                 stages=cfg.world_size) for label, cfg in GRIDS.items()]
+    ctx.baselines.add(GRIDS.values())          # judged here, never handed to the ranks
+    return [ctx.case(QID, "grid", cfg, stages=cfg.world_size, label=label) for label, cfg in GRIDS.items()]
 
 
 def judge(ctx, outcomes):
@@ -60,7 +50,7 @@ def judge(ctx, outcomes):
         dp = Item("data parallel", label, list(failed))
         tied = Item("tied embeddings", label, list(failed)) if out.case.config.tie_embeddings else None
         if not failed:
-            verdict = judge_grid(out, ctx.baselines[f"{QID}/{label}"], QID, label)
+            verdict = judge_grid(out, ctx.baselines[out.case.config], QID, label)
             dp.problems += verdict.data_parallel
             if tied is not None:
                 tied.problems += verdict.tied

@@ -3,15 +3,11 @@ rank, as many micro-batches as ranks and more, uneven layers, float64 and other 
 compared with the baseline and judged against Interleaved 1F1B's program and rules (lab_src/judge/chunks.py):
 the chunks' blocks, the messages per chunk with the wrap-around from the last rank to the first, the
 memory bound and the order in which the chunks are visited."""
-from lab_src.answers import use_answers
-from lab_src.harness.case import Case
-from lab_src.harness.kinds import exercises_called
-from lab_src.harness.groups import device_for
 from lab_src.judge.chunks import check_interleaved_run, interleaved_errors
 from lab_src.judge.compare import compare_run
 from lab_src.judge.problems import Problem
-from lab_src.pipeline.baseline import compute_baseline
 from lab_src.pipeline.config import LabConfig
+from lab_src.pipeline.schedules import Interleaved1F1B
 from lab_src.registry import exercise
 
 from .common import Item
@@ -34,19 +30,10 @@ CONFIGS = {
 }
 
 
-def schedule_name(v: int) -> str:
-    return "interleaved" if v == 2 else f"interleaved:{v}"
-
-
 def cases(ctx):
-    called = exercises_called("interleaved") | {QID}
-    answers = {q: path for q, path in ctx.answers(QID).items() if q in called}
-    with use_answers(ctx.reference):
-        for label, (cfg, _) in CONFIGS.items():
-            if label not in ctx.baselines:
-                ctx.baselines[label] = compute_baseline(cfg, device_for(4))   # as grader/trusted.py: one launch of 4
-    return [Case(kind="interleaved", qid=QID, config=cfg, answers=answers, label=label, schedule=schedule_name(v),
-                 step=QID) for label, (cfg, v) in CONFIGS.items()]
+    ctx.baselines.add(cfg for cfg, _ in CONFIGS.values())
+    return [ctx.case(QID, "interleaved", cfg, label=label, schedule=Interleaved1F1B(v).name)
+            for label, (cfg, v) in CONFIGS.items()]
 
 
 def judge(ctx, outcomes):
@@ -59,7 +46,7 @@ def judge(ctx, outcomes):
             cfg, p = out.case.config, out.case.stages
             # the pipeline's own faults first: a swapped message or a wrong peer explains wrong numbers
             item.problems += check_interleaved_run(out, QID, label)
-            item.problems += compare_run(out, ctx.baselines[label], QID, label)
+            item.problems += compare_run(out, ctx.baselines[cfg], QID, label)
             for r, o in sorted(out.obs.items()):
                 for c, got in enumerate(o.get("chunk_layers") or []):
                     s, virtual = c * p + r, len(o["chunk_layers"]) * p

@@ -164,7 +164,12 @@ def run_dir(qid: str) -> Path:
 
 
 def make_case(kind: str, cfg: LabConfig, srcs, qid: str, **extra) -> Case:
-    return Case(kind=kind, qid=qid, config=cfg, answers=srcs, label=cfg.describe(), **extra)
+    """A case of `kind` on `cfg` testing `qid`, named by its configuration unless `label` says otherwise. It
+    runs the step of `qid`'s exercise and is judged against its schedule, unless `step` and `schedule`
+    (a variant of it: "interleaved:4", q15's with 4 chunks per rank) say otherwise."""
+    ex = exercise(qid)
+    extra = {"label": cfg.describe(), "schedule": ex.schedule_of_step, "step": ex.step_exercise, **extra}
+    return Case(kind=kind, qid=qid, config=cfg, answers=srcs, **extra)
 
 
 def errors(outcome: CaseOutcome, qid: str, label: str) -> list[Problem]:

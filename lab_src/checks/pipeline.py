@@ -13,23 +13,16 @@ from lab_src.views.memory import describe_peaks
 
 def pipeline_check(qid: str, configs: list[LabConfig], probes: list[str]) -> CheckReport:
     """Run the step of `qid`'s schedule on `configs` and judge it as the hidden tests do."""
-    from lab_src.answers import use_answers
-    from lab_src.harness.groups import device_for
+    from lab_src.harness.baselines import baselines_for
     from lab_src.judge.compare import compare_run
-    from lab_src.pipeline.baseline import compute_baseline, load_baseline, save_baseline
-    ex = exercise(qid)
     srcs = sources(qid)
     folder = run_dir(qid)
-    cases = []
-    with use_answers(srcs):
-        for cfg in configs:
-            base = compute_baseline(cfg, device_for(cfg.num_stages))
-            path = save_baseline(base, folder.resolve() / f"baseline-{cfg.key()}.pt")
-            cases.append(make_case("pipeline", cfg, srcs, qid, baseline=str(path), probes=probes,
-                                   schedule=ex.schedule_of_step, step=ex.step_exercise))
+    baselines = baselines_for(configs, srcs, folder)
+    cases = [make_case("pipeline", cfg, srcs, qid, probes=probes, baseline=baselines.for_case(cfg, probes))
+             for cfg in configs]
     run = run_cases(cases, folder)
     problems, lines = [], [f"{qid} {exercise(qid).function}"]
-    for cfg, out, case in zip(configs, run.outcomes, cases):
+    for cfg, out in zip(configs, run.outcomes):
         label = cfg.describe()
         lines.append(f"\n  {label}:")
         errs = errors(out, qid, label)
@@ -37,7 +30,7 @@ def pipeline_check(qid: str, configs: list[LabConfig], probes: list[str]) -> Che
         if errs:
             lines.append(UNFINISHED)
             continue
-        numbers = compare_run(out, load_baseline(case.baseline), qid, label)
+        numbers = compare_run(out, baselines[cfg], qid, label)
         found = numbers + check_run(out, qid, label)
         if "check_outputs" in probes:
             found += judge_check_outputs(out, qid, label)

@@ -9,13 +9,13 @@ from lab_src.judge.problems import Problem
 def check() -> CheckReport:
     import torch
 
-    from lab_src.pipeline.baseline import compute_baseline
+    from lab_src.harness.baselines import baselines_for
     from lab_src.pipeline.data import make_dataloader
     from lab_src.pipeline.model import build_model
     srcs = sources("q04")
     cfg = VISIBLE.replace(dtype="float64")
     problems, lines = [], [f"q04 baseline_step on the whole model, {cfg.describe()}"]
-    base = compute_baseline(cfg)
+    base = baselines_for([cfg], srcs, device="cpu")[cfg]     # in this notebook's process
     out_shape = (cfg.global_batch_size, cfg.seq_len, cfg.vocab_size)
     lines.append(f"  output shape {tuple(base['output'].shape)}, loss {base['loss']:.6f}")
     if tuple(base["output"].shape) != out_shape:

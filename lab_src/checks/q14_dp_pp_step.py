@@ -41,23 +41,18 @@ class GridReport(CheckReport):
 
 
 def check() -> CheckReport:
-    from lab_src.answers import use_answers
-    from lab_src.harness.groups import device_for
+    from lab_src.harness.baselines import baselines_for
     from lab_src.judge.grid import failure_problems, judge_grid
-    from lab_src.pipeline.baseline import compute_baseline
     from lab_src.pipeline.traffic import bytes_by_kind, table, wire_bytes_by_kind
     from lab_src.views import grid as text_grid
     srcs = sources("q14")
     prediction, why = read_prediction(srcs["q14"])
-    cases, baselines = [], []
-    with use_answers(srcs):
-        for cfg in GRIDS:
-            baselines.append(compute_baseline(cfg, device_for(cfg.world_size)))
-            cases.append(make_case("grid", cfg, srcs, "q14", stages=cfg.world_size, schedule="afab", step="q14",
-                                   probes=["network"] if cfg is PREDICTION_CONFIG else []))
+    baselines = baselines_for(GRIDS, srcs)
+    cases = [make_case("grid", cfg, srcs, "q14", stages=cfg.world_size,
+                       probes=["network"] if cfg is PREDICTION_CONFIG else []) for cfg in GRIDS]
     run = run_cases(cases, run_dir("q14"))
     problems, lines, views = [], ["q14 dp_pp_step"], []
-    for cfg, out, base in zip(GRIDS, run.outcomes, baselines):
+    for cfg, out in zip(GRIDS, run.outcomes):
         label = f"{cfg.dp_size} x {cfg.num_stages}"
         lines.append(f"\n  {label} grid: {cfg.describe()}")
         errs = failure_problems(out, "q14", label) if errors(out, "q14", label) else []
@@ -67,7 +62,7 @@ def check() -> CheckReport:
             problems += errs
             lines.append(UNFINISHED)
             continue
-        verdict = judge_grid(out, base, "q14", label)
+        verdict = judge_grid(out, baselines[cfg], "q14", label)
         found = verdict.data_parallel + verdict.tied
         problems += found
         lines.append(indent(coordinates(out)))

@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 
 from lab_src.checks.common import (UNFINISHED, VISIBLE, CheckReport, autograding, exercise, failed_in_notebook, finish,
-                                   indent, run_cases, run_dir, sources)
-from lab_src.harness.case import Case
+                                   indent, make_case, run_cases, run_dir, sources)
 from lab_src.judge.chunks import check_interleaved_run, interleaved_errors
 from lab_src.pipeline.config import LabConfig
+from lab_src.pipeline.schedules import Interleaved1F1B
 from lab_src.views import bubble, grid
 from lab_src.views.saved import case_view
 from lab_src.views.timeline import timelines
@@ -25,21 +25,12 @@ STUDY = LabConfig(num_layers=16, hidden_size=256, num_heads=8, seq_len=128, voca
                   num_microbatches=8, num_stages=4)
 
 
-def schedule_name(v: int) -> str:
-    return "interleaved" if v == 2 else f"interleaved:{v}"
-
-
 def _run(configs, folder, srcs):
-    """Each (configuration, v) as an interleaved case with the baseline computed from the student's q04."""
-    from lab_src.answers import use_answers
-    from lab_src.harness.groups import device_for
-    from lab_src.pipeline.baseline import compute_baseline
-    cases, baselines = [], []
-    with use_answers(srcs):
-        for cfg, v in configs:
-            baselines.append(compute_baseline(cfg, device_for(cfg.num_stages)))
-            cases.append(Case(kind="interleaved", qid=QID, config=cfg, answers=srcs, schedule=schedule_name(v),
-                              step=QID, label=f"{cfg.describe()}, {v} chunks per rank"))
+    """Each (configuration, v) as an interleaved case, and the baselines computed from the student's q04."""
+    from lab_src.harness.baselines import baselines_for
+    baselines = baselines_for([cfg for cfg, _ in configs], srcs)
+    cases = [make_case("interleaved", cfg, srcs, QID, schedule=Interleaved1F1B(v).name,
+                       label=f"{cfg.describe()}, {v} chunks per rank") for cfg, v in configs]
     return run_cases(cases, folder, case_deadline_s=120, timeout_s=30), baselines
 
 
@@ -55,7 +46,7 @@ def check() -> CheckReport:
     srcs = sources(QID)
     run, baselines = _run(CHECKED, run_dir(QID), srcs)
     problems, lines = [], [f"{QID} {exercise(QID).function}"]
-    for (cfg, v), out, base in zip(CHECKED, run.outcomes, baselines):
+    for (cfg, v), out in zip(CHECKED, run.outcomes):
         label = out.case.label
         lines.append(f"\n  {label}:")
         errs = interleaved_errors(QID, out, label)
@@ -63,7 +54,7 @@ def check() -> CheckReport:
         if errs:
             lines.append(UNFINISHED)
             continue
-        numbers = compare_run(out, base, QID, label)
+        numbers = compare_run(out, baselines[cfg], QID, label)
         found = check_interleaved_run(out, QID, label) + numbers
         problems += found
         lines.append("    outputs, loss and every rank's gradients " +

@@ -1,8 +1,9 @@
 """The unsharded baseline: the whole model, one batch, one forward and backward (exercise q04).
 
 The baseline is what every pipelined run is compared with. It is computed once per configuration,
-outside the pipeline ranks (so that those ranks build only their own layers), saved to a file, and
-loaded by the ranks that compare with it.
+outside the pipeline ranks (so that those ranks build only their own layers), and kept in memory by the
+process that judges; it is saved to a file only for ranks that load it (q09's and q10's probes).
+harness/baselines.py does that bookkeeping for checks, hidden tests, the grader and the tests.
 """
 from __future__ import annotations
 

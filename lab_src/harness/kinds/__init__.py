@@ -22,14 +22,13 @@ class Kind:
     calls: tuple[str, ...]      # the exercise functions its ranks call: a case must carry their answers
     what: str                   # what its ranks do, in a line or two
     step: bool = False          # its ranks also call the case's step, and what that step uses
-    scheduled: bool = False     # it follows the schedule of the exercise under test (hidden tests' cases)
 
 
 KINDS = {
-    "pipeline": Kind("pipeline", LAYOUT + ("needs_dataloader",), step=True, scheduled=True,
+    "pipeline": Kind("pipeline", LAYOUT + ("needs_dataloader",), step=True,
                      what="the step function the case names (q08's afab_step, ...) with its comparisons' raw "
                           "material, and the probes of q07, q09 and q10"),
-    "comm": Kind("comm", LAYOUT + ("pipeline_communicate",), scheduled=True,
+    "comm": Kind("comm", LAYOUT + ("pipeline_communicate",),
                  what="the four point-to-point operations (q07) in the order of the case's schedule, carrying "
                       "labelled dummy tensors, no compute"),
     "layout": Kind("layout", LAYOUT,
@@ -46,7 +45,7 @@ KINDS = {
                 what="q11's raw torch.distributed operations in the order of the case's schedule"),
     "interleaved": Kind("interleaved", LAYOUT + ("needs_dataloader",), step=True,
                         what="an interleaved step (q15) on ranks holding several model chunks each"),
-    "train": Kind("train", LAYOUT, step=True, scheduled=True,
+    "train": Kind("train", LAYOUT, step=True,
                   what="the student's training loop around the step, on the digits (q13)"),
 }
 
