@@ -41,7 +41,7 @@ class Item:
     name: str
     problems: list[Problem] = field(default_factory=list)
 
-    credit: float = 0.0      # the share an item keeps when its only problem is another valid schedule
+    credit: float = 0.0      # the share an item keeps when all its problems are Kind.WRONG_SCHEDULE
 
     @property
     def passed(self) -> bool:
@@ -128,7 +128,7 @@ def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extr
 
 
 def causes_first(item: Item) -> Item:
-    """The item's problems with the ranks that waited for a message last: when one rank raises, its
+    """The item's problems with where ranks waited (Kind.WAIT) last: when one rank raises, its
     neighbours wait until they time out, and the raise is what the student needs to read first."""
     item.problems.sort(key=lambda p: p.kind is Kind.WAIT)
     return item

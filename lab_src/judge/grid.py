@@ -154,8 +154,9 @@ def group_problems(obs: dict, lay: Layout) -> list[Problem]:
             if list(e.group) != want:
                 what = lay.name(list(e.group))
                 problems.append(Problem(f"the data-parallel all-reduce ran over ranks {list(e.group)}"
-                         + (f", {what}" if what else "") + f"; the data-parallel set of stage {p} is ranks {want}. "
-                         + stride_hint(lay), rank=r))
+                                        + (f", {what}" if what else "")
+                                        + f"; the data-parallel set of stage {p} is ranks {want}. " + stride_hint(lay),
+                                        rank=r))
     return problems
 
 

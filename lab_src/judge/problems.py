@@ -84,7 +84,7 @@ def from_error(rank: int, error: dict, ring: int | None = None) -> Problem:
     """A problem from an exception a rank recorded, with the operation it was in and the student's line
     (a `Kind.WAIT` when the rank gave up waiting in it).
     `ring`: the ranks form a ring of this many (interleaved: the neighbour of rank 0 is rank ring - 1)."""
-    what = Kind.MISTAKE
+    problem_kind = Kind.MISTAKE
     msg = f"{error['type']}: {sanitize(error['message'])}" if error["type"] != "NotRun" else error["message"]
     if error.get("pending"):
         kind, mb, peer, chunk = unpack(error["pending"])
@@ -94,7 +94,7 @@ def from_error(rank: int, error: dict, ring: int | None = None) -> Problem:
             op = op_text(kind, mb, chunk, ring is not None) + (f" with rank {peer}" if peer is not None else "")
         gave_up = gave_up_waiting(error["message"], error["type"])
         if gave_up:
-            what = Kind.WAIT
+            problem_kind = Kind.WAIT
         if gave_up == "stopped":
             msg = (f"waited in {op} for a message that never came; every rank was waiting, so the check "
                    f"stopped the run")
@@ -114,7 +114,7 @@ def from_error(rank: int, error: dict, ring: int | None = None) -> Problem:
         if wrong:
             msg += f"\n    {wrong}"
     msg += student_line(error)
-    return Problem(msg, rank=rank, microbatch=error["pending"][2] if error.get("pending") else None, kind=what)
+    return Problem(msg, rank=rank, microbatch=error["pending"][2] if error.get("pending") else None, kind=problem_kind)
 
 
 def student_line(error: dict) -> str:

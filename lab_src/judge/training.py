@@ -117,7 +117,8 @@ def _is_curve(losses) -> bool:
     return isinstance(losses, list) and len(losses) > 0 and all(isinstance(x, float) for x in losses)
 
 
-def curve_problems(outcome, losses: list[float], expected: dict, mistaken_curve=None, explained: bool = False) -> list[Problem]:
+def curve_problems(outcome, losses: list[float], expected: dict, mistaken_curve=None,
+                   explained: bool = False) -> list[Problem]:
     case = outcome.case
     p, m = case.stages, case.microbatches
     want = expected["losses"]
