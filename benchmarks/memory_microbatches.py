@@ -25,7 +25,9 @@ def main() -> int:
     from lab_src.checks.experiments import STEPS, small
     from lab_src.harness.case import Case
     from lab_src.harness.runner import run_cases
-    from lab_src.judge.problems import from_errors, summary
+    from lab_src.judge.failures import rank_problems
+    from lab_src.judge.problems import stamped
+    from lab_src.judge.summary import summary
     from lab_src.pipeline.schedules import in_flight, schedule
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -48,7 +50,7 @@ def main() -> int:
                 run = run_cases([case], Path(tmp) / f"{sched}-{m}", case_deadline_s=1200, timeout_s=300)
                 out = run.outcomes[0]
                 if out.failure or out.errors():
-                    print(f"{sched} m={m} failed: {out.failure or summary(from_errors(sched, out.errors()))}")
+                    print(f"{sched} m={m} failed: {out.failure or summary(stamped(rank_problems(out.errors()), sched))}")
                     return 1
                 events = out.events()
                 step = max(e.t_end for e in events)

@@ -124,7 +124,7 @@ def grade_submission(submission: Path, work: Path, only: list[str] | None = None
         try:
             items = hidden_tests(qid).judge(ctx, outcomes)
         except Exception as e:  # noqa: BLE001 - a judging bug must not cost the other exercises
-            items = [Item("judge", "grader", [Problem(qid, f"the grader could not judge this exercise: {e!r}")])]
+            items = [Item("judge", "grader", [Problem(f"the grader could not judge this exercise: {e!r}", exercise=qid)])]
         verdicts[qid] = summarize(qid, items)
         if not sandboxed:
             verdicts[qid]["messages"].append(f"{qid}: {UNSAFE}")

@@ -19,8 +19,8 @@ from lab_src.registry import EXERCISES
 # ---- no processes ------------------------------------------------------------------------------------
 def test_a_problem_seen_on_every_rank_and_case_is_said_once_with_where_it_showed():
     gist = "scaled by the number of micro-batches"
-    problems = [Problem("q08", f"12 of 12 gradients differ ({names}): they are {m}x the baseline's", r, None,
-                        case, gist=gist)
+    problems = [Problem(f"12 of 12 gradients differ ({names}): they are {m}x the baseline's", exercise="q08", rank=r,
+                        case=case, gist=gist)
                 for case, m, ranks in (("4 stages", 4, range(4)), ("3 stages", 2, range(3)))
                 for r, names in zip(ranks, ("embed.weight", "blocks.2.up", "blocks.4.up", "head.proj"))]
     lines = render(problems)
@@ -30,8 +30,8 @@ def test_a_problem_seen_on_every_rank_and_case_is_said_once_with_where_it_showed
 
 
 def test_causes_come_first_and_consequences_after_under_their_heading():
-    problems = [Problem("q08", "the other ranks were left waiting:\n    rank 0 waited", consequence=True),
-                Problem("q08", "RuntimeError: the activation does not require grad", 3)]
+    problems = [Problem("the other ranks were left waiting:\n    rank 0 waited", exercise="q08", consequence=True),
+                Problem("RuntimeError: the activation does not require grad", exercise="q08", rank=3)]
     lines = render(problems)
     assert lines[0].startswith("[q08] rank 3: RuntimeError")
     assert lines[1] == CONSEQUENCES
@@ -51,7 +51,7 @@ def test_a_wrong_peer_is_the_cause_and_the_others_waiting_its_consequence():
         return {"type": "StoppedWaiting", "message": "stopped by the check", "pending": ["0", "recv_backward", 0, peer],
                 "where": [["q07_pipeline_communicate.py", 16, "pipeline_communicate", "return stage.recv(src=peer)"]]}
     errors = {0: waited(0, 1), 1: waited(1, 0), 2: waited(2, 1)}
-    cause1, cause2, consequence = rank_problems("q07", errors, "4 stages")
+    cause1, cause2, consequence = rank_problems(errors)
     assert cause1.rank == 1 and cause1.message.startswith("wrong peer: in recv_backward, gradients come back from "
                                                           "the next stage, rank 2, not rank 0")
     assert "at q07_pipeline_communicate.py line 16" in cause1.message
@@ -63,10 +63,10 @@ def test_a_wrong_peer_is_the_cause_and_the_others_waiting_its_consequence():
 def test_a_case_not_run_is_a_problem_of_its_own_and_every_error_gives_one():
     not_run = {"type": "NotRun", "message": "not run: 2 earlier cases of q08 deadlocked or timed out",
                "pending": None, "where": []}
-    (problem,) = rank_problems("q08", {0: not_run}, "float64")
+    (problem,) = rank_problems({0: not_run})
     assert "not run" in problem.message and not problem.consequence
     finished = {"type": "StoppedWaiting", "message": "stopped by the check", "pending": None, "where": []}
-    assert rank_problems("q08", {3: finished}, "x")            # a rank that only waited at the end
+    assert rank_problems({3: finished})            # a rank that only waited at the end
 
 
 def feed(progress: Progress, rank: int, *lines) -> None:

@@ -78,7 +78,7 @@ def test_deadlock_times_out_with_each_ranks_pending_operation(answers_with, tmp_
     assert time.monotonic() - started < 20
     errors = run.outcomes[0].errors()
     assert sorted(errors) == [0, 1, 2, 3]
-    text = "\n".join(str(from_error("q08", r, e)) for r, e in errors.items())
+    text = "\n".join(str(from_error(r, e)) for r, e in errors.items())
     assert "rank 0, micro-batch 0: waited in recv_backward(mb=0) with rank 1 until the" in text  # timeout, or peer gave up
     assert "rank 1, micro-batch 0: waited in recv_backward(mb=0) with rank 2 until the" in text
     assert "rank 3, micro-batch 0: waited in recv_forward(mb=0) with rank 2" in text
@@ -95,7 +95,7 @@ def test_deadlock_is_stopped_as_soon_as_every_rank_waits(answers_with, tmp_path,
     assert sorted(w.rank for w in waits) == [0, 1, 2, 3]
     assert max(w.t_end for w in waits) - max(w.t_start for w in waits) < 2.0     # 0.3 s settle + polls
     assert out.stuck.cycle() == [2, 3, 2]
-    (problem,) = case_problems(out, "q08", "deadlock")
+    (problem,) = case_problems(out)
     assert problem.message.startswith("deadlock: every rank waited for a message that no rank was going to send")
     assert "rank 3 waited in recv_forward(mb=0) from rank 2, itself waiting" in problem.message
     assert "rank 2 -> rank 3 -> rank 2" in problem.message
@@ -120,7 +120,7 @@ def test_a_hung_rank_is_stopped_and_the_next_case_still_runs(answers_with, refer
     hung, good = run.outcomes
     assert "rank 1: no operation finished; busy outside any send, receive" in hung.failure
     assert good.failure is None and not good.errors()
-    assert compare_run(good, base, "q08") == []
+    assert compare_run(good, base) == []
 
 
 def test_a_crashed_rank_is_named_with_its_exit_code(answers_with, tmp_path, no_leftovers):
@@ -134,9 +134,9 @@ def test_usual_mistakes_get_named(answers_with, reference, tmp_path, no_leftover
     base = baselines_for([CFG], reference)[CFG]
     run = run_cases([case(answers_with(q08=NO_SCALE)), case(answers_with(q08=NO_REQUIRES_GRAD))], tmp_path)
     no_scale, no_grad = run.outcomes
-    text = "\n".join(map(str, compare_run(no_scale, base, "q08")))
+    text = "\n".join(map(str, compare_run(no_scale, base)))
     assert "they are 4x the baseline's, and 4 is the number of micro-batches" in text
-    err = "\n".join(str(from_error("q08", r, e)) for r, e in no_grad.errors().items())
+    err = "\n".join(str(from_error(r, e)) for r, e in no_grad.errors().items())
     assert "does not require grad" in err and "requires_grad_()" in err and "rank 1" in err
 
 
@@ -151,7 +151,7 @@ def test_an_answer_slow_to_load_on_one_rank_costs_no_case(answers_with, referenc
                     timeout_s=2, case_deadline_s=30)
     for out in run.outcomes:
         assert out.failure is None and not out.errors()
-        assert compare_run(out, base, "q08") == []
+        assert compare_run(out, base) == []
 
 
 def test_an_answer_that_never_finishes_loading_is_named_and_the_launch_goes_on(answers_with, reference, tmp_path,
@@ -163,6 +163,6 @@ def test_an_answer_that_never_finishes_loading_is_named_and_the_launch_goes_on(a
     assert time.monotonic() - started < 30 and len(run.launches) == 1
     for out in run.outcomes[:2]:
         assert sorted(out.errors()) == [0, 1, 2, 3]
-        text = "\n".join(str(from_error("q08", r, e)) for r, e in out.errors().items())
+        text = "\n".join(str(from_error(r, e)) for r, e in out.errors().items())
         assert "running your answer cell failed: SlowToLoad: the cell was still running after 3 s" in text
     assert run.outcomes[2].failure is None and not run.outcomes[2].errors()

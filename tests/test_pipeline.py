@@ -36,7 +36,7 @@ def test_reference_pipeline_matches_the_baseline(configs, reference, tmp_path, n
     assert run.launches[0].leftovers == 0
     for cfg, outcome in zip(configs, run.outcomes):
         assert outcome.failure is None and not outcome.errors(), (cfg, outcome.failure, outcome.errors())
-        problems = compare_run(outcome, baselines[cfg], "q08") + check_run(outcome, "q08")
+        problems = compare_run(outcome, baselines[cfg]) + check_run(outcome)
         assert problems == [], (cfg.describe(), [str(p) for p in problems])
         # each rank built only its own pieces, and the messages are the schedule's
         for r, o in outcome.obs.items():
@@ -85,4 +85,4 @@ def test_reference_pipeline_on_gpus_with_nccl(reference, tmp_path, no_leftovers)
     run = run_cases(cases, tmp_path / "run")
     for cfg, outcome in zip(configs, run.outcomes):
         assert outcome.failure is None and not outcome.errors(), (outcome.failure, outcome.errors())
-        assert compare_run(outcome, baselines[cfg], "q08") + check_run(outcome, "q08") == []
+        assert compare_run(outcome, baselines[cfg]) + check_run(outcome) == []

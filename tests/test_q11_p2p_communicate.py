@@ -82,12 +82,12 @@ def test_two_neighbours_each_waiting_in_a_send_to_the_other_are_named_together()
     errors = {0: {"pending": ["3", "recv_backward", 0, 1]},
               1: {"pending": ["3", "send_forward", 1, 2]},
               2: {"pending": ["3", "send_backward", 0, 1]}}
-    found = mutual_sends("q11", errors, "x")
+    found = mutual_sends(errors)
     assert len(found) == 1 and found[0].rank == 1
     assert "ranks 1 and 2 each wait inside a send to the other" in found[0].message
     assert "batch_isend_irecv" in found[0].message
-    assert mutual_sends("q11", {0: {"pending": ["3", "send_forward", 0, 1]},
-                                1: {"pending": ["3", "recv_forward", 0, 0]}}) == []
+    assert mutual_sends({0: {"pending": ["3", "send_forward", 0, 1]},
+                         1: {"pending": ["3", "recv_forward", 0, 0]}}) == []
 
 
 def test_the_deadlock_report_lists_every_message_a_rank_still_waits_for(tmp_path):

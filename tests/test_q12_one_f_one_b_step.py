@@ -57,7 +57,7 @@ def test_1f1b_has_one_order_a_short_warm_up_breaks_it_without_breaking_the_memor
     broken = sched.violations(short, 2, 3)
     assert [(r, mb) for r, mb, _ in broken] == [(0, 0)]
     assert "rank 0 runs F0 B0 F1 B1 F2 B2; One-Forward-One-Backward runs F0 F1 B0 F2 B1 B2 (1 warm-up" in broken[0][2]
-    problems = diagnose(short, 2, 3, "q12", "x")
+    problems = diagnose(short, 2, 3)
     assert len(problems) == 1 and "runs 1 forward(s) before its first backward; 1F1B runs 2" in problems[0].message
     assert "The warm-up is off by -1" in problems[0].message
 
@@ -69,7 +69,7 @@ def test_a_missing_cool_down_is_named_from_the_events_of_a_run_that_hung():
     for r in range(4):
         warm = schedule("1f1b").warmup(r, 4, 6)
         cut += [e for e in events if e.rank == r and not (e.kind == "backward" and e.microbatch >= 6 - warm)]
-    problems = diagnose(cut, 4, 6, "q12", "x")
+    problems = diagnose(cut, 4, 6)
     assert [p.rank for p in problems] == [0, 1, 2]
     assert "micro-batch(es) 3, 4, 5 went forward on this rank but never backward" in problems[0].message
     assert "the cool-down runs the backwards of the last 3 micro-batch(es)" in problems[0].message
@@ -78,7 +78,7 @@ def test_a_missing_cool_down_is_named_from_the_events_of_a_run_that_hung():
 def test_an_afab_run_is_told_what_1f1b_changes():
     from lab_src.judge.realness import WRONG_SCHEDULE, check_order
     afab = ideal_events(4, 6, schedule="afab")
-    problems = check_order(afab, 4, 6, schedule("1f1b"), "q12", "x")
+    problems = check_order(afab, 4, 6, schedule("1f1b"))
     assert len(problems) == 1 and problems[0].message.startswith(WRONG_SCHEDULE)
     assert "valid All-Forward-All-Backward schedule, but this exercise asks for One-Forward-One-Backward" in \
         problems[0].message

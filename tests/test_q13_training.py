@@ -114,7 +114,8 @@ def test_the_learning_margin_compares_the_first_and_last_steps_means():
 def test_problems_that_several_ranks_share_are_said_once():
     from lab_src.judge.problems import Problem
     from lab_src.judge.training import merge_ranks
-    merged = merge_ranks([Problem("q13", "same", r, None, "c") for r in range(3)] + [Problem("q13", "other", 1)])
+    merged = merge_ranks([Problem("same", exercise="q13", rank=r, case="c") for r in range(3)]
+                         + [Problem("other", exercise="q13", rank=1)])
     assert [str(p) for p in merged] == ["[q13]: ranks 0, 1, 2: same  (c)", "[q13] rank 1: other"]
 
 
@@ -134,7 +135,7 @@ def test_the_optimizer_record_names_each_wrong_use():
     for name, (change, says) in cases.items():
         outcome = CaseOutcome(Case("train", "q13", DIGITS, settings={"steps": 30, "lr": 1e-2}),
                               {r: {"optimizer": {**good, **change}} for r in range(4)})
-        found = " ".join(str(p) for p in optimizer_problems(outcome, "q13", name))
+        found = " ".join(str(p) for p in optimizer_problems(outcome))
         assert (says is None and not found) or (says and says in found), (name, found)
 
 
@@ -284,9 +285,9 @@ def test_a_1f1b_step_plugs_in_and_is_judged_by_its_own_schedule(graded):
     from lab_src.judge.realness import WRONG_SCHEDULE
     _, _, (as_1f1b, as_afab) = graded
     expected = hidden.expected("4 stages, 30 steps")
-    found = judge_training(as_1f1b, expected, "q13", "1f1b")
+    found = judge_training(as_1f1b, expected, "1f1b")
     assert all(not v for v in found.values()), found
-    found = judge_training(as_afab, expected, "q13", "afab")
+    found = judge_training(as_afab, expected, "afab")
     assert not found["curves"] and not found["evaluation"]        # the same numbers ...
     assert any(p.message.startswith(WRONG_SCHEDULE) and "valid One-Forward-One-Backward" in p.message
                for p in found["pipeline"]), found["pipeline"]      # ... by another schedule

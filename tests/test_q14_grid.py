@@ -127,7 +127,7 @@ def test_a_collective_in_a_deadlock_report_names_its_ranks():
     from lab_src.judge.problems import from_error
     assert describe_op("allreduce_dp", None, [0, 2]) == "allreduce_dp over ranks [0, 2]"
     error = {"type": "RuntimeError", "message": "Timed out", "pending": ["3", "allreduce_tied", None, [0, 1]]}
-    p = from_error("q14", 0, error)
+    p = from_error(0, error)
     assert "waited in allreduce_tied over ranks [0, 1] until the timeout: not every member joined it" in str(p)
 
 
@@ -210,7 +210,7 @@ def test_reference_2x2_step_equals_the_baseline_and_sends_what_the_formula_says(
     case = Case(kind="grid", qid="q14", config=cfg, answers=reference, stages=4, step="q14", probes=["network"])
     out = run_cases([case], tmp_path).outcomes[0]
     assert out.failure is None and not out.errors()
-    verdict = judge_grid(out, base, "q14", "2 x 2")
+    verdict = judge_grid(out, base)
     assert verdict.data_parallel == [] and verdict.tied == []
     assert torch.equal(out.obs[0]["tied_after_step"], out.obs[1]["tied_after_step"])
     q05 = Context(student={}, reference=reference).reference_fn("q05")

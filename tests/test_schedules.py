@@ -149,7 +149,7 @@ def test_a_correct_1f1b_step_passes_a_1f1b_case(one_f_one_b_runs):
     run, base = one_f_one_b_runs
     out = run.outcomes[0]
     assert out.failure is None and not out.errors(), (out.failure, out.errors())
-    assert compare_run(out, base, "q12") + check_run(out, "q12", "1f1b") == []
+    assert compare_run(out, base) + check_run(out) == []
     assert [max(in_flight(out.events(), r)) for r in range(4)] == [4, 3, 2, 1]
 
 
@@ -160,8 +160,8 @@ def test_on_q08_a_correct_1f1b_step_is_told_it_is_valid_but_not_afab(one_f_one_b
     from lab_src.registry import exercise
     run, base = one_f_one_b_runs
     out = run.outcomes[1]
-    assert compare_run(out, base, "q08") == []                    # the numbers match ...
-    problems = check_run(out, "q08", "afab")
+    assert compare_run(out, base) == []                    # the numbers match ...
+    problems = check_run(out)
     assert len(problems) == 1 and problems[0].message.startswith(WRONG_SCHEDULE), [str(p) for p in problems]
     assert "valid One-Forward-One-Backward schedule" in problems[0].message
     assert "asks for All-Forward-All-Backward" in problems[0].message

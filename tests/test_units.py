@@ -13,6 +13,7 @@ from lab_src.views.chrome_trace import to_chrome_trace
 from lab_src.judge.compare import compare_run, explain_scale
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.model import build_model, build_piece
+from lab_src.judge.problems import stamped
 from lab_src.judge.realness import check_layers, check_messages
 from lab_src.registry import CODED, EXERCISES
 from lab_src.harness.case import Case, CaseOutcome
@@ -158,16 +159,16 @@ def test_chrome_trace_has_boxes_and_arrows():
 
 def test_messages_check_reports_a_missing_receive_and_a_wrong_peer():
     events = [e for e in afab_events(3, 2) if not (e.kind == "recv_forward" and e.rank == 2 and e.microbatch == 1)]
-    problems = check_messages(events, 3, 2, (2, 16, 32), "q07", "")
+    problems = check_messages(events, 3, 2, (2, 16, 32))
     text = "\n".join(map(str, problems))
     assert "send_forward to rank 2" in text and "no matching recv_forward" in text and "micro-batch 1" in text
     wrong = [Event(1, "send_forward", 0, 0, (2, 16, 32), 1, 0, 0)]
-    assert any("next stage, rank 2" in str(p) for p in check_messages(wrong, 3, 1, (2, 16, 32), "q07", ""))
+    assert any("next stage, rank 2" in str(p) for p in check_messages(wrong, 3, 1, (2, 16, 32)))
 
 
 def test_layer_checks():
-    assert not check_layers({0: [0, 1, 2], 1: [3, 4], 2: [5, 6]}, 7, "q05", "")
-    text = " ".join(map(str, check_layers({0: [0, 1], 1: [1, 2]}, 4, "q05", "")))
+    assert not check_layers({0: [0, 1, 2], 1: [3, 4], 2: [5, 6]}, 7)
+    text = " ".join(map(str, check_layers({0: [0, 1], 1: [1, 2]}, 4)))
     assert "more than one stage" in text and "no stage" in text
 
 
@@ -236,7 +237,7 @@ def _fake_outcome(p, m, grads_scale, outputs=None):
 
 def test_gradients_scaled_by_the_microbatch_count_are_named():
     outcome, base = _fake_outcome(2, 4, 4.0)
-    text = "\n".join(map(str, compare_run(outcome, base, "q08")))
+    text = "\n".join(map(str, stamped(compare_run(outcome, base), "q08")))
     assert "[q08] rank 0" in text and "number of micro-batches" in text
 
 
@@ -244,13 +245,13 @@ def test_outputs_in_the_wrong_order_are_named():
     outcome, base = _fake_outcome(2, 2, 1.0)
     chunks = list(base["output"].chunk(2))
     outcome.obs[1]["outputs"] = [chunks[1], chunks[0]]
-    text = "\n".join(map(str, compare_run(outcome, base, "q08")))
+    text = "\n".join(map(str, compare_run(outcome, base)))
     assert "micro-batch 0" in text and "out of order" in text
 
 
 def test_correct_run_has_no_problems():
     outcome, base = _fake_outcome(3, 2, 1.0)
-    assert compare_run(outcome, base, "q08") == []
+    assert compare_run(outcome, base) == []
     assert "twice" in explain_scale(2.0, 4)
 
 

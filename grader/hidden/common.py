@@ -20,9 +20,8 @@ from lab_src.harness.case import Case
 from lab_src.harness.groups import device_for
 from lab_src.harness.kinds import exercises_called
 from lab_src.judge import failures
-from lab_src.judge.problems import Problem
+from lab_src.judge.problems import Kind, Problem, stamped
 from lab_src.pipeline.config import LabConfig
-from lab_src.judge.realness import WRONG_SCHEDULE
 from lab_src.registry import exercise
 
 # Several configurations, so that an answer right by accident for one shape fails another. Simplest
@@ -45,7 +44,7 @@ class Item:
     name: str
     problems: list[Problem] = field(default_factory=list)
 
-    credit: float = 0.0      # the share an item keeps when its only problem is another valid schedule
+    credit: float = 0.0      # the share an item keeps when all its problems are Kind.WRONG_SCHEDULE
 
     @property
     def passed(self) -> bool:
@@ -55,7 +54,7 @@ class Item:
     def score(self) -> float:
         if not self.problems:
             return 1.0
-        if all(p.message.startswith(WRONG_SCHEDULE) for p in self.problems):
+        if all(p.kind is Kind.WRONG_SCHEDULE for p in self.problems):
             return self.credit
         return 0.0
 
@@ -108,12 +107,12 @@ class Context:
 def case_problems(qid: str, outcome, label: str) -> list[Problem]:
     """A case that did not complete, or raised on some rank, as problems (empty when it ran cleanly):
     the causes first, then what they caused (lab_src/judge/failures.py)."""
-    return failures.case_problems(outcome, qid, label)
+    return stamped(failures.case_problems(outcome), qid, label)
 
 
 def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extra=None) -> Item:
     """A full pipeline run compared with the reference baseline, plus the checks that it is real and
-    that each stage holds the layers the reference assigns it."""
+    that each stage holds the layers the reference assigns it; `extra(outcome)`: more problems of the run."""
     from lab_src.judge.compare import compare_run
     from lab_src.judge.realness import check_run
     label = outcome.case.label
@@ -121,23 +120,22 @@ def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extr
     if item.problems:
         return item
     cfg = outcome.case.config
-    item.problems += compare_run(outcome, ctx.baselines[cfg], qid, label)
-    item.problems += check_run(outcome, qid, label)
+    item.problems += stamped(compare_run(outcome, ctx.baselines[cfg]) + check_run(outcome), qid, label)
     ref_layers = ctx.reference_fn("q05")
     for r, o in sorted(outcome.obs.items()):
         want = ref_layers(cfg.num_layers, r, cfg.num_stages)
         if o.get("layers") != want:
-            item.problems.append(Problem(qid, f"this stage owns blocks {o.get('layers')}; it should own {want}",
-                                         r, None, label))
+            item.problems.append(Problem(f"this stage owns blocks {o.get('layers')}; it should own {want}",
+                                         exercise=qid, rank=r, case=label))
     if extra is not None:
-        item.problems += extra(outcome, label)
+        item.problems += stamped(extra(outcome), qid, label)
     return item
 
 
 def causes_first(item: Item) -> Item:
-    """The item's problems with the ranks that waited for a message last: when one rank raises, its
+    """The item's problems with where ranks waited (Kind.WAIT) last: when one rank raises, its
     neighbours wait until they time out, and the raise is what the student needs to read first."""
-    item.problems.sort(key=lambda p: "waited in " in p.message)
+    item.problems.sort(key=lambda p: p.kind is Kind.WAIT)
     return item
 
 
@@ -167,7 +165,7 @@ def unit_items(ctx: Context, qid: str, outcome, calls: list[tuple], group=None) 
             hint = (" (raise ValueError: `python -O` removes assert statements)"
                     if exc is ValueError and got.get("type") == "AssertionError" else "")
             expected = f"a {exc.__name__}" if exc else repr(want)
-            item.problems.append(Problem(qid, f"{call} {describe_result(got)}; expected {expected}{hint}"))
+            item.problems.append(Problem(f"{call} {describe_result(got)}; expected {expected}{hint}", exercise=qid))
     return list(items.values())
 
 

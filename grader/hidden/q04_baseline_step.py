@@ -23,18 +23,19 @@ def judge(ctx, outcomes):
             continue
         got, want = out.obs[0], ctx.baselines[out.case.config]
         if tuple(got["output"].shape) != tuple(want["output"].shape):
-            item.problems.append(Problem(QID, f"the output has shape {tuple(got['output'].shape)}, expected "
-                                              f"{tuple(want['output'].shape)} (the whole first batch)", None, None, label))
+            item.problems.append(Problem(f"the output has shape {tuple(got['output'].shape)}, expected "
+                                         f"{tuple(want['output'].shape)} (the whole first batch)",
+                                         exercise=QID, case=label))
             continue
         if not close(got["output"], want["output"]):
-            item.problems.append(Problem(QID, "the output differs from the reference baseline's", None, None, label))
+            item.problems.append(Problem("the output differs from the reference baseline's", exercise=QID, case=label))
         if abs(got["loss"] - want["loss"]) > 1e-6 + 1e-5 * abs(want["loss"]):
-            item.problems.append(Problem(QID, f"the loss is {got['loss']:.6g}, expected the output's mean "
-                                              f"{want['loss']:.6g}", None, None, label))
+            item.problems.append(Problem(f"the loss is {got['loss']:.6g}, expected the output's mean "
+                                         f"{want['loss']:.6g}", exercise=QID, case=label))
         missing = [n for n, g in got["grads"].items() if g is None]
         if missing:
-            item.problems.append(Problem(QID, f"{len(missing)} parameters have no gradient ({missing[0]} ...): "
-                                              f"was backward run on the loss?", None, None, label))
+            item.problems.append(Problem(f"{len(missing)} parameters have no gradient ({missing[0]} ...): "
+                                         f"was backward run on the loss?", exercise=QID, case=label))
             continue
         wrong = [n for n in want["grads"] if not close(got["grads"][n], want["grads"][n])]
         if wrong:
@@ -42,6 +43,6 @@ def judge(ctx, outcomes):
             c = scale_between(torch.cat([got["grads"][n].reshape(-1) for n in wrong]),
                               torch.cat([want["grads"][n].reshape(-1) for n in wrong]))
             how = explain_scale(c, 1) if c is not None else "they are not a multiple of the reference's"
-            item.problems.append(Problem(QID, f"{len(wrong)} gradients differ from the reference ({wrong[0]} ...): "
-                                              f"{how}", None, None, label))
+            item.problems.append(Problem(f"{len(wrong)} gradients differ from the reference ({wrong[0]} ...): "
+                                         f"{how}", exercise=QID, case=label))
     return items

@@ -21,13 +21,13 @@ def judge(ctx, outcomes):
     units, *pipes = outcomes
     ref = ctx.reference_fn(QID)
 
-    def dataloaders(outcome, label):
+    def dataloaders(outcome):
         problems = []
         for r, o in sorted(outcome.obs.items()):
             want = 1 if ref(r, outcome.case.stages) else 0
             if o.get("dataloaders", 0) != want:
                 what = "built a dataloader it never reads" if want == 0 else "has no dataloader to read tokens from"
-                problems.append(Problem(QID, f"this rank {what}", r, None, label))
+                problems.append(Problem(f"this rank {what}", rank=r))
         return problems
 
     return unit_items(ctx, QID, units, CALLS, group=stages) + \

@@ -1,6 +1,7 @@
 """Hidden tests of q07 (pipeline_communicate): labelled messages in All-Forward-All-Backward order for
 1 to 4 stages (what every receive got, the no-ops at the ends), then full pipelines."""
 from lab_src.judge.probes import judge_comm
+from lab_src.judge.problems import stamped
 
 from .common import Item, case_problems, pipeline_item
 
@@ -20,7 +21,7 @@ def judge(ctx, outcomes):
         label = out.case.label
         item = Item("messages", label, case_problems(QID, out, label))
         if not item.problems:
-            item.problems = judge_comm(out, QID, label)
+            item.problems = stamped(judge_comm(out), QID, label)
         items.append(item)
-    noop = lambda out, label: judge_comm(out, QID, label)  # noqa: E731 - the no-op probes of a pipeline run
-    return items + [pipeline_item(QID, ctx, o, extra=noop) for o in outcomes[len(COMM):]]
+    # judge_comm on a pipeline run: its no-op probes
+    return items + [pipeline_item(QID, ctx, o, extra=judge_comm) for o in outcomes[len(COMM):]]

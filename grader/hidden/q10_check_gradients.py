@@ -15,5 +15,5 @@ def cases(ctx):
 
 
 def judge(ctx, outcomes):
-    return [pipeline_item(QID, ctx, o, part="checks", extra=lambda out, label: judge_check_gradients(out, QID, label))
+    return [pipeline_item(QID, ctx, o, part="checks", extra=judge_check_gradients)
             for o in outcomes]

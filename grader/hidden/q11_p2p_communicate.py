@@ -7,7 +7,7 @@ Parts: messages (one item per communication case), receive buffers (the cases wi
 the end), pipelines. Cases that can deadlock come after those that cannot: an exercise whose cases time
 out twice is not tried further (harness/worker.py)."""
 from lab_src.judge.p2p import judge_p2p, mutual_sends
-from lab_src.judge.problems import Problem
+from lab_src.judge.problems import Problem, stamped
 
 from .common import Item, case_problems, causes_first, pipeline_item
 
@@ -30,12 +30,13 @@ def judge(ctx, outcomes):
     items = []
     for out in outcomes[:len(COMM)]:
         label = out.case.label
-        failed = mutual_sends(QID, out.errors(), label) + case_problems(QID, out, label)
-        messages, buffers = judge_p2p(out, QID, label) if not out.failure else ([], [])
+        failed = stamped(mutual_sends(out.errors()), QID, label) + case_problems(QID, out, label)
+        messages, buffers = judge_p2p(out) if not out.failure else ([], [])
+        messages, buffers = stamped(messages, QID, label), stamped(buffers, QID, label)
         # a wrong no-op or buffer before what it caused, a rank that raised before those that waited for it
         items.append(causes_first(Item("messages", label, messages + failed)))
         if out.case.stages > 1:     # judged on a case that ran to its end
-            unfinished = [Problem(QID, "the receive buffers are judged when the messages of the case all went "
-                                       "through; here they did not (see the messages)", None, None, label)]
+            unfinished = [Problem("the receive buffers are judged when the messages of the case all went "
+                                  "through; here they did not (see the messages)", exercise=QID, case=label)]
             items.append(Item("receive buffers", label, buffers + (unfinished if failed else [])))
     return items + [causes_first(pipeline_item(QID, ctx, o)) for o in outcomes[len(COMM):]]

@@ -5,7 +5,7 @@ rank r never holds more than min(p - r, m) micro-batches awaiting their backward
 A valid All-Forward-All-Backward step keeps the exercise's `other_schedule_credit` of each case it
 breaks 1F1B in; any other failure is explained in 1F1B's terms (warm-up, steady state, cool-down)."""
 from lab_src.judge.one_f_one_b import diagnose
-from lab_src.judge.realness import WRONG_SCHEDULE
+from lab_src.judge.problems import Kind, stamped
 
 from .common import CONFIGS, causes_first, pipeline_item
 
@@ -20,7 +20,8 @@ def judge(ctx, outcomes):
     items = []
     for out in outcomes:
         item = pipeline_item(QID, ctx, out)
-        if item.problems and not all(p.message.startswith(WRONG_SCHEDULE) for p in item.problems):
-            item.problems[:0] = diagnose(out.events(), out.case.stages, out.case.microbatches, QID, out.case.label)
+        if item.problems and not all(p.kind is Kind.WRONG_SCHEDULE for p in item.problems):
+            item.problems[:0] = stamped(diagnose(out.events(), out.case.stages, out.case.microbatches), QID,
+                                        out.case.label)
         items.append(causes_first(item))
     return items

@@ -8,7 +8,7 @@ schedule model, the evaluation as forward only, tokens read on the first stage a
 the loss reported by the last); the held-out loss and accuracy, evaluated in eval mode without autograd.
 Two configurations: 4 stages in float32 for 30 steps, and 3 stages with uneven layers in float64.
 """
-from lab_src.judge.problems import Problem
+from lab_src.judge.problems import Problem, stamped
 from lab_src.judge.training import PARTS, LearningMargin, judge_training
 from lab_src.pipeline.digits import DIGITS
 
@@ -85,9 +85,9 @@ def judge(ctx, outcomes):
         if failed:
             items += [Item(part, name, list(failed)) for part in parts]
             continue
-        found = judge_training(out, expected(name), QID, name, margin or LearningMargin(0.0, 1),
+        found = judge_training(out, expected(name), name, margin or LearningMargin(0.0, 1),
                                mistaken_curve=lambda mistake, n=name: expected(n, mistake)["losses"])
-        items += [Item(part, name, found[part]) for part in parts]
+        items += [Item(part, name, stamped(found[part], QID, name)) for part in parts]
     if not items:
-        items.append(Item("curves", "runs", [Problem(QID, "no training case ran")]))
+        items.append(Item("curves", "runs", [Problem("no training case ran", exercise=QID)]))
     return items

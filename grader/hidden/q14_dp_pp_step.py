@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lab_src.judge.grid import failure_problems, judge_grid
 from lab_src.judge.numeric import NotANumber, read_numbers
-from lab_src.judge.problems import Problem
+from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.traffic import PREDICTION_CONFIG, PREDICTION_NAME, TRAFFIC_KINDS
 
@@ -46,14 +46,14 @@ def judge(ctx, outcomes):
     items = []
     for out in outcomes:
         label = out.case.label
-        failed = failure_problems(out, QID, label) if case_problems(QID, out, label) else []
+        failed = stamped(failure_problems(out), QID, label) if case_problems(QID, out, label) else []
         dp = Item("data parallel", label, list(failed))
         tied = Item("tied embeddings", label, list(failed)) if out.case.config.tie_embeddings else None
         if not failed:
-            verdict = judge_grid(out, ctx.baselines[out.case.config], QID, label)
-            dp.problems += verdict.data_parallel
+            verdict = judge_grid(out, ctx.baselines[out.case.config])
+            dp.problems += stamped(verdict.data_parallel, QID, label)
             if tied is not None:
-                tied.problems += verdict.tied
+                tied.problems += stamped(verdict.tied, QID, label)
         items += [dp] + ([tied] if tied is not None else [])
     return items + prediction_items(ctx)
 
@@ -99,15 +99,15 @@ def prediction_items(ctx) -> list[Item]:
         got = read_numbers(Path(path).read_text(errors="replace"), PREDICTION_NAME) if path else {}
     except NotANumber as e:
         for item in items:
-            item.problems.append(Problem(QID, f"the prediction could not be read: {e}"))
+            item.problems.append(Problem(f"the prediction could not be read: {e}", exercise=QID))
         return items
     want = expected_bytes(PREDICTION_CONFIG, ctx.reference_fn("q05"))
     for item in items:
         k = item.name
         if k not in got:
-            item.problems.append(Problem(QID, f"{PREDICTION_NAME}() gives no {k!r} entry"))
+            item.problems.append(Problem(f"{PREDICTION_NAME}() gives no {k!r} entry", exercise=QID))
         elif abs(got[k] - want[k]) > TOLERANCE * max(want[k], 1):
             ratio = f" ({got[k] / want[k]:.3g}x)" if want[k] else ""
-            item.problems.append(Problem(QID, f"the predicted {k} bytes are {got[k]:,.0f}; one step sends "
-                                              f"{want[k]:,}{ratio}: {HINTS[k]}"))
+            item.problems.append(Problem(f"the predicted {k} bytes are {got[k]:,.0f}; one step sends "
+                                         f"{want[k]:,}{ratio}: {HINTS[k]}", exercise=QID))
     return items

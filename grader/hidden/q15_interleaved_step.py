@@ -5,7 +5,7 @@ the chunks' blocks, the messages per chunk with the wrap-around from the last ra
 memory bound and the order in which the chunks are visited."""
 from lab_src.judge.chunks import check_interleaved_run, interleaved_errors
 from lab_src.judge.compare import compare_run
-from lab_src.judge.problems import Problem
+from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.schedules import Interleaved1F1B
 from lab_src.registry import exercise
@@ -41,18 +41,18 @@ def judge(ctx, outcomes):
     ref_layers = ctx.reference_fn("q05")
     for out in outcomes:
         label = out.case.label
-        item = Item("pipelines", label, interleaved_errors(QID, out, label), credit=exercise(QID).other_schedule_credit)
+        item = Item("pipelines", label, stamped(interleaved_errors(out), QID, label),
+                    credit=exercise(QID).other_schedule_credit)
         if not item.problems:
             cfg, p = out.case.config, out.case.stages
             # the pipeline's own faults first: a swapped message or a wrong peer explains wrong numbers
-            item.problems += check_interleaved_run(out, QID, label)
-            item.problems += compare_run(out, ctx.baselines[cfg], QID, label)
+            item.problems += stamped(check_interleaved_run(out) + compare_run(out, ctx.baselines[cfg]), QID, label)
             for r, o in sorted(out.obs.items()):
                 for c, got in enumerate(o.get("chunk_layers") or []):
                     s, virtual = c * p + r, len(o["chunk_layers"]) * p
                     want = ref_layers(cfg.num_layers, s, virtual)
                     if got != want:
-                        item.problems.append(Problem(QID, f"chunk {c} (virtual stage {s}) holds blocks {got}; it "
-                                                          f"should hold {want}", r, None, label))
+                        item.problems.append(Problem(f"chunk {c} (virtual stage {s}) holds blocks {got}; it "
+                                                     f"should hold {want}", exercise=QID, rank=r, case=label))
         items.append(item)
     return items

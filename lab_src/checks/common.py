@@ -20,7 +20,7 @@ from lab_src.grading import autograding, grader_view
 from lab_src.harness.case import Case, CaseOutcome, Run
 from lab_src.harness.runner import run_cases
 from lab_src.judge.failures import case_problems
-from lab_src.judge.problems import Problem, sanitize
+from lab_src.judge.problems import Problem, sanitize, stamped
 from lab_src.judge.summary import counts, render
 from lab_src.pipeline.config import LabConfig
 from lab_src.registry import exercise
@@ -174,7 +174,7 @@ def make_case(kind: str, cfg: LabConfig, srcs, qid: str, **extra) -> Case:
 
 def errors(outcome: CaseOutcome, qid: str, label: str) -> list[Problem]:
     """What went wrong in a case that did not run cleanly, causes first (judge/failures.py)."""
-    return case_problems(outcome, qid, label)
+    return stamped(case_problems(outcome), qid, label)
 
 
 def finish(qid: str, run: Run | None, problems: list[Problem], lines: list[str],
@@ -223,7 +223,7 @@ def failed_in_notebook(qid: str, error: BaseException) -> CheckReport | None:
         f = frames[-1]
         message += f"\n    at {Path(f.filename).name} line {f.lineno}, in {f.name}: {f.line}"
     full = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    return finish(qid, None, [Problem(qid, message)], [], tracebacks=[full])
+    return finish(qid, None, [Problem(message, exercise=qid)], [], tracebacks=[full])
 
 
 def _is_answer_file(filename: str) -> bool:

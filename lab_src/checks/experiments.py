@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from lab_src import answers
 from lab_src.checks.common import VISIBLE, autograding, errors, make_case, run_cases, run_dir, sources
-from lab_src.judge.problems import summary
+from lab_src.judge.summary import summary
 from lab_src.pipeline.config import DEMO, LabConfig
 from lab_src.pipeline.schedules import in_flight, schedule
 

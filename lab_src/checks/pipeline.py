@@ -5,6 +5,7 @@ from __future__ import annotations
 from lab_src.checks.common import (UNFINISHED, CheckReport, LabConfig, errors, exercise, finish, indent, make_case,
                                    run_cases, run_dir, sources)
 from lab_src.judge.probes import judge_check_gradients, judge_check_outputs
+from lab_src.judge.problems import stamped
 from lab_src.judge.realness import check_run
 from lab_src.pipeline.schedules import in_flight
 from lab_src.views import bubble, grid
@@ -30,13 +31,13 @@ def pipeline_check(qid: str, configs: list[LabConfig], probes: list[str]) -> Che
         if errs:
             lines.append(UNFINISHED)
             continue
-        numbers = compare_run(out, baselines[cfg], qid, label)
-        found = numbers + check_run(out, qid, label)
+        numbers = compare_run(out, baselines[cfg])
+        found = numbers + check_run(out)
         if "check_outputs" in probes:
-            found += judge_check_outputs(out, qid, label)
+            found += judge_check_outputs(out)
         if "check_gradients" in probes:
-            found += judge_check_gradients(out, qid, label)
-        problems += found
+            found += judge_check_gradients(out)
+        problems += stamped(found, qid, label)
         lines.append("    outputs, loss and every stage's gradients " +
                      ("DIFFER from the unsharded baseline (see below)" if numbers else "match the unsharded baseline")
                      + (", but see the problems below" if found and not numbers else ""))

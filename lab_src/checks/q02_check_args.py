@@ -25,7 +25,7 @@ def check() -> CheckReport:
             if not ok and isinstance(e, AssertionError):
                 lines[-1] += "  (raise ValueError: `python -O` removes assert statements)"
         if not ok:
-            problems.append(Problem("q02", f"{call} should give {_name(want)}"))
+            problems.append(Problem(f"{call} should give {_name(want)}", exercise="q02"))
     cfg = VISIBLE
     call = {"exercise": "q02", "args": [cfg.num_layers, cfg.num_stages, cfg.global_batch_size, cfg.num_microbatches]}
     run = run_cases([make_case("units", cfg, srcs, "q02", calls=[call])], run_dir("q02"))

@@ -20,14 +20,14 @@ def check() -> CheckReport:
             lines.append(f"  rank 0: the embedding of a micro-batch of tokens has shape {_shape(got)}; "
                          f"your activation_shape says {shape}")
             if got.get("value", {}).get("tensor_shape") != shape:
-                problems.append(Problem("q03", f"the first stage sends a tensor of shape {_shape(got)}, "
-                                               f"but receivers would allocate {shape}", 0))
+                problems.append(Problem(f"the first stage sends a tensor of shape {_shape(got)}, "
+                                        f"but receivers would allocate {shape}", exercise="q03", rank=0))
         if "block" in o:
             got = o["block"]
             lines.append(f"  rank {r}: a block maps a tensor of shape {shape} to {_shape(got)}")
             if got["outcome"] != "returned" or got["value"].get("tensor_shape") != shape:
-                problems.append(Problem("q03", f"a block cannot take an input of shape {shape} and give the same "
-                                               f"shape back: {_shape(got)}", r))
+                problems.append(Problem(f"a block cannot take an input of shape {shape} and give the same "
+                                        f"shape back: {_shape(got)}", exercise="q03", rank=r))
         if "head" in o:
             lines.append(f"  rank {r} (last): the head turns it into logits of shape {_shape(o['head'])}, "
                          f"which stay on this rank")

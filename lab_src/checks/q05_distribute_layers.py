@@ -3,7 +3,7 @@ own every block once, in order, balanced."""
 from __future__ import annotations
 
 from lab_src.checks.common import CheckReport, VISIBLE, errors, finish, make_case, run_cases, run_dir, sources
-from lab_src.judge.problems import Problem
+from lab_src.judge.problems import Problem, stamped
 from lab_src.judge.realness import check_layers
 
 
@@ -21,9 +21,9 @@ def check() -> CheckReport:
             lines.append(f"    rank {r}: blocks {ids}" + ("  + embedding" if r == 0 else "")
                          + ("  + head" if r == cfg.num_stages - 1 else ""))
         if len(layers) == cfg.num_stages:
-            problems += check_layers(layers, cfg.num_layers, "q05", label)
+            problems += stamped(check_layers(layers, cfg.num_layers), "q05", label)
             sizes = [len(layers[r]) for r in range(cfg.num_stages)]
             if sizes != sorted(sizes, reverse=True) or max(sizes) - min(sizes) > 1:
-                problems.append(Problem("q05", f"stage sizes {sizes}: the stages should differ by at most one "
-                                               f"block, the earlier stages taking the extra ones", None, None, label))
+                problems.append(Problem(f"stage sizes {sizes}: the stages should differ by at most one "
+                                        f"block, the earlier stages taking the extra ones", exercise="q05", case=label))
     return finish("q05", run, problems, lines)

@@ -20,10 +20,11 @@ def check() -> CheckReport:
         ok = feed.get("outcome") == "returned"
         lines.append(f"  rank {r}: needs_dataloader -> {needs!r}; fed {fed}: {'works' if ok else 'FAILS'}")
         if not isinstance(needs, bool):
-            problems.append(Problem("q06", f"needs_dataloader must return True or False, got {needs!r}", r))
+            problems.append(Problem(f"needs_dataloader must return True or False, got {needs!r}",
+                                    exercise="q06", rank=r))
         elif not ok:
             why = ("its stage starts from token ids, and nothing else can provide them" if not needs else
                    "its stage starts from the previous stage's activation, so the batches it would read go "
                    "unused (with a real loss the last stage would need labels; here the loss is the output's mean)")
-            problems.append(Problem("q06", f"needs_dataloader says {needs}, but {why}", r))
+            problems.append(Problem(f"needs_dataloader says {needs}, but {why}", exercise="q06", rank=r))
     return finish("q06", run, problems, lines)

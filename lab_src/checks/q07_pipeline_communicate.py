@@ -5,6 +5,7 @@ from __future__ import annotations
 from lab_src.checks.common import (UNFINISHED, CaseOutcome, CheckReport, VISIBLE, errors, finish, indent, make_case,
                                    run_cases, run_dir, sources)
 from lab_src.judge.probes import judge_comm
+from lab_src.judge.problems import stamped
 from lab_src.views import grid
 
 
@@ -18,7 +19,7 @@ def check() -> CheckReport:
         label = f"{cfg.num_stages} stages, {cfg.num_microbatches} micro-batches"
         lines.append(f"\n  {label}:")
         errs = errors(out, "q07", label)
-        problems += errs + judge_comm(out, "q07", label)
+        problems += errs + stamped(judge_comm(out), "q07", label)
         if errs:
             lines.append(UNFINISHED)
         elif not out.errors() and not out.failure:

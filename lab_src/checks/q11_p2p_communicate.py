@@ -12,7 +12,8 @@ from pathlib import Path
 from lab_src.checks.common import (UNFINISHED, CheckReport, VISIBLE, autograding, autograding_report, errors, finish,
                                    indent, make_case, run_cases, run_dir, sources)
 from lab_src.judge.p2p import judge_p2p, mutual_sends
-from lab_src.judge.problems import summary
+from lab_src.judge.problems import stamped
+from lab_src.judge.summary import summary
 
 CONFIGS = [(VISIBLE.replace(num_microbatches=6, global_batch_size=12), "1f1b"),
            (VISIBLE.replace(num_stages=2, num_layers=4), "1f1b"),
@@ -38,11 +39,11 @@ def check() -> CheckReport:
     for (cfg, sched), out in zip(CONFIGS, run.outcomes):
         label = f"{cfg.num_stages} stages, {cfg.num_microbatches} micro-batches, in {sched.upper()} order"
         lines.append(f"\n  {label}:")
-        errs = mutual_sends("q11", out.errors(), label) + errors(out, "q11", label)
+        errs = stamped(mutual_sends(out.errors()), "q11", label) + errors(out, "q11", label)
         problems += errs
         if not out.failure:
-            messages, buffers = judge_p2p(out, "q11", label)
-            problems += messages + buffers
+            messages, buffers = judge_p2p(out)
+            problems += stamped(messages + buffers, "q11", label)
             lines.append(indent(message_table(out)))
         if errs:
             lines.append(UNFINISHED)
@@ -91,7 +92,7 @@ def blocking_demo(timeout_s: float = 3.0) -> CheckReport | None:
     out = run.outcomes[0]
     lines = ["", "What each rank finished before it got stuck:", indent(message_table(out)), "",
              "Where each rank was waiting:"]
-    found = mutual_sends("q11", out.errors(), "blocking sends") + errors(out, "q11", "blocking sends")
+    found = stamped(mutual_sends(out.errors()), "q11", "blocking sends") + errors(out, "q11", "blocking sends")
     lines.append(indent(summary(found)) if found else "    (nothing: the run did not deadlock)")
     print("\n".join(lines))
     return CheckReport("q11", run, found, lines)

@@ -12,6 +12,7 @@ STEPS, LR, TEST_MICROBATCHES = 30, 1e-2, 8
 def check() -> CheckReport:
     import time
 
+    from lab_src.judge.problems import stamped
     from lab_src.judge.training import LearningMargin, curve_tolerance, judge_training, relative_differences
     from lab_src.pipeline.digits import Digits
     from lab_src.pipeline.single_process import train_single_process
@@ -43,9 +44,9 @@ def check() -> CheckReport:
             mistaken[mistake] = train_single_process(cfg, Digits(cfg, TEST_MICROBATCHES), STEPS, LR, mistake)["losses"]
         return mistaken[mistake]
 
-    found = judge_training(out, single, "q13", label, margin, mistaken_curve=mistaken_curve)
+    found = judge_training(out, single, label, margin, mistaken_curve=mistaken_curve)
     for part in found.values():
-        problems += part
+        problems += stamped(part, "q13", label)
     returned = out.obs.get(cfg.num_stages - 1, {}).get("returned") or {}
     losses = returned.get("losses") if isinstance(returned, dict) else None
     lines.append(f"  the pipeline trained in {pipeline_s:.1f} s (4 torchrun processes), the single process in "

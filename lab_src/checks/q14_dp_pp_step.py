@@ -43,6 +43,7 @@ class GridReport(CheckReport):
 def check() -> CheckReport:
     from lab_src.harness.baselines import baselines_for
     from lab_src.judge.grid import failure_problems, judge_grid
+    from lab_src.judge.problems import stamped
     from lab_src.pipeline.traffic import bytes_by_kind, table, wire_bytes_by_kind
     from lab_src.views import grid as text_grid
     srcs = sources("q14")
@@ -55,15 +56,15 @@ def check() -> CheckReport:
     for cfg, out in zip(GRIDS, run.outcomes):
         label = f"{cfg.dp_size} x {cfg.num_stages}"
         lines.append(f"\n  {label} grid: {cfg.describe()}")
-        errs = failure_problems(out, "q14", label) if errors(out, "q14", label) else []
+        errs = stamped(failure_problems(out), "q14", label) if errors(out, "q14", label) else []
         view = grid_view(out, label)
         views.append(view)
         if errs:
             problems += errs
             lines.append(UNFINISHED)
             continue
-        verdict = judge_grid(out, baselines[cfg], "q14", label)
-        found = verdict.data_parallel + verdict.tied
+        verdict = judge_grid(out, baselines[cfg])
+        found = stamped(verdict.data_parallel + verdict.tied, "q14", label)
         problems += found
         lines.append(indent(coordinates(out)))
         lines.append("    outputs, losses and every rank's gradients " +

@@ -10,6 +10,7 @@ import os
 from lab_src.checks.common import (UNFINISHED, VISIBLE, CheckReport, autograding, exercise, failed_in_notebook, finish,
                                    indent, make_case, run_cases, run_dir, sources)
 from lab_src.judge.chunks import check_interleaved_run, interleaved_errors
+from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.schedules import Interleaved1F1B
 from lab_src.views import bubble, grid
@@ -49,13 +50,13 @@ def check() -> CheckReport:
     for (cfg, v), out in zip(CHECKED, run.outcomes):
         label = out.case.label
         lines.append(f"\n  {label}:")
-        errs = interleaved_errors(QID, out, label)
+        errs = stamped(interleaved_errors(out), QID, label)
         problems += errs
         if errs:
             lines.append(UNFINISHED)
             continue
-        numbers = compare_run(out, baselines[cfg], QID, label)
-        found = check_interleaved_run(out, QID, label) + numbers
+        numbers = compare_run(out, baselines[cfg])
+        found = stamped(check_interleaved_run(out) + numbers, QID, label)
         problems += found
         lines.append("    outputs, loss and every rank's gradients " +
                      ("DIFFER from the unsharded baseline (see below)" if numbers else "match the unsharded baseline")
@@ -99,7 +100,7 @@ def bubble_study(chunks=(1, 2, 4), stages: int | None = None, cfg: LabConfig = S
              f"{'held on rank 0 at the peak':>34}"]
     rows, problems, per_stage = [], [], None
     for (_, v), out in zip(configs[1:], run.outcomes):
-        errs = interleaved_errors(QID, out, out.case.label)
+        errs = stamped(interleaved_errors(out), QID, out.case.label)
         if errs:
             problems += errs
             continue
@@ -163,7 +164,7 @@ def traced_partition(cut_points: list[str], num_layers: int = 8) -> CheckReport 
     try:
         part = split_by_tracing(model, cut_points)
     except CutPointError as e:
-        return finish(QID, None, [Problem(QID, f"traced partition: {e}", None, None, "traced")], [])
+        return finish(QID, None, [Problem(f"traced partition: {e}", exercise=QID, case="traced")], [])
     traced_s = time.perf_counter() - started
     mbs = cfg.global_batch_size // cfg.num_microbatches
     tokens = next(iter(make_dataloader(cfg, mbs)))
@@ -180,11 +181,11 @@ def traced_partition(cut_points: list[str], num_layers: int = 8) -> CheckReport 
         hand_names = sorted(n for n, _ in hand[r].named_parameters())
         line = f"  stage {r}: traced {', '.join(got)}"
         if got != want:
-            problems.append(Problem(QID, f"stage {r}: tracing put {', '.join(got)} on it; your Q5 gives it "
-                                         f"{', '.join(want)}", None, None, "traced"))
+            problems.append(Problem(f"stage {r}: tracing put {', '.join(got)} on it; your Q5 gives it "
+                                    f"{', '.join(want)}", exercise=QID, case="traced"))
         elif part.param_names(r) != hand_names:
-            problems.append(Problem(QID, f"stage {r}: the traced stage holds other parameters than the hand-built "
-                                         f"one", None, None, "traced"))
+            problems.append(Problem(f"stage {r}: the traced stage holds other parameters than the hand-built "
+                                    f"one", exercise=QID, case="traced"))
         if r:
             line += f" · receives {len(crossing[r - 1])} tensor(s) {', '.join(map(str, crossing[r - 1]))}"
         with torch.no_grad():
@@ -195,8 +196,8 @@ def traced_partition(cut_points: list[str], num_layers: int = 8) -> CheckReport 
                     torch.testing.assert_close(y_traced, y_hand)
                     line += " · output equal to the hand-built stage's"
                 except AssertionError as e:
-                    problems.append(Problem(QID, f"stage {r}: the traced stage's output differs from the hand-built "
-                                                 f"one: {e}", None, None, "traced"))
+                    problems.append(Problem(f"stage {r}: the traced stage's output differs from the hand-built "
+                                            f"one: {e}", exercise=QID, case="traced"))
                 x_hand = y_hand
         x_traced = y_traced if isinstance(y_traced, tuple) else (y_traced,)
         lines.append(line)

@@ -18,8 +18,9 @@ chunk it was sent or received for. These checks read those records against the c
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
-from lab_src.judge.problems import Problem
+from lab_src.judge.problems import Kind, Problem
 from lab_src.judge.realness import WRONG_SCHEDULE, check_built_and_ran, check_layers
 from lab_src.pipeline.schedules import Interleaved1F1B, Op, compute_order, in_flight_violations, schedule
 
@@ -28,18 +29,18 @@ def _where(rank: int, chunk: int, p: int) -> str:
     return f"chunk {chunk} (virtual stage {chunk * p + rank})"
 
 
-def check_chunk_layers(outcome, qid: str, label: str) -> list[Problem]:
+def check_chunk_layers(outcome) -> list[Problem]:
     """The virtual stages own every block once and in order; each rank built and ran only its pieces."""
     p, m = outcome.case.stages, outcome.case.microbatches
     by_virtual = {}
     for r, o in sorted(outcome.obs.items()):
         for c, ids in enumerate(o.get("chunk_layers") or []):
             by_virtual[c * p + r] = list(ids)
-    problems = [Problem(p_.exercise, p_.message.replace("this stage", f"virtual stage {p_.rank}"), None, None, label)
+    problems = [replace(p_, message=p_.message.replace("this stage", f"virtual stage {p_.rank}"), rank=None)
                 if p_.rank is not None else p_
-                for p_ in check_layers(by_virtual, outcome.case.config.num_layers, qid, label)]
+                for p_ in check_layers(by_virtual, outcome.case.config.num_layers)]
     for r, o in sorted(outcome.obs.items()):
-        problems += check_built_and_ran(o, r, p, m, qid, label)
+        problems += check_built_and_ran(o, r, p, m)
     return problems
 
 
@@ -57,8 +58,7 @@ def _what_wraps(op: Op, rank: int, chunk: int, p: int) -> str:
             f"input from the last rank, the wrap-around (and sends its gradient back there)")
 
 
-def check_chunk_messages(events, p: int, m: int, sched: Interleaved1F1B, shape: tuple, qid: str,
-                         label: str) -> list[Problem]:
+def check_chunk_messages(events, p: int, m: int, sched: Interleaved1F1B, shape: tuple) -> list[Problem]:
     """Peers, no-ops at the ends, counts per chunk and matching, with the wrap-around named."""
     v = sched.chunks_per_rank
     problems = []
@@ -68,23 +68,23 @@ def check_chunk_messages(events, p: int, m: int, sched: Interleaved1F1B, shape: 
             continue
         where = f"{e.kind}(mb={e.microbatch}) of {_where(e.rank, e.chunk, p)}"
         if not 0 <= e.chunk < v:
-            problems.append(Problem(qid, f"{e.kind} recorded for chunk {e.chunk}; ranks hold chunks 0..{v - 1}",
-                                    e.rank, e.microbatch, label))
+            problems.append(Problem(f"{e.kind} recorded for chunk {e.chunk}; ranks hold chunks 0..{v - 1}",
+                                    rank=e.rank, microbatch=e.microbatch))
             continue
         want = op.peer(e.rank, p, e.chunk, v)
         if want is None:
             end = "last" if op.towards_next else "first"
-            problems.append(Problem(qid, f"{where} talked to rank {e.peer}, but that chunk is the {end} virtual stage "
-                                         f"of the model: it has no {'next' if op.towards_next else 'previous'} stage "
-                                         f"and must not message", e.rank, e.microbatch, label))
+            problems.append(Problem(f"{where} talked to rank {e.peer}, but that chunk is the {end} virtual stage "
+                                    f"of the model: it has no {'next' if op.towards_next else 'previous'} stage "
+                                    f"and must not message", rank=e.rank, microbatch=e.microbatch))
         elif e.peer != want:
             why = _what_wraps(op, e.rank, e.chunk, p) if _is_wrap(op, e.rank, p) else \
                 f"the {'next' if op.towards_next else 'previous'} virtual stage is on rank {want}"
-            problems.append(Problem(qid, f"{where} talked to rank {e.peer}, not rank {want}: {why}",
-                                    e.rank, e.microbatch, label))
+            problems.append(Problem(f"{where} talked to rank {e.peer}, not rank {want}: {why}",
+                                    rank=e.rank, microbatch=e.microbatch))
         if e.shape != tuple(shape):
-            problems.append(Problem(qid, f"{where} carries shape {e.shape}, not the activation shape {tuple(shape)}",
-                                    e.rank, e.microbatch, label))
+            problems.append(Problem(f"{where} carries shape {e.shape}, not the activation shape {tuple(shape)}",
+                                    rank=e.rank, microbatch=e.microbatch))
     for r in range(p):
         want = Counter((s.op, s.chunk) for s in sched.program(r, p, m))
         got = Counter((Op(e.kind), e.chunk) for e in events if e.rank == r and Op.of(e.kind) is not None)
@@ -100,20 +100,20 @@ def check_chunk_messages(events, p: int, m: int, sched: Interleaved1F1B, shape: 
                 elif not op.is_compute and k and not n:
                     msg += f": {where} is the {'last' if op.towards_next else 'first'} virtual stage, which " \
                            f"{'sends' if op.is_send else 'receives'} nothing there"
-                problems.append(Problem(qid, msg, r, None, label))
+                problems.append(Problem(msg, rank=r))
         for op in Op:
             for c in range(v):
                 labels = Counter(e.microbatch for e in events if e.rank == r and e.kind == op.value and e.chunk == c)
                 twice = sorted(mb for mb, n in labels.items() if n > 1 and mb is not None)
                 if twice:
-                    problems.append(Problem(qid, f"{op} of {_where(r, c, p)} is recorded for micro-batch {twice[0]} "
-                                                 f"{labels[twice[0]]} times: pass each operation the micro-batch "
-                                                 f"and the chunk it works on", r, twice[0], label))
-    problems += _unmatched(events, p, qid, label)
-    return _dedupe(_contiguous_hint(events, p, v, qid, label) + problems)    # the hint explains the rest
+                    problems.append(Problem(f"{op} of {_where(r, c, p)} is recorded for micro-batch {twice[0]} "
+                                            f"{labels[twice[0]]} times: pass each operation the micro-batch "
+                                            f"and the chunk it works on", rank=r, microbatch=twice[0]))
+    problems += _unmatched(events, p)
+    return _dedupe(_contiguous_hint(events, p, v) + problems)    # the hint explains the rest
 
 
-def swapped_messages(events, p: int, qid: str, label: str) -> list[Problem]:
+def swapped_messages(events, p: int) -> list[Problem]:
     """Messages between two ranks are matched in the order they are posted (gloo and NCCL alike), and
     every activation has the same shape: if a rank receives them in another order than its peer sent
     them, tensors land in the wrong micro-batch or chunk without any error. The first such place of
@@ -130,17 +130,17 @@ def swapped_messages(events, p: int, qid: str, label: str) -> list[Problem]:
             continue        # not the same messages on both sides: check_chunk_messages says which are missing
         for k, (s, r) in enumerate(zip(sends, recvs)):
             if key(s, Op(s.kind).peer_chunk(src, p, s.chunk)) != key(r, r.chunk):
-                problems.append(Problem(qid, f"{r.kind}(mb={r.microbatch}, chunk {r.chunk}) got the tensor rank {src} "
-                                             f"sent with {s.kind}(mb={s.microbatch}, chunk {s.chunk}): messages from "
-                                             f"rank {src} to rank {dst} are matched in the order they are posted "
-                                             f"(message {k + 1} here), so the two ranks must send and receive them in "
-                                             f"the same order; otherwise tensors silently land in the wrong "
-                                             f"micro-batch or chunk", dst, r.microbatch, label))
+                problems.append(Problem(f"{r.kind}(mb={r.microbatch}, chunk {r.chunk}) got the tensor rank {src} "
+                                        f"sent with {s.kind}(mb={s.microbatch}, chunk {s.chunk}): messages from "
+                                        f"rank {src} to rank {dst} are matched in the order they are posted "
+                                        f"(message {k + 1} here), so the two ranks must send and receive them in "
+                                        f"the same order; otherwise tensors silently land in the wrong "
+                                        f"micro-batch or chunk", rank=dst, microbatch=r.microbatch))
                 break
     return problems
 
 
-def _unmatched(events, p: int, qid: str, label: str) -> list[Problem]:
+def _unmatched(events, p: int) -> list[Problem]:
     """Every send has a receive on its peer, for the peer's chunk (the next one after a wrap-around)."""
     def key_send(e):
         return (e.rank, e.peer, e.phase, e.microbatch, Op(e.kind).peer_chunk(e.rank, p, e.chunk), e.shape)
@@ -157,15 +157,15 @@ def _unmatched(events, p: int, qid: str, label: str) -> list[Problem]:
             continue
         send, recv = (Op.SEND_FORWARD, Op.RECV_FORWARD) if phase == "forward" else (Op.SEND_BACKWARD, Op.RECV_BACKWARD)
         if sends[key] > recvs[key]:
-            problems.append(Problem(qid, f"{send} to rank {dst} for its chunk {chunk} has no matching {recv} "
-                                         f"of chunk {chunk} on rank {dst}", src, mb, label))
+            problems.append(Problem(f"{send} to rank {dst} for its chunk {chunk} has no matching {recv} "
+                                    f"of chunk {chunk} on rank {dst}", rank=src, microbatch=mb))
         else:
-            problems.append(Problem(qid, f"{recv} of chunk {chunk} from rank {src} has no matching {send} on "
-                                         f"rank {src}", dst, mb, label))
+            problems.append(Problem(f"{recv} of chunk {chunk} from rank {src} has no matching {send} on "
+                                    f"rank {src}", rank=dst, microbatch=mb))
     return problems
 
 
-def _contiguous_hint(events, p: int, v: int, qid: str, label: str) -> list[Problem]:
+def _contiguous_hint(events, p: int, v: int) -> list[Problem]:
     """A rank whose chunk c never sent its activations and whose chunk c + 1 never received any: the
     output of chunk c went straight into chunk c + 1, as if the rank held consecutive virtual stages."""
     problems = []
@@ -175,32 +175,31 @@ def _contiguous_hint(events, p: int, v: int, qid: str, label: str) -> list[Probl
             got = any(e.rank == r and e.chunk == c + 1 and e.kind == "recv_forward" for e in events)
             ran = any(e.rank == r and e.chunk == c + 1 and e.kind == "forward" for e in events)
             if ran and not sent and not got:
-                problems.append(Problem(qid, f"chunk {c} sent no activations and chunk {c + 1} received none: its "
-                                             f"output seems to have gone straight into chunk {c + 1} on this rank, "
-                                             f"as if rank {r} held consecutive virtual stages. Chunks are dealt out "
-                                             f"round-robin: chunk {c} is virtual stage {c * p + r}, chunk {c + 1} is "
-                                             f"{(c + 1) * p + r}; chunk {c}'s output goes to rank {(r + 1) % p}",
-                                        r, None, label))
+                problems.append(Problem(f"chunk {c} sent no activations and chunk {c + 1} received none: its "
+                                        f"output seems to have gone straight into chunk {c + 1} on this rank, "
+                                        f"as if rank {r} held consecutive virtual stages. Chunks are dealt out "
+                                        f"round-robin: chunk {c} is virtual stage {c * p + r}, chunk {c + 1} is "
+                                        f"{(c + 1) * p + r}; chunk {c}'s output goes to rank {(r + 1) % p}", rank=r))
                 break
     return problems
 
 
-def check_chunk_order(events, p: int, m: int, sched: Interleaved1F1B, qid: str, label: str) -> list[Problem]:
+def check_chunk_order(events, p: int, m: int, sched: Interleaved1F1B) -> list[Problem]:
     """The memory bound (a plain problem), then the order of the chunks (a valid pipeline of another
     schedule, when that is all that is wrong)."""
-    held = held_too_many(events, p, m, sched, qid, label)
+    held = held_too_many(events, p, m, sched)
     order = sched.order_violations(events, p, m)
     if held or not order:
-        return held + [Problem(qid, why, r, mb, label) for r, mb, why in order]
+        return held + [Problem(why, rank=r, microbatch=mb) for r, mb, why in order]
     r, mb, why = order[0]
     more = f" ({len(order) - 1} more place(s) like it)" if len(order) > 1 else ""
-    return [Problem(qid, f"{WRONG_SCHEDULE}: your step visits the chunks in another order than {sched.title}, "
-                         f"within its memory bound (where nothing else is wrong, that is a valid interleaved schedule, "
-                         f"just not this one): {why}{more}. The order decides how soon every rank has work, and so "
-                         f"the bubble.", r, mb, label)]
+    return [Problem(f"{WRONG_SCHEDULE}: your step visits the chunks in another order than {sched.title}, "
+                    f"within its memory bound (where nothing else is wrong, that is a valid interleaved schedule, "
+                    f"just not this one): {why}{more}. The order decides how soon every rank has work, and so "
+                    f"the bubble.", rank=r, microbatch=mb, kind=Kind.WRONG_SCHEDULE)]
 
 
-def held_too_many(events, p: int, m: int, sched: Interleaved1F1B, qid: str, label: str) -> list[Problem]:
+def held_too_many(events, p: int, m: int, sched: Interleaved1F1B) -> list[Problem]:
     """The memory bound of `in_flight_violations`, said in chunk forwards and the warm-up that sets it."""
     found = []
     for r, mb, _ in in_flight_violations(sched, events, p, m):
@@ -211,41 +210,41 @@ def held_too_many(events, p: int, m: int, sched: Interleaved1F1B, qid: str, labe
             if held > limit and worst is None:
                 worst = (held, e)
         held, e = worst
-        found.append(Problem(qid, f"after the forward of micro-batch {e.microbatch} on chunk {e.chunk} this rank holds "
-                                  f"{held} chunk forwards whose backward has not run; {sched.title} holds at most "
-                                  f"{limit} on rank {r} of {p}: {warm} warm-up forwards ((p - r - 1) * 2 + (v - 1) * p), "
-                                  f"then one forward and one backward in turn", r, e.microbatch, label))
+        found.append(Problem(f"after the forward of micro-batch {e.microbatch} on chunk {e.chunk} this rank holds "
+                             f"{held} chunk forwards whose backward has not run; {sched.title} holds at most "
+                             f"{limit} on rank {r} of {p}: {warm} warm-up forwards ((p - r - 1) * 2 + (v - 1) * p), "
+                             f"then one forward and one backward in turn", rank=r, microbatch=e.microbatch))
     return found
 
 
-def check_interleaved_run(outcome, qid: str, label: str = "") -> list[Problem]:
+def check_interleaved_run(outcome) -> list[Problem]:
     """Everything but the numbers about one interleaved case: layers, pieces, messages, order."""
     case = outcome.case
     p, m = case.stages, case.microbatches
     sched = schedule(case.schedule)
     shape = tuple(outcome.obs.get(0, {}).get("activation_shape", ()))
     events = outcome.events()
-    return (swapped_messages(events, p, qid, label) + check_chunk_layers(outcome, qid, label)
-            + check_chunk_messages(events, p, m, sched, shape, qid, label) + check_chunk_order(events, p, m, sched, qid, label))
+    return (swapped_messages(events, p) + check_chunk_layers(outcome)
+            + check_chunk_messages(events, p, m, sched, shape) + check_chunk_order(events, p, m, sched))
 
 
-def interleaved_errors(qid: str, outcome, label: str) -> list[Problem]:
+def interleaved_errors(outcome) -> list[Problem]:
     """A case that did not complete, or raised somewhere, as problems, causes first (judge/failures.py),
     with the ranks as a ring: rank p - 1 and rank 0 are neighbours, not a wrong peer."""
     from lab_src.judge.failures import case_problems
     if outcome.failure:
-        return [Problem(qid, outcome.failure, None, None, label)]
+        return [Problem(outcome.failure)]
     p = outcome.case.stages
     problems = []
-    errors = case_problems(outcome, qid, label, ring=p)
+    errors = case_problems(outcome, ring=p)
     if errors:
         sched = schedule(outcome.case.schedule)
-        problems += order_at_stop(outcome, qid, label)
-        problems += _contiguous_hint(outcome.events(), p, sched.chunks_per_rank, qid, label)
+        problems += order_at_stop(outcome)
+        problems += _contiguous_hint(outcome.events(), p, sched.chunks_per_rank)
     return problems + errors
 
 
-def order_at_stop(outcome, qid: str, label: str) -> list[Problem]:
+def order_at_stop(outcome) -> list[Problem]:
     """For a run that stopped: where a rank had already left the schedule's order. Its forwards and
     backwards so far are compared with the program's, and a receive it was still waiting in with the
     compute that receive would feed. Usually the reason a run deadlocked."""
@@ -255,8 +254,9 @@ def order_at_stop(outcome, qid: str, label: str) -> list[Problem]:
     if not isinstance(sched, Interleaved1F1B):
         return []
     events = outcome.events()
-    problems = [Problem(qid, f"before the run stopped, {why}. A rank that leaves the order its peers follow ends "
-                             f"up waiting for a message that is sent later or never: the pipeline deadlocks", r, mb, label)
+    problems = [Problem(f"before the run stopped, {why}. A rank that leaves the order its peers follow ends "
+                        f"up waiting for a message that is sent later or never: the pipeline deadlocks",
+                        rank=r, microbatch=mb)
                 for r, mb, why in sched.order_violations(events, p, m)]
     ranks = {pr.rank for pr in problems}
     for r, o in sorted(outcome.obs.items()):
@@ -273,11 +273,11 @@ def order_at_stop(outcome, qid: str, label: str) -> list[Problem]:
         rule = ("backwards visit the chunks in reverse: the gradient starts at the last virtual stage, so "
                 f"chunk {sched.chunks_per_rank - 1} goes first" if compute is Op.BACKWARD else
                 f"forwards take chunk 0 for a group of {p} micro-batches, then chunk 1 for the same group, ...")
-        problems.append(Problem(qid, f"the run stopped while this rank waited in {op} for micro-batch {mb} of "
-                                     f"chunk {chunk}, the input of its {compute} number {done + 1}; in {sched.title} "
-                                     f"that {compute} is micro-batch {want_mb} on chunk {want_c} ({rule}). A rank "
-                                     f"that waits for a message its peer sends only later deadlocks the pipeline",
-                                r, mb, label))
+        problems.append(Problem(f"the run stopped while this rank waited in {op} for micro-batch {mb} of "
+                                f"chunk {chunk}, the input of its {compute} number {done + 1}; in {sched.title} "
+                                f"that {compute} is micro-batch {want_mb} on chunk {want_c} ({rule}). A rank "
+                                f"that waits for a message its peer sends only later deadlocks the pipeline",
+                                rank=r, microbatch=mb, kind=Kind.WAIT))
     return problems
 
 

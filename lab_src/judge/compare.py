@@ -57,20 +57,20 @@ def scale_gist(c: float | None, m: int) -> str:
     return ""
 
 
-def compare_outputs(obs_last: dict, baseline: dict, m: int, rank: int, qid: str, label: str) -> list[Problem]:
+def compare_outputs(obs_last: dict, baseline: dict, m: int, rank: int) -> list[Problem]:
     outputs = obs_last.get("outputs")
     if outputs is None:
         why = obs_last.get("returned") or "afab_step returned no outputs on the last stage"
-        return [Problem(qid, why, rank, None, label)]
+        return [Problem(why, rank=rank)]
     if len(outputs) != m:
-        return [Problem(qid, f"the last stage returned {len(outputs)} outputs for {m} micro-batches", rank, None, label)]
+        return [Problem(f"the last stage returned {len(outputs)} outputs for {m} micro-batches", rank=rank)]
     chunks = baseline["output"].chunk(m)
     problems = []
     for k, out in enumerate(outputs):
         want = chunks[k]
         if out.shape != want.shape:
-            problems.append(Problem(qid, f"the output has shape {tuple(out.shape)}; the baseline's micro-batch "
-                                           f"has {tuple(want.shape)}", rank, k, label))
+            problems.append(Problem(f"the output has shape {tuple(out.shape)}; the baseline's micro-batch "
+                                      f"has {tuple(want.shape)}", rank=rank, microbatch=k))
         elif not close(out, want):
             other = next((j for j, c in enumerate(chunks) if j != k and close(out, c)), None)
             if other is not None:
@@ -79,30 +79,29 @@ def compare_outputs(obs_last: dict, baseline: dict, m: int, rank: int, qid: str,
             else:
                 diff = float((out.double() - want.double()).abs().max())
                 msg = f"the output differs from the baseline (largest difference {diff:.3g})"
-            problems.append(Problem(qid, msg, rank, k, label))
+            problems.append(Problem(msg, rank=rank, microbatch=k))
     return problems
 
 
-def compare_loss(obs_last: dict, baseline: dict, m: int, rank: int, qid: str, label: str) -> list[Problem]:
+def compare_loss(obs_last: dict, baseline: dict, m: int, rank: int) -> list[Problem]:
     loss, want = obs_last.get("loss"), baseline["loss"]
     if loss is None:
-        return [Problem(qid, "the last stage returned no loss", rank, None, label)]
+        return [Problem("the last stage returned no loss", rank=rank)]
     if abs(loss - want) <= 1e-5 + 1e-5 * abs(want):
         return []
     c = loss / want if want else float("inf")
-    return [Problem(qid, f"the loss is {loss:.6g}, the baseline's {want:.6g}: " + explain_scale(c, m), rank, None, label,
-                    gist=scale_gist(c, m))]
+    return [Problem(f"the loss is {loss:.6g}, the baseline's {want:.6g}: " + explain_scale(c, m),
+                    rank=rank, gist=scale_gist(c, m))]
 
 
-def compare_grads(obs: dict, baseline: dict, m: int, rank: int, qid: str, label: str) -> list[Problem]:
+def compare_grads(obs: dict, baseline: dict, m: int, rank: int) -> list[Problem]:
     grads = obs.get("grads") or {}
     base = baseline["grads"]
     missing = [n for n, g in grads.items() if g is None]
     if grads and len(missing) == len(grads):
-        return [Problem(qid, "no parameter of this stage has a gradient: no gradient reached this stage "
-                               "(was backward run, and did the next stage send its input gradient back?)",
-                        rank, None, label)]
-    problems = [Problem(qid, f"{n} has no gradient", rank, None, label) for n in missing[:3]]
+        return [Problem("no parameter of this stage has a gradient: no gradient reached this stage "
+                          "(was backward run, and did the next stage send its input gradient back?)", rank=rank)]
+    problems = [Problem(f"{n} has no gradient", rank=rank) for n in missing[:3]]
     wrong = [n for n, g in grads.items() if g is not None and not close(g, base[n])]
     if wrong:
         got = torch.cat([grads[n].reshape(-1).double() for n in wrong])
@@ -111,25 +110,24 @@ def compare_grads(obs: dict, baseline: dict, m: int, rank: int, qid: str, label:
         how = explain_scale(c, m) if c is not None else \
             f"largest difference {float((got - want).abs().max()):.3g}"
         few = ", ".join(wrong[:3]) + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "")
-        problems.append(Problem(qid, f"{len(wrong)} of {len(grads)} gradients differ from the baseline "
-                                       f"({few}): {how}", rank, None, label, gist=scale_gist(c, m)))
+        problems.append(Problem(f"{len(wrong)} of {len(grads)} gradients differ from the baseline "
+                                  f"({few}): {how}", rank=rank, gist=scale_gist(c, m)))
     return problems
 
 
-def compare_run(outcome, baseline: dict, qid: str, label: str = "") -> list[Problem]:
+def compare_run(outcome, baseline: dict) -> list[Problem]:
     """Everything numeric about one pipeline case, on every rank."""
     m, p = outcome.case.microbatches, outcome.case.stages
     problems = []
     last = outcome.obs.get(p - 1, {})
-    problems += compare_outputs(last, baseline, m, p - 1, qid, label)
-    problems += compare_loss(last, baseline, m, p - 1, qid, label)
+    problems += compare_outputs(last, baseline, m, p - 1)
+    problems += compare_loss(last, baseline, m, p - 1)
     for r in range(p):
-        problems += compare_grads(outcome.obs.get(r, {}), baseline, m, r, qid, label)
+        problems += compare_grads(outcome.obs.get(r, {}), baseline, m, r)
         if r != p - 1 and outcome.obs.get(r, {}).get("outputs"):
-            problems.append(Problem(qid, "a stage other than the last returned outputs; return ([], None) there",
-                                    r, None, label))
+            problems.append(Problem("a stage other than the last returned outputs; return ([], None) there", rank=r))
         if r != p - 1 and outcome.obs.get(r, {}).get("loss") is not None:
-            problems.append(Problem(qid, f"a stage other than the last returned the loss "
-                                         f"{outcome.obs[r]['loss']!r}; only the last stage has one: return "
-                                         f"([], None) there", r, None, label))
+            problems.append(Problem(f"a stage other than the last returned the loss "
+                                    f"{outcome.obs[r]['loss']!r}; only the last stage has one: return "
+                                    f"([], None) there", rank=r))
     return problems

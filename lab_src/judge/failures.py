@@ -9,11 +9,14 @@ consequences, not mistakes of their own, and point at code that is right. So a c
 2. one problem, marked as a consequence, that says where each other rank was left waiting;
 3. when there is no cause to show (every rank waited for the right peer, and nobody raised), the
    waiting itself is the problem: a deadlock, with each rank's wait and the cycle, if there is one.
+
+Every problem that says where a rank waited is a `Kind.WAIT`. The problems name no exercise or case:
+the caller stamps them (judge/problems.py, `stamped`).
 """
 from __future__ import annotations
 
 from lab_src.harness.records import gave_up_waiting
-from lab_src.judge.problems import Problem, from_error, sanitize, student_line, wrong_peer
+from lab_src.judge.problems import Kind, Problem, from_error, sanitize, student_line, wrong_peer
 from lab_src.pipeline.trace import op_text, unpack
 
 
@@ -25,20 +28,20 @@ def is_wait(error: dict) -> bool:
     return gave_up_waiting(error.get("message", ""), error.get("type", "")) is not None
 
 
-def case_problems(outcome, qid: str, label: str, ring: int | None = None) -> list[Problem]:
+def case_problems(outcome, ring: int | None = None) -> list[Problem]:
     """A case that did not complete, or raised on some rank, as problems (empty when it ran cleanly).
     `ring`: the ranks form a ring of this many (an interleaved schedule: rank p - 1 sends to rank 0)."""
     if outcome.failure:
-        return [Problem(qid, sanitize(outcome.failure), None, None, label)]
-    return rank_problems(qid, outcome.errors(), label, getattr(outcome, "stuck", None), ring)
+        return [Problem(sanitize(outcome.failure))]
+    return rank_problems(outcome.errors(), getattr(outcome, "stuck", None), ring)
 
 
-def rank_problems(qid: str, errors: dict[int, dict], label: str = "", stuck=None,
-                  ring: int | None = None) -> list[Problem]:
+def rank_problems(errors: dict[int, dict], stuck=None, ring: int | None = None) -> list[Problem]:
+    """The errors of a case's ranks as problems: the causes, then where the others were left waiting."""
     raised, waits = {}, {}
     for r, e in sorted(errors.items()):
         (waits if is_wait(e) else raised)[r] = e
-    causes = [from_error(qid, r, e, label, ring) for r, e in raised.items()]
+    causes = [from_error(r, e, ring) for r, e in raised.items()]
     wrong = {}
     for r, e in waits.items():
         kind, mb, peer = (e.get("pending") or [None] * 4)[1:4]
@@ -47,28 +50,28 @@ def rank_problems(qid: str, errors: dict[int, dict], label: str = "", stuck=None
             wrong[r] = e
             never = "a receive that rank {} was never going to post" if kind.startswith("send") else \
                 "a message that rank {} was never going to send"
-            causes.append(Problem(qid, f"{why}; this rank waited in {kind}(mb={mb}) for {never.format(peer)}"
-                                       f"{student_line(e)}", r, mb, label))
+            causes.append(Problem(f"{why}; this rank waited in {kind}(mb={mb}) for {never.format(peer)}"
+                                  f"{student_line(e)}", rank=r, microbatch=mb, kind=Kind.WAIT))
     left = {r: e for r, e in waits.items() if r not in wrong}
     if not causes and any(isinstance((e.get("pending") or [None] * 4)[3], list) for e in left.values()):
         # a collective that not every member joined: each rank's own message says which (judge/problems.py)
-        return [from_error(qid, r, e, label, ring) for r, e in sorted(errors.items())]
+        return [from_error(r, e, ring) for r, e in sorted(errors.items())]
     lines = _waiting_lines(left, stuck, set(raised), set(wrong), chunked=ring is not None)
     if not lines:
         # every error is accounted for above, or (ranks that only waited at the end) is one of its own
-        return causes or [from_error(qid, r, e, label, ring) for r, e in sorted(errors.items())]
+        return causes or [from_error(r, e, ring) for r, e in sorted(errors.items())]
     how = "until the check stopped the run" if stuck is not None or _stopped(left) else "until their timeout"
     if causes:
-        return causes + [Problem(qid, f"the other ranks were left waiting {how}:\n" + _indent(lines), None, None,
-                                 label, consequence=True)]
+        return causes + [Problem(f"the other ranks were left waiting {how}:\n" + _indent(lines), consequence=True,
+                                 kind=_wait_kind(left))]
     cycle = stuck.cycle() if stuck is not None else None
     tail = [f"they wait for each other in a cycle: {' -> '.join(f'rank {r}' for r in cycle)}"] if cycle else []
     mb = next((e["pending"][2] for e in left.values() if e.get("pending")), None)
     sends = any((e.get("pending") or [None, ""])[1].startswith("send") for e in left.values())
     more = " (or, in a send, for a receive that no rank was going to post)" if sends else ""
-    return [Problem(qid, f"deadlock: every rank waited for a message that no rank was going to send{more}, {how}. "
-                         f"Check that every send has a receive on the peer, in the same order:\n"
-                         + _indent(lines + tail), None, mb, label)]
+    return [Problem(f"deadlock: every rank waited for a message that no rank was going to send{more}, {how}. "
+                    f"Check that every send has a receive on the peer, in the same order:\n" + _indent(lines + tail),
+                    microbatch=mb, kind=_wait_kind(left))]
 
 
 def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[int], chunked: bool = False) -> list[str]:
@@ -104,6 +107,11 @@ def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[in
                 lines.append(f"rank {r} had done its part; its {', '.join(sent)} to rank "
                              f"{', '.join(map(str, dsts))} never got a matching receive")
     return lines
+
+
+def _wait_kind(left: dict[int, dict]) -> Kind:
+    """A problem that lists the ranks left waiting says where a rank waited when one waited in an operation."""
+    return Kind.WAIT if any(e.get("pending") for e in left.values()) else Kind.MISTAKE
 
 
 def _stopped(errors: dict[int, dict]) -> bool:

@@ -19,7 +19,9 @@ from dataclasses import dataclass, replace
 import torch
 
 from lab_src.judge.compare import close, compare_loss, compare_outputs, explain_scale, scale_between
-from lab_src.judge.problems import Problem
+from lab_src.judge.failures import rank_problems
+from lab_src.harness.records import gave_up_waiting
+from lab_src.judge.problems import Kind, Problem
 from lab_src.judge.realness import check_built_and_ran, check_layers, check_messages, check_order
 from lab_src.pipeline.schedules import schedule
 from lab_src.pipeline.trace import Event
@@ -69,37 +71,33 @@ class Verdict:
     tied: list[Problem]
 
 
-def judge_grid(outcome, baseline: dict, qid: str, label: str = "") -> Verdict:
+def judge_grid(outcome, baseline: dict) -> Verdict:
     """Everything about one grid case: see the module's docstring."""
     case, obs = outcome.case, outcome.obs
     cfg, lay = case.config, layout_of(case)
-    dp_problems = group_problems(obs, lay, qid, label) + layout_problems(obs, lay, qid, label) + \
-        shard_problems(obs, lay, cfg, qid, label)
+    dp_problems = group_problems(obs, lay) + layout_problems(obs, lay) + shard_problems(obs, lay, cfg)
     for r, o in sorted(obs.items()):
         if o.get("returned"):
-            dp_problems.append(Problem(qid, o["returned"], r, None, label))
-    tied = tied_group_problems(obs, lay, cfg, qid, label)
+            dp_problems.append(Problem(o["returned"], rank=r))
+    tied = tied_group_problems(obs, lay, cfg)
     if any(o.get("grads") is None for o in obs.values()) or len(obs) < case.stages:
         if cfg.tie_embeddings and not tied:
-            tied.append(Problem(qid, "the tied copies could not be checked: the step returned no stage on some rank",
-                                None, None, label))
+            tied.append(Problem("the tied copies could not be checked: the step returned no stage on some rank"))
         return Verdict(dp_problems, tied)
-    numbers = number_problems(obs, lay, cfg, baseline, qid, label)
+    numbers = number_problems(obs, lay, cfg, baseline)
     if not dp_problems:
-        dp_problems += replica_realness(outcome, lay, qid, label)
+        dp_problems += replica_realness(outcome, lay)
     dp_problems += numbers
-    tied += tied_copy_problems(obs, lay, cfg, qid, label)
+    tied += tied_copy_problems(obs, lay, cfg)
     if not numbers:       # the other gradients are right: the tied ones must be the baseline's too
-        tied += tied_grad_problems(obs, lay, cfg, baseline, qid, label)
+        tied += tied_grad_problems(obs, lay, cfg, baseline)
     return Verdict(dp_problems, tied)
 
 
-def failure_problems(outcome, qid: str, label: str = "") -> list[Problem]:
+def failure_problems(outcome) -> list[Problem]:
     """A grid case that did not complete: first what its records say about the groups (a missing group is
     the usual cause of a collective that never completes), then the ranks' errors, those that raised
     something other than a timeout first (the cause; the timeouts of their partners are the consequence)."""
-    from lab_src.harness.records import gave_up_waiting
-    from lab_src.judge.problems import from_errors
     case = outcome.case
     lay = layout_of(case)
     created = next((o.get("groups_created") for _, o in sorted(outcome.obs.items()) if o.get("groups_created")), None)
@@ -107,14 +105,14 @@ def failure_problems(outcome, qid: str, label: str = "") -> list[Problem]:
     if created is not None:
         lost = missing_groups(created, lay, tied=case.config.tie_embeddings)
         if lost:
-            hints.append(Problem(qid, f"{' and '.join(lost)} were never created (the groups created: {created}). "
-                                      f"{stride_hint(lay)}", None, None, label))
+            hints.append(Problem(f"{' and '.join(lost)} were never created (the groups created: {created}). "
+                                 f"{stride_hint(lay)}"))
     if outcome.failure:
-        return hints + [Problem(qid, outcome.failure, None, None, label)]
+        return hints + [Problem(outcome.failure)]
     errors = outcome.errors()
     first = sorted(errors, key=lambda r: (gave_up_waiting(errors[r].get("message", "")) is not None, r))
-    return hints + from_errors(qid, {r: errors[r] for r in first[:1]}, label) + \
-        [p for p in from_errors(qid, errors, label) if p.rank != first[0]]
+    return hints + rank_problems({r: errors[r] for r in first[:1]}) + \
+        [p for p in rank_problems(errors) if p.rank != first[0]]
 
 
 # ---- groups and coordinates -------------------------------------------------------------------------
@@ -136,30 +134,30 @@ def missing_groups(created: list[list[int]], lay: Layout, tied: bool) -> list[st
     return out
 
 
-def group_problems(obs: dict, lay: Layout, qid: str, label: str) -> list[Problem]:
+def group_problems(obs: dict, lay: Layout) -> list[Problem]:
     """Which groups were created (the same on every rank) and which ones the data-parallel all-reduces used."""
     problems = []
     created = next((o.get("groups_created") for r, o in sorted(obs.items()) if o.get("groups_created")), None)
     if created is not None:
         lost = missing_groups(created, lay, tied=False)
         if lost:
-            problems.append(Problem(qid, f"{' and '.join(lost)} were never created (the groups created: {created}). "
-                                         f"{stride_hint(lay)}", None, None, label))
+            problems.append(Problem(f"{' and '.join(lost)} were never created (the groups created: {created}). "
+                                    f"{stride_hint(lay)}"))
     for r, o in sorted(obs.items()):
         d, p = lay.coords(r)
         want = lay.dp_set(p)
         events = collectives(o, "allreduce_dp")
         if lay.dp > 1 and not events and not o.get("error"):
-            problems.append(Problem(qid, f"no data-parallel all-reduce was recorded on this rank (grid.all_reduce(..., "
-                                         f"\"dp\") over its data-parallel set {want}): without one each replica keeps "
-                                         f"the gradients of its own shard", r, None, label))
+            problems.append(Problem(f"no data-parallel all-reduce was recorded on this rank (grid.all_reduce(..., "
+                                    f"\"dp\") over its data-parallel set {want}): without one each replica keeps "
+                                    f"the gradients of its own shard", rank=r))
         for e in events[:1] + [e for e in events[1:] if list(e.group) != list(events[0].group)][:1]:
             if list(e.group) != want:
                 what = lay.name(list(e.group))
-                problems.append(Problem(
-                    qid, f"the data-parallel all-reduce ran over ranks {list(e.group)}"
-                         + (f", {what}" if what else "") + f"; the data-parallel set of stage {p} is ranks {want}. "
-                         + stride_hint(lay), r, None, label))
+                problems.append(Problem(f"the data-parallel all-reduce ran over ranks {list(e.group)}"
+                                        + (f", {what}" if what else "")
+                                        + f"; the data-parallel set of stage {p} is ranks {want}. " + stride_hint(lay),
+                                        rank=r))
     return problems
 
 
@@ -168,27 +166,25 @@ def stride_hint(lay: Layout) -> str:
             f"holding one stage are pp_size = {lay.pp} apart.")
 
 
-def layout_problems(obs: dict, lay: Layout, qid: str, label: str) -> list[Problem]:
+def layout_problems(obs: dict, lay: Layout) -> list[Problem]:
     problems = []
     for r, o in sorted(obs.items()):
         d, p = lay.coords(r)
         if "pp_rank" not in o:
             continue
         if o["pp_rank"] != p or o.get("pp_size") != lay.pp:
-            problems.append(Problem(qid, f"this rank built stage {o['pp_rank']} of {o.get('pp_size')}; with rank = "
-                                         f"dp_rank * pp_size + pp_rank it is stage {p} of {lay.pp} in replica {d}",
-                                    r, None, label))
+            problems.append(Problem(f"this rank built stage {o['pp_rank']} of {o.get('pp_size')}; with rank = "
+                                    f"dp_rank * pp_size + pp_rank it is stage {p} of {lay.pp} in replica {d}", rank=r))
         if o.get("pipeline_group") != lay.pipeline(d):
             got = o.get("pipeline_group")
             what = lay.name(got or [])
-            problems.append(Problem(qid, f"its stage talks through the group of ranks {got}"
-                                         + (f" ({what})" if what and not what.startswith("pipeline") else "")
-                                         + f"; pipeline {d} is ranks {lay.pipeline(d)}. {stride_hint(lay)}",
-                                    r, None, label))
+            problems.append(Problem(f"its stage talks through the group of ranks {got}"
+                                    + (f" ({what})" if what and not what.startswith("pipeline") else "")
+                                    + f"; pipeline {d} is ranks {lay.pipeline(d)}. {stride_hint(lay)}", rank=r))
     return problems
 
 
-def shard_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> list[Problem]:
+def shard_problems(obs: dict, lay: Layout, cfg) -> list[Problem]:
     """Each replica's first stage reads its own shard (dp_rank = its replica) in micro-batches of the
     replica's size; two replicas reading the same samples is the mistake of one data seed for all."""
     problems, read_by = [], {}
@@ -199,29 +195,29 @@ def shard_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> list[Pr
             shard = 0 if dp_rank is None else dp_rank
             read_by.setdefault(shard, []).append(d)
             if dp_rank is None and lay.dp > 1:
-                problems.append(Problem(qid, "this rank reads the whole global batch (make_dataloader without dp_rank): "
-                                             "its micro-batches are replica 0's shard, so every replica trains on the "
-                                             "same samples", r, None, label))
+                problems.append(Problem("this rank reads the whole global batch (make_dataloader without dp_rank): "
+                                        "its micro-batches are replica 0's shard, so every replica trains on the "
+                                        "same samples", rank=r, kind=Kind.WHOLE_BATCH))
             elif dp_rank is not None and dp_rank != d:
-                problems.append(Problem(qid, f"this rank of replica {d} reads shard {dp_rank}; each replica reads its "
-                                             f"own shard: dp_rank={d}", r, None, label))
+                problems.append(Problem(f"this rank of replica {d} reads shard {dp_rank}; each replica reads its "
+                                        f"own shard: dp_rank={d}", rank=r))
             if batch != mbs:
-                problems.append(Problem(qid, f"this rank reads micro-batches of {batch} samples; a replica's micro-batch "
-                                             f"is global_batch_size / (dp_size * num_microbatches) = "
-                                             f"{cfg.global_batch_size} / ({lay.dp} * {cfg.num_microbatches}) = {mbs}",
-                                        r, None, label))
+                problems.append(Problem(f"this rank reads micro-batches of {batch} samples; a replica's micro-batch "
+                                        f"is global_batch_size / (dp_size * num_microbatches) = "
+                                        f"{cfg.global_batch_size} / ({lay.dp} * {cfg.num_microbatches}) = {mbs}",
+                                        rank=r))
     shared = []
     for shard, replicas in sorted(read_by.items()):
         if len(set(replicas)) > 1:
-            shared.append(Problem(qid, f"replicas {sorted(set(replicas))} all read shard {shard}: identical samples on "
-                                         f"every replica, as if their data had one seed. Data parallelism needs the "
-                                         f"same weights but different data on each replica", None, None, label))
-    whole = [p for p in problems if "without dp_rank" in p.message]
+            shared.append(Problem(f"replicas {sorted(set(replicas))} all read shard {shard}: identical samples on "
+                                    f"every replica, as if their data had one seed. Data parallelism needs the "
+                                    f"same weights but different data on each replica"))
+    whole = [p for p in problems if p.kind is Kind.WHOLE_BATCH]
     # the misconception first (no shard at all, or one shard for all), then where it showed
     return whole + shared + [p for p in problems if p not in whole]
 
 
-def tied_group_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> list[Problem]:
+def tied_group_problems(obs: dict, lay: Layout, cfg) -> list[Problem]:
     problems = []
     for r, o in sorted(obs.items()):
         d, p = lay.coords(r)
@@ -230,23 +226,21 @@ def tied_group_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> li
         want = lay.tied_pair(d)
         if holds_copy and not events and not o.get("error"):
             partner = want[1] if r == want[0] else want[0]
-            problems.append(Problem(qid, f"this rank never summed the tied embedding's gradient with its copy on rank "
-                                         f"{partner} (no grid.all_reduce(..., \"tied\") over ranks {want} was recorded): "
-                                         f"each copy keeps only its own use's gradient, and the copies drift apart",
-                                    r, None, label))
+            problems.append(Problem(f"this rank never summed the tied embedding's gradient with its copy on rank "
+                                    f"{partner} (no grid.all_reduce(..., \"tied\") over ranks {want} was recorded): "
+                                    f"each copy keeps only its own use's gradient, and the copies drift apart", rank=r))
         for e in events[:1]:
             group = list(e.group)
             if not holds_copy and len(group) > 1:
                 why = "the model's embeddings are not tied" if not cfg.tie_embeddings else \
                     "a middle stage holds no copy of the tied embedding" if 0 < p < lay.pp - 1 else \
                     "with one stage the embedding and the output projection are one parameter already"
-                problems.append(Problem(qid, f"this rank ran a tied all-reduce over ranks {group}, but {why}",
-                                        r, None, label))
+                problems.append(Problem(f"this rank ran a tied all-reduce over ranks {group}, but {why}", rank=r))
             elif holds_copy and group != want:
                 what = lay.name(group)
-                problems.append(Problem(qid, f"the tied all-reduce ran over ranks {group}" + (f", {what}" if what else "")
-                                             + f"; the copies of pipeline {d}'s tied embedding are on its first and last "
-                                               f"stage, ranks {want}", r, None, label))
+                problems.append(Problem(f"the tied all-reduce ran over ranks {group}" + (f", {what}" if what else "")
+                                        + f"; the copies of pipeline {d}'s tied embedding are on its first and last "
+                                          f"stage, ranks {want}", rank=r))
     return problems
 
 
@@ -259,7 +253,7 @@ def shard_baseline(baseline: dict, lay: Layout, d: int) -> dict:
     return {"output": part, "loss": float(part.double().mean())}
 
 
-def weight_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> list[Problem]:
+def weight_problems(obs: dict, lay: Layout, cfg) -> list[Problem]:
     """Every replica's stage starts from the weights the run seed gives its pieces (a checksum each)."""
     from lab_src.pipeline.model import build_piece
     want: dict[str, float] = {}
@@ -273,16 +267,16 @@ def weight_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> list[P
                 want.update({f"{piece}.{n}": float(t.detach().double().sum()) for n, t in built.named_parameters()})
             if name in want and abs(value - want[name]) > 1e-4 * (1 + abs(want[name])):
                 d, p = lay.coords(r)
-                problems.append(Problem(qid, f"replica {d}'s stage {p} starts from other weights than the run seed "
-                                             f"gives ({name} differs): every replica must build its stage from the same "
-                                             f"cfg (the same seed), so that the replicas hold the same model; only "
-                                             f"their data differs", r, None, label))
+                problems.append(Problem(f"replica {d}'s stage {p} starts from other weights than the run seed "
+                                        f"gives ({name} differs): every replica must build its stage from the same "
+                                        f"cfg (the same seed), so that the replicas hold the same model; only "
+                                        f"their data differs", rank=r))
                 break
     return problems
 
 
-def number_problems(obs: dict, lay: Layout, cfg, baseline: dict, qid: str, label: str) -> list[Problem]:
-    problems = weight_problems(obs, lay, cfg, qid, label)
+def number_problems(obs: dict, lay: Layout, cfg, baseline: dict) -> list[Problem]:
+    problems = weight_problems(obs, lay, cfg)
     if problems:
         return problems
     m = cfg.num_microbatches
@@ -292,16 +286,16 @@ def number_problems(obs: dict, lay: Layout, cfg, baseline: dict, qid: str, label
         got = obs.get(last, {}).get("outputs")
         other = _matching_shard(got, shards, m) if got else None
         if other is not None and other != d:
-            problems.append(Problem(qid, f"replica {d}'s outputs are those of shard {other}: it read replica {other}'s "
-                                         f"samples", last, None, label))
+            problems.append(Problem(f"replica {d}'s outputs are those of shard {other}: it read replica {other}'s "
+                                    f"samples", rank=last))
             continue
-        problems += compare_outputs(obs.get(last, {}), shards[d], m, last, qid, label)
-        problems += compare_loss(obs.get(last, {}), shards[d], m, last, qid, label)
+        problems += compare_outputs(obs.get(last, {}), shards[d], m, last)
+        problems += compare_loss(obs.get(last, {}), shards[d], m, last)
     for r, o in sorted(obs.items()):
-        problems += grad_problems(o, lay, baseline, r, qid, label)
+        problems += grad_problems(o, lay, baseline, r)
         if lay.coords(r)[1] != lay.pp - 1 and (o.get("outputs") or o.get("loss") is not None):
-            problems.append(Problem(qid, "a stage other than the last returned outputs or a loss; return what "
-                                         "afab_step returned there ([], None)", r, None, label))
+            problems.append(Problem("a stage other than the last returned outputs or a loss; return what "
+                                    "afab_step returned there ([], None)", rank=r))
     return problems
 
 
@@ -313,22 +307,22 @@ def _matching_shard(outputs, shards, m) -> int | None:
     return None
 
 
-def grad_problems(o: dict, lay: Layout, baseline: dict, rank: int, qid: str, label: str) -> list[Problem]:
+def grad_problems(o: dict, lay: Layout, baseline: dict, rank: int) -> list[Problem]:
     """Every gradient but the tied embedding's against the baseline, explained in data-parallel terms."""
     grads = o.get("grads") or {}
     base = baseline["grads"]
     missing = [n for n, g in grads.items() if g is None]
     if missing:
-        return [Problem(qid, f"{len(missing)} parameters have no gradient ({missing[0]}, ...)", rank, None, label)]
+        return [Problem(f"{len(missing)} parameters have no gradient ({missing[0]}, ...)", rank=rank)]
     names = [n for n in grads if n not in TIED_NAMES]
     wrong = [n for n in names if not close(grads[n], base[n])]
     if not wrong:
         return []
     got = torch.cat([grads[n].reshape(-1).double() for n in wrong])
     want = torch.cat([base[n].reshape(-1).double() for n in wrong])
-    return [Problem(qid, f"{len(wrong)} of {len(names)} gradients differ from the baseline's over the global batch "
-                         f"({', '.join(wrong[:2])}{' ...' if len(wrong) > 2 else ''}): "
-                         + explain_dp_scale(scale_between(got, want), lay.dp, got, want), rank, None, label)]
+    return [Problem(f"{len(wrong)} of {len(names)} gradients differ from the baseline's over the global batch "
+                    f"({', '.join(wrong[:2])}{' ...' if len(wrong) > 2 else ''}): "
+                    + explain_dp_scale(scale_between(got, want), lay.dp, got, want), rank=rank)]
 
 
 def explain_dp_scale(c: float | None, dp: int, got, want) -> str:
@@ -343,7 +337,7 @@ def explain_dp_scale(c: float | None, dp: int, got, want) -> str:
             f"shard's until they are averaged over the data-parallel set")
 
 
-def tied_grad_problems(obs: dict, lay: Layout, cfg, baseline: dict, qid: str, label: str) -> list[Problem]:
+def tied_grad_problems(obs: dict, lay: Layout, cfg, baseline: dict) -> list[Problem]:
     if not cfg.tie_embeddings:
         return []
     want = baseline["grads"]["embed.tokens.weight"]
@@ -352,21 +346,20 @@ def tied_grad_problems(obs: dict, lay: Layout, cfg, baseline: dict, qid: str, la
         first, last = lay.tied_pair(d)[0], lay.tied_pair(d)[-1]
         copies = {r: _tied_grad(obs.get(r, {})) for r in {first, last}}
         if any(g is None for g in copies.values()):
-            problems.append(Problem(qid, "the tied embedding's copy has no gradient", first, None, label))
+            problems.append(Problem("the tied embedding's copy has no gradient", rank=first))
             continue
         if all(close(g, want) for g in copies.values()):
             continue
         if first != last and close(copies[first] + copies[last], want):
-            problems.append(Problem(qid, f"ranks {first} and {last} each hold only their own use's gradient of the "
-                                         f"tied embedding (the two add up to the baseline's): sum them over ranks "
-                                         f"{[first, last]}", first, None, label))
+            problems.append(Problem(f"ranks {first} and {last} each hold only their own use's gradient of the "
+                                    f"tied embedding (the two add up to the baseline's): sum them over ranks "
+                                    f"{[first, last]}", rank=first))
             continue
         for r, g in sorted(copies.items()):
             if not close(g, want):
                 c = scale_between(g, want)
                 how = explain_scale(c, 1) if c is not None else f"largest difference {float((g - want).abs().max()):.3g}"
-                problems.append(Problem(qid, f"the tied embedding's gradient differs from the baseline's: {how}",
-                                        r, None, label))
+                problems.append(Problem(f"the tied embedding's gradient differs from the baseline's: {how}", rank=r))
     return problems
 
 
@@ -378,7 +371,7 @@ def _tied_grad(o: dict):
     return None
 
 
-def tied_copy_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> list[Problem]:
+def tied_copy_problems(obs: dict, lay: Layout, cfg) -> list[Problem]:
     """After one SGD step the first and last stage's copies are equal. (That the replicas agree is the
     data-parallel part's business: their gradients and weights are judged there.)"""
     if not cfg.tie_embeddings:
@@ -388,20 +381,20 @@ def tied_copy_problems(obs: dict, lay: Layout, cfg, qid: str, label: str) -> lis
         pair = lay.tied_pair(d)
         copies = {r: obs.get(r, {}).get("tied_after_step") for r in pair}
         if any(c is None for c in copies.values()):
-            problems.append(Problem(qid, "no copy of the tied embedding was found on this stage after the step",
-                                    next(r for r, c in copies.items() if c is None), None, label))
+            problems.append(Problem("no copy of the tied embedding was found on this stage after the step",
+                                    rank=next(r for r, c in copies.items() if c is None)))
             continue
         a, b = copies[pair[0]], copies[pair[-1]]
         if not close(a, b):
-            problems.append(Problem(qid, f"after one SGD step the two copies of the tied embedding differ (ranks "
-                                         f"{pair[0]} and {pair[-1]}, largest difference "
-                                         f"{float((a.double() - b.double()).abs().max()):.3g}): their gradients were "
-                                         f"not the same, so the copies drift apart with every step", pair[0], None, label))
+            problems.append(Problem(f"after one SGD step the two copies of the tied embedding differ (ranks "
+                                    f"{pair[0]} and {pair[-1]}, largest difference "
+                                    f"{float((a.double() - b.double()).abs().max()):.3g}): their gradients were "
+                                    f"not the same, so the copies drift apart with every step", rank=pair[0]))
     return problems
 
 
 # ---- each replica a real pipeline -------------------------------------------------------------------
-def replica_realness(outcome, lay: Layout, qid: str, label: str) -> list[Problem]:
+def replica_realness(outcome, lay: Layout) -> list[Problem]:
     """Each row of the grid, seen as a pipeline of its own: layers, pieces built and run, its messages
     and the order of the case's schedule (judge/realness.py), problems named by global rank."""
     case, obs = outcome.case, outcome.obs
@@ -411,12 +404,12 @@ def replica_realness(outcome, lay: Layout, qid: str, label: str) -> list[Problem
     for d in range(lay.dp):
         base = d * lay.pp
         found = check_layers({r - base: obs[r].get("layers", []) for r in lay.pipeline(d)},
-                             case.config.num_layers, qid, label)
+                             case.config.num_layers)
         for r in lay.pipeline(d):
-            found += check_built_and_ran(obs[r], r - base, lay.pp, m, qid, label)
+            found += check_built_and_ran(obs[r], r - base, lay.pp, m)
         mine = [replace(e, rank=e.rank - base) for e in events if e.rank in lay.pipeline(d)]
         shape = tuple(obs[base].get("activation_shape", ()))
-        found += check_messages(mine, lay.pp, m, shape, qid, label, sched)
-        found += check_order(mine, lay.pp, m, sched, qid, label)
+        found += check_messages(mine, lay.pp, m, shape, sched)
+        found += check_order(mine, lay.pp, m, sched)
         problems += [replace(p, rank=p.rank + base) if p.rank is not None else p for p in found]
     return problems

@@ -18,7 +18,7 @@ from lab_src.pipeline.schedules import OneForwardOneBackward, compute_order, let
 ONE_F_ONE_B = OneForwardOneBackward()
 
 
-def diagnose(events, p: int, m: int, qid: str, label: str) -> list[Problem]:
+def diagnose(events, p: int, m: int) -> list[Problem]:
     """One problem per rank whose forwards and backwards are not 1F1B's, naming the part that differs."""
     problems = []
     for r in range(p):
@@ -38,17 +38,17 @@ def diagnose(events, p: int, m: int, qid: str, label: str) -> list[Problem]:
             msg = (f"this rank runs {first_b} forward(s) before its first backward; 1F1B runs {expected_first}: "
                    f"min(p - r - 1, m) = {warm} warm-up forwards on rank {r} of {p}, then the steady state's first "
                    f"forward. The warm-up is off by {off:+d}")
-            problems.append(Problem(qid, msg, r, got[first_b][1], label))
+            problems.append(Problem(msg, rank=r, microbatch=got[first_b][1]))
         elif forwards - backwards and len(forwards) == m:
             never = sorted(forwards - backwards)
             msg = (f"micro-batch(es) {_few(never)} went forward on this rank but never backward: after the steady "
                    f"state, the cool-down runs the backwards of the last {warm} micro-batch(es) (min(p - r - 1, m) "
                    f"on rank {r}); without it their gradients are missing and the previous stage waits for them")
-            problems.append(Problem(qid, msg, r, never[0], label))
+            problems.append(Problem(msg, rank=r, microbatch=never[0]))
         else:
             at = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
             mb = (got[at] if at < len(got) else want[at])[1]
-            problems.append(Problem(qid, f"this rank runs {_order(got)}; 1F1B runs {_order(want)}", r, mb, label))
+            problems.append(Problem(f"this rank runs {_order(got)}; 1F1B runs {_order(want)}", rank=r, microbatch=mb))
     return problems
 
 

@@ -1,6 +1,6 @@
 """Judge of q11's "p2p" cases: what each call of `p2p_communicate` sent and received, and the buffers it made.
 
-`judge_p2p(out, qid, label)` returns two lists of problems:
+`judge_p2p(out)` returns two lists of problems:
 - messages: the no-ops at the ends; what each receive got (the labelled tensor of the right sender,
   micro-batch and direction); the messages each call made (a combined call makes both of its parts),
   with torch.distributed's own calls rather than the stage's;
@@ -22,47 +22,46 @@ from lab_src.pipeline.p2p_calls import COMBINED, Call
 from lab_src.pipeline.schedules import Op, schedule
 
 
-def judge_p2p(out, qid: str, label: str) -> tuple[list[Problem], list[Problem]]:
+def judge_p2p(out) -> tuple[list[Problem], list[Problem]]:
     case = out.case
     p, m, sched = case.stages, case.microbatches, schedule(case.schedule)
     messages: list[Problem] = []
     buffers: list[Problem] = []
     for r, o in sorted(out.obs.items()):
-        messages += _noop_problems(o, r, qid, label)
+        messages += _noop_problems(o, r)
         shape = o.get("activation_shape")
         made = sum(len(traced) for *_, traced in o.get("calls", []))
         if made > o.get("raw_messages", made):
-            messages.append(Problem(qid, f"{made - o['raw_messages']} of this rank's {made} messages went through "
-                                         f"stage.send / stage.recv: q11 asks for torch.distributed's own calls "
-                                         f"(dist.P2POp and dist.batch_isend_irecv)", r, None, label))
-            buffers.append(Problem(qid, "the receive buffers came from stage.recv: allocate them yourself "
-                                        "(torch.empty with the activation shape, dtype and device)", r, None, label))
+            messages.append(Problem(f"{made - o['raw_messages']} of this rank's {made} messages went through "
+                                    f"stage.send / stage.recv: q11 asks for torch.distributed's own calls "
+                                    f"(dist.P2POp and dist.batch_isend_irecv)", rank=r))
+            buffers.append(Problem("the receive buffers came from stage.recv: allocate them yourself "
+                                   "(torch.empty with the activation shape, dtype and device)", rank=r))
         for operation, mb, recv_mb, got, traced in o.get("calls", []):
             call = Call(operation, mb, recv_mb)
-            messages += _call_problems(call, got, traced, r, p, qid, label)
+            messages += _call_problems(call, got, traced, r, p)
             if got is not None and call.receives is not None and not call.receives.is_noop(r, p):
-                buffers += _buffer_problems(call, got, shape, case.config.dtype, r, qid, label)
+                buffers += _buffer_problems(call, got, shape, case.config.dtype, r)
     if not out.errors() and not out.failure:
         shape = out.obs.get(0, {}).get("activation_shape", ())
-        # no compute in a communication case: the counts of forward and backward are not asked for
-        messages += [pr for pr in check_messages(out.events(), p, m, tuple(shape), qid, label, sched)
-                     if "forward operations" not in pr.message and "backward operations" not in pr.message]
+        # no compute in a communication case: the counts of operations are left to the calls' checks above
+        messages += check_messages(out.events(), p, m, tuple(shape), sched, counts=False)
     return messages, buffers
 
 
-def _noop_problems(o: dict, r: int, qid: str, label: str) -> list[Problem]:
+def _noop_problems(o: dict, r: int) -> list[Problem]:
     problems = []
     for name, res in (o.get("probes", {}).get("noop_ends") or {}).items():
         if res["outcome"] != "returned" or res.get("value") is not None or res.get("messages"):
             end = "last" if (COMBINED.get(name) or (Op(name),))[0].towards_next else "first"
             got = f"{res.get('type')}: {str(res.get('message', ''))[:120]}" if res["outcome"] == "raised" \
                 else repr(res.get("value"))
-            problems.append(Problem(qid, f"{name} on the {end} stage has no peer: it must do nothing and return "
-                                         f"None (got {got}, {res.get('messages', 0)} messages)", r, 0, label))
+            problems.append(Problem(f"{name} on the {end} stage has no peer: it must do nothing and return "
+                                    f"None (got {got}, {res.get('messages', 0)} messages)", rank=r, microbatch=0))
     return problems
 
 
-def _call_problems(call: Call, got, traced, r: int, p: int, qid: str, label: str) -> list[Problem]:
+def _call_problems(call: Call, got, traced, r: int, p: int) -> list[Problem]:
     problems = []
     mb = call.microbatch
     want = Counter((op.value, call.microbatch_of(op)) for op in call.parts if not op.is_noop(r, p))
@@ -70,49 +69,49 @@ def _call_problems(call: Call, got, traced, r: int, p: int, qid: str, label: str
     if made != want:
         def few(c):
             return ", ".join(f"{k}(mb={m})" for k, m in sorted(c.elements(), key=str)) or "no message"
-        problems.append(Problem(qid, f"{call} made {few(made)}; on this stage it makes {few(want)}"
-                                     + (" (a combined operation sends and receives, both with the same neighbour)"
-                                        if call.operation in COMBINED else ""), r, mb, label))
+        problems.append(Problem(f"{call} made {few(made)}; on this stage it makes {few(want)}"
+                                + (" (a combined operation sends and receives, both with the same neighbour)"
+                                   if call.operation in COMBINED else ""), rank=r, microbatch=mb))
     receives = call.receives
     if receives is None or receives.is_noop(r, p):
         if got is not None:
             what = "receives nothing" if receives is None else "has no peer to receive from on this stage"
-            problems.append(Problem(qid, f"{call} {what} and must return None (got {got})", r, mb, label))
+            problems.append(Problem(f"{call} {what} and must return None (got {got})", rank=r, microbatch=mb))
         return problems
     peer, rmb = receives.peer(r, p), call.microbatch_of(receives)
     if got is None:
-        problems.append(Problem(qid, f"{call} returned None, but it receives from rank {peer}: return the "
-                                     f"received tensor", r, rmb, label))
+        problems.append(Problem(f"{call} returned None, but it receives from rank {peer}: return the "
+                                f"received tensor", rank=r, microbatch=rmb))
     elif "from" not in got:
-        problems.append(Problem(qid, f"{call} returned {got}, not the tensor received from rank {peer}",
-                                r, rmb, label))
+        problems.append(Problem(f"{call} returned {got}, not the tensor received from rank {peer}",
+                                rank=r, microbatch=rmb))
     elif got.get("from") != peer or got.get("mb") != rmb or got.get("phase") != receives.phase:
         what = "activation" if receives.phase == "forward" else "gradient"
-        problems.append(Problem(qid, f"{call} received the {got.get('phase')} tensor of micro-batch {got.get('mb')} "
-                                     f"from rank {got.get('from')}; expected the {what} of micro-batch {rmb} from "
-                                     f"rank {peer}", r, rmb, label))
+        problems.append(Problem(f"{call} received the {got.get('phase')} tensor of micro-batch {got.get('mb')} "
+                                f"from rank {got.get('from')}; expected the {what} of micro-batch {rmb} from "
+                                f"rank {peer}", rank=r, microbatch=rmb))
     return problems
 
 
-def _buffer_problems(call: Call, got: dict, shape, dtype: str, r: int, qid: str, label: str) -> list[Problem]:
+def _buffer_problems(call: Call, got: dict, shape, dtype: str, r: int) -> list[Problem]:
     receives = call.receives
     rmb = call.microbatch_of(receives)
     problems = []
     if shape is not None and got.get("shape", got.get("tensor_shape")) != list(shape):
-        problems.append(Problem(qid, f"{call} returned a buffer of shape {got.get('shape', got.get('tensor_shape'))}; "
-                                     f"allocate stage.activation_shape = {tuple(shape)}", r, rmb, label))
+        problems.append(Problem(f"{call} returned a buffer of shape {got.get('shape', got.get('tensor_shape'))}; "
+                                f"allocate stage.activation_shape = {tuple(shape)}", rank=r, microbatch=rmb))
     if got.get("dtype") not in (None, dtype):
-        problems.append(Problem(qid, f"{call} returned a {got.get('dtype')} buffer in a {dtype} run: allocate it "
-                                     f"with dtype=stage.dtype", r, rmb, label))
+        problems.append(Problem(f"{call} returned a {got.get('dtype')} buffer in a {dtype} run: allocate it "
+                                f"with dtype=stage.dtype", rank=r, microbatch=rmb))
     if receives is Op.RECV_FORWARD and got.get("requires_grad") is False:
-        problems.append(Problem(qid, f"{call} returned an activation that does not require grad: the stage's "
-                                     f"backward then computes no gradient for its input, and nothing reaches the "
-                                     f"earlier stages. Allocate the receive buffer with requires_grad=True",
-                                r, rmb, label))
+        problems.append(Problem(f"{call} returned an activation that does not require grad: the stage's "
+                                f"backward then computes no gradient for its input, and nothing reaches the "
+                                f"earlier stages. Allocate the receive buffer with requires_grad=True",
+                                rank=r, microbatch=rmb))
     return problems
 
 
-def mutual_sends(qid: str, errors: dict[int, dict], label: str = "") -> list[Problem]:
+def mutual_sends(errors: dict[int, dict]) -> list[Problem]:
     """Two neighbours that each stopped inside a send to the other: each sent before receiving, with a
     send that waits for the peer's receive (a blocking send, or a posted send waited for before the
     receive was posted)."""
@@ -126,10 +125,10 @@ def mutual_sends(qid: str, errors: dict[int, dict], label: str = "") -> list[Pro
         other_op = Op.of(other[1])
         if other_op is None or not other_op.is_send:
             continue
-        problems.append(Problem(qid, f"ranks {r} and {peer} each wait inside a send to the other (rank {r}: "
-                                     f"{kind}(mb={mb}) to rank {peer}; rank {peer}: {other[1]}(mb={other[2]}) to "
-                                     f"rank {r}), and neither has posted the receive the other's message needs: "
-                                     f"each sends before it receives, and a send waits for its receiver. Post the "
-                                     f"send and the receive together (dist.batch_isend_irecv), then wait for both",
-                                r, mb, label))
+        problems.append(Problem(f"ranks {r} and {peer} each wait inside a send to the other (rank {r}: "
+                                f"{kind}(mb={mb}) to rank {peer}; rank {peer}: {other[1]}(mb={other[2]}) to "
+                                f"rank {r}), and neither has posted the receive the other's message needs: "
+                                f"each sends before it receives, and a send waits for its receiver. Post the "
+                                f"send and the receive together (dist.batch_isend_irecv), then wait for both",
+                                rank=r, microbatch=mb))
     return problems

@@ -14,7 +14,7 @@ from lab_src.judge.realness import check_messages
 from lab_src.pipeline.schedules import Op, schedule
 
 
-def judge_comm(out, qid: str, label: str) -> list[Problem]:
+def judge_comm(out) -> list[Problem]:
     """What each receive got, against what the case's schedule implies; and the messages' rules."""
     case = out.case
     p, m, sched = case.stages, case.microbatches, schedule(case.schedule)
@@ -24,54 +24,54 @@ def judge_comm(out, qid: str, label: str) -> list[Problem]:
             if res["outcome"] != "returned" or res.get("value") is not None or res.get("messages"):
                 end = "last" if Op(name).towards_next else "first"
                 got = res.get("type") or res.get("value")
-                problems.append(Problem(qid, f"{name} on the {end} stage must do nothing and return None "
-                                             f"(got {got!r}, {res.get('messages', 0)} messages)", r, 0, label))
+                problems.append(Problem(f"{name} on the {end} stage must do nothing and return None "
+                                        f"(got {got!r}, {res.get('messages', 0)} messages)", rank=r, microbatch=0))
         for name, mb, got, *traced in o.get("calls", []):
             op = Op(name)
             wrong_mb = [t for t in (traced[0] if traced else []) if t != mb]
             if wrong_mb:
-                problems.append(Problem(qid, f"{op} was called for micro-batch {mb} but its message was recorded "
-                                             f"as micro-batch {wrong_mb[0]}: pass microbatch=microbatch on to "
-                                             f"stage.send / stage.recv", r, mb, label))
+                problems.append(Problem(f"{op} was called for micro-batch {mb} but its message was recorded "
+                                        f"as micro-batch {wrong_mb[0]}: pass microbatch=microbatch on to "
+                                        f"stage.send / stage.recv", rank=r, microbatch=mb))
             if op.is_send:
                 if got is not None:
-                    problems.append(Problem(qid, f"{op} should return None", r, mb, label))
+                    problems.append(Problem(f"{op} should return None", rank=r, microbatch=mb))
                 continue
             peer = op.peer(r, p)
             if peer is None:
                 if got is not None:
-                    problems.append(Problem(qid, f"{op} has no peer on this stage and must return None", r, mb, label))
+                    problems.append(Problem(f"{op} has no peer on this stage and must return None",
+                                            rank=r, microbatch=mb))
             elif got is None:
-                problems.append(Problem(qid, f"{op} returned None, but this stage receives from rank {peer}", r, mb, label))
+                problems.append(Problem(f"{op} returned None, but this stage receives from rank {peer}",
+                                        rank=r, microbatch=mb))
             elif got.get("from") != peer or got.get("mb") != mb or got.get("phase") != op.phase:
-                problems.append(Problem(qid, f"{op} received {got}, expected the {op.phase} tensor of micro-batch {mb} "
-                                             f"from rank {peer}", r, mb, label))
+                problems.append(Problem(f"{op} received {got}, expected the {op.phase} tensor of micro-batch {mb} "
+                                        f"from rank {peer}", rank=r, microbatch=mb))
     if not out.errors() and not out.failure:
         shape = out.obs.get(0, {}).get("activation_shape", ())
         # no compute in a communication case: the counts of operations are left to the receive checks above
-        problems += [pr for pr in check_messages(out.events(), p, m, tuple(shape), qid, label, sched)
-                     if "forward operations" not in pr.message and "backward operations" not in pr.message]
+        problems += check_messages(out.events(), p, m, tuple(shape), sched, counts=False)
     return problems
 
 
-def judge_check_outputs(out, qid: str, label: str) -> list[Problem]:
+def judge_check_outputs(out) -> list[Problem]:
     """The student's check_outputs on correct outputs, then on every kind of wrong ones."""
-    return judge_true_outputs(out, qid, label) + [p for _, p in wrong_data(out, "check_outputs", qid, label) if p]
+    return judge_true_outputs(out) + [p for _, p in wrong_data(out, "check_outputs") if p]
 
 
-def judge_true_outputs(out, qid: str, label: str) -> list[Problem]:
+def judge_true_outputs(out) -> list[Problem]:
     p = out.case.stages
     problems = []
     for r, o in sorted(out.obs.items()):
         true = o.get("probes", {}).get("check_outputs", {}).get("true", {})
         want = r == p - 1
         if true.get("outcome") != "returned":
-            problems.append(Problem(qid, f"check_outputs raised {true.get('type')} on correct outputs: "
-                                         f"{true.get('message', '')[:200]}", r, None, label))
+            problems.append(Problem(f"check_outputs raised {true.get('type')} on correct outputs: "
+                                    f"{true.get('message', '')[:200]}", rank=r))
         elif true.get("value") is not want:
             why = "the last stage holds the outputs" if want else "only the last stage has outputs to check"
-            problems.append(Problem(qid, f"check_outputs returned {true.get('value')!r}; expected {want} ({why})",
-                                    r, None, label))
+            problems.append(Problem(f"check_outputs returned {true.get('value')!r}; expected {want} ({why})", rank=r))
     return problems
 
 
@@ -81,7 +81,7 @@ HINTS = {"check_outputs": "compare every element of every micro-batch, in order,
                             "is missing"}
 
 
-def wrong_data(out, probe: str, qid: str, label: str) -> list[tuple[str, Problem | None]]:
+def wrong_data(out, probe: str) -> list[tuple[str, Problem | None]]:
     """(what was wrong, the problem if the student's check accepted it) for every wrong-data call of
     `probe` on every rank: each must raise AssertionError."""
     rows = []
@@ -94,31 +94,31 @@ def wrong_data(out, probe: str, qid: str, label: str) -> list[tuple[str, Problem
                 rows.append((what, None))
                 continue
             got = "returned normally" if res.get("outcome") == "returned" else f"raised {res.get('type')}"
-            rows.append((what, Problem(qid, f"given {name}, {probe} {got}; it must raise AssertionError: "
-                                            f"{HINTS[probe]}", r, None, label)))
+            rows.append((what, Problem(f"given {name}, {probe} {got}; it must raise AssertionError: "
+                                       f"{HINTS[probe]}", rank=r)))
     return rows
 
 
-def judge_check_gradients(out, qid: str, label: str) -> list[Problem]:
+def judge_check_gradients(out) -> list[Problem]:
     """The student's check_gradients on correct gradients, then on every kind of wrong ones."""
-    return judge_true_gradients(out, qid, label) + [p for _, p in wrong_data(out, "check_gradients", qid, label) if p]
+    return judge_true_gradients(out) + [p for _, p in wrong_data(out, "check_gradients") if p]
 
 
-def judge_true_gradients(out, qid: str, label: str) -> list[Problem]:
+def judge_true_gradients(out) -> list[Problem]:
     problems = []
     for r, o in sorted(out.obs.items()):
         probe = o.get("probes", {}).get("check_gradients", {})
         true = probe.get("true", {})
         owned = probe.get("owned", [])
         if true.get("outcome") != "returned":
-            problems.append(Problem(qid, f"check_gradients raised {true.get('type')} on correct gradients: "
-                                         f"{true.get('message', '')[:200]}", r, None, label))
+            problems.append(Problem(f"check_gradients raised {true.get('type')} on correct gradients: "
+                                    f"{true.get('message', '')[:200]}", rank=r))
         elif sorted(true.get("value") or []) != sorted(owned):
             got = true.get("value") or []
             extra = sorted(set(got) - set(owned))
             lost = sorted(set(owned) - set(got))
             why = (f"it checked {extra[:2]}, which this stage does not own" if extra else
                    f"it did not check {lost[:2]}{' and more' if len(lost) > 2 else ''}")
-            problems.append(Problem(qid, f"check_gradients must return the names of exactly the parameters this "
-                                         f"stage owns: {why}", r, None, label))
+            problems.append(Problem(f"check_gradients must return the names of exactly the parameters this "
+                                    f"stage owns: {why}", rank=r))
     return problems

@@ -7,26 +7,43 @@ and what probably went wrong:
 
 A problem may be a *consequence* of another (ranks left waiting by a rank that raised): those are
 listed after the causes, and labelled (judge/failures.py orders them, judge/summary.py says each once).
+
+What a problem *is*, where that decides something (the credit of an item, the order problems are told
+in), is its `kind`, set where it is made; the message is only what the student reads.
+
+A judge makes problems without the exercise and the case: the caller, which knows what it is judging,
+stamps them once (`stamped`). A problem that names its own exercise (a mistake of an earlier exercise)
+or case (a step of a training case) keeps it.
 """
 from __future__ import annotations
 
+import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from lab_src.harness.records import gave_up_waiting
 from lab_src.pipeline.schedules import Op
 from lab_src.pipeline.trace import op_text, unpack
 
 
-@dataclass(frozen=True)
+class Kind(enum.Enum):
+    """What a problem is, where that decides something."""
+    MISTAKE = "mistake"                 # anything not below
+    WRONG_SCHEDULE = "wrong schedule"   # a valid pipeline of another declared schedule: keeps part of the credit
+    WAIT = "wait"                       # says where a rank waited in an operation: told after the causes
+    WHOLE_BATCH = "whole batch"         # a data-parallel rank reads the whole global batch: told first
+
+
+@dataclass(frozen=True, kw_only=True)
 class Problem:
-    exercise: str
-    message: str
+    message: str = field(kw_only=False)
+    exercise: str = ""        # the exercise most likely at fault (stamped by the caller when the judge leaves it)
     rank: int | None = None
     microbatch: int | None = None
-    case: str = ""            # the configuration it showed in
+    case: str = ""            # the configuration it showed in (stamped by the caller, like the exercise)
     gist: str = ""            # what it means, in the same words wherever it shows (to say it once)
     consequence: bool = False  # it follows from another problem of the same run
+    kind: Kind = Kind.MISTAKE
 
     @property
     def where(self) -> str:
@@ -41,6 +58,11 @@ class Problem:
         head = f"[{self.exercise}]" + (f" {self.where}" if self.where else "")
         first, *rest = self.message.split("\n", 1)
         return "\n".join([f"{head}: {first}" + (f"  ({self.case})" if self.case else ""), *rest])
+
+
+def stamped(problems: list[Problem], exercise: str, case: str = "") -> list[Problem]:
+    """A judge's problems, each naming `exercise` and `case` unless it names its own."""
+    return [replace(p, exercise=p.exercise or exercise, case=p.case or case) for p in problems]
 
 
 # "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] " and the like
@@ -59,9 +81,11 @@ def sanitize(text: str) -> str:
     return _LIBRARY_PATH.sub(lambda m: m.group(0).rsplit("/", 1)[-1], text)
 
 
-def from_error(exercise: str, rank: int, error: dict, case: str = "", ring: int | None = None) -> Problem:
-    """A problem from an exception a rank recorded, with the operation it was in and the student's line.
+def from_error(rank: int, error: dict, ring: int | None = None) -> Problem:
+    """A problem from an exception a rank recorded, with the operation it was in and the student's line
+    (a `Kind.WAIT` when the rank gave up waiting in it).
     `ring`: the ranks form a ring of this many (interleaved: the neighbour of rank 0 is rank ring - 1)."""
+    problem_kind = Kind.MISTAKE
     msg = f"{error['type']}: {sanitize(error['message'])}" if error["type"] != "NotRun" else error["message"]
     if error.get("pending"):
         kind, mb, peer, chunk = unpack(error["pending"])
@@ -70,6 +94,8 @@ def from_error(exercise: str, rank: int, error: dict, case: str = "", ring: int 
         else:
             op = op_text(kind, mb, chunk, ring is not None) + (f" with rank {peer}" if peer is not None else "")
         gave_up = gave_up_waiting(error["message"], error["type"])
+        if gave_up:
+            problem_kind = Kind.WAIT
         if gave_up == "stopped":
             msg = (f"waited in {op} for a message that never came; every rank was waiting, so the check "
                    f"stopped the run")
@@ -89,8 +115,7 @@ def from_error(exercise: str, rank: int, error: dict, case: str = "", ring: int 
         if wrong:
             msg += f"\n    {wrong}"
     msg += student_line(error)
-    return Problem(exercise, msg, rank, error.get("pending", [None, None, None])[2] if error.get("pending") else None,
-                   case)
+    return Problem(msg, rank=rank, microbatch=error["pending"][2] if error.get("pending") else None, kind=problem_kind)
 
 
 def student_line(error: dict) -> str:
@@ -101,13 +126,6 @@ def student_line(error: dict) -> str:
         return ""
     file, line, fn, text = where[-1]
     return f"\n    at {file} line {line}, in {fn}: {text}"
-
-
-def from_errors(exercise: str, errors: dict[int, dict], case: str = "", ring: int | None = None) -> list[Problem]:
-    """The exceptions of a case's ranks as problems: causes first, then what they caused, labelled
-    (judge/failures.py; `failures.case_problems` also knows whether the run was stopped in a deadlock)."""
-    from lab_src.judge.failures import rank_problems
-    return rank_problems(exercise, errors, case, ring=ring)
 
 
 def wrong_peer(rank: int, kind: str, peer, ring: int | None = None) -> str | None:
@@ -121,8 +139,3 @@ def wrong_peer(rank: int, kind: str, peer, ring: int | None = None) -> str | Non
         return None
     return f"wrong peer: in {kind}, {op.describe_peer(rank, rank + 2)}, not rank {peer}"
 
-
-def summary(problems: list[Problem], limit: int = 12) -> str:
-    """Each problem said once, causes first (judge/summary.py)."""
-    from lab_src.judge.summary import render
-    return "\n".join(render(problems, limit))

@@ -40,6 +40,11 @@ def counts(problems: list[Problem]) -> tuple[int, int]:
     return causes, len(groups) - causes
 
 
+def summary(problems: list[Problem], limit: int = 12) -> str:
+    """The problems as one text: each said once, causes first (`render`'s lines)."""
+    return "\n".join(render(problems, limit))
+
+
 def render(problems: list[Problem], limit: int = 12) -> list[str]:
     """The lines to print: each problem once, with where else it showed; the first `limit` causes, then
     the first `limit` consequences under their heading."""

@@ -24,7 +24,7 @@ by 1e-3 or more from step 2 on. In float64: 1e-10.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -62,11 +62,12 @@ def relative_differences(got: list[float], want: list[float]) -> list[float]:
     return [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(got, want)]
 
 
-def judge_training(outcome, expected: dict, qid: str, label: str, margin: LearningMargin = LearningMargin(),
+def judge_training(outcome, expected: dict, label: str, margin: LearningMargin = LearningMargin(),
                    mistaken_curve=None) -> dict[str, list[Problem]]:
     """The problems of one training case, by part. `expected` is `train_single_process`'s result for the
     case; `mistaken_curve(name)` (optional) gives the single-process curve with one of MISTAKES, to name
-    the mistake a wrong curve matches."""
+    the mistake a wrong curve matches. `label`: the case's name, which the problems of one of its steps
+    extend ("..., step 3"); the others name no case, the caller stamps them."""
     case = outcome.case
     p = case.stages
     found = {part: [] for part in PARTS}
@@ -74,38 +75,39 @@ def judge_training(outcome, expected: dict, qid: str, label: str, margin: Learni
     last = obs.get(p - 1, {})
     returned = last.get("returned")
     losses = returned.get("losses") if isinstance(returned, dict) else None
-    found["pipeline"] += merge_ranks(pipeline_problems(outcome, qid, label))
-    found["evaluation"] += merge_ranks(evaluation_problems(outcome, expected, qid, label))
+    found["pipeline"] += merge_ranks(pipeline_problems(outcome, label))
+    found["evaluation"] += merge_ranks(evaluation_problems(outcome, expected))
     if not _is_curve(losses):
         why = (f"train_pipeline returned {returned!r:.200} on the last stage; it returns a dict with the "
                f"\"losses\" of every step (floats), \"test_loss\" and \"test_accuracy\"")
-        found["curves"].append(Problem(qid, why, p - 1, None, label))
-        found["learning"].append(Problem(qid, "no loss curve to judge", p - 1, None, label))
+        found["curves"].append(Problem(why, rank=p - 1))
+        found["learning"].append(Problem("no loss curve to judge", rank=p - 1))
         return found
-    updates = merge_ranks(optimizer_problems(outcome, qid, label))
-    found["curves"] += curve_problems(outcome, losses, expected, qid, label, mistaken_curve, explained=bool(updates))
-    found["curves"] += updates or merge_ranks(frozen_parameters(outcome, expected, qid, label))
+    updates = merge_ranks(optimizer_problems(outcome))
+    found["curves"] += curve_problems(outcome, losses, expected, mistaken_curve, explained=bool(updates))
+    found["curves"] += updates or merge_ranks(frozen_parameters(outcome, expected))
     fall = margin.fall(losses) if losses[0] > 0 else 0.0
     if fall < margin.fraction:
         if losses[0] > 0:
             how = (f"fell by {fall:.1%}" if fall > 0 else "did not fall") + f" over {len(losses)} steps"
         else:
             how = "is negative, so it is no cross-entropy"
-        found["learning"].append(Problem(qid, f"the loss {how} ({losses[0]:.4f} -> {losses[-1]:.4f}); the check "
-                                              f"asks that {margin.describe()}", p - 1, None, label))
+        found["learning"].append(Problem(f"the loss {how} ({losses[0]:.4f} -> {losses[-1]:.4f}); the check "
+                                         f"asks that {margin.describe()}", rank=p - 1))
     return found
 
 
 def merge_ranks(problems: list[Problem]) -> list[Problem]:
-    """One problem for each message that several ranks share ("ranks 0, 1, 2: ..."), in order."""
+    """One problem for each message that several ranks share ("ranks 0, 1, 2: ..."), in order (of the
+    kind of the first)."""
     groups: dict[tuple, list[Problem]] = {}
     for p in problems:
         groups.setdefault((p.exercise, p.message, p.microbatch, p.case), []).append(p)
     out = []
-    for (ex, message, mb, case), same in groups.items():
+    for (_, message, _, _), same in groups.items():
         ranks = sorted({p.rank for p in same if p.rank is not None})
         if len(ranks) > 1:
-            out.append(Problem(ex, f"ranks {', '.join(map(str, ranks))}: {message}", None, mb, case))
+            out.append(replace(same[0], message=f"ranks {', '.join(map(str, ranks))}: {message}", rank=None))
         else:
             out.append(same[0])
     return out
@@ -115,15 +117,15 @@ def _is_curve(losses) -> bool:
     return isinstance(losses, list) and len(losses) > 0 and all(isinstance(x, float) for x in losses)
 
 
-def curve_problems(outcome, losses: list[float], expected: dict, qid: str, label: str,
-                   mistaken_curve=None, explained: bool = False) -> list[Problem]:
+def curve_problems(outcome, losses: list[float], expected: dict, mistaken_curve=None,
+                   explained: bool = False) -> list[Problem]:
     case = outcome.case
     p, m = case.stages, case.microbatches
     want = expected["losses"]
     if len(losses) != len(want):
         hint = (f": one per micro-batch? Record the step's loss, which step_fn returns" if len(losses) == m * len(want)
                 else "")
-        return [Problem(qid, f"{len(losses)} losses for {len(want)} steps{hint}", p - 1, None, label)]
+        return [Problem(f"{len(losses)} losses for {len(want)} steps{hint}", rank=p - 1)]
     rtol = curve_tolerance(case.config.dtype)
     diffs = relative_differences(losses, want)
     bad = next((k for k, d in enumerate(diffs) if d > rtol), None)
@@ -141,7 +143,7 @@ def curve_problems(outcome, losses: list[float], expected: dict, qid: str, label
         else:
             why = ("the first step's loss comes before any update, so the data or the loss differ: the last "
                    "stage needs the labels of the same step and micro-batches as the first stage's tokens")
-        return [Problem(qid, f"{head}. {why}", p - 1, None, label)]
+        return [Problem(f"{head}. {why}", rank=p - 1)]
     named = None if explained else _matching_mistake(losses, mistaken_curve, rtol)
     if explained:
         why = "the optimizer's steps, below, say why"
@@ -152,7 +154,7 @@ def curve_problems(outcome, losses: list[float], expected: dict, qid: str, label
                "on is the update: one AdamW over this stage's parameters with learning rate lr and PyTorch's "
                "defaults, created once; gradients zeroed once per step, before the step's backward; "
                "optimizer.step() after the step")
-    return [Problem(qid, f"{head}. {why}", p - 1, None, label)]
+    return [Problem(f"{head}. {why}", rank=p - 1)]
 
 
 def _matching_mistake(losses, mistaken_curve, rtol: float) -> str | None:
@@ -166,7 +168,7 @@ def _matching_mistake(losses, mistaken_curve, rtol: float) -> str | None:
     return None
 
 
-def optimizer_problems(outcome, qid: str, label: str) -> list[Problem]:
+def optimizer_problems(outcome) -> list[Problem]:
     """What the optimizer steps of each rank saw (harness/kinds/train.py, OptimizerWatch), against the contract:
     one AdamW per rank, created once, over exactly this stage's parameters, with learning rate lr and
     PyTorch's defaults, stepping once per training step while the step's gradients are there."""
@@ -206,7 +208,7 @@ def optimizer_problems(outcome, qid: str, label: str) -> list[Problem]:
             found.append(f"AdamW runs with lr={got[0]:g}, betas={tuple(got[1])}, eps={got[2]:g}, "
                          f"weight_decay={got[3]:g}, amsgrad={got[4]}; the exercise asks for lr={lr:g} and PyTorch's "
                          f"defaults (betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01), as the single process uses")
-        problems += [Problem(qid, text, r, None, label) for text in found]
+        problems += [Problem(text, rank=r) for text in found]
     return problems
 
 
@@ -216,7 +218,7 @@ def _same_settings(got, want) -> bool:
             and wd == want[3] and ams == want[4])
 
 
-def frozen_parameters(outcome, expected: dict, qid: str, label: str) -> list[Problem]:
+def frozen_parameters(outcome, expected: dict) -> list[Problem]:
     """Parameters that training never moved on their rank, though the single process moved them: the
     optimizer does not hold them."""
     from lab_src.pipeline.model import build_piece
@@ -240,51 +242,50 @@ def frozen_parameters(outcome, expected: dict, qid: str, label: str) -> list[Pro
             which = ("none of this stage's parameters changed" if len(frozen) == len(params) else
                      f"{len(frozen)} of this stage's {len(params)} parameters never changed "
                      f"({', '.join(frozen[:3])}{' ...' if len(frozen) > 3 else ''})")
-            problems.append(Problem(qid, f"{which} during training: the optimizer of this rank does not hold "
-                                         f"them. Create one AdamW over stage.parameters(), the parameters this rank "
-                                         f"owns (an optimizer over a whole model built on every rank updates "
-                                         f"tensors that the pipeline never uses)", r, None, label))
+            problems.append(Problem(f"{which} during training: the optimizer of this rank does not hold "
+                                    f"them. Create one AdamW over stage.parameters(), the parameters this rank "
+                                    f"owns (an optimizer over a whole model built on every rank updates "
+                                    f"tensors that the pipeline never uses)", rank=r))
     return problems
 
 
 # ---- a real pipeline, by the schedule model ------------------------------------------------------
 
-def pipeline_problems(outcome, qid: str, label: str) -> list[Problem]:
+def pipeline_problems(outcome, label: str) -> list[Problem]:
     from lab_src.harness.kinds.train import settings
     case = outcome.case
     cfg, p, m = case.config, case.stages, case.microbatches
     steps = settings(case)["steps"]
-    problems = check_layers({r: o.get("layers", []) for r, o in outcome.obs.items()}, cfg.num_layers, qid, label)
+    problems = check_layers({r: o.get("layers", []) for r, o in outcome.obs.items()}, cfg.num_layers)
     eval_mbs = _eval_microbatches(outcome)
     shape = tuple(outcome.obs.get(0, {}).get("activation_shape", ()))
     for r, o in sorted(outcome.obs.items()):
         spans = o.get("step_spans") or []
         calls = [s[4] for s in spans]
         if len(spans) != steps or any(c != m for c in calls):
-            problems.append(Problem(qid, f"the step ran {len(spans)} times (num_microbatches {sorted(set(calls)) or '-'}); "
-                                         f"training {steps} steps of a batch in {m} micro-batches runs it {steps} times "
-                                         f"with num_microbatches={m}, one call per optimizer step", r, None, label))
+            problems.append(Problem(f"the step ran {len(spans)} times (num_microbatches {sorted(set(calls)) or '-'}); "
+                                    f"training {steps} steps of a batch in {m} micro-batches runs it {steps} times "
+                                    f"with num_microbatches={m}, one call per optimizer step", rank=r))
         # each forward of the stage runs each of its pieces once: more runs are pieces run by hand
-        problems += check_built_and_ran(o, r, p, len(o.get("forwards") or []), qid, label)
+        problems += check_built_and_ran(o, r, p, len(o.get("forwards") or []))
         if r != p - 1 and o.get("returned") is not None:
-            problems.append(Problem(qid, f"a stage other than the last returned {o['returned']!r:.120}: only the "
-                                         f"last stage computes the loss, so only it reports; return None here",
-                                    r, None, label))
-        problems += _reads(o, r, p, qid, label)
-    problems += _labels_on_last_stage(outcome, qid, label)
+            problems.append(Problem(f"a stage other than the last returned {o['returned']!r:.120}: only the "
+                                    f"last stage computes the loss, so only it reports; return None here", rank=r))
+        problems += _reads(o, r, p)
+    problems += _labels_on_last_stage(outcome)
     sched = schedule(case.schedule)
     for k, events in enumerate(step_events(outcome)):
         if k >= steps:
             break
-        found = check_messages(events, p, m, shape, qid, f"{label}, step {k}", sched)
-        found += check_order(events, p, m, sched, qid, f"{label}, step {k}")
+        found = check_messages(events, p, m, shape, sched) + check_order(events, p, m, sched)
         if found:
-            problems += found
+            problems += [replace(pr, case=f"{label}, step {k}") for pr in found]
             break                                # the first step that breaks the schedule says enough
     ev = eval_events(outcome)
     if eval_mbs and ev:
-        problems += check_messages(ev, p, eval_mbs, shape, qid, f"{label}, evaluation", FORWARD_ONLY)
-        problems += [Problem(qid, why, r, mb, f"{label}, evaluation") for r, mb, why in FORWARD_ONLY.violations(ev, p, eval_mbs)]
+        found = check_messages(ev, p, eval_mbs, shape, FORWARD_ONLY)
+        found += [Problem(why, rank=r, microbatch=mb) for r, mb, why in FORWARD_ONLY.violations(ev, p, eval_mbs)]
+        problems += [replace(pr, case=f"{label}, evaluation") for pr in found]
     return _dedupe(problems)
 
 
@@ -328,21 +329,21 @@ def eval_events(outcome) -> list[Event]:
     return events
 
 
-def _reads(o: dict, r: int, p: int, qid: str, label: str) -> list[Problem]:
+def _reads(o: dict, r: int, p: int) -> list[Problem]:
     reads = o.get("reads") or {}
     problems = []
     tokens = [k for k in ("train_tokens", "test_tokens") if reads.get(k)]
     labels = [k for k in ("train_labels", "test_labels") if reads.get(k)]
     if r != 0 and tokens:
-        problems.append(Problem(qid, f"read {' and '.join(tokens)}, but only the first stage embeds pixel "
-                                     f"tokens; the others receive activations (q06)", r, None, label))
+        problems.append(Problem(f"read {' and '.join(tokens)}, but only the first stage embeds pixel "
+                                f"tokens; the others receive activations (q06)", rank=r))
     if r != p - 1 and labels:
-        problems.append(Problem(qid, f"read {' and '.join(labels)}, but only the last stage computes the "
-                                     f"loss, so only it needs the labels", r, None, label))
+        problems.append(Problem(f"read {' and '.join(labels)}, but only the last stage computes the "
+                                f"loss, so only it needs the labels", rank=r))
     return problems
 
 
-def _labels_on_last_stage(outcome, qid: str, label: str) -> list[Problem]:
+def _labels_on_last_stage(outcome) -> list[Problem]:
     """Every forward of the last stage inside a step must have had labels: else the step's loss was the
     mean of the class scores, q08's stand-in, not the cross-entropy."""
     p = outcome.case.stages
@@ -351,17 +352,17 @@ def _labels_on_last_stage(outcome, qid: str, label: str) -> list[Problem]:
     for k, span in enumerate(o.get("step_spans") or []):
         unlabelled = [f for f in forwards[span[1]:span[3]] if not f.get("labelled")]
         if unlabelled:
-            return [Problem(qid, f"in step {k} the last stage ran forward without labels, so the step's loss "
-                                 f"was the mean of the class scores (q08's stand-in loss), not the cross-entropy. "
-                                 f"The loss is computed on the last stage: give it the step's labels there, "
-                                 f"stage.set_labels(data.train_labels(step)), before the step",
-                            p - 1, unlabelled[0].get("microbatch"), label)]
+            return [Problem(f"in step {k} the last stage ran forward without labels, so the step's loss "
+                            f"was the mean of the class scores (q08's stand-in loss), not the cross-entropy. "
+                            f"The loss is computed on the last stage: give it the step's labels there, "
+                            f"stage.set_labels(data.train_labels(step)), before the step",
+                            rank=p - 1, microbatch=unlabelled[0].get("microbatch"))]
     return []
 
 
 # ---- the held-out evaluation -----------------------------------------------------------------------
 
-def evaluation_problems(outcome, expected: dict, qid: str, label: str) -> list[Problem]:
+def evaluation_problems(outcome, expected: dict) -> list[Problem]:
     case = outcome.case
     p = case.stages
     problems = []
@@ -373,33 +374,31 @@ def evaluation_problems(outcome, expected: dict, qid: str, label: str) -> list[P
             inside |= set(range(s[1], s[3]))
         outside = [f for i, f in enumerate(forwards) if i not in inside]
         if not outside:
-            problems.append(Problem(qid, "no held-out evaluation ran on this rank: after training, every held-out "
-                                         "micro-batch goes forward through the pipeline", r, None, label))
+            problems.append(Problem("no held-out evaluation ran on this rank: after training, every held-out "
+                                    "micro-batch goes forward through the pipeline", rank=r))
             continue
         if len(outside) != n_mbs:
-            problems.append(Problem(qid, f"the evaluation ran {len(outside)} forwards for {n_mbs} held-out "
-                                         f"micro-batches", r, None, label))
+            problems.append(Problem(f"the evaluation ran {len(outside)} forwards for {n_mbs} held-out "
+                                    f"micro-batches", rank=r))
         training = [f for f in outside if f.get("training")]
         grads = [f for f in outside if f.get("grad")]
         if training and grads:
-            problems.append(Problem(qid, "the evaluation ran in training mode and with autograd on: call stage.eval() "
-                                         "before it and stage.train() after (dropout and batch norm layers behave "
-                                         "differently when evaluating), and wrap it in torch.no_grad() (else every "
-                                         "forward keeps its activations for a backward that never comes)",
-                                    r, None, label))
+            problems.append(Problem("the evaluation ran in training mode and with autograd on: call stage.eval() "
+                                    "before it and stage.train() after (dropout and batch norm layers behave "
+                                    "differently when evaluating), and wrap it in torch.no_grad() (else every "
+                                    "forward keeps its activations for a backward that never comes)", rank=r))
             continue
         if training:
-            problems.append(Problem(qid, "the evaluation ran in training mode: call stage.eval() before it (layers "
-                                         "such as dropout and batch norm behave differently when evaluating; this "
-                                         "model has none, but a model that has them would be judged on the wrong "
-                                         "numbers), and stage.train() after", r, None, label))
+            problems.append(Problem("the evaluation ran in training mode: call stage.eval() before it (layers "
+                                    "such as dropout and batch norm behave differently when evaluating; this "
+                                    "model has none, but a model that has them would be judged on the wrong "
+                                    "numbers), and stage.train() after", rank=r))
         if grads:
-            problems.append(Problem(qid, "the evaluation ran with autograd on: wrap it in torch.no_grad(). Without "
-                                         "it, every forward keeps its activations for a backward that never comes",
-                                    r, None, label))
+            problems.append(Problem("the evaluation ran with autograd on: wrap it in torch.no_grad(). Without "
+                                    "it, every forward keeps its activations for a backward that never comes", rank=r))
     returned = outcome.obs.get(p - 1, {}).get("returned")
     if not isinstance(returned, dict):
-        return problems + [Problem(qid, "the last stage returned no held-out metrics", p - 1, None, label)]
+        return problems + [Problem("the last stage returned no held-out metrics", rank=p - 1)]
     got_loss, got_acc = returned.get("test_loss"), returned.get("test_accuracy")
     data = _data(outcome)
     # the evaluation is judged on the model the ranks ended training with, whatever its training was
@@ -410,8 +409,8 @@ def evaluation_problems(outcome, expected: dict, qid: str, label: str) -> list[P
     whose = "the trained stages' model" if mine is not None else "the single-process model"
     n_images = data.num_test_microbatches * data.micro_batch_size
     if not isinstance(got_loss, float) or not isinstance(got_acc, float):
-        return problems + [Problem(qid, f"test_loss and test_accuracy must be floats, got {got_loss!r:.60} and "
-                                        f"{got_acc!r:.60}", p - 1, None, label)]
+        return problems + [Problem(f"test_loss and test_accuracy must be floats, got {got_loss!r:.60} and "
+                                   f"{got_acc!r:.60}", rank=p - 1)]
     rtol = max(100 * curve_tolerance(case.config.dtype), 1e-6)
     if abs(got_loss - want_loss) > rtol * abs(want_loss):
         if n_mbs > 1 and abs(got_loss / want_loss - n_mbs) < 1e-3 * n_mbs:
@@ -420,15 +419,15 @@ def evaluation_problems(outcome, expected: dict, qid: str, label: str) -> list[P
         else:
             why = ("the mean cross-entropy of the class scores over the held-out micro-batches, in eval mode, "
                    "is what the evaluation reports")
-        problems.append(Problem(qid, f"test_loss is {got_loss:.6g}; {whose} has {want_loss:.6g} on the held-out "
-                                     f"images: {why}", p - 1, None, label))
+        problems.append(Problem(f"test_loss is {got_loss:.6g}; {whose} has {want_loss:.6g} on the held-out "
+                                f"images: {why}", rank=p - 1))
     if abs(got_acc - want_acc) > 1.5 / n_images:
         if abs(got_acc - want_acc * n_images) < 1.5:
             why = f"that is the number of images classified right; the accuracy is their share of the {n_images}"
         else:
             why = "the share of held-out images whose highest class score is their label is what it reports"
-        problems.append(Problem(qid, f"test_accuracy is {got_acc:.4g}; {whose} has {want_acc:.4g} on the held-out "
-                                     f"images: {why}", p - 1, None, label))
+        problems.append(Problem(f"test_accuracy is {got_acc:.4g}; {whose} has {want_acc:.4g} on the held-out "
+                                f"images: {why}", rank=p - 1))
     return problems
 
 
