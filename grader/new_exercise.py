@@ -6,8 +6,8 @@ Writes (never overwriting an existing file):
     grader/hidden/qNN_<function>.py                                the hidden tests
 and adds the exercise's declaration to lab_src/registry.py and its contract to lab_src/exercises.py.
 What is left by hand: the prose, the reference answer, the check, the hidden tests, the cohort's
-realistic mistakes (grader/cohort/students.py). Everything else (API, README table, zip-collect pattern,
-pytest marker, Slurm test totals) follows from the registry.
+realistic mistakes (grader/cohort/answers/, handed in by students of grader/cohort/students.py). Everything
+else (API, README table, zip-collect pattern, pytest marker, Slurm test totals) follows from the registry.
 """
 from __future__ import annotations
 

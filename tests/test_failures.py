@@ -132,10 +132,10 @@ def test_a_crashed_rank_is_named_with_its_exit_code(answers_with, tmp_path, no_l
 
 
 def test_usual_mistakes_get_named(answers_with, reference, tmp_path, no_leftovers):
-    from grader.cohort.students import Q08_NO_SCALE as NO_SCALE
+    from grader.cohort.answers import answer
     with use_answers(reference):
         base = save_baseline(compute_baseline(CFG), tmp_path / "b.pt")
-    run = run_cases([case(answers_with(q08=NO_SCALE), baseline=str(base)),
+    run = run_cases([case(answers_with(q08=answer("q08_no_scale")), baseline=str(base)),
                      case(answers_with(q08=NO_REQUIRES_GRAD), baseline=str(base))], tmp_path)
     no_scale, no_grad = run.outcomes
     text = "\n".join(map(str, compare_run(no_scale, load_baseline(base), "q08")))
