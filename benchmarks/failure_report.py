@@ -39,8 +39,8 @@ def _reference_text(qid: str) -> str:
 
 
 def wrong_peer_q07() -> str:
-    from grader.cohort.students import Q07_DEADLOCK
-    return Q07_DEADLOCK
+    from grader.cohort.answers import answer
+    return answer("q07_deadlock")
 
 
 def no_requires_grad_q08() -> str:
@@ -52,8 +52,8 @@ def no_requires_grad_q08() -> str:
 
 
 def no_scale_q08() -> str:
-    from grader.cohort.students import Q08_NO_SCALE
-    return Q08_NO_SCALE
+    from grader.cohort.answers import answer
+    return answer("q08_no_scale")
 
 
 def printing_q05() -> str:

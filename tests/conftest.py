@@ -61,9 +61,6 @@ def in_tmp(tmp_path, monkeypatch):
     return tmp_path
 
 
-# Eight autogrades at once on a 2-core machine (issue 18): grading must give every student exactly the same
-# points as one at a time (tests/test_cohort.py::test_one_at_a_time_gives_the_same_grades) however busy the cores.
-COHORT_JOBS = 8
 # LAB_TEST_COHORT=ada,ivo,untouched grades only those students: enough for tests/test_slurm.py run alone
 # (minutes instead of half an hour); the cohort tests then skip.
 PARTIAL_COHORT = [s for s in os.environ.get("LAB_TEST_COHORT", "").split(",") if s]
@@ -71,23 +68,13 @@ PARTIAL_COHORT = [s for s in os.environ.get("LAB_TEST_COHORT", "").split(",") if
 
 @pytest.fixture(scope="session")
 def graded_cohort(tmp_path_factory):
-    """The whole sample cohort autograded for real, eight students at a time (nbgrader + the
-    out-of-process hidden tests): (course, results by student, grade rows by student).
+    """The whole sample cohort autograded for real, eight students at a time (nbgrader + the out-of-process
+    hidden tests; grader/cohort/grading.py): (course, results by student, grade rows by student).
     Shared by the cohort tests and the Slurm test, which compares its merged grades with these."""
-    from grader.autograde import grade_all
-    from grader.cli import collect_folder
-    from grader.cohort import COHORT, ROSTER, build_cohort
-    from grader.course import Course
-    from grader.report import grade_rows
-    base = tmp_path_factory.mktemp("cohort")
+    from grader.cohort import COHORT
+    from grader.cohort.grading import grade_cohort
     students = [s for s in COHORT if not PARTIAL_COHORT or s.name in PARTIAL_COHORT]
-    build_cohort(base / "submissions", students)
-    course = Course(base / "course")
-    collect_folder(course, base / "submissions")
-    course.ensure_assignment()
-    course.import_roster(base / "submissions" / ROSTER)
-    results = grade_all(course, [s.name for s in students], jobs=COHORT_JOBS)
-    return course, results, {r["student"]: r for r in grade_rows(course)}
+    return grade_cohort(tmp_path_factory.mktemp("cohort"), students)
 
 
 def pytest_configure(config):
@@ -97,17 +84,12 @@ def pytest_configure(config):
 
 
 def concerns(item) -> set[str]:
-    """The exercises a test concerns: named in its id (qNN, the function, the module), or, for a
-    cohort student, the exercises the student's story is about."""
+    """The exercises a test of one cohort student concerns: those the student's story is about. (A test of
+    one exercise says so itself: `pytestmark = pytest.mark.qNN` in tests/test_qNN_<function>.py, or
+    `@pytest.mark.qNN` on the test.)"""
     from grader.cohort import BY_NAME
-    from lab_src.registry import EXERCISES
-    text = item.nodeid.lower()
-    found = {ex.id for ex in EXERCISES.values()
-             if ex.id in text or (ex.function and ex.function in text)}
     student = getattr(item, "callspec", None) and item.callspec.params.get("student")
-    if student in BY_NAME:
-        found |= set(BY_NAME[student].expect)
-    return found
+    return set(BY_NAME[student].expect) if student in BY_NAME else set()
 
 
 def pytest_collection_modifyitems(config, items):

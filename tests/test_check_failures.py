@@ -148,13 +148,14 @@ def workspace(reference, wrong: dict[str, str]) -> None:
         (folder / EXERCISES[qid].answer_file).write_text(text)
 
 
+@pytest.mark.q07
 def test_a_failed_q07_check_returns_its_report_and_the_timeline_draws_the_deadlock(reference, in_tmp, capsys,
                                                                                     no_leftovers):
-    from grader.cohort.students import Q07_DEADLOCK
+    from grader.cohort.answers import answer
     from lab_src.checks import CheckFailed, check
     from lab_src.views import svg
     from lab_src.views.timeline import timelines
-    workspace(reference, {"q07": Q07_DEADLOCK})
+    workspace(reference, {"q07": answer("q07_deadlock")})
     started = time.monotonic()
     report = check("q07")
     took = time.monotonic() - started

@@ -130,9 +130,9 @@ def test_a_crashed_rank_is_named_with_its_exit_code(answers_with, tmp_path, no_l
 
 
 def test_usual_mistakes_get_named(answers_with, reference, tmp_path, no_leftovers):
-    from grader.cohort.students import Q08_NO_SCALE as NO_SCALE
+    from grader.cohort.answers import answer
     base = baselines_for([CFG], reference)[CFG]
-    run = run_cases([case(answers_with(q08=NO_SCALE)), case(answers_with(q08=NO_REQUIRES_GRAD))], tmp_path)
+    run = run_cases([case(answers_with(q08=answer("q08_no_scale"))), case(answers_with(q08=NO_REQUIRES_GRAD))], tmp_path)
     no_scale, no_grad = run.outcomes
     text = "\n".join(map(str, compare_run(no_scale, base)))
     assert "they are 4x the baseline's, and 4 is the number of micro-batches" in text

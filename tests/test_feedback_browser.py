@@ -15,7 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grader.cohort.students import Q07_DEADLOCK, Student
+from grader.cohort.answers import answer
+from grader.cohort.students import Student
 from lab_src.judge.summary import CONSEQUENCES
 
 pytestmark = pytest.mark.slow
@@ -27,34 +28,10 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 
 # the reference step, without requires_grad_() on the activations a stage receives
-Q08_NO_REQUIRES_GRAD = '''
-from lab_src import pipeline_communicate
-
-
-def afab_step(stage, data_iter, num_microbatches):
-    inputs, outputs, logits = [], [], []
-    for mb in range(num_microbatches):
-        x = pipeline_communicate("recv_forward", stage, microbatch=mb)
-        if x is None:
-            x = next(data_iter).to(stage.device)
-        y = stage.forward(x, microbatch=mb)
-        pipeline_communicate("send_forward", stage, tensor=y, microbatch=mb)
-        if stage.is_last_stage:
-            logits.append(y.detach())
-            y = y.mean() / num_microbatches
-        inputs.append(x)
-        outputs.append(y)
-    for mb in range(num_microbatches):
-        grad = pipeline_communicate("recv_backward", stage, microbatch=mb)
-        g = stage.backward(inputs[mb], outputs[mb], grad, microbatch=mb)
-        pipeline_communicate("send_backward", stage, tensor=g, microbatch=mb)
-    if stage.is_last_stage:
-        return logits, sum(float(o) for o in outputs)
-    return [], None
-'''
+Q08_NO_REQUIRES_GRAD = answer("q08_no_requires_grad")
 
 STUDENT = Student("wanda", "q07 receives gradients from the wrong neighbour; q08 forgets requires_grad_()",
-                  answers={"q07": Q07_DEADLOCK, "q08": Q08_NO_REQUIRES_GRAD},
+                  answers={"q07": answer("q07_deadlock"), "q08": Q08_NO_REQUIRES_GRAD},
                   # q07 as hana; q08 right only with one stage, which receives nothing (1 of 6 pipelines)
                   expect={"q07": 0.25, "q08": 0.1667})
 
@@ -92,10 +69,12 @@ def text_of(html: str) -> str:
 
 
 @pytest.mark.parametrize("notebook, cause, caused", [
-    ("q07_pipeline_communicate.html", "wrong peer: in recv_backward, gradients come back from the next stage",
-     "rank 0 waited in recv_backward(mb=0) from rank 1, itself waiting on the wrong peer"),
-    ("q08_afab_step.html", "the activation this stage received does not require grad",
-     "which had stopped with the error above"),
+    pytest.param("q07_pipeline_communicate.html",
+                 "wrong peer: in recv_backward, gradients come back from the next stage",
+                 "rank 0 waited in recv_backward(mb=0) from rank 1, itself waiting on the wrong peer",
+                 marks=pytest.mark.q07),
+    pytest.param("q08_afab_step.html", "the activation this stage received does not require grad",
+                 "which had stopped with the error above", marks=pytest.mark.q08),
 ])
 def test_feedback_orders_the_messages_and_draws_the_graders_failing_run(feedback, notebook, cause, caused):
     html = (feedback / notebook).read_text()

@@ -9,49 +9,19 @@ import time
 
 import pytest
 
+from grader.cohort.answers import answer
 from hidden_grading import grade_answer
 from lab_src.judge.p2p import mutual_sends
 from lab_src.pipeline.p2p_calls import calls
 from lab_src.pipeline.schedules import SCHEDULES
 
+pytestmark = pytest.mark.q11
+
 # Q7's logic again, through the stage: the messages are right, but none is a torch.distributed call of its own.
-STAGE_CALLS = '''
-def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch=None):
-    to_next = operation in ("send_forward", "recv_backward", "send_forward_recv_backward")
-    if (to_next and stage.is_last_stage) or (not to_next and stage.is_first_stage):
-        return None
-    peer = stage.pp_rank + 1 if to_next else stage.pp_rank - 1
-    if operation.startswith("send"):
-        stage.send(tensor, dst=peer, operation="send_forward" if to_next else "send_backward", microbatch=microbatch)
-    if "recv" not in operation:
-        return None
-    single = "recv_backward" if to_next else "recv_forward"
-    mb = microbatch if recv_microbatch is None else recv_microbatch
-    x = stage.recv(src=peer, shape=stage.activation_shape, operation=single, microbatch=mb)
-    return x.requires_grad_() if single == "recv_forward" else x
-'''
+STAGE_CALLS = answer("q11_stage_calls")
 
 # Receive buffers always float32 (torch's default): right until a run is in float64.
-FLOAT32 = '''
-import torch
-import torch.distributed as dist
-
-
-def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch=None):
-    to_next = operation in ("send_forward", "recv_backward", "send_forward_recv_backward")
-    if (to_next and stage.is_last_stage) or (not to_next and stage.is_first_stage):
-        return None
-    peer = stage.pp_rank + 1 if to_next else stage.pp_rank - 1
-    ops, received = [], None
-    if operation.startswith("send"):
-        ops.append(dist.P2POp(dist.isend, tensor.detach(), group=stage.group, group_peer=peer))
-    if "recv" in operation:
-        received = torch.zeros(stage.activation_shape, requires_grad=operation.endswith("recv_forward"))
-        ops.append(dist.P2POp(dist.irecv, received, group=stage.group, group_peer=peer))
-    for request in dist.batch_isend_irecv(ops):
-        request.wait()
-    return received
-'''
+FLOAT32 = answer("q11_float32")
 
 
 # ---- the calls of a step --------------------------------------------------------------------------

@@ -8,35 +8,17 @@ from dataclasses import replace
 
 import pytest
 
+from grader.cohort.answers import answer
 from hidden_grading import grade_answer
 from lab_src.judge.one_f_one_b import diagnose
 from lab_src.pipeline.schedules import schedule
 from lab_src.pipeline.trace import Event
 from lab_src.views.ideal import ideal_events
 
+pytestmark = pytest.mark.q12
+
 # Q8's schedule, written with Q11's operations, in q12's place: the numbers match, the order is AFAB's.
-AFAB_AS_1F1B = '''
-from lab_src import p2p_communicate
-
-
-def one_f_one_b_step(stage, data_iter, num_microbatches):
-    inputs, outputs, logits = [], [], []
-    for mb in range(num_microbatches):
-        x = p2p_communicate("recv_forward", stage, microbatch=mb)
-        x = next(data_iter).to(stage.device) if x is None else x
-        y = stage.forward(x, microbatch=mb)
-        p2p_communicate("send_forward", stage, tensor=y, microbatch=mb)
-        if stage.is_last_stage:
-            logits.append(y.detach())
-            y = y.mean() / num_microbatches
-        inputs.append(x)
-        outputs.append(y)
-    for mb in range(num_microbatches):
-        grad = p2p_communicate("recv_backward", stage, microbatch=mb)
-        g = stage.backward(inputs[mb], outputs[mb], grad, microbatch=mb)
-        p2p_communicate("send_backward", stage, tensor=g, microbatch=mb)
-    return (logits, sum(float(o) for o in outputs)) if stage.is_last_stage else ([], None)
-'''
+AFAB_AS_1F1B = answer("q12_afab_order")
 
 
 def compute_events(orders: dict[int, str]) -> list[Event]:

@@ -5,49 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from grader.cohort.answers import answer
 from lab_src.pipeline.schedules import SCHEDULES, Interleaved1F1B, Op, in_flight, matching_schedules, schedule
 from lab_src.pipeline.matching import match
 from lab_src.views.ideal import ideal_events
 
 # A correct 1F1B step (picotron's order), written as a student would, in the q08 slot.
-ONE_F_ONE_B = '''
-from lab_src import pipeline_communicate
-
-
-def afab_step(stage, data_iter, num_microbatches):
-    m = num_microbatches
-    warmup = min(stage.pp_size - stage.pp_rank - 1, m)
-    inputs, outputs, logits = {}, {}, []
-
-    def forward(mb):
-        x = pipeline_communicate("recv_forward", stage, microbatch=mb)
-        if x is None:
-            x = next(data_iter).to(stage.device)
-        else:
-            x.requires_grad_()
-        y = stage.forward(x, microbatch=mb)
-        pipeline_communicate("send_forward", stage, tensor=y, microbatch=mb)
-        if stage.is_last_stage:
-            logits.append(y.detach())
-            y = y.mean() / m
-        inputs[mb], outputs[mb] = x, y
-
-    def backward(mb):
-        grad = pipeline_communicate("recv_backward", stage, microbatch=mb)
-        input_grad = stage.backward(inputs.pop(mb), outputs[mb], grad, microbatch=mb)
-        pipeline_communicate("send_backward", stage, tensor=input_grad, microbatch=mb)
-
-    for mb in range(warmup):
-        forward(mb)
-    for i in range(m - warmup):
-        forward(warmup + i)
-        backward(i)
-    for mb in range(m - warmup, m):
-        backward(mb)
-    if stage.is_last_stage:
-        return logits, sum(float(outputs[mb]) for mb in range(m))
-    return [], None
-'''
+ONE_F_ONE_B = answer("q08_one_f_one_b")
 
 
 # ---- the operations -------------------------------------------------------------------------------
@@ -153,6 +117,7 @@ def test_a_correct_1f1b_step_passes_a_1f1b_case(one_f_one_b_runs):
     assert [max(in_flight(out.events(), r)) for r in range(4)] == [4, 3, 2, 1]
 
 
+@pytest.mark.q08
 def test_on_q08_a_correct_1f1b_step_is_told_it_is_valid_but_not_afab(one_f_one_b_runs):
     from grader.hidden.common import Item
     from lab_src.judge.compare import compare_run
@@ -170,6 +135,7 @@ def test_on_q08_a_correct_1f1b_step_is_told_it_is_valid_but_not_afab(one_f_one_b
     assert item.score == 0.5
 
 
+@pytest.mark.q08
 def test_the_visible_q08_check_says_the_numbers_match_for_a_1f1b_step(reference, in_tmp, capsys):
     from lab_src.answers import answers_dir
     from lab_src.checks import check

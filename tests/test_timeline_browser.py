@@ -315,6 +315,7 @@ def drive_notebook(page, base: str, token: str, saved: list[Path]) -> None:
     phase("slider and ideal view")
 
 
+@pytest.mark.q08
 def test_q08_timeline_widget_in_jupyterlab(tmp_path):
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing (scripts/system_deps.sh installs Debian's chromium)")

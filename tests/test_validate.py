@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from grader.cohort.students import Q05_LATE_EXTRA
+from grader.cohort.answers import answer
 from lab_src import grading
 from lab_src.registry import EXERCISES
+
+Q05_LATE_EXTRA = answer("q05_late_extra")
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "pipeline_lab" / EXERCISES["q05"].notebook
@@ -51,6 +53,7 @@ def validate(folder: Path) -> str:
     return proc.stdout
 
 
+@pytest.mark.q05
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["unanswered", "wrong", "correct"])
 def test_validate_on_the_released_q05(case, tmp_path, reference, no_leftovers):

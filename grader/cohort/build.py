@@ -2,6 +2,8 @@
 
     python -m grader.cohort OUT_DIR          # OUT_DIR/<student>/qNN_*.ipynb (+ whatever a student adds)
 
+The answer cells come from answers/ (students.py says whose is which).
+
 A submission is the release, with answer cells (and written answers) filled in as the student's story
 says. `grader collect --from OUT_DIR` then files them into the course, as returned notebooks would be.
 """
@@ -15,8 +17,9 @@ from lab_src.registry import ASSIGNMENT, EXERCISES
 
 from .. import RELEASE, SOURCE
 from ..answer_cells import MARKERS, cell_source, find_cell
+from .answers import answer
 from .roster import write_roster
-from .students import COHORT, PATCHES, Student
+from .students import COHORT, Student
 
 ROSTER = "roster.csv"   # beside the students' folders (a file: `grader collect --from` takes folders only)
 
@@ -58,7 +61,7 @@ def patch_in_earlier_cell(folder: Path) -> None:
         path = folder / ex.notebook
         nb = _load(path)
         patch = {"cell_type": "code", "execution_count": None, "id": f"patch-{ex.id}", "metadata": {},
-                 "outputs": [], "source": PATCHES.strip("\n")}
+                 "outputs": [], "source": answer("kernel_patches").strip("\n")}
         nb["cells"].insert(2, patch)
         _save(nb, path)
 

@@ -51,7 +51,7 @@ def data_file() -> Path:
 @functools.lru_cache(maxsize=1)
 def load_images() -> tuple[np.ndarray, np.ndarray]:
     """(pixels, labels): 1,797 rows of 64 grey levels (0..16), and the digit of each row. Read the way
-    `sklearn.datasets.load_digits` reads it (tests/test_q13_training.py checks they agree); falls
+    `sklearn.datasets.load_digits` reads it (tests/test_q13_train_pipeline.py checks they agree); falls
     back to that function if its file has moved."""
     path = data_file()
     if path.exists():

@@ -14,12 +14,14 @@ import os
 import pytest
 import torch
 
-from grader.cohort.students import Q14_NO_TIED, Q14_SUMMED, q14_answer
+from grader.cohort.answers import answer, q14_answer
 from lab_src.judge.numeric import NotANumber, read_numbers
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.trace import Event
 
 pytestmark = pytest.mark.q14
+
+Q14_SUMMED, Q14_NO_TIED = answer("q14_summed"), answer("q14_no_tied")
 
 
 # ---- the options change nothing when off -------------------------------------------------------------

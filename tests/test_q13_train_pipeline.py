@@ -14,6 +14,8 @@ import torch.nn.functional as F
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.q13
+
 # ---- the data -------------------------------------------------------------------------------------
 
 
@@ -318,10 +320,10 @@ def test_the_visible_check_passes_and_draws_both_curves(reference, in_tmp, capsy
 
 @pytest.mark.slow
 def test_the_visible_check_names_gradients_that_are_never_zeroed(reference, in_tmp, capsys):
-    from grader.cohort.students import Q13_NEVER_ZEROED
+    from grader.cohort.answers import answer
     from lab_src.answers import answers_dir
     from lab_src.checks import CheckFailed, check
-    _student_folder(reference, answers_dir(), Q13_NEVER_ZEROED)
+    _student_folder(reference, answers_dir(), answer("q13_never_zeroed"))
     report = check("q13")           # a failed check returns its report; raise_if_failed() raises
     assert not report.ok
     assert "gradients are never zeroed" in " ".join(" ".join(report.verdict()).split())
