@@ -24,7 +24,7 @@ from lab_src.harness.runner import run_cases
 from lab_src.judge.compare import close
 from lab_src.pipeline.config import DEMO
 from lab_src.registry import ASSIGNMENT
-from lab_src.views import bubble, grid
+from lab_src.views import bubble, text_grid
 from lab_src.views.chrome_trace import write_chrome_trace
 
 from . import RELEASE
@@ -76,7 +76,7 @@ def pipeline_demo(out: Path) -> bool:
         print(line)
     events = outcome.events()
     print("\nThe measured schedule of the step (one row per rank):")
-    print(grid.time_grid(events, cfg.num_stages, width=96))
+    print(text_grid.time_grid(events, cfg.num_stages, width=96))
     print("\n" + bubble.describe(events, cfg.num_stages, cfg.num_microbatches))
     sent = bubble.bytes_sent(events, cfg.num_stages)
     print("bytes sent: " + ", ".join(f"rank {r} {b / 1e6:.2f} MB" for r, b in sent.items()))

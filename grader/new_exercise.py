@@ -8,7 +8,7 @@ Writes (never overwriting an existing file):
 and adds the exercise's declaration to lab_src/registry.py and its contract to lab_src/exercises.py.
 Without `--schedule` the exercise is a function called directly ("units" cases). With `--schedule NAME`
 (a schedule of lab_src/pipeline/schedules.py, one chunk per rank) it is a pipelined step judged against
-that schedule: its check is the pipeline check (lab_src/checks/pipeline.py), its hidden tests the
+that schedule: its check is the pipeline check (lab_src/checks/step_check.py), its hidden tests the
 pipeline item of grader/hidden/common.py on every grading configuration, its registry entry declares
 the schedule, and its notebook draws the run.
 What is left by hand: the prose, the reference answer, the check, the hidden tests, the cohort's
@@ -110,11 +110,11 @@ def {function}():
 
 STEP_CHECK = '''"""Visible check of {qid} ({function}): the step on 4 stages with 4 micro-batches and on 3 uneven stages
 with 2, compared with the unsharded baseline, checked to be a real pipeline and judged against the
-"{schedule}" schedule (lab_src/checks/pipeline.py). TODO say what else it shows."""
+"{schedule}" schedule (lab_src/checks/step_check.py). TODO say what else it shows."""
 from __future__ import annotations
 
 from lab_src.checks.common import VISIBLE, CheckReport
-from lab_src.checks.pipeline import pipeline_check
+from lab_src.checks.step_check import pipeline_check
 
 
 def check() -> CheckReport:

@@ -11,7 +11,7 @@ from lab_src.harness.deadlock import describe_op
 from lab_src.pipeline.ops import Op, Step, letters
 from lab_src.pipeline.schedules import compute_order, in_flight, schedule
 from lab_src.pipeline.trace import Event
-from lab_src.views import grid
+from lab_src.views import text_grid
 from lab_src.views.prepare import box_color, box_label
 from lab_src.views.schedule_figure import with_in_flight
 
@@ -38,10 +38,10 @@ def test_each_operation_has_its_own_letter_and_torchs_for_compute():
 
 
 def test_a_split_backward_prints_in_every_view():
-    assert grid.step_grid(SPLIT, 2).splitlines() == [
+    assert text_grid.step_grid(SPLIT, 2).splitlines() == [
         "rank 0 | F0  F1  .   I0  W0  I1  W1",
         "rank 1 | .   F0  I0  F1  I1  W0  W1"]
-    timed = grid.time_grid(SPLIT, 2, width=14)
+    timed = text_grid.time_grid(SPLIT, 2, width=14)
     assert timed.splitlines()[0] == "rank 0 |0f1f..0i0w1i1w|"
     assert timed.splitlines()[-1].endswith(". idle, i backward_input, w backward_weight")
     w1 = SPLIT[-1]
@@ -61,8 +61,8 @@ def test_a_split_backward_counts_as_one_release():
 
 def test_the_views_of_forward_and_backward_are_unchanged():
     events = boxes(0, (F, 0, 0), (Op.BACKWARD, 0, 1))
-    assert grid.step_grid(events, 1) == "rank 0 | F0  B0"
-    assert grid.time_grid(events, 1, width=8).splitlines()[::2] == [
+    assert text_grid.step_grid(events, 1) == "rank 0 | F0  B0"
+    assert text_grid.time_grid(events, 1, width=8).splitlines()[::2] == [
         "rank 0 |0fff0bbb|", "f forward, b backward (a digit marks where micro-batch k starts), - send/recv, . idle"]
 
 

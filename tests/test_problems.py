@@ -60,7 +60,7 @@ def test_credit_and_order_follow_the_kind_not_the_words():
 
 
 def test_the_whole_batch_misconception_is_told_first_by_its_kind():
-    from lab_src.judge.grid import Layout, shard_problems
+    from lab_src.judge.dp_pp import Layout, shard_problems
     from lab_src.pipeline.config import LabConfig
     cfg = LabConfig(num_stages=2, num_layers=4, num_microbatches=2, global_batch_size=8, dp_size=2)
     # rank 0 (replica 0) reads shard 0 in micro-batches of the wrong size, rank 2 (replica 1) the whole batch

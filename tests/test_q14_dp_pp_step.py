@@ -111,7 +111,7 @@ def test_bytes_by_kind_and_on_the_wire():
 
 def test_chrome_trace_and_static_figure_show_the_collectives(tmp_path):
     from lab_src.views.chrome_trace import to_chrome_trace
-    from lab_src.views.dp_grid import grid_figure
+    from lab_src.views.dp_pp import grid_figure
     trace = to_chrome_trace(grid_events())["traceEvents"]
     collective = [t for t in trace if t.get("cat") == "collective"]
     assert len(collective) == 8 and {tuple(t["args"]["group"]) for t in collective} == {(0, 1), (2, 3), (0, 2), (1, 3)}
@@ -165,7 +165,7 @@ def test_measured_times_come_from_the_record():
 
 def test_the_models_step_ends_with_the_all_reduces():
     from lab_src.pipeline.network import this_machine
-    from lab_src.views.dp_grid import predicted_events
+    from lab_src.views.dp_pp import predicted_events
     ev = predicted_events(grid_events(), 2, 2, 1, this_machine(None), [1, 1],
                           {"message_bytes": 4096, "stage_bytes": [400, 400], "tied_bytes": 8192}, tied=True)
     for r in range(4):
@@ -205,7 +205,7 @@ def test_reference_2x2_step_equals_the_baseline_and_sends_what_the_formula_says(
     from lab_src.harness.baselines import baselines_for
     from lab_src.harness.case import Case
     from lab_src.harness.runner import run_cases
-    from lab_src.judge.grid import judge_grid
+    from lab_src.judge.dp_pp import judge_grid
     from lab_src.pipeline.traffic import PREDICTION_CONFIG, bytes_by_kind
     cfg = PREDICTION_CONFIG
     base = baselines_for([cfg], reference)[cfg]

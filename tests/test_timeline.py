@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from lab_src.views import chrome_trace, grid
+from lab_src.views import chrome_trace, text_grid
 from lab_src.views.bubble import theoretical_bubble
 from lab_src.views.clocks import clock_offsets, shift
 from lab_src.views.timeline import (CostModel, UnmatchedMessages, calibrate, check_matching, ideal_events, match,
@@ -122,7 +122,7 @@ def test_ideal_afab_with_free_messages_has_the_theoretical_bubble():
 
 def test_ideal_schedule_is_afab_in_logical_steps():
     events = ideal_events(4, 4, FREE_LINKS)
-    assert grid.step_grid(events, 4).splitlines() == [
+    assert text_grid.step_grid(events, 4).splitlines() == [
         "rank 0 | F0  F1  F2  F3  .   .   .   .   .   .   B0  B1  B2  B3",
         "rank 1 | .   F0  F1  F2  F3  .   .   .   .   B0  B1  B2  B3  .",
         "rank 2 | .   .   F0  F1  F2  F3  .   .   B0  B1  B2  B3  .   .",

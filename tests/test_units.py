@@ -8,7 +8,7 @@ import torch
 
 import lab_src
 from lab_src import answers
-from lab_src.views import bubble, grid
+from lab_src.views import bubble, text_grid
 from lab_src.views.chrome_trace import to_chrome_trace
 from lab_src.judge.compare import compare_run, explain_scale
 from lab_src.pipeline.config import LabConfig
@@ -142,10 +142,10 @@ def test_measured_bubble_of_an_ideal_schedule_is_the_theory():
 
 def test_grids_show_every_box():
     events = afab_events(3, 2)
-    steps = grid.step_grid(events, 3)
+    steps = text_grid.step_grid(events, 3)
     assert steps.splitlines()[0].startswith("rank 0 | F0  F1")
     assert "B1" in steps.splitlines()[2]
-    timed = grid.time_grid(events, 3, width=40)
+    timed = text_grid.time_grid(events, 3, width=40)
     assert timed.count("rank ") == 3 and "f forward" in timed
 
 

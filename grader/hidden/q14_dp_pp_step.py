@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab_src.judge.grid import failure_problems, judge_grid
+from lab_src.judge.dp_pp import failure_problems, judge_grid
 from lab_src.judge.numeric import NotANumber, read_numbers
 from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig

@@ -6,7 +6,7 @@ from lab_src.checks.common import (UNFINISHED, CaseOutcome, CheckReport, VISIBLE
                                    run_cases, run_dir, sources)
 from lab_src.judge.probes import judge_comm
 from lab_src.judge.problems import stamped
-from lab_src.views import grid
+from lab_src.views import text_grid
 
 
 def check() -> CheckReport:
@@ -23,7 +23,7 @@ def check() -> CheckReport:
         if errs:
             lines.append(UNFINISHED)
         elif not out.errors() and not out.failure:
-            lines.append(indent(grid.step_grid(out.events(), cfg.num_stages) if any(
+            lines.append(indent(text_grid.step_grid(out.events(), cfg.num_stages) if any(
                 e.is_compute for e in out.events()) else _message_table(out)))
     return finish("q07", run, problems, lines)
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from lab_src.checks.common import CheckReport, VISIBLE
-from lab_src.checks.pipeline import pipeline_check
+from lab_src.checks.step_check import pipeline_check
 
 
 def check() -> CheckReport:

@@ -5,7 +5,7 @@ The notebook's experiments (memory and bubble against m, 1000 micro-batches) are
 from __future__ import annotations
 
 from lab_src.checks.common import CheckReport, VISIBLE
-from lab_src.checks.pipeline import pipeline_check
+from lab_src.checks.step_check import pipeline_check
 
 
 def check() -> CheckReport:

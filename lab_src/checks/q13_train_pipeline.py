@@ -16,7 +16,7 @@ def check() -> CheckReport:
     from lab_src.judge.training import LearningMargin, curve_tolerance, judge_training, relative_differences
     from lab_src.pipeline.digits import Digits
     from lab_src.pipeline.single_process import train_single_process
-    from lab_src.views import grid
+    from lab_src.views import text_grid
     from lab_src.judge.training import step_events
     ex = exercise("q13")
     srcs = sources("q13")
@@ -73,7 +73,7 @@ def check() -> CheckReport:
     steps = step_events(out)
     if steps:
         lines.append("  step 0 of the pipeline, as it ran:")
-        lines.append(indent(grid.time_grid(steps[0], cfg.num_stages), "    "))
+        lines.append(indent(text_grid.time_grid(steps[0], cfg.num_stages), "    "))
     if figure is not None:
         _show(figure)
     report = finish("q13", run, problems, lines)

@@ -28,7 +28,7 @@ class GridReport(CheckReport):
         if not self.views:
             print("No run to draw: the check stopped before launching anything (see its message above).")
             return None
-        from lab_src.views.dp_grid import show_grid
+        from lab_src.views.dp_pp import show_grid
         v = self.views[self.failed_case() if case is None else case]
         return show_grid(v["events"], v["dp"], v["pp"], v["microbatches"], v["title"], v.get("predicted"),
                          v.get("note", ""))
@@ -42,10 +42,10 @@ class GridReport(CheckReport):
 
 def check() -> CheckReport:
     from lab_src.harness.baselines import baselines_for
-    from lab_src.judge.grid import failure_problems, judge_grid
+    from lab_src.judge.dp_pp import failure_problems, judge_grid
     from lab_src.judge.problems import stamped
     from lab_src.pipeline.traffic import bytes_by_kind, table, wire_bytes_by_kind
-    from lab_src.views import grid as text_grid
+    from lab_src.views import text_grid
     srcs = sources("q14")
     prediction, why = read_prediction(srcs["q14"])
     baselines = baselines_for(GRIDS, srcs)
@@ -148,7 +148,7 @@ def coordinates(outcome) -> str:
 def grid_view(outcome, label: str) -> dict:
     """What the pictures need of one grid case: global events and the grid's shape."""
     from lab_src.pipeline import network
-    from lab_src.views.dp_grid import global_events, predicted_events
+    from lab_src.views.dp_pp import global_events, predicted_events
     cfg = outcome.case.config
     dp, pp, m = cfg.dp_size, cfg.num_stages, cfg.num_microbatches
     pipeline_of = {r: o.get("pipeline_group") for r, o in outcome.obs.items() if o.get("pipeline_group")}

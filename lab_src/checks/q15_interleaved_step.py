@@ -13,7 +13,7 @@ from lab_src.judge.chunks import check_interleaved_run, interleaved_errors
 from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.schedules import Interleaved1F1B
-from lab_src.views import bubble, grid
+from lab_src.views import bubble, text_grid
 from lab_src.views.saved import case_view
 from lab_src.views.timeline import timelines
 
@@ -69,7 +69,7 @@ def check() -> CheckReport:
             lines.append(f"    rank {r}: chunks " + ", ".join(f"{c}={c * p + r} (blocks {ids})" for c, ids in enumerate(chunks))
                          + f"; at most {held} chunk forwards awaiting backward")
             lines.append(f"      {compute_order(events, r)}")
-        lines.append(indent(grid.time_grid(events, p)))
+        lines.append(indent(text_grid.time_grid(events, p)))
         lines.append("    " + bubble.describe(events, p, cfg.num_microbatches, v))
     return finish(QID, run, problems, lines)
 

@@ -140,7 +140,7 @@ def predict(ops: list[Operation], net: Cluster) -> dict[str, float]:
 
 
 def measure(events: list[Event]) -> dict[str, float]:
-    """Seconds per kind on the busiest rank, as the run went (global peers: see views/dp_grid.py)."""
+    """Seconds per kind on the busiest rank, as the run went (global peers: see views/dp_pp.py)."""
     from lab_src.pipeline.matching import match
     from lab_src.views.prepare import collective_calls
     per_rank: dict[int, dict[str, float]] = {}

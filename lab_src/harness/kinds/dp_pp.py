@@ -22,7 +22,7 @@ from lab_src import exercises
 from lab_src.harness import observe
 from lab_src.harness.case import Case
 from lab_src.pipeline import data, trace
-from lab_src.pipeline.grid import Grid
+from lab_src.pipeline.dp_pp import Grid
 from lab_src.pipeline.stage import PipelineStage
 
 SGD_LR = 0.1     # the one optimizer step after which the tied copies are compared

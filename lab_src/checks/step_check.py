@@ -8,7 +8,7 @@ from lab_src.judge.probes import judge_check_gradients, judge_check_outputs
 from lab_src.judge.problems import stamped
 from lab_src.judge.realness import check_run
 from lab_src.pipeline.schedules import in_flight
-from lab_src.views import bubble, grid
+from lab_src.views import bubble, text_grid
 from lab_src.views.memory import describe_peaks
 
 
@@ -42,7 +42,7 @@ def pipeline_check(qid: str, configs: list[LabConfig], probes: list[str]) -> Che
                      ("DIFFER from the unsharded baseline (see below)" if numbers else "match the unsharded baseline")
                      + (", but see the problems below" if found and not numbers else ""))
         events = out.events()
-        lines.append(indent(grid.time_grid(events, cfg.num_stages)))
+        lines.append(indent(text_grid.time_grid(events, cfg.num_stages)))
         lines.append("    " + bubble.describe(events, cfg.num_stages, cfg.num_microbatches) + why_above(events, cfg))
         lines.append("    " + memory_line(events, cfg.num_stages))
     return finish(qid, run, problems, lines)
