@@ -15,7 +15,7 @@ import pytest
 from conftest import PARTIAL_COHORT, lab_processes
 from grader.autograde import grade_all
 from grader.cli import main as grader_cli
-from grader.cohort import BY_NAME, COHORT
+from grader.cohort import BY_NAME, COHORT, golden
 from grader.course import Course, hidden_points
 from grader.feedback import generate_feedback
 from grader.formgrader_view import describe, problems, submissions
@@ -87,6 +87,15 @@ def test_each_student_gets_exactly_what_they_deserve(cohort, student):
     assert got == pytest.approx(want), BY_NAME[student].story
 
 
+def test_points_and_feedback_texts_are_as_recorded(cohort):
+    """Every student's points and every text their feedback shows, exactly as grader/cohort/golden.py recorded
+    them in tests/golden/cohort.json: a refactor changes none of them."""
+    course, _, rows = cohort
+    diff = golden.differences(golden.record(course, rows), golden.load())
+    assert not diff, (f"{len(diff)} differences from {golden.GOLDEN.name} (if the change is meant, record it again "
+                      f"with `{golden.HOW}`):\n" + "\n".join(diff[:30]))
+
+
 def test_written_answers_wait_for_the_instructor(cohort):
     _, _, rows = cohort
     assert rows["ada"]["written_pending"] == 7          # Q1's four answers, Q7's one, Q8's one and Q11's one
@@ -116,6 +125,7 @@ def test_feedback_names_the_p2p_and_1f1b_mistakes(cohort):
     assert "never backward" in (course.feedback("yuki") / "q12_one_f_one_b_step.html").read_text()
 
 
+@pytest.mark.q12
 def test_autograded_q12_draws_the_graders_run_with_its_memory_lane(cohort):
     course, _, _ = cohort
     nb = json.loads((course.autograded("ada") / "q12_one_f_one_b_step.ipynb").read_text())
@@ -125,6 +135,7 @@ def test_autograded_q12_draws_the_graders_run_with_its_memory_lane(cohort):
     assert any("image/png" in o.get("data", {}) for o in first["outputs"])     # the schedules, drawn before any code
 
 
+@pytest.mark.q08
 def test_autograded_q08_draws_the_graders_run_as_a_static_figure(cohort):
     course, _, _ = cohort
     nb = json.loads((course.autograded("ada") / "q08_afab_step.ipynb").read_text())

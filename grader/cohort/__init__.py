@@ -1,4 +1,6 @@
-"""The sample cohort of made-up students (students.py) and the builder of their submissions (build.py)."""
+"""The sample cohort: made-up students (students.py) and their answers (answers/), the builder of their
+submissions (build.py), grading them all as the tests do (grading.py) and the record of what that gives
+(golden.py, tests/golden/cohort.json)."""
 from .build import ROSTER, build_cohort, build_student
 from .students import BY_NAME, COHORT, Student
 

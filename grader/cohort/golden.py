@@ -1,0 +1,134 @@
+"""The cohort's golden record: what grading the sample cohort gave, kept to show that a refactor changes none of it.
+
+    python -m grader.cohort golden                  # grade the whole cohort and compare with the record
+    python -m grader.cohort golden --write          # grade it and write the record (a deliberate change)
+    python -m grader.cohort golden --course DIR     # the same, from a course graded already (DIR/autograded/...)
+
+The record, tests/golden/cohort.json, holds per student the points of each exercise, and per student and
+notebook the texts their feedback shows: the verdict in the hidden-test cell (score and the grader's
+messages), the note on a notebook the grader could not read, and what the other cells printed or raised
+while nbgrader ran them (pictures, the API's help() and the student's own answer cells left out).
+Each distinct text is stored once, under a key made of it. tests/test_cohort.py compares the graded
+cohort with the record.
+
+Texts are kept as they are but for what differs from one run to the next by nature (`normalise`): the
+course's folder.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import tempfile
+from pathlib import Path
+
+from lab_src.registry import EXERCISES
+
+from .. import ROOT
+from ..course import Course, hidden_points
+from ..report import grade_rows
+from .grading import grade_cohort
+from .students import COHORT
+
+GOLDEN = ROOT / "tests" / "golden" / "cohort.json"
+HOW = "python -m grader.cohort golden --write"
+NOTE_CELL = "grader-unreadable-notebook"     # grader/staging.py: the note on a notebook nbgrader could not read
+
+
+def normalise(text: str, course: Course) -> str:
+    """`text` without what differs between two gradings of the same submissions: the course's folder."""
+    return text.replace(str(course.root.resolve()), "<course>").replace(str(course.root), "<course>")
+
+
+def _cell_texts(cell: dict) -> list[str]:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    if cell.get("id") == NOTE_CELL:
+        return ["".join(cell["source"])]
+    if cell["cell_type"] != "code" or meta.get("solution"):
+        return []
+    texts = []
+    for out in cell.get("outputs", []):
+        if out["output_type"] == "stream":
+            text = "".join(out["text"])
+            if not text.startswith("Help on "):
+                texts.append(text)
+        elif out["output_type"] == "error":
+            texts.append(f"{out['ename']}: {out['evalue']}")
+    return texts
+
+
+def feedback_texts(course: Course, student: str) -> dict[str, list[str]]:
+    """{notebook: the texts its feedback shows} for each autograded notebook of `student`."""
+    found = {}
+    for ex in EXERCISES.values():
+        path = course.autograded(student) / ex.notebook
+        if path.exists():
+            cells = json.loads(path.read_text())["cells"]
+            found[ex.notebook] = [normalise(t, course) for cell in cells for t in _cell_texts(cell)]
+    return found
+
+
+def record(course: Course, rows: dict[str, dict], students=COHORT) -> dict:
+    """What grading gave: {"points": {student: {qid: points}}, "feedback": {student: {notebook: [text keys]}},
+    "texts": {key: text}}, each text stored once (many students see the same ones) under a key made of it."""
+    points = hidden_points()
+    texts, feedback = {}, {}
+    for s in students:
+        feedback[s.name] = {}
+        for notebook, shown in feedback_texts(course, s.name).items():
+            keys = [hashlib.sha1(t.encode()).hexdigest()[:12] for t in shown]
+            texts.update(zip(keys, shown))
+            feedback[s.name][notebook] = keys
+    return {"points": {s.name: {qid: rows[s.name].get(qid) for qid in points} for s in students},
+            "feedback": feedback, "texts": texts}
+
+
+def load(path: Path = GOLDEN) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def write(got: dict, path: Path = GOLDEN) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(got, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
+
+
+def differences(got: dict, want: dict) -> list[str]:
+    """One line per student's points, and one entry per notebook's feedback, that are not as recorded."""
+    lines = []
+    for student in sorted(set(got["points"]) | set(want["points"])):
+        a, b = got["points"].get(student, {}), want["points"].get(student, {})
+        lines += [f"{student} {qid}: {a.get(qid)} points, recorded {b.get(qid)}"
+                  for qid in sorted(set(a) | set(b)) if a.get(qid) != b.get(qid)]
+    for student in sorted(set(got["feedback"]) | set(want["feedback"])):
+        a, b = got["feedback"].get(student, {}), want["feedback"].get(student, {})
+        for notebook in sorted(set(a) | set(b)):
+            shown = [got["texts"][k] for k in a.get(notebook, [])]
+            recorded = [want["texts"][k] for k in b.get(notebook, [])]
+            if shown != recorded:
+                lines.append(f"{student} {notebook}: the feedback shows\n{_texts(shown)}\n  recorded:\n{_texts(recorded)}")
+    return lines
+
+
+def _texts(texts: list[str]) -> str:
+    return "\n".join("    | " + line for t in texts for line in t.splitlines()) or "    (nothing)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grader.cohort golden", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help=f"write {GOLDEN.relative_to(ROOT)} instead of comparing")
+    parser.add_argument("--course", type=Path, help="a course with the whole cohort graded already")
+    args = parser.parse_args(argv)
+    if args.course:
+        course = Course(args.course)
+        got = record(course, {r["student"]: r for r in grade_rows(course)})
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            course, _, rows = grade_cohort(Path(tmp))
+            got = record(course, rows)
+    if args.write:
+        write(got)
+        print(f"wrote {GOLDEN}")
+        return 0
+    diff = differences(got, load())
+    print("\n".join(diff) if diff else f"as recorded in {GOLDEN}")
+    return 1 if diff else 0
