@@ -11,8 +11,9 @@ while nbgrader ran them (pictures, the API's help() and the student's own answer
 Each distinct text is stored once, under a key made of it. tests/test_cohort.py compares the graded
 cohort with the record.
 
-Texts are kept as they are but for what differs from one run to the next by nature (`normalise`): the
-course's folder.
+Texts are kept as they are but for what differs from one run to the next by nature: the course's folder
+(`normalise`), and how a cell's printed text was cut into outputs (a print's line and its newline came as
+two outputs in one grading and as one in another: the pieces of one stream are joined, as the page shows them).
 """
 from __future__ import annotations
 
@@ -46,15 +47,16 @@ def _cell_texts(cell: dict) -> list[str]:
         return ["".join(cell["source"])]
     if cell["cell_type"] != "code" or meta.get("solution"):
         return []
-    texts = []
+    texts, stream = [], None
     for out in cell.get("outputs", []):
-        if out["output_type"] == "stream":
-            text = "".join(out["text"])
-            if not text.startswith("Help on "):
-                texts.append(text)
+        if out["output_type"] == "stream" and out["name"] == stream:     # one print can come in pieces
+            texts[-1] += "".join(out["text"])
+        elif out["output_type"] == "stream":
+            texts.append("".join(out["text"]))
         elif out["output_type"] == "error":
             texts.append(f"{out['ename']}: {out['evalue']}")
-    return texts
+        stream = out.get("name") if out["output_type"] == "stream" else None
+    return [t for t in texts if not t.startswith("Help on ")]
 
 
 def feedback_texts(course: Course, student: str) -> dict[str, list[str]]:
