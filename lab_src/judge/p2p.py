@@ -11,14 +11,18 @@
 
 `mutual_sends(errors)` names the deadlock q11 is about: two neighbours each blocked in a send to the
 other, because each sends before it receives.
+
+`judge_prediction(source)` grades the notebook's prediction (`predicted_deadlock()` in the answer cell):
+the micro-batch of the message each of the experiment's two ranks is stuck sending (`blocking_deadlock()`).
 """
 from __future__ import annotations
 
 from collections import Counter
 
+from lab_src.judge.numeric import NotANumber, read_numbers
 from lab_src.judge.problems import Problem
 from lab_src.judge.realness import check_messages
-from lab_src.pipeline.p2p_calls import COMBINED, Call
+from lab_src.pipeline.p2p_calls import COMBINED, Call, calls
 from lab_src.pipeline.schedules import Op, schedule
 
 
@@ -132,3 +136,37 @@ def mutual_sends(errors: dict[int, dict]) -> list[Problem]:
                                 f"send and the receive together (dist.batch_isend_irecv), then wait for both",
                                 rank=r, microbatch=mb))
     return problems
+
+
+# ---- the prediction: where the blocking pair deadlocks ----------------------------------------------
+PREDICTION_NAME = "predicted_deadlock"     # a function of the answer cell
+DEMO_STAGES, DEMO_MICROBATCHES = 2, 4      # the blocking-sends experiment: 2 ranks, 1F1B, 4 micro-batches
+
+
+def blocking_deadlock(p: int = DEMO_STAGES, m: int = DEMO_MICROBATCHES) -> dict[str, int]:
+    """{"rank r": micro-batch}: the message each rank is stuck sending when every call of a 1F1B step
+    sends (blocking) before it receives: its first combined call that sends to a neighbour (the steady
+    state's first send whose neighbour is sending to it at the same moment)."""
+    out = {}
+    for r in range(p):
+        first = next((c for c in calls("1f1b", r, p, m) if c.operation in COMBINED
+                      and not c.parts[0].is_noop(r, p)), None)
+        if first is not None:
+            out[f"rank {r}"] = first.microbatch
+    return out
+
+
+def judge_prediction(source: str | None) -> list[Problem]:
+    """The problems of the prediction in the answer `source` (none when it is right)."""
+    try:
+        got = read_numbers(source or "", PREDICTION_NAME)
+    except NotANumber as e:
+        return [Problem(f"the prediction could not be read: {e}")]
+    want = blocking_deadlock()
+    wrong = [k for k in want if got.get(k) != want[k]]
+    if not wrong:
+        return []
+    said = ", ".join(f"{k}: {got[k]:g}" if k in got else f"{k}: missing" for k in want)
+    return [Problem(f"{PREDICTION_NAME}() says {said}; in the experiment, each rank gets stuck in the first send of "
+                    f"its steady state, whose neighbour is sending to it at the same moment (count the warm-up "
+                    f"forwards of each rank: p - 1 - rank)")]
