@@ -114,8 +114,19 @@ def from_error(rank: int, error: dict, ring: int | None = None) -> Problem:
         wrong = wrong_peer(rank, kind, peer, ring)
         if wrong:
             msg += f"\n    {wrong}"
+    elif error["type"] == "StopIteration":
+        msg = exhausted(error)
     msg += student_line(error)
     return Problem(msg, rank=rank, microbatch=error["pending"][2] if error.get("pending") else None, kind=problem_kind)
+
+
+def exhausted(error: dict) -> str:
+    """A bare StopIteration (its message is empty): the step asked the dataloader for one micro-batch too many."""
+    said = sanitize(error.get("message") or "").strip()
+    return ("StopIteration" + (f": {said}" if said else "") + ": the step asked data_iter for a micro-batch after the "
+            "last one, so this rank ran more forwards than num_microbatches. Count the forwards of each part of the "
+            "step: in 1F1B, a warm-up of p - r - 1 forwards is more than m when there are fewer micro-batches than "
+            "stages; the warm-up is min(p - r - 1, m)")
 
 
 def student_line(error: dict) -> str:
