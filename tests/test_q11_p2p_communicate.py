@@ -159,3 +159,49 @@ def test_a_float32_buffer_in_a_float64_run_is_named_before_it_can_crash_the_rank
     assert "the receive buffer is float32, but the pipeline runs in float64: make it with dtype=stage.dtype" in text
     assert "exit code" not in text                     # a clear error, not a crashed process
     assert json.dumps(verdict)                          # the verdict travels as JSON
+
+
+# ---- the realistic mistakes: named at once, with a timeline ----------------------------------------
+def _check_with(reference, q11_source: str):
+    from lab_src.answers import answers_dir
+    from lab_src.checks import check
+    from lab_src.registry import EXERCISES
+    folder = answers_dir()
+    folder.mkdir(exist_ok=True)
+    for qid in ("q02", "q03", "q05"):
+        (folder / EXERCISES[qid].answer_file).write_text(open(reference[qid]).read())
+    (folder / EXERCISES["q11"].answer_file).write_text(q11_source)
+    started = time.monotonic()
+    report = check("q11")
+    return report, time.monotonic() - started
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,named", [
+    ("q11_no_wait", "returned before its messages completed: a send to rank 1 was posted and never waited for"),
+    ("q11_direction_from_name", "recv_forward(mb=0) on rank 0: a receive from rank 1, the next rank; recv_forward "
+                                "receives an activation, from the previous rank"),
+])
+def test_a_forgotten_wait_and_a_direction_read_from_the_name_are_named_at_once(reference, in_tmp, capsys, name,
+                                                                                named, no_leftovers):
+    """Both used to wait for the receives' timeout (32 s, 41 s for the check) and say nothing of the mistake
+    (garbage labels as dict dumps; 'No events were recorded in this run.')."""
+    report, took = _check_with(reference, answer(name))
+    captured = capsys.readouterr()
+    text = " ".join((captured.out + captured.err).split())
+    assert not report.ok and named in text, text
+    assert "{'tensor_shape'" not in text and "0 messages)" not in text and "pair.cc" not in text
+    # the timeline: the messages that went through, and where each rank was left waiting
+    assert any(report.events(c) or report.views[c]["waits"] for c in range(3))
+    # three cases, each stopped as soon as its ranks wait for a rank that raised (a receive's timeout is 10 s
+    # each); loose, for a loaded machine
+    assert took < 25, took
+
+
+@pytest.mark.slow
+def test_the_stub_alone_is_one_problem(in_tmp, reference, capsys, no_leftovers):
+    report, _ = _check_with(reference, "def p2p_communicate(operation, stage, tensor=None, microbatch=0, "
+                                       "recv_microbatch=None):\n    raise NotImplementedError()\n")
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert "q11: FAILED, 1 problem\n" in out and "still the stub" in out, out

@@ -7,6 +7,7 @@ The messages are the answer's own torch.distributed calls, recorded in the ranks
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import sys
@@ -47,6 +48,9 @@ def check() -> CheckReport:
         problems += errs
         if not out.failure:
             messages, buffers = judge_p2p(out)
+            if any(e.get("type") == "WrongDirection" for e in out.errors().values()):
+                # a call that messaged the wrong side: the missing and unexpected messages follow from it
+                messages = [replace(m, consequence=True) for m in messages]
             problems += stamped(messages + buffers, "q11", label)
             lines.append(indent(message_table(out)))
         if errs:

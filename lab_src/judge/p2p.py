@@ -58,10 +58,14 @@ def _noop_problems(o: dict, r: int) -> list[Problem]:
     for name, res in (o.get("probes", {}).get("noop_ends") or {}).items():
         if res["outcome"] != "returned" or res.get("value") is not None or res.get("messages"):
             end = "last" if (COMBINED.get(name) or (Op(name),))[0].towards_next else "first"
-            got = f"{res.get('type')}: {str(res.get('message', ''))[:120]}" if res["outcome"] == "raised" \
-                else repr(res.get("value"))
+            if res["outcome"] == "raised":
+                got = f"it raised {res.get('type')}: {res.get('message', '')}"
+            else:
+                got = f"it returned {_described(res.get('value'))}"
+            sent = res.get("messages", 0)
+            got += f" after {sent} message{'s' if sent != 1 else ''}" if sent else ""
             problems.append(Problem(f"{name} on the {end} stage has no peer: it must do nothing and return "
-                                    f"None (got {got}, {res.get('messages', 0)} messages)", rank=r, microbatch=0))
+                                    f"None; {got}", rank=r, microbatch=0))
     return problems
 
 
@@ -87,7 +91,7 @@ def _call_problems(call: Call, got, traced, r: int, p: int) -> list[Problem]:
         problems.append(Problem(f"{call} returned None, but it receives from rank {peer}: return the "
                                 f"received tensor", rank=r, microbatch=rmb))
     elif "from" not in got:
-        problems.append(Problem(f"{call} returned {got}, not the tensor received from rank {peer}",
+        problems.append(Problem(f"{call} returned {_described(got)}, not the tensor received from rank {peer}",
                                 rank=r, microbatch=rmb))
     elif got.get("from") != peer or got.get("mb") != rmb or got.get("phase") != receives.phase:
         what = "activation" if receives.phase == "forward" else "gradient"
@@ -95,6 +99,20 @@ def _call_problems(call: Call, got, traced, r: int, p: int) -> list[Problem]:
                                 f"from rank {got.get('from')}; expected the {what} of micro-batch {rmb} from "
                                 f"rank {peer}", rank=r, microbatch=rmb))
     return problems
+
+
+def _described(got) -> str:
+    """What a call returned, in words (harness/kinds/p2p.py's `read_buffer`, observe.py's `plain`)."""
+    if not isinstance(got, dict):
+        return repr(got)
+    if "object" in got:
+        return f"a {got['object']}, not a tensor"
+    shape = got.get("tensor_shape", got.get("shape"))
+    words = f"a tensor of shape {shape}" if shape is not None else "a tensor"
+    if got.get("uniform") is False:
+        words += (" whose values are not one sender's label (a buffer the message has not filled, or a tensor "
+                  "made rather than received)")
+    return words
 
 
 def _buffer_problems(call: Call, got: dict, shape, dtype: str, r: int) -> list[Problem]:
