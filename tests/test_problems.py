@@ -69,3 +69,11 @@ def test_the_whole_batch_misconception_is_told_first_by_its_kind():
     assert first.kind is Kind.WHOLE_BATCH and first.rank == 2
     assert all(p.kind is not Kind.WHOLE_BATCH for p in rest)
     assert render(stamped([first], "q14", "2 x 2"))[0].startswith("[q14] rank 2: this rank reads the whole global")
+
+
+def test_gloo_internals_never_reach_the_student():
+    from lab_src.judge.problems import sanitize
+    raw = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+           "[127.0.0.1]:4242 GLHF! \U0001F3D6\ufe0f")
+    said = sanitize(raw)
+    assert said == "Connection closed by peer [127.0.0.1]:4242", said
