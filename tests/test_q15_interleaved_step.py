@@ -261,3 +261,42 @@ def test_another_valid_chunk_order_keeps_half_of_what_it_runs(reference, referen
     assert "backwards visit the chunks in reverse" in messages(items[:1])
     assert "are matched in the order they are posted" in str(items[1].problems[0]), messages(items[1:2])
     assert "deadlocks" in messages(items[2:3]) or "before the run stopped" in messages(items[2:3])
+
+
+# ---- Validate: the bubble study is skipped, the cut points say they are not graded ---------------------
+@pytest.mark.slow
+def test_validate_of_the_released_q15_skips_the_study(reference, tmp_path, no_leftovers):
+    """Issue 27, item 2: under Validate the study ran past nbgrader's 30 s a cell, was interrupted, the next
+    cell raised NameError, and Validate still said "Success!". Now it launches nothing there."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from lab_src.registry import EXERCISES
+    from tests.test_validate import ROOT
+    notebook = ROOT / "notebooks" / "pipeline_lab" / EXERCISES[QID].notebook
+    nb = json.loads(notebook.read_text())
+    for cell in nb["cells"]:
+        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if grade_id == "q15_answer":
+            cell["source"] = "%%answer q15\n" + open(reference[QID]).read()
+        if grade_id == "q15_cut_points":
+            cell["source"] = 'CUT_POINTS = ["blocks.3", "blocks.6"]\n'
+    (tmp_path / notebook.name).write_text(json.dumps(nb, indent=1))
+    (tmp_path / "answers").mkdir()
+    for qid in EXERCISES[QID].needs:
+        shutil.copyfile(reference[qid], tmp_path / "answers" / EXERCISES[qid].answer_file)
+    # a minute a cell, not nbgrader's 30 s: the check's two torchrun launches on a loaded 2-core machine
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()\nc.Execute.timeout = 60\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("NBGRADER_EXECUTION", "LAB_ANSWERS", "LAB_ANSWERS_DIR")}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "validate", notebook.name], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    print(f"nbgrader validate q15: {time.monotonic() - started:.1f} s\n{out}")
+    assert "Success! Your notebook passes all the tests." in out
+    assert "Timeout waiting for execute reply" not in out and "Interrupting kernel" not in out
+    assert not list((tmp_path / "runs").glob("q15-bubble-*")), "the bubble study launched under Validate"

@@ -26,6 +26,17 @@ BUBBLE_MS = (1, 2, 4, 8, 16)
 STEPS = {"afab": "q08", "1f1b": "q12"}       # the exercise whose step each schedule runs
 
 
+def skipped_under_validate(how: str = "run the cell yourself, outside Validate") -> bool:
+    """True under nbgrader's Validate (NBGRADER_EXECUTION=validate), after one line saying that the study is
+    skipped there and how to run it: a study takes longer than nbgrader's 30 s a cell, and nothing grades it."""
+    from lab_src.grading import validating
+    if not validating():
+        return False
+    print(f"This study is skipped under Validate (it is not graded, and it takes longer than nbgrader's 30 s "
+          f"a cell): {how}.")
+    return True
+
+
 def small(m: int) -> LabConfig:
     """The check's small model on 4 stages, micro-batches of 2 samples, m of them."""
     return VISIBLE.replace(num_microbatches=m, global_batch_size=2 * m)

@@ -221,8 +221,9 @@ report.timeline()
 # The check's model is so small that a message costs as much as a block's compute, and then no schedule
 # hides anything. The study below runs *your* step on a model where compute dominates (16 blocks of
 # width 256), with 1, 2 and 4 chunks per rank and m = 2p micro-batches, and prints for each the measured
-# bubble beside the theory, the messages sent, and the activations rank 0 held at its peak. It takes a
-# minute or two on a laptop; the grader does not run it.
+# bubble beside the theory, the messages sent, and the activations rank 0 held at its peak, and says why
+# the measurement departs from the ideal. It takes a minute or two on a laptop. It is not graded: Validate
+# skips it, and so does the grader.
 #
 # Which formula, and why: the lab measures the bubble as the idle share of the whole step, 1 - (time
 # spent computing) / (p × step time), the same quantity for every schedule. For v chunks that share is
@@ -259,9 +260,10 @@ study.timeline(2) if study else None
 # values that cross a cut become the outputs of one stage and the inputs of the next.
 # (`lab_src/pipeline/traced.py` does this in about forty lines.)
 #
-# Name the cut points that give the same stages as your Q5 for 8 blocks on 3 stages. The check traces the
-# model, cuts it there, and compares each traced stage with the `PipelineStage` your Q5 builds: the
-# pieces it holds, its parameters, and its output on the same input.
+# Set `CUT_POINTS`, in the cell below, to the cut points that give the same stages as your Q5 for 8 blocks
+# on 3 stages. The cell after it traces the model, cuts it there, and compares each traced stage with the
+# `PipelineStage` your Q5 builds: the pieces it holds, its parameters, and its output on the same input.
+# This part is an experiment, not graded: the 20 points of Q15 are your `interleaved_step`.
 
 # %% nbgrader={"grade": false, "grade_id": "q15_cut_points", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # Where stages 1 and 2 begin: module names such as "blocks.4"
