@@ -70,6 +70,9 @@ def grade(reference: dict, answers: dict[str, str], tmp_path, timeout_s: float =
     return out
 
 
+PREDICTED = 1 / 6      # the prediction item among the five pipelines: a wrong step with the reference's prediction
+
+
 def messages(items) -> str:
     return "\n".join(str(p) for item in items for p in item.problems)
 
@@ -179,6 +182,33 @@ def test_the_pictures_tell_the_chunks_apart():
     assert f">F{f3.microbatch}c3</text>" in svg and box_color(f3, 4) in svg and "paler: later chunks" in svg
 
 
+# ---- the prediction, graded (issue 27) ----------------------------------------------------------------
+def test_the_prediction_is_the_schedules_bubble_and_message_count(tmp_path):
+    from grader.hidden.common import Context
+    from grader.hidden.q15_interleaved_step import prediction_item
+    from lab_src.judge.chunks import expected_prediction
+    from lab_src.views.bubble import theoretical_bubble
+    want = expected_prediction()
+    for v in (1, 2, 4):
+        sends = [e for e in ideal_events(4, 8, schedule=Interleaved1F1B(v)) if e.is_send]
+        assert want[f"messages_v{v}"] == len(sends)
+        assert want[f"bubble_v{v}"] == pytest.approx(theoretical_bubble(4, 8, v))
+    assert want["messages_v1"] == 48 and want["bubble_v2"] == pytest.approx(3 / 19)
+
+    def item(text):
+        path = tmp_path / "q15.py"
+        path.write_text(text)
+        return prediction_item(Context(student={QID: str(path)}, reference={}))
+    right = answer("q15_blocking_receives")
+    assert item(right).passed and item(right).part == "pipelines"
+    wrong = item(right.replace('"messages_v2": 112', '"messages_v2": 64'))
+    assert "the predicted messages for v = 2 are 64; one step sends 112" in messages([wrong])
+    stub = item("def predicted_interleaving():\n    raise NotImplementedError()\n")
+    assert "still the stub" in messages([stub]) and not stub.passed
+    computed = item("def predicted_interleaving():\n    return {'bubble_v1': len([1])}\n")
+    assert "not a number" in messages([computed])
+
+
 # ---- graded in real processes -----------------------------------------------------------------------
 def test_the_reference_gets_full_marks(graded_runs):
     score, items = graded_runs["reference"]
@@ -208,14 +238,14 @@ def test_blocking_receives_get_full_marks_too(graded_runs, reference_text):
 def test_a_receive_posted_and_never_waited_for_is_named(reference, reference_text, tmp_path):
     score, items = grade(reference, {"wraps": changed(reference_text, *LOOKAHEAD_WRAPS)}, tmp_path,
                          timeout_s=4)["wraps"]
-    assert score == 0.0
+    assert score == pytest.approx(PREDICTED)
     text = messages(items[:1])
     assert "the step ended with receives posted and never waited for: recv_forward(mb=0) from rank 0" in text, text
 
 
 def test_running_every_forward_first_breaks_the_memory_bound(graded_runs):
     score, items = graded_runs["all_forwards_first"]
-    assert score == 0.0
+    assert score == pytest.approx(PREDICTED)
     assert "holds at most" in messages(items) and "another schedule" not in messages(items)
 
 
@@ -224,12 +254,12 @@ def test_skipping_the_wrap_around_is_named(reference, reference_text, tmp_path):
     # each in a launch of its own: after two timeouts a launch stops trying the exercise
     score, items = grade(reference, {"no_wrap": changed(reference_text, *NO_WRAP)}, tmp_path / "a",
                          timeout_s=4)["no_wrap"]
-    assert score == 0.0
+    assert score == pytest.approx(PREDICTED)
     first = str(items[0].problems[0])
     assert first.startswith("[q15] rank 0") and "wrap-around from the last rank to the first" in first, first
     score, items = grade(reference, {"no_modulo": changed(reference_text, *NO_MODULO)}, tmp_path / "b",
                          timeout_s=4)["no_modulo"]
-    assert score == 0.0
+    assert score == pytest.approx(PREDICTED)
     assert "there is no rank" in messages(items) and "(rank + 1) %" in messages(items)
 
 
@@ -237,7 +267,7 @@ def test_skipping_the_wrap_around_is_named(reference, reference_text, tmp_path):
 def test_backwards_in_forward_chunk_order_deadlock_and_are_explained(reference, reference_text, tmp_path):
     score, items = grade(reference, {"not_reversed": changed(reference_text, *NOT_REVERSED)}, tmp_path,
                          timeout_s=4)["not_reversed"]
-    assert score == 0.0
+    assert score == pytest.approx(PREDICTED)
     first = str(items[0].problems[0])
     assert "backwards visit the chunks in reverse" in first and "deadlocks" in first, first
     # the deadlock's lines name the chunk each rank waited for
@@ -254,8 +284,8 @@ def test_another_valid_chunk_order_keeps_half_of_what_it_runs(reference, referen
     # the order deadlocks
     score, items = grade(reference, {"depth_first": changed(reference_text, *DEPTH_FIRST_BACKWARD)}, tmp_path,
                          timeout_s=8)["depth_first"]
-    assert [i.score for i in items] == [0.5, 0.0, 0.0, 0.5, 0.5], messages(items)
-    assert score == pytest.approx(0.3)
+    assert [i.score for i in items] == [0.5, 0.0, 0.0, 0.5, 0.5, 1.0], messages(items)
+    assert score == pytest.approx(2.5 / 6)
     assert str(items[0].problems[0]).startswith("[q15] rank 0, micro-batch 0: another schedule: your step visits "
                                                 "the chunks in another order"), messages(items[:1])
     assert "backwards visit the chunks in reverse" in messages(items[:1])

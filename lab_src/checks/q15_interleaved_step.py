@@ -75,7 +75,27 @@ def check() -> CheckReport:
             lines.append(f"      {compute_order(events, r)}")
         lines.append(indent(text_grid.time_grid(events, p)))
         lines.append("    " + bubble.describe(events, p, cfg.num_microbatches, v))
+    lines.append("\n  " + prediction_line(srcs[QID]))
     return finish(QID, run, problems, lines)
+
+
+def prediction_line(path: str | None) -> str:
+    """Whether the student's predicted_interleaving() matches the schedule's numbers (which entries differ,
+    not the right values: the grader grades them)."""
+    from pathlib import Path
+
+    from lab_src.judge.chunks import (PREDICTION_MICROBATCHES, PREDICTION_NAME, PREDICTION_RANKS,
+                                      prediction_problems)
+    from lab_src.judge.numeric import NotANumber, read_numbers
+    head = f"your prediction ({PREDICTION_NAME}, p = {PREDICTION_RANKS}, m = {PREDICTION_MICROBATCHES}): "
+    try:
+        got = read_numbers(Path(path).read_text(errors="replace"), PREDICTION_NAME) if path else {}
+    except NotANumber as e:
+        return head + f"not read ({e}); it is graded"
+    wrong = [p.message.split(";")[0].replace("the predicted ", "") for p in prediction_problems(got)]
+    if not wrong:
+        return head + "matches the schedule for v = 1, 2 and 4 (graded)"
+    return head + "differs from the schedule: " + "; ".join(wrong) + " (graded; the bubble study measures them)"
 
 
 class BubbleStudy(CheckReport):
@@ -143,6 +163,7 @@ def bubble_study(chunks=(1, 2, 4), stages: int | None = None, cfg: LabConfig = S
         lines.append(f"  no run of your step finished, so there is nothing to compare:\n{summary(problems, 3)}")
     else:
         lines += [f"  {why}" for why in why_measured(rows, p, os.cpu_count() or 1)]
+        lines.append("  " + prediction_line(srcs[QID]))
     print("\n".join(lines), file=sys.stderr if not rows else sys.stdout)
     study = BubbleStudy(QID, run, problems, lines)
     study.rows = rows

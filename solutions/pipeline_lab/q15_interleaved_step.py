@@ -101,6 +101,12 @@ from lab_src.checks import check
 # last rank each micro-batch's output (detached, in micro-batch order) and the total loss as a float; on
 # the others `([], None)`.
 #
+# **Predict, then run (graded).** Before you run anything, fill in `predicted_interleaving()` at the end of
+# the answer cell: for p = 4 ranks and m = 8 micro-batches, with all boxes equal, the idle share of a step
+# and the number of messages one step sends (over all ranks), for v = 1, 2 and 4 chunks per rank. Numbers
+# and arithmetic only (`1 / 3`, `2 * 5`): the grader reads them without running your code, and the
+# check and the bubble study below put them beside what the schedule does.
+#
 # `stage.recv` is all you need. `post_recv` is for later, once the step is right: gloo starts moving a
 # message only when its receive is posted, so a `recv` called when its box is about to run makes the box
 # wait for the whole transfer. Post each box's receive one box ahead, and the message travels while the box
@@ -186,6 +192,15 @@ def interleaved_step(stage, data_iter, num_microbatches):
     if stage.is_last_stage:
         return [logits[mb] for mb in range(m)], sum(losses)
     return [], None
+    ### END SOLUTION
+
+
+def predicted_interleaving():
+    """Your prediction for p = 4 ranks and m = 8 micro-batches, all boxes equal: the idle share of a step and
+    the messages it sends (over all ranks), with v = 1, 2 and 4 chunks per rank. Numbers and arithmetic only."""
+    ### BEGIN SOLUTION
+    return {"bubble_v1": 3 / (8 + 3), "bubble_v2": 3 / (2 * 8 + 3), "bubble_v4": 3 / (4 * 8 + 3),
+            "messages_v1": 2 * 8 * (4 - 1), "messages_v2": 2 * 8 * (8 - 1), "messages_v4": 2 * 8 * (16 - 1)}
     ### END SOLUTION
 
 
