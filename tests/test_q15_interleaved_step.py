@@ -330,3 +330,23 @@ def test_validate_of_the_released_q15_skips_the_study(reference, tmp_path, no_le
     assert "Success! Your notebook passes all the tests." in out
     assert "Timeout waiting for execute reply" not in out and "Interrupting kernel" not in out
     assert not list((tmp_path / "runs").glob("q15-bubble-*")), "the bubble study launched under Validate"
+
+
+def test_chunk_labels_are_drawn_only_where_they_fit():
+    """Issue 27, cosmetics: with 4 chunks the boxes are narrow and their labels ran into each other
+    ("B0c3F3c0"). A label is drawn only where its box holds it, in the SVG and in the static figure."""
+    import re
+
+    from lab_src.views.svg import frame
+    from lab_src.views.timeline import timelines
+    events = ideal_events(2, 4, schedule=Interleaved1F1B(4), activation_bytes=64)
+    measured, _ = timelines(events, 2, 4, schedule="interleaved:4")
+    for width in (700, 1200, 4000):
+        rows: dict[str, list[tuple[float, str]]] = {}
+        for x, y, text in re.findall(r'<text x="([\d.]+)" y="([\d.]+)" text-anchor="middle"[^>]*>(\w+)</text>',
+                                     frame(measured, width=width)):
+            rows.setdefault(y, []).append((float(x), text))
+        for labels in rows.values():
+            labels.sort()
+            for (xa, a), (xb, b) in zip(labels, labels[1:]):
+                assert xb - xa >= 6.5 * (len(a) + len(b)) / 2, (width, a, b, xb - xa)

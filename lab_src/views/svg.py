@@ -107,7 +107,7 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
         if e is current:
             out.append(f'<rect x="{x0 - 1:.1f}" y="{y - 1:.1f}" width="{x1 - x0 + 2:.1f}" height="{h + 2}" '
                        f'fill="none" stroke="#111" stroke-width="2"/>')
-        if compute and x1 - x0 > 14:
+        if compute and x1 - x0 > max(14, 6.5 * len(box_label(e, tl.chunks)) + 2):   # only a label that fits
             fill = "white" if cursor >= e.t_end else "#888"
             out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{mid(e.rank) + 4}" text-anchor="middle" fill="{fill}" '
                        f'font-size="10" font-weight="bold" pointer-events="none">'
