@@ -355,3 +355,29 @@ def test_what_if_refuses_a_run_that_did_not_pass(capsys):
                         views=[{"events": [], "dp": 2, "pp": 2, "microbatches": 3}])
     assert what_if(report) is None
     assert "the check above did not pass" in capsys.readouterr().out
+
+
+def test_the_grid_timeline_names_each_rows_coordinates_and_keeps_its_legend_whole():
+    """Issue 27, cosmetics: the animated q14 timeline labelled its rows "rank 3" only, and its legend ran
+    past the frame ("→ me..."). Rows carry "dp 1, pp 1"; a legend too long for one line takes two."""
+    import re
+    from dataclasses import replace
+
+    from lab_src.pipeline.trace import Event
+    from lab_src.views.dp_pp import grid_timeline
+    from lab_src.views.ideal import ideal_events
+    from lab_src.views.svg import frame
+    one = ideal_events(2, 3, activation_bytes=64)
+    end = max(e.t_end for e in one)
+    events = [replace(e, rank=e.rank + d * 2, peer=None if e.peer is None else e.peer + d * 2)
+              for d in range(2) for e in one]
+    events += [Event(r, "allreduce_dp", None, None, None, 1024, end, end * 1.2, 0, group=(r % 2, r % 2 + 2))
+               for r in range(4)]
+    events += [Event(r, "allreduce_tied", None, None, None, 256, end * 1.2, end * 1.3, 0, group=(r - r % 2, r - r % 2 + 1))
+               for r in range(4)]
+    svg = frame(grid_timeline(events, 2, 2, 3), width=860)
+    assert ">dp 1, pp 1</text>" in svg
+    view_w, view_h = map(float, re.search(r'viewBox="0 0 ([\d.]+) ([\d.]+)"', svg).groups())
+    texts = re.findall(r'<text x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]*)</text>', svg)
+    x, y, _ = next(t for t in texts if t[2] == "message: send → receive")
+    assert float(x) + 6.2 * len("message: send → receive") <= view_w and float(y) <= view_h
