@@ -350,3 +350,47 @@ def test_chunk_labels_are_drawn_only_where_they_fit():
             labels.sort()
             for (xa, a), (xb, b) in zip(labels, labels[1:]):
                 assert xb - xa >= 6.5 * (len(a) + len(b)) / 2, (width, a, b, xb - xa)
+
+
+def test_the_study_launches_nothing_under_validate_or_after_a_failed_check(monkeypatch, capsys):
+    """Issue 27, items 2 and 14: under Validate the study ran past nbgrader's 30 s; after a failed check (the
+    stub) it ran 28 s and printed an empty table. Now it says why it does not run, at once."""
+    from lab_src import grading
+    from lab_src.checks import q15_interleaved_step as q15
+    monkeypatch.setattr(q15, "_run", lambda *a, **k: pytest.fail("the study launched"))
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    assert q15.bubble_study() is None
+    assert "skipped under Validate" in capsys.readouterr().out
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    monkeypatch.setitem(grading._checked, QID, "CheckFailed: q15: FAILED, 1 problem\n[q15]: still the stub")
+    assert q15.bubble_study() is None
+    err = capsys.readouterr().err
+    assert "the check above did not pass: make it pass first" in err and "q15: FAILED" in err
+
+
+def test_the_study_says_why_the_measurement_departs_from_the_ideal():
+    """Issue 27, item 10: v = 1 measured below its ideal and v = 4 worse than v = 1, with no word why."""
+    from lab_src.checks.q15_interleaved_step import why_measured
+    rows = [{"v": 1, "bubble": 0.133, "ideal": 0.201, "theory": 3 / 11, "compute_s": 0.9, "messages": 48,
+             "bytes_sent": 48 * 2**20},
+            {"v": 2, "bubble": 0.12, "ideal": 0.13, "theory": 3 / 19, "compute_s": 0.6, "messages": 112,
+             "bytes_sent": 112 * 2**20},
+            {"v": 4, "bubble": 0.16, "ideal": 0.09, "theory": 3 / 35, "compute_s": 0.62, "messages": 240,
+             "bytes_sent": 240 * 2**20}]
+    said = " ".join(why_measured(rows, 4, 2))
+    assert "v = 1 measured 13.3%, below its ideal 20.1%" in said and "1.50 x the fastest run's" in said
+    assert "4 ranks share 2 cores, and a rank waiting for a core counts as busy" in said
+    assert "v = 4 measured 16.0%, worse than v = 1's 13.3%" in said and "it sent 240 messages against 48" in said
+
+
+def test_the_cut_points_say_they_are_an_ungraded_experiment(reference, in_tmp, monkeypatch, capsys):
+    """Issue 27, item 6: wrong CUT_POINTS printed "q15: FAILED, 3 problems" in red, though nothing grades them."""
+    import json
+
+    from lab_src.checks.q15_interleaved_step import traced_partition
+    (in_tmp / "map.json").write_text(json.dumps(reference))
+    monkeypatch.setenv("LAB_ANSWERS", str(in_tmp / "map.json"))
+    report = traced_partition(["blocks.2", "blocks.5"])
+    err = capsys.readouterr().err
+    assert not report.ok
+    assert err.startswith("q15 Part 2, the cut points in CUT_POINTS (an experiment: not graded): FAILED"), err
