@@ -92,8 +92,10 @@ def judge_training(outcome, expected: dict, label: str, margin: LearningMargin =
             how = (f"fell by {fall:.1%}" if fall > 0 else "did not fall") + f" over {len(losses)} steps"
         else:
             how = "is negative, so it is no cross-entropy"
+        # a curve that left the single process's explains a loss that does not fall: said under it
         found["learning"].append(Problem(f"the loss {how} ({losses[0]:.4f} -> {losses[-1]:.4f}); the check "
-                                         f"asks that {margin.describe()}", rank=p - 1))
+                                         f"asks that {margin.describe()}", rank=p - 1,
+                                         consequence=bool(found["curves"])))
     return found
 
 
