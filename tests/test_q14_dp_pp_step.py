@@ -292,8 +292,7 @@ MISTAKES = {
         "the tied all-reduce ran over ranks [0, 2], the data-parallel set of stage 0; the copies of pipeline 0's tied "
         "embedding are on its first and last stage, ranks [0, 1]"),
     "one data seed": (q14_answer(loader="make_dataloader(cfg, mbs, dp_rank=0)"), 0.7333,
-                      "replicas [0, 1] all read shard 0: identical samples on every replica, as if their data had "
-                      "one seed"),
+                      "all read shard 0: identical samples on every replica, as if their data had one seed"),
     "the whole batch": (q14_answer(loader="make_dataloader(cfg, mbs)"), 0.7333,
                         "made its dataloader without dp_rank, so it reads the global batch from its first sample"),
     "a weight seed per replica": (q14_answer(stage_cfg="cfg.replace(seed=cfg.seed + dp_rank)"), 0.7333,
