@@ -196,8 +196,7 @@ def interleaved_step(stage, data_iter, num_microbatches):
 
 
 def predicted_interleaving():
-    """Your prediction for p = 4 ranks and m = 8 micro-batches, all boxes equal: the idle share of a step and
-    the messages it sends (over all ranks), with v = 1, 2 and 4 chunks per rank. Numbers and arithmetic only."""
+    """p = 4 ranks, m = 8 micro-batches, equal boxes: each v's idle share and messages per step (numbers only)."""
     ### BEGIN SOLUTION
     return {"bubble_v1": 3 / (8 + 3), "bubble_v2": 3 / (2 * 8 + 3), "bubble_v4": 3 / (4 * 8 + 3),
             "messages_v1": 2 * 8 * (4 - 1), "messages_v2": 2 * 8 * (8 - 1), "messages_v4": 2 * 8 * (16 - 1)}
