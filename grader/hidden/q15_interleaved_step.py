@@ -2,9 +2,13 @@
 rank, as many micro-batches as ranks and more, uneven layers, float64 and other seeds. Each run is
 compared with the baseline and judged against Interleaved 1F1B's program and rules (lab_src/judge/chunks.py):
 the chunks' blocks, the messages per chunk with the wrap-around from the last rank to the first, the
-memory bound and the order in which the chunks are visited."""
-from lab_src.judge.chunks import check_interleaved_run, interleaved_errors
+memory bound and the order in which the chunks are visited; and the prediction of the bubble and the
+messages for v = 1, 2 and 4 (predicted_interleaving(), read from the answer file, never run)."""
+from pathlib import Path
+
+from lab_src.judge.chunks import PREDICTION_NAME, check_interleaved_run, interleaved_errors, prediction_problems
 from lab_src.judge.compare import compare_run
+from lab_src.judge.numeric import NotANumber, read_numbers
 from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.schedules import Interleaved1F1B
@@ -55,4 +59,16 @@ def judge(ctx, outcomes):
                         item.problems.append(Problem(f"chunk {c} (virtual stage {s}) holds blocks {got}; it "
                                                      f"should hold {want}", exercise=QID, rank=r, case=label))
         items.append(item)
-    return items
+    return items + [prediction_item(ctx)]
+
+
+def prediction_item(ctx) -> Item:
+    """The bubble and the messages of v = 1, 2, 4 chunks (judge/chunks.py), read from the answer file, never
+    run: one item among the pipelines."""
+    path = ctx.student.get(QID)
+    try:
+        got = read_numbers(Path(path).read_text(errors="replace"), PREDICTION_NAME) if path else {}
+        problems = prediction_problems(got)
+    except NotANumber as e:
+        problems = [Problem(f"the prediction could not be read: {e}")]
+    return Item("pipelines", "prediction", stamped(problems, QID, "prediction"))

@@ -27,12 +27,13 @@ BUBBLE_MS = (1, 2, 4, 8, 16)
 STEPS = {"afab": "q08", "1f1b": "q12"}       # the exercise whose step each schedule runs
 
 
-def skipped_under_validate(what: str = "This experiment") -> bool:
-    """True, after printing one line, while nbgrader validates or autogrades the notebook: an ungraded
-    study or experiment then launches nothing, so that every cell stays within nbgrader's time limit. False
-    otherwise (the student runs the notebook): run it."""
+def skipped_under_validate(what: str = "This study", how: str = "run the cell yourself to see it") -> bool:
+    """True, after printing one line, while nbgrader validates or autogrades the notebook: an ungraded study
+    or experiment then launches nothing, so that every cell stays within nbgrader's 30 s a cell. False
+    otherwise (the student runs the notebook): run it. `how`: how to run it yourself."""
     if validating():
-        print(f"{what} is skipped under Validate (it is not graded); run the cell yourself to see it.")
+        print(f"{what} is skipped under Validate (it is not graded, and it takes longer than nbgrader's 30 s "
+              f"a cell): {how}.")
         return True
     if autograding():
         print(f"{what} is skipped while autograding (it is not graded).")
