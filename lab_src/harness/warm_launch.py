@@ -31,7 +31,7 @@ class WarmProcess:
     """A running `python -m lab_src.harness.warm`, and the lines it has answered."""
 
     def __init__(self, env: dict):
-        self.pythonpath = env.get("PYTHONPATH", "")
+        self.pythonpath, self.owner = env.get("PYTHONPATH", ""), os.getpid()
         full = {**os.environ, **env, "LAB_WARM_PARENT": str(os.getpid()), "PYTHONUNBUFFERED": "1",
                 "OMP_NUM_THREADS": os.environ.get("LAB_OMP_THREADS", "1"), "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
         self.proc = subprocess.Popen([sys.executable, "-m", "lab_src.harness.warm"], env=full,
@@ -76,11 +76,18 @@ _lock = threading.Lock()
 def warm_process(env: dict) -> WarmProcess:
     """This process's warm launcher, started now if there is none alive (for the same PYTHONPATH)."""
     global _warm
+    if _warm is not None and _warm.owner != os.getpid():      # a forked copy of this process: not ours
+        _warm = None
     if _warm is None or not _warm.alive() or _warm.pythonpath != env.get("PYTHONPATH", ""):
         if _warm is not None:
             _warm.stop()
         _warm = WarmProcess(env)
     return _warm
+
+
+def warm_pid() -> int | None:
+    """The pid of this process's warm launcher, if it has one alive."""
+    return _warm.proc.pid if _warm is not None and _warm.owner == os.getpid() and _warm.alive() else None
 
 
 def prestart() -> None:
