@@ -206,7 +206,8 @@ def launch_groups(groups: list[tuple[Path, int]], *, run_dir: Path, deadline_s: 
             proc.wait()
     wall = time.monotonic() - started
     rank_logs = {r: tail(p) for r, p in runfolder.rank_logs(run_dir).items()}
-    return Launch(0 if not stopped else None, stopped, wall, tail(log_path), rank_logs, 0, codes, done)
+    agents = tail(run_dir / "torchrun.log", 8000)      # the elastic agents' own output (harness/elastic.py)
+    return Launch(0 if not stopped else None, stopped, wall, tail(log_path, 8000) + agents, rank_logs, 0, codes, done)
 
 
 def worker_env(extra: dict | None = None) -> dict:

@@ -112,7 +112,9 @@ def launch(nproc: int, spec_path: Path, *, run_dir: Path, deadline_s: float, wat
         warm = warm_process(env)
         job = {"spec": str(spec_path), "nproc": nproc, "run_dir": str(run_dir), "log": str(log_path),
                "run_id": uuid.uuid4().hex,
-               "env": {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH", "PYTHONNOUSERSITE")}
+               # what a torchrun subprocess would get: this process's environment now (LAB_BACKEND set in
+               # the notebook after the warm launcher started, say), less what only matters at import
+               "env": {k: v for k, v in {**os.environ, **env}.items() if not k.startswith("PYTHON")}
                | {"LAB_RUN_DIR": str(run_dir)}}
         stopped, agent, done = None, None, None
         try:
@@ -129,7 +131,8 @@ def launch(nproc: int, spec_path: Path, *, run_dir: Path, deadline_s: float, wat
                 if line:
                     done = json.loads(line.split(" ", 1)[1])
                     break
-                if not warm.alive() and not warm.replies:
+                if not warm.alive() and not warm.reader.is_alive() and not any(
+                        r.startswith("DONE") for r in warm.replies):
                     stopped = warm.death()
                     break
                 if time.monotonic() - started > deadline_s:

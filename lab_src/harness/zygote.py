@@ -67,7 +67,7 @@ def _run_group(spec_path: str, nproc: int, keep: set[int]) -> dict:
     from lab_src.harness import elastic
     run_dir = json.loads(open(spec_path).read())["run_dir"]
     pid, read_end = elastic.start(spec_path, nproc, run_dir=run_dir,
-                                  log_path=os.path.join(os.path.dirname(spec_path), "torchrun.log"))
+                                  log_path=os.path.join(run_dir, "torchrun.log"))     # the groups' in turn
     agent_status, status = elastic.collect(pid, read_end)
     if not status and agent_status:                 # the agent itself failed: every rank counts as failed
         status = {r: agent_status for r in range(nproc)}
