@@ -168,7 +168,9 @@ def main() -> int:
     row("q08 peak memory, RSS summed, GB", memory["torchrun"][0] / 1024, memory["warm"][0] / 1024, "<= 0.6 GB")
     row("q08 peak memory, PSS summed, GB", memory["torchrun"][1] / 1024, memory["warm"][1] / 1024, "")
     print(f"{'processes at the peak':<34} {memory['torchrun'][2]:>9} {memory['warm'][2]:>9}")
-    print("\nper check, s:  " + "  ".join(f"{q} {a:.1f}/{b:.1f}" for (q, a), (_, b) in zip(old["all"], new["all"])))
+    print(f"\nq08, s: {' '.join(f'{t:.1f}' for t in old['q08'])} / {' '.join(f'{t:.1f}' for t in new['q08'])};  "
+          f"deadlock, s: {' '.join(f'{t:.1f}' for t in old['deadlock'])} / {' '.join(f'{t:.1f}' for t in new['deadlock'])}")
+    print("per check, s:  " + "  ".join(f"{q} {a:.1f}/{b:.1f}" for (q, a), (_, b) in zip(old["all"], new["all"])))
     if failed:
         print(f"unexpected verdicts: {failed}")
     print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
