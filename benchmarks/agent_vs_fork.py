@@ -1,7 +1,7 @@
 """Starting 4 ranks from a process that has imported torch: torch's elastic agent (what torchrun runs)
 against a bare os.fork with the same environment. Each rank joins a gloo group and all-reduces once.
 
-    PYTHONPATH=. python benchmarks/agent_vs_fork.py [repeats]
+    .venv/bin/python benchmarks/agent_vs_fork.py [repeats]
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 import torch anew, LAB_LAUNCH=torchrun) beside the new one (ranks forked by the kernel's warm launcher
 under torch's elastic agent, harness/warm.py), in the same run.
 
-    PYTHONPATH=. python benchmarks/check_latency.py [--repeat 3]
+    .venv/bin/python benchmarks/check_latency.py [--repeat 3]
 
 Two "kernels" (Python processes, one per way) live through the run, as a notebook's kernel does: each
 has loaded lab_src and imported torch (a notebook's first cells do), and the new one has its warm
