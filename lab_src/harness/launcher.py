@@ -206,4 +206,15 @@ def launch_groups(groups: list[tuple[Path, int]], *, run_dir: Path, deadline_s: 
             proc.wait()
     wall = time.monotonic() - started
     rank_logs = {r: tail(p) for r, p in runfolder.rank_logs(run_dir).items()}
-    return Launch(0 if not stopped else None, stopped, wall, tail(log_path), rank_logs, 0, codes, done)
+    agents = tail(run_dir / "torchrun.log", 8000)      # the elastic agents' own output (harness/elastic.py)
+    return Launch(0 if not stopped else None, stopped, wall, tail(log_path, 8000) + agents, rank_logs, 0, codes, done)
+
+
+def worker_env(extra: dict | None = None) -> dict:
+    """Environment for worker processes: the lab_src that this process uses must be the one they import."""
+    here = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in [here, os.environ.get("PYTHONPATH", "")] if p)
+    env = {"PYTHONPATH": path, "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1"}
+    env.update(extra or {})
+    return env
+

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from lab_src.harness import deadlock, runfolder
 from lab_src.harness.case import Case, CaseOutcome, Run
-from lab_src.harness.launcher import Launch, launch, launch_groups
+from lab_src.harness import warm_launch
+from lab_src.harness.launcher import Launch, launch, launch_groups, worker_env  # noqa: F401 - worker_env: scripts
 from lab_src.harness.records import RankError
 from lab_src.pipeline.trace import save_events
 from lab_src.registry import EXERCISES
@@ -235,8 +236,12 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
             watch = _CaseWatch(run_dir, nproc, case_deadline_s, startup_s,
                                {c.index: c.stages for c in remaining} if stop_deadlocks else {})
             watches = [watch]
-            result = launch(nproc, "lab_src.harness.worker", [str(spec_path)], run_dir=run_dir, deadline_s=deadline,
-                            watchdog=watch, env=worker_env(env))
+            if warm_launch.use_warm():      # ranks forked by this kernel's warm launcher (harness/warm.py)
+                result = warm_launch.launch(nproc, spec_path, run_dir=run_dir, deadline_s=deadline,
+                                            watchdog=watch, env=worker_env(env))
+            else:
+                result = launch(nproc, "lab_src.harness.worker", [str(spec_path)], run_dir=run_dir,
+                                deadline_s=deadline, watchdog=watch, env=worker_env(env))
             started = watch.current is not None
         launches.append(result)
         for w in watches:
@@ -311,13 +316,3 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
     for folder in folders:                          # a stopped launch leaves its last group's inputs
         shutil.rmtree(folder / "inputs", ignore_errors=True)
     return result, watches
-
-
-def worker_env(extra: dict | None = None) -> dict:
-    """Environment for worker processes: the lab_src that this process uses must be the one they import."""
-    here = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(p for p in [here, os.environ.get("PYTHONPATH", "")] if p)
-    env = {"PYTHONPATH": path, "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1"}
-    env.update(extra or {})
-    return env
-

@@ -157,6 +157,8 @@ def wrap(cmd: list[str], *, writable: Path, env: dict | None = None, limits: Lim
         else ["--unshare-all"]
     args = [bwrap(), *spaces, "--hostname", "localhost", "--die-with-parent", "--new-session", "--clearenv",
             *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
+            # the sandbox's own /dev/shm: the elastic agent's queues to its ranks are POSIX semaphores
+            "--perms", "1777", "--size", str(64 << 20), "--tmpfs", "/dev/shm",
             *_python_binds(),
             *_dirs_for(INSIDE / "lab_src"), "--ro-bind", str(package_dir()), str(INSIDE / "lab_src"),
             *_dirs_for(writable), "--bind", str(writable), str(writable)]

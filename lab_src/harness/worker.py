@@ -2,6 +2,9 @@
 
     python -m torch.distributed.run --standalone --nproc-per-node N -m lab_src.harness.worker SPEC.json
 
+(or, as the checks and the grader start ranks, `main` called in a rank forked by torch's elastic agent
+from a warm process: harness/elastic.py).
+
 Before the first case, every rank runs the answer cell under test of each of its cases once and waits
 for the others (`load_answers_under_test`). For each case, ranks 0..p-1 of a p-stage case run it in
 their pipeline group, with the answers the case names (`answers.use_answers`), and save what they
