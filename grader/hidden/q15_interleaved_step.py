@@ -1,4 +1,4 @@
-"""Hidden tests of q15 (interleaved_step): interleaved pipelines of 2 to 4 ranks with 2 and 4 chunks per
+"""Hidden tests of q15 (interleaved_step): interleaved pipelines of 2 to 4 ranks with 1, 2 and 4 chunks per
 rank, as many micro-batches as ranks and more, uneven layers, float64 and other seeds. Each run is
 compared with the baseline and judged against Interleaved 1F1B's program and rules (lab_src/judge/chunks.py):
 the chunks' blocks, the messages per chunk with the wrap-around from the last rank to the first, the
@@ -27,6 +27,9 @@ CONFIGS = {
                                                            global_batch_size=6, seed=7), 2),
     "4 ranks, 2 chunks, float64, seed 123": (LabConfig(num_stages=4, num_layers=8, num_microbatches=4,
                                                        global_batch_size=8, seed=123, dtype="float64"), 2),
+    # the contract allows one chunk per rank: Interleaved 1F1B's warm-up 2(p - r - 1), not 1F1B's
+    "2 ranks, 1 chunk, 4 micro-batches": (LabConfig(num_stages=2, num_layers=4, num_microbatches=4,
+                                                    global_batch_size=8), 1),
 }
 
 
