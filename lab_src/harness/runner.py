@@ -38,6 +38,7 @@ class _CaseWatch:
         self.started_at = time.monotonic()
         self.current, self.current_since = None, None
         self.ended: set[int] = set()
+        self.loading: dict[int, int] = {}               # rank -> the case whose answer it is loading now
         self.progress = deadlock.Progress()
         self.stuck: dict[int, deadlock.Stuck] = {}      # case -> its state when the watch stopped it
         self.stopped_at: dict[int, float] = {}          # case -> when (time.monotonic)
@@ -62,7 +63,11 @@ class _CaseWatch:
                 if mark is None:
                     continue
                 what, index = mark
-                if what == "start" and index != self.current and index not in self.ended:
+                if what == "load":
+                    self.loading[i] = index
+                elif what == "loaded":
+                    self.loading.pop(i, None)
+                elif what == "start" and index != self.current and index not in self.ended:
                     self.current, self.current_since = index, time.monotonic()
                 elif what == "end":
                     self.ended.add(index)
@@ -251,6 +256,14 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
                     outcome.obs[r] = o
             if len(outcome.obs) == case.stages:
                 continue
+            blamed = blame_loading(watches, remaining, result)
+            if blamed:
+                # an answer ended the sandbox as it loaded: its exercise's cases fail, the others run again
+                gone = {c.index for c in blamed}
+                next_remaining = [c for c in remaining[pos:] if c.index not in gone]
+                for other in blamed:
+                    outcomes[other.index].failure = loading_failure(other, result)
+                break
             if not started and not result.ok:
                 # no rank ever started a case: the launch itself is broken (an import error, say)
                 broken = (f"torchrun could not start the checks ({result.stopped or f'exit status {result.returncode}'}):\n"
@@ -277,6 +290,29 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
         if events:
             save_events(events, runfolder.events_path(run_dir, i))
     return Run(run_dir, [outcomes[i] for i in range(len(cases))], launches)
+
+
+def blame_loading(watches: list[_CaseWatch], remaining: list[Case], result: Launch) -> list[Case]:
+    """The cases to blame when a launch ended while its last group's ranks were still loading the answers
+    under test: those of the exercise whose answer some rank was loading (the journals mark each load),
+    graded with that same answer file. Ranks load the same answers in the same order, so when several
+    loads were open, the one open on most ranks (the earliest case on a tie) is blamed. Empty when no
+    load was under way (then the launch itself is broken, or a case was running)."""
+    if result.ok or not watches or watches[-1].current is not None or not watches[-1].loading:
+        return []
+    open_loads = list(watches[-1].loading.values())
+    index = min(set(open_loads), key=lambda i: (-open_loads.count(i), i))
+    culprit = next((c for c in remaining if c.index == index), None)
+    if culprit is None:
+        return []
+    return [c for c in remaining if (c.qid, c.answers.get(c.qid)) == (culprit.qid, culprit.answers.get(culprit.qid))]
+
+
+def loading_failure(case: Case, result: Launch) -> str:
+    why = result.stopped or f"exit status {result.returncode}"
+    return (f"your answer to {case.qid} ended the grading sandbox while it loaded (the code outside the "
+            f"function ran and every process of the launch ended: {why}); none of {case.qid}'s cases could "
+            f"run, and the other exercises were graded in a sandbox of their own")
 
 
 def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, timeout_s: float, log_limit: int,
