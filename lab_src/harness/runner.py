@@ -15,7 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
-from lab_src.harness import deadlock, runfolder
+from lab_src.harness import deadlock, runfolder, sandbox
 from lab_src.harness.case import Case, CaseOutcome, Run
 from lab_src.harness.launcher import Launch, launch, launch_groups
 from lab_src.harness.records import RankError
@@ -28,7 +28,8 @@ class _CaseWatch:
     will send (at once, harness/deadlock.py), and the launch when a case overruns its deadline."""
 
     def __init__(self, run_dir: Path, nproc: int, case_deadline_s: float, startup_s: float,
-                 stages: dict[int, int] | None = None, settle_s: float = 0.3, stop_grace_s: float = 5.0):
+                 stages: dict[int, int] | None = None, settle_s: float = 0.3, stop_grace_s: float = 5.0,
+                 disk_limit: int | None = None):
         self.run_dir = run_dir
         self.paths = [runfolder.journal_path(run_dir, r) for r in range(nproc)]
         self.offsets = [0] * nproc
@@ -43,6 +44,8 @@ class _CaseWatch:
         self.stuck: dict[int, deadlock.Stuck] = {}      # case -> its state when the watch stopped it
         self.stopped_at: dict[int, float] = {}          # case -> when (time.monotonic)
         self.stop_times: dict[int, float] = {}          # case -> when (time.perf_counter, the journals' clock)
+        self.disk_limit, self.disk_checked = disk_limit, 0.0
+        self.qids: dict[int, str] = {}                  # case -> its exercise, to name in the disk limit's message
 
     def _read(self) -> None:
         for i, path in enumerate(self.paths):
@@ -72,9 +75,27 @@ class _CaseWatch:
                 elif what == "end":
                     self.ended.add(index)
 
+    def _over_disk_limit(self, now: float) -> str | None:
+        """Checked 4 times a second: the run folder over `disk_limit` stops the launch (sandbox.disk_usage)."""
+        if self.disk_limit is None or now - self.disk_checked < 0.25:
+            return None
+        self.disk_checked = now
+        used = sandbox.disk_usage(self.run_dir)
+        if used <= self.disk_limit:
+            return None
+        sandbox.remove_large_files(self.run_dir, OBS_LIMIT_BYTES)
+        who = f"the answer to {self.qids.get(self.current, 'an exercise')}" if self.current is not None else \
+            "an answer loading"
+        return (f"disk limit: {who} wrote {sandbox.describe_bytes(used)} into the grading folder; the limit "
+                f"is {sandbox.describe_bytes(self.disk_limit)} for all of a submission's files together "
+                f"(what it wrote was deleted)")
+
     def __call__(self) -> str | None:
         self._read()
         now = time.monotonic()
+        full = self._over_disk_limit(now)
+        if full:
+            return full
         if self.current is None:
             if now - self.started_at > self.startup_s:
                 return (f"the ranks did not start within {self.startup_s:.0f} s (starting includes running "
@@ -336,16 +357,20 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
 
     def after(i: int) -> None:
         shutil.rmtree(folders[i] / "inputs", ignore_errors=True)
+        sandbox.remove_large_files(run_dir, OBS_LIMIT_BYTES)    # the run folder emptied of what a group wrote
 
     def watchdog(i: int, nproc: int):
         watches.append(_CaseWatch(run_dir, nproc, case_deadline_s, startup_s,
-                                  {c.index: c.stages for c in groups[i]} if stop_deadlocks else {}))
+                                  {c.index: c.stages for c in groups[i]} if stop_deadlocks else {},
+                                  disk_limit=sandbox.Limits().disk_bytes))
+        watches[-1].qids = {c.index: c.qid for c in groups[i]}
         return watches[-1]
 
     result = launch_groups(specs, run_dir=run_dir, deadline_s=deadline, make_watchdog=watchdog,
                            before_group=before, after_group=after, env=env)
     for folder in folders:                          # a stopped launch leaves its last group's inputs
         shutil.rmtree(folder / "inputs", ignore_errors=True)
+    sandbox.remove_large_files(run_dir, OBS_LIMIT_BYTES)
     return result, watches
 
 
