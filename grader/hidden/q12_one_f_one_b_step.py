@@ -8,7 +8,7 @@ from lab_src.judge.one_f_one_b import diagnose
 from lab_src.judge.problems import Kind, stamped
 from lab_src.pipeline.config import LabConfig
 
-from .common import CONFIGS, causes_first, pipeline_item
+from .common import causes_first, pipeline_cases, pipeline_item
 
 QID = "q12"
 
@@ -21,8 +21,8 @@ CORNERS = {
 
 def cases(ctx):
     ctx.baselines.add(CORNERS.values())
-    return ([ctx.case(QID, "pipeline", c) for c in CONFIGS] +
-            [ctx.case(QID, "pipeline", cfg, label=label) for label, cfg in CORNERS.items()])
+    return (pipeline_cases(ctx, QID) +
+            pipeline_cases(ctx, QID, CORNERS))
 
 
 def judge(ctx, outcomes):

@@ -46,6 +46,10 @@ class _CaseWatch:
         self.stop_times: dict[int, float] = {}          # case -> when (time.perf_counter, the journals' clock)
         self.disk_limit, self.disk_checked = disk_limit, 0.0
         self.qids: dict[int, str] = {}                  # case -> its exercise, to name in the disk limit's message
+        # case -> rank -> the compute operations it began, in the order this process read them live, each
+        # [kind, micro-batch, chunk, when read (time.monotonic)]: the order judge/record.py holds a rank's
+        # returned events to (a rank that rewrites its records afterwards contradicts what was read here)
+        self.observed: dict[int, dict[int, list]] = {}
 
     def _read(self) -> None:
         for i, path in enumerate(self.paths):
@@ -62,6 +66,7 @@ class _CaseWatch:
                 if parsed is None:
                     continue
                 self.progress.feed(i, *parsed)
+                self._observe(i, parsed)
                 mark = runfolder.parse_case_line(line)
                 if mark is None:
                     continue
@@ -74,6 +79,18 @@ class _CaseWatch:
                     self.current, self.current_since = index, time.monotonic()
                 elif what == "end":
                     self.ended.add(index)
+
+    def _observe(self, rank: int, parsed: tuple) -> None:
+        _, tag, payload = parsed
+        if tag != "B" or not isinstance(payload, list) or len(payload) < 3 or payload[1] not in COMPUTE:
+            return
+        try:
+            index = int(payload[0])
+        except (TypeError, ValueError):
+            return
+        chunk = payload[4] if len(payload) > 4 else 0
+        self.observed.setdefault(index, {}).setdefault(rank, []).append(
+            [payload[1], payload[2], chunk, round(time.monotonic(), 4)])
 
     def _over_disk_limit(self, now: float) -> str | None:
         """Checked 4 times a second: the run folder over `disk_limit` stops the launch (sandbox.disk_usage)."""
@@ -118,6 +135,10 @@ class _CaseWatch:
             return f"case deadline of {self.case_deadline_s:.0f} s"
         return None
 
+
+# The compute operations whose order the watch records (pipeline/ops.py's compute operations,
+# by their journal names: this process imports no torch)
+COMPUTE = ("forward", "backward", "backward_input", "backward_weight")
 
 # An observation is a few tensors of a small model; a larger file is not something a rank should write.
 OBS_LIMIT_BYTES = 64 << 20
@@ -265,7 +286,12 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
                             watchdog=watch, env=worker_env(env))
             started = watch.current is not None
         launches.append(result)
+        if watches:
+            watches[-1]._read()     # the lines written since its last poll (earlier groups': in `after`)
         for w in watches:
+            for index, by_rank in w.observed.items():
+                if index in outcomes:
+                    outcomes[index].observed = by_rank
             for index, stuck in w.stuck.items():
                 outcomes[index].stuck, outcomes[index].stopped_at = stuck, w.stop_times[index]
         next_remaining = []
@@ -356,6 +382,7 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
             runfolder.journal_path(run_dir, r).unlink(missing_ok=True)
 
     def after(i: int) -> None:
+        watches[i]._read()                          # its journals' last lines, before the next group's replace them
         shutil.rmtree(folders[i] / "inputs", ignore_errors=True)
         sandbox.remove_large_files(run_dir, OBS_LIMIT_BYTES)    # the run folder emptied of what a group wrote
 
