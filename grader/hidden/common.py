@@ -118,7 +118,7 @@ def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extr
     if item.problems:
         return item
     cfg = outcome.case.config
-    item.problems += stamped(_numbers(ctx, outcome) + check_run(outcome), qid, label)
+    item.problems += stamped(compare_numbers(ctx, outcome) + check_run(outcome), qid, label)
     ref_layers = ctx.reference_fn("q05")
     for r, o in sorted(outcome.obs.items()):
         want = ref_layers(cfg.num_layers, r, cfg.num_stages)
@@ -130,7 +130,7 @@ def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extr
     return item
 
 
-def _numbers(ctx: Context, outcome) -> list[Problem]:
+def compare_numbers(ctx: Context, outcome) -> list[Problem]:
     """The run compared with its baseline: on a case where rank 0 changed its embedding after building it
     (pipeline/perturb.py, `pipeline_cases`), the baseline of the changed model, and outputs that ignored the
     change are named first (judge/compare.py `check_depends`)."""

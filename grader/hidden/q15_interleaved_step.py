@@ -2,15 +2,15 @@
 rank, as many micro-batches as ranks and more, uneven layers, float64 and other seeds. Each run is
 compared with the baseline and judged against Interleaved 1F1B's program and rules (lab_src/judge/chunks.py):
 the chunks' blocks, the messages per chunk with the wrap-around from the last rank to the first, the
-memory bound and the order in which the chunks are visited."""
+memory bound and the order in which the chunks are visited. In every case rank 0 changes its embedding once
+built (pipeline/perturb.py), and the outputs must follow."""
 from lab_src.judge.chunks import check_interleaved_run, interleaved_errors
-from lab_src.judge.compare import compare_run
 from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.schedules import Interleaved1F1B
 from lab_src.registry import exercise
 
-from .common import Item
+from .common import Item, compare_numbers, perturbing
 
 QID = "q15"
 
@@ -35,8 +35,8 @@ CONFIGS = {
 
 def cases(ctx):
     ctx.baselines.add(cfg for cfg, _ in CONFIGS.values())
-    return [ctx.case(QID, "interleaved", cfg, label=label, schedule=Interleaved1F1B(v).name)
-            for label, (cfg, v) in CONFIGS.items()]
+    return [ctx.case(QID, "interleaved", cfg, label=label, schedule=Interleaved1F1B(v).name,
+                     settings=perturbing(cfg)) for label, (cfg, v) in CONFIGS.items()]
 
 
 def judge(ctx, outcomes):
@@ -49,7 +49,7 @@ def judge(ctx, outcomes):
         if not item.problems:
             cfg, p = out.case.config, out.case.stages
             # the pipeline's own faults first: a swapped message or a wrong peer explains wrong numbers
-            item.problems += stamped(check_interleaved_run(out) + compare_run(out, ctx.baselines[cfg]), QID, label)
+            item.problems += stamped(check_interleaved_run(out) + compare_numbers(ctx, out), QID, label)
             for r, o in sorted(out.obs.items()):
                 for c, got in enumerate(o.get("chunk_layers") or []):
                     s, virtual = c * p + r, len(o["chunk_layers"]) * p

@@ -46,9 +46,9 @@ class _CaseWatch:
         self.stop_times: dict[int, float] = {}          # case -> when (time.perf_counter, the journals' clock)
         self.disk_limit, self.disk_checked = disk_limit, 0.0
         self.qids: dict[int, str] = {}                  # case -> its exercise, to name in the disk limit's message
-        # case -> rank -> the compute operations it began, in the order this process read them live, each
-        # [kind, micro-batch, chunk, when read (time.monotonic)]: the order judge/record.py holds a rank's
-        # returned events to (a rank that rewrites its records afterwards contradicts what was read here)
+        # case -> rank -> the compute operations and messages it began, in the order this process read them
+        # live, each [kind, micro-batch, chunk, when read (time.monotonic)]: what judge/record.py holds a
+        # rank's returned events to (a rank that rewrites its records afterwards contradicts what was read here)
         self.observed: dict[int, dict[int, list]] = {}
 
     def _read(self) -> None:
@@ -82,7 +82,7 @@ class _CaseWatch:
 
     def _observe(self, rank: int, parsed: tuple) -> None:
         _, tag, payload = parsed
-        if tag != "B" or not isinstance(payload, list) or len(payload) < 3 or payload[1] not in COMPUTE:
+        if tag not in ("B", "P") or not isinstance(payload, list) or len(payload) < 3 or payload[1] not in OBSERVED:
             return
         try:
             index = int(payload[0])
@@ -136,9 +136,10 @@ class _CaseWatch:
         return None
 
 
-# The compute operations whose order the watch records (pipeline/ops.py's compute operations,
-# by their journal names: this process imports no torch)
-COMPUTE = ("forward", "backward", "backward_input", "backward_weight")
+# The operations whose order the watch records: pipeline/ops.py's compute operations and messages, by their
+# journal names (this process imports no torch)
+OBSERVED = ("forward", "backward", "backward_input", "backward_weight",
+            "recv_forward", "send_forward", "recv_backward", "send_backward")
 
 # An observation is a few tensors of a small model; a larger file is not something a rank should write.
 OBS_LIMIT_BYTES = 64 << 20
@@ -160,6 +161,12 @@ def _load_obs(path: Path) -> dict | None:
 def _launch_failure(result: Launch, run_dir: Path, case: Case, obs: dict) -> str:
     exited = result.exit_codes or exit_codes(result.launcher_log)
     crashed = {r: c for r, c in exited.items() if c != -15}  # -15: torchrun's SIGTERM to the others
+    if result.sandbox_ended is not None:
+        # every process of the sandbox was killed while this case ran, and only its own answer is the student's
+        head = (f"your answer to {case.qid} ended the grading sandbox (its processes were killed, status "
+                f"{result.sandbox_ended}) while case {case.index} ({case.stages} stages) ran; the cases after it ran "
+                f"in a new sandbox")
+        return head + "\n" + deadlock.report(run_dir, case.index, range(case.stages), done_ranks=set(obs), exited={})
     if result.stopped:
         why = f"stopped: {result.stopped}"
     elif crashed:

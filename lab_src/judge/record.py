@@ -7,8 +7,10 @@ A rank that rewrites its events afterwards (an All-Forward-All-Backward step who
 1F1B's order once it has run) then returns an order that differs from the one read while it ran: the
 record is forged, and the case fails for it, whatever the order rules say of the forged one.
 
-What this does not catch (docs/threat-model.md): a process that journals a false order live, as it runs,
-while its messages follow the real one.
+A rank could also journal a false order live (drop its real compute lines, write others): the compute lines
+must then sit between the rank's own message lines as a run that computes from what it receives would put
+them (`out_of_step`), which, for every rank but the last, pins AFAB's messages to AFAB's compute. What this
+does not catch (docs/threat-model.md): message lines forged too, consistently on every rank.
 """
 from __future__ import annotations
 
@@ -31,9 +33,11 @@ def check_record(outcome) -> list[Problem]:
     events = outcome.events()
     problems = []
     for r in sorted(outcome.obs):
-        seen = [(k, mb, c or 0) for k, mb, c, *_ in outcome.observed.get(r, [])]
+        lines = outcome.observed.get(r, [])
+        seen = [(k, mb, c or 0) for k, mb, c, *_ in lines if _computes(k)]
         said = compute_sequence(events, r)
         if seen == said:
+            problems += out_of_step(lines, r)
             continue
         at = next((i for i, (a, b) in enumerate(zip(seen, said)) if a != b), min(len(seen), len(said)))
         problems.append(Problem(
@@ -41,6 +45,42 @@ def check_record(outcome) -> list[Problem]:
             f"as it ran (read live by the grader from its journal) it began {_ops(seen, at)}. A step is judged "
             f"on the operations it runs; rewriting the records afterwards shows as a forged record", rank=r))
     return problems
+
+
+# What a compute operation needs before it and what needs it after, on one rank: a forward's input is
+# received before it begins and its output sent after; a backward's likewise. (kind -> (the message
+# begun before it, the message begun after it))
+_BETWEEN = {"forward": ("recv_forward", "send_forward"), "backward": ("recv_backward", "send_backward")}
+
+
+def out_of_step(lines: list, rank: int) -> list[Problem]:
+    """Compute lines that the rank's own messages contradict, in the order the grader read them: a forward
+    (backward) of micro-batch k journalled before its receive of k began, or after its send of k began. An
+    honest step cannot: it computes from what it received and sends what it computed. A step that drops
+    its real compute lines and journals another order contradicts its messages (judge/record.py's note).
+    Judged only where each line of the rank names a distinct (kind, micro-batch) of a single chunk, so that a
+    step that mislabels its messages is told that instead (realness.check_messages)."""
+    keys = [(k, mb, c or 0) for k, mb, c, *_ in lines]
+    if len(set(keys)) != len(keys) or any(c for _, _, c in keys):
+        return []       # mislabelled messages, or model chunks (q15), whose messages name another chunk
+    at = {key: i for i, key in enumerate(keys)}
+    for i, (kind, mb, c) in enumerate(keys):
+        if kind not in _BETWEEN:
+            continue
+        before, after = _BETWEEN[kind]
+        if at.get((before, mb, 0), -1) > i or at.get((after, mb, 0), len(keys)) < i:
+            wrong = before if at.get((before, mb, 0), -1) > i else after
+            return [Problem(f"this rank's recorded order differs from what the run did: its journal, read live by "
+                            f"the grader, has {Op(kind).letter}{mb} {'before' if wrong == before else 'after'} "
+                            f"{wrong}(mb={mb}) began, which a run that computes from what it receives cannot "
+                            f"do: the compute lines were not written as the operations ran (a forged record)",
+                            rank=rank, microbatch=mb)]
+    return []
+
+
+def _computes(kind) -> bool:
+    op = Op.of(kind)
+    return op is not None and op.is_compute
 
 
 def _ops(seq: list[tuple], at: int, n: int = 6) -> str:

@@ -1,6 +1,6 @@
 """A change the lab makes to a built model, which an honest pipeline must carry to its output.
 
-In every case of 2 stages or more of q08's and q12's hidden tests, rank 0 changes its stage's position
+In every case of 2 stages or more of q08's, q12's and q15's hidden tests, rank 0 changes its stage's position
 embedding right after the stage is built, by an amount drawn from a seed only rank 0 knows (os.urandom,
 never journalled or sent to another rank before the step ends), and reports the seed in its observations. The judge builds the
 whole model, makes the same change, and compares the pipeline's outputs and gradients with that baseline:
