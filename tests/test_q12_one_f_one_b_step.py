@@ -152,8 +152,8 @@ def test_the_experiments_figures_draw_memory_and_bubble_against_m():
 # ---- real runs ------------------------------------------------------------------------------------------
 def test_afab_submitted_for_1f1b_gets_the_numbers_right_and_half_credit(reference, tmp_path, no_leftovers):
     verdict = grade_answer("q12", AFAB_AS_1F1B, reference, tmp_path)
-    # one micro-batch: AFAB is 1F1B; the 5 other cases keep q12's other_schedule_credit (half)
-    assert verdict["fraction"] == pytest.approx((1 + 5 * 0.5) / 6, abs=1e-4)
+    # one micro-batch: AFAB is 1F1B; the 6 other cases keep q12's other_schedule_credit (half)
+    assert verdict["fraction"] == pytest.approx((1 + 6 * 0.5) / 7, abs=1e-4)
     text = " ".join("\n".join(verdict["messages"]).split())   # messages wrap at 110 columns
     assert "your step is a valid All-Forward-All-Backward schedule, but this exercise asks for " \
            "One-Forward-One-Backward" in text
@@ -162,6 +162,16 @@ def test_afab_submitted_for_1f1b_gets_the_numbers_right_and_half_credit(referenc
     assert "also on rank 2 (fewer micro-batches than stages); rank 0 (more micro-batches than stages); rank 0 " \
            "(uneven layers, seed 7); rank 1 (float64, seed 123)" in text
     assert "differ" not in text                        # the numbers are right
+
+
+def test_a_warm_up_without_min_m_fails_where_m_is_at_most_p_minus_2(reference, tmp_path, no_leftovers):
+    # p - r - 1 warm-up forwards without min(., m): right while m >= p - 1, and with 4 stages and 2
+    # micro-batches rank 0 runs a forward for a micro-batch that does not exist
+    text = answer("q12_warmup_no_min")
+    assert "min(" not in text.split("warmup =")[1].splitlines()[0]
+    verdict = grade_answer("q12", text, reference, tmp_path)
+    assert verdict["fraction"] == pytest.approx(6 / 7, abs=1e-4), verdict["messages"]
+    assert "4 stages, 2 micro-batches" in "\n".join(verdict["messages"])
 
 
 @pytest.mark.slow

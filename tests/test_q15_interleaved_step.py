@@ -39,6 +39,9 @@ DEPTH_FIRST_BACKWARD = [("    def order(k, backward):\n", "    def order(k, back
 ALL_FORWARDS_FIRST = [("warmup = min((p - r - 1) * 2 + (v - 1) * p, total)", "warmup = total")]
 # posts the next box's receive one box ahead, and after the last box wraps round to the first: a receive
 # posted for a message nobody sends
+# a branch of its own for one chunk per rank ("nothing to interleave"): all forwards, then all backwards
+V1_ALL_FORWARDS_FIRST = [("warmup = min((p - r - 1) * 2 + (v - 1) * p, total)",
+                          "warmup = total if v == 1 else min((p - r - 1) * 2 + (v - 1) * p, total)")]
 LOOKAHEAD_WRAPS = [("after = receive_for(boxes[i + 1]) if i + 1 < len(boxes) else None",
                     "after = receive_for(boxes[(i + 1) % len(boxes)])")]
 
@@ -70,7 +73,7 @@ def grade(reference: dict, answers: dict[str, str], tmp_path, timeout_s: float =
     return out
 
 
-PREDICTED = 1 / 6      # the prediction item among the five pipelines: a wrong step with the reference's prediction
+PREDICTED = 1 / 7      # the prediction item among the six pipelines: a wrong step with the reference's prediction
 
 
 def messages(items) -> str:
@@ -88,7 +91,8 @@ def graded_runs(reference, reference_text, tmp_path_factory):
     needs a launch of its own: after two timeouts a launch stops trying the exercise)."""
     return grade(reference, {"reference": reference_text,
                              "blocking_receives": BLOCKING_RECEIVES,
-                             "all_forwards_first": changed(reference_text, *ALL_FORWARDS_FIRST)},
+                             "all_forwards_first": changed(reference_text, *ALL_FORWARDS_FIRST),
+                             "v1_all_forwards_first": changed(reference_text, *V1_ALL_FORWARDS_FIRST)},
                  tmp_path_factory.mktemp("q15"))
 
 
@@ -249,6 +253,14 @@ def test_running_every_forward_first_breaks_the_memory_bound(graded_runs):
     assert "holds at most" in messages(items) and "another schedule" not in messages(items)
 
 
+def test_a_wrong_branch_for_one_chunk_per_rank_loses_that_case(graded_runs):
+    score, items = graded_runs["v1_all_forwards_first"]
+    assert [i.score for i in items][:-1] == [1.0] * (len(items) - 1), messages(items)
+    assert items[-1].name == "2 ranks, 1 chunk, 4 micro-batches" and items[-1].score == 0.0
+    assert "holds at most 3 on rank 0 of 2" in messages(items[-1:]), messages(items[-1:])
+    assert score == pytest.approx(1 - 1 / len(items))
+
+
 @pytest.mark.slow
 def test_skipping_the_wrap_around_is_named(reference, reference_text, tmp_path):
     # each in a launch of its own: after two timeouts a launch stops trying the exercise
@@ -284,8 +296,9 @@ def test_another_valid_chunk_order_keeps_half_of_what_it_runs(reference, referen
     # the order deadlocks
     score, items = grade(reference, {"depth_first": changed(reference_text, *DEPTH_FIRST_BACKWARD)}, tmp_path,
                          timeout_s=8)["depth_first"]
-    assert [i.score for i in items] == [0.5, 0.0, 0.0, 0.5, 0.5, 1.0], messages(items)
-    assert score == pytest.approx(2.5 / 6)
+    # with one chunk per rank the order is Interleaved 1F1B's own: full marks there
+    assert [i.score for i in items] == [0.5, 0.0, 0.0, 0.5, 0.5, 1.0, 1.0], messages(items)
+    assert score == pytest.approx(3.5 / 7)
     assert str(items[0].problems[0]).startswith("[q15] rank 0, micro-batch 0: another schedule: your step visits "
                                                 "the chunks in another order"), messages(items[:1])
     assert "backwards visit the chunks in reverse" in messages(items[:1])

@@ -64,6 +64,12 @@ class Baselines:
     def __contains__(self, cfg: LabConfig) -> bool:
         return cfg in self._computed
 
+    def perturbed(self, cfg: LabConfig, seed: int) -> dict:
+        """The baseline of `cfg` with stage 0's embedding changed as a case's rank 0 changed it
+        (pipeline/perturb.py): computed each time, never kept or written."""
+        with use_answers(self.answers):
+            return compute_baseline(cfg, self.device or device_for(cfg.world_size), perturbed=seed)
+
     def path(self, cfg: LabConfig) -> str:
         """The baseline of `cfg` as a file (written the first time it is asked for)."""
         if cfg not in self._files:

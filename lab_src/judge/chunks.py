@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import replace
 
 from lab_src.judge.problems import Kind, Problem
+from lab_src.judge.record import check_record
 from lab_src.judge.realness import WRONG_SCHEDULE, check_built_and_ran, check_layers
 from lab_src.pipeline.schedules import Interleaved1F1B, Op, compute_order, in_flight_violations, schedule
 
@@ -224,7 +225,7 @@ def check_interleaved_run(outcome) -> list[Problem]:
     sched = schedule(case.schedule)
     shape = tuple(outcome.obs.get(0, {}).get("activation_shape", ()))
     events = outcome.events()
-    return (swapped_messages(events, p) + check_chunk_layers(outcome)
+    return (check_record(outcome) + swapped_messages(events, p) + check_chunk_layers(outcome)
             + check_chunk_messages(events, p, m, sched, shape) + check_chunk_order(events, p, m, sched))
 
 

@@ -22,6 +22,7 @@ from lab_src.judge.compare import close, compare_loss, compare_outputs, explain_
 from lab_src.judge.failures import rank_problems
 from lab_src.harness.records import gave_up_waiting
 from lab_src.judge.problems import Kind, Problem
+from lab_src.judge.record import check_record
 from lab_src.judge.realness import check_built_and_ran, check_layers, check_messages, check_order
 from lab_src.pipeline.schedules import schedule
 from lab_src.pipeline.trace import Event
@@ -409,7 +410,7 @@ def replica_realness(outcome, lay: Layout) -> list[Problem]:
     case, obs = outcome.case, outcome.obs
     m, sched = case.microbatches, schedule(case.schedule)
     events = [e for e in outcome.events() if not e.is_collective]
-    problems = []
+    problems = check_record(outcome)     # the order judged below is the one the run had (judge/record.py)
     for d in range(lay.dp):
         base = d * lay.pp
         found = check_layers({r - base: obs[r].get("layers", []) for r in lay.pipeline(d)},

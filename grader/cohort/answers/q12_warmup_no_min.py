@@ -3,7 +3,7 @@ from lab_src import p2p_communicate
 
 def one_f_one_b_step(stage, data_iter, num_microbatches):
     m = num_microbatches
-    warmup = stage.pp_size - stage.pp_rank         # rank r holds p - r; forgot min(., m)
+    warmup = stage.pp_size - stage.pp_rank - 1  # p - r - 1 forwards before the first backward
     inputs, outputs, logits, losses = {}, {}, [], []
 
     def forward(mb, x):
