@@ -11,15 +11,17 @@ while nbgrader ran them (pictures, the API's help() and the student's own answer
 Each distinct text is stored once, under a key made of it. tests/test_cohort.py compares the graded
 cohort with the record.
 
-Texts are kept as they are but for what differs from one run to the next by nature: the course's folder
-(`normalise`), and how a cell's printed text was cut into outputs (a print's line and its newline came as
-two outputs in one grading and as one in another: the pieces of one stream are joined, as the page shows them).
+Texts are kept as they are but for what differs from one grading to the next by nature: the course's folder
+and, when a rank's process exits, where each rank that exited was at the time (`normalise`); and how a cell's
+printed text was cut into outputs (a print's line and its newline came as two outputs in one grading and as
+one in another: the pieces of one stream are joined, as the page shows them).
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -36,9 +38,17 @@ HOW = "python -m grader.cohort golden --write"
 NOTE_CELL = "grader-unreadable-notebook"     # grader/staging.py: the note on a notebook nbgrader could not read
 
 
+# where a rank was when its process exited (lab_src/harness/deadlock.py, report): when one rank dies, how far
+# the others had got by the time they were stopped is a race (mo's q08: "after F0, in send_forward(mb=0) to
+# rank 1" in one grading, "after send_forward(mb=1) to rank 1, in recv_backward(mb=0) from rank 1" in another)
+EXITED_WHERE = re.compile(r"(its process exited with code \d+)(?: after [^,\n]+)?(?:, in [^\n]+)?")
+
+
 def normalise(text: str, course: Course) -> str:
-    """`text` without what differs between two gradings of the same submissions: the course's folder."""
-    return text.replace(str(course.root.resolve()), "<course>").replace(str(course.root), "<course>")
+    """`text` without what differs between two gradings of the same submissions: the course's folder, and
+    where each rank whose process exited was at the time."""
+    text = text.replace(str(course.root.resolve()), "<course>").replace(str(course.root), "<course>")
+    return EXITED_WHERE.sub(r"\1 <where: a race>", text)
 
 
 def _cell_texts(cell: dict) -> list[str]:
