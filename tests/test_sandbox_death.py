@@ -31,15 +31,20 @@ def test_an_answer_that_kills_the_fork_server_costs_only_its_exercise(reference,
     assert score(q02) < 1.0 and all(o.failure for o in run.outcomes[1:n]), [o.failure for o in run.outcomes]
 
 
+@pytest.mark.xfail(reason="known bug, open in issue 26: since ranks start under the elastic agent, the sandbox "
+                          "relaunched after this death fails its gloo rendezvous, so q03 loses its cases too")
 def test_an_answer_that_kills_the_sandbox_while_it_runs_is_named(reference, tmp_path, no_leftovers):
     from grader.hidden import hidden_tests
     from grader.hidden.common import Context
     from grader.trusted import DEADLINE_S, TIMEOUT_S, score
     from lab_src.harness.runner import run_cases
     killer = tmp_path / "q02_answer.py"
-    killer.write_text(answer("q02_kill_fork_server").replace(
+    # a rank's parent is the elastic agent that the fork server forked (harness/elastic.py): kill the server
+    grandparent = ("def _fork_server():\n    with open(f'/proc/{os.getppid()}/stat') as f:\n"
+                   "        return int(f.read().rsplit(')', 1)[1].split()[1])\n\n\n")
+    killer.write_text(grandparent + answer("q02_kill_fork_server").replace(
         "os.kill(os.getppid(), signal.SIGKILL)\n", "").replace(
-        "    if num_stages < 1:", "    os.kill(os.getppid(), signal.SIGKILL)\n    if num_stages < 1:", 1))
+        "    if num_stages < 1:", "    os.kill(_fork_server(), signal.SIGKILL)\n    if num_stages < 1:", 1))
     ctx = Context(student={**reference, "q02": str(killer)}, reference=reference)
     cases = {q: hidden_tests(q).cases(ctx) for q in ("q02", "q03")}
     run = run_cases(cases["q02"] + cases["q03"], tmp_path / "run", case_deadline_s=DEADLINE_S, timeout_s=TIMEOUT_S,
