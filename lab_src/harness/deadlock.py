@@ -192,7 +192,7 @@ class Progress:
         op = Op.of(kind)
         key = (case, rank, repr(pending.what))
         if tag in ("B", "P", "A"):
-            state.finished = False          # a W journalled at a barrier (harness/observe.py) holds until now
+            state.finished = False          # a W holds until the rank begins another operation
         if tag in ("B", "P"):               # B: the rank is in it now; P: posted, the rank goes on
             if tag == "B":
                 state.pending, state.pending_since, state.pending_tag = pending, t, tag

@@ -13,7 +13,7 @@ import operator
 import torch
 
 from lab_src import answers, exercises
-from lab_src.pipeline import data, model, trace, waiting
+from lab_src.pipeline import data, model, waiting
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.stage import PipelineStage
 
@@ -129,12 +129,9 @@ def read_label(value):
 
 
 def barrier(group) -> None:
-    """A barrier of the case's ranks that the check can stop (pipeline/waiting.py). While in it, a rank
-    sends nothing: it is journalled as having done its part (W) until its next operation begins, so the
-    deadlock watch sees a run stuck with some ranks here and others in receives nobody will answer."""
-    tracer = trace.active()
-    if tracer is not None:
-        tracer.finished()
+    """A barrier of the case's ranks that the check can stop (pipeline/waiting.py). It is not journalled as
+    the rank having done its part: after a barrier a rank may compute for seconds (q13's single-process
+    model) before its next message, and the deadlock watch would take its peers' waits for a deadlock."""
     waiting.barrier(group)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -51,8 +52,15 @@ class _CaseWatch:
         # live, each [kind, micro-batch, chunk, when read (time.monotonic)]: what judge/record.py holds a
         # rank's returned events to (a rank that rewrites its records afterwards contradicts what was read here)
         self.observed: dict[int, dict[int, list]] = {}
+        # the watchdog thread polls, and the launching thread reads the last lines after a group: one reader at a
+        # time, or a line is fed twice (a receive counted twice looks like one waiting for a message never sent)
+        self._reading = threading.Lock()
 
     def _read(self) -> None:
+        with self._reading:
+            self._read_new_lines()
+
+    def _read_new_lines(self) -> None:
         for i, path in enumerate(self.paths):
             try:
                 with open(path, "rb") as f:
