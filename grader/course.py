@@ -113,6 +113,10 @@ class Course:
         other.assignment = self.plan.choose(assignment)[0]
         return other
 
+    def of(self, qid: str) -> "Course":
+        """This course, acting on the assignment that holds exercise `qid`."""
+        return self.for_assignment(EXERCISES[qid].assignment)
+
     def each(self, assignment: str | None = None) -> list["Course"]:
         """This course once per assignment it acts on: `assignment`, or every one of the plan."""
         return [self.for_assignment(a) for a in self.plan.choose(assignment)]

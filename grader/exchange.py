@@ -43,7 +43,7 @@ def inbound(course: Course, root: str | None = None) -> dict[str, list[str]]:
     return {s: sorted(t) for s, t in out.items()}
 
 
-def notebook_problems(folder: Path) -> list[str]:
+def notebook_problems(course: Course, folder: Path) -> list[str]:
     """What differs from the release in one submission: missing, renamed or extra notebooks."""
     expected = {e.notebook for e in course.exercises}
     present = {p.name for p in folder.glob("*.ipynb")}
@@ -59,6 +59,9 @@ def collect(course: Course, root: str | None = None) -> list[str]:
     """nbgrader collect --update: each student's latest submission into course/submitted/; the earlier
     ones stay in the exchange. Returns the students collected; prints what the instructor should know."""
     history = inbound(course, root)
+    if not history and not course.students():   # nobody submitted this assignment (yet): nothing to collect
+        print(f"  {course.assignment}: no submissions in the exchange")
+        return []
     proc = course.nbgrader("collect", course.assignment, "--update", *exchange_args(root))
     for line in (proc.stdout + proc.stderr).splitlines():
         if "cheating attempt" in line or "claims to be submitted" in line:
@@ -73,7 +76,7 @@ def collect(course: Course, root: str | None = None) -> list[str]:
         note = f"{len(times)} submission{'s' if len(times) != 1 else ''} in the exchange" + \
                (", the latest counts" if len(times) > 1 else "")
         print(f"  {student:<14} submitted {stamp} ({note})")
-        for problem in notebook_problems(folder):
+        for problem in notebook_problems(course, folder):
             print(f"      {problem}")
     return students
 

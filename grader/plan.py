@@ -11,7 +11,8 @@ root); without one a course hands out every module of lab_src/registry.py, each 
 """
 from __future__ import annotations
 
-import tomllib
+import ast
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,29 @@ from lab_src.registry import EXERCISES, MODULES, module_of
 from . import ROOT
 
 FILE = "course.toml"
+
+
+def parse_toml(text: str) -> dict:
+    """tomllib on Python 3.11+; on 3.10 (which pyproject.toml allows) the small subset course.toml uses:
+    `key = "string" | number | ["a", "b"]` lines under optional `[section]` headers, `#` comments."""
+    try:
+        import tomllib
+        return tomllib.loads(text)
+    except ImportError:
+        pass
+    data: dict = {}
+    table = data
+    for n, line in enumerate(text.splitlines(), 1):
+        line = re.sub(r"\s+#[^\"\]]*$|^\s*#.*$", "", line).strip()
+        if not line:
+            continue
+        if m := re.fullmatch(r"\[([A-Za-z0-9_.-]+)\]", line):
+            table = data.setdefault(m.group(1), {})
+        elif m := re.fullmatch(r"([A-Za-z0-9_-]+)\s*=\s*(.+)", line):
+            table[m.group(1)] = ast.literal_eval(m.group(2))
+        else:
+            raise PlanError(f"{FILE} line {n}: cannot read {line!r}")
+    return data
 
 
 class PlanError(ValueError):
@@ -77,7 +101,7 @@ def load(course_root: Path | str | None = None) -> Plan:
     candidates = ([Path(course_root) / FILE] if course_root else []) + [ROOT / FILE]
     for path in candidates:
         if path.is_file():
-            data = tomllib.loads(path.read_text())
+            data = parse_toml(path.read_text())
             modules = tuple(data.get("modules") or Plan().modules)
             return check(Plan(modules, {k: str(v) for k, v in data.get("due", {}).items()},
                               {k.lower(): float(v) for k, v in data.get("points", {}).items()}, path.resolve()))
