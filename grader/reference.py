@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from lab_src.registry import CODED
+from lab_src.registry import ASSIGNMENT, CODED
 
 from . import SOURCE
 from .answer_cells import answer_source, read_notebook
@@ -21,6 +21,11 @@ from .answer_cells import answer_source, read_notebook
 
 def source_path(ex) -> Path:
     return SOURCE / ex.assignment / ex.notebook
+
+
+def source_dir(assignment: str = ASSIGNMENT) -> Path:
+    """The source notebooks of one assignment (the core's by default)."""
+    return SOURCE / assignment
 
 
 def cache_root() -> Path:
