@@ -27,6 +27,7 @@ from lab_src.harness.runner import run_cases
 from lab_src.judge.compare import close
 from lab_src.pipeline.config import DEMO
 from lab_src.views import bubble, text_grid
+from lab_src.registry import EXERCISES
 from lab_src.views.chrome_trace import write_chrome_trace
 
 from . import RELEASE
@@ -34,8 +35,10 @@ from .autograde import DEFAULT_JOBS
 from .reference import reference_sources
 
 # the demo's students: a complete one, an untouched one, a numbers mistake (q08's loss not divided), a deadlock
-# (q07), a mistake in a later assignment (wren: q11 and q12 of pipeline_schedules), and a cheat (pia)
-DEMO_STUDENTS = ["ada", "untouched", "ivo", "hana", "wren", "pia"]
+# (q07), a mistake in a later assignment (wren: q11 and q12 of pipeline_schedules), and a cheat (pia); and the
+# assignments each returned (None: every one of the course), as in the course's second week
+DEMO_STUDENTS = {"ada": None, "untouched": ["pipeline_lab"], "ivo": ["pipeline_lab"], "hana": ["pipeline_lab"],
+                 "wren": ["pipeline_lab", "pipeline_schedules"], "pia": ["pipeline_lab"]}
 
 
 def banner(text: str) -> None:
@@ -108,7 +111,7 @@ def release_demo(course) -> bool:
     return same
 
 
-def cohort_demo(course, students: list[str] | None, jobs: int) -> bool:
+def cohort_demo(course, students: dict[str, list[str] | None], jobs: int) -> bool:
     from .autograde import grade_course
     from .cli import collect_folder
     from .cohort import BY_NAME, ROSTER, build_cohort
@@ -117,13 +120,20 @@ def cohort_demo(course, students: list[str] | None, jobs: int) -> bool:
     from .report import course_rows, format_table
     chosen = [BY_NAME[s] for s in students]
     banner(f"3. Autograding {len(chosen)} sample students, each assignment, {jobs} students at a time")
+    returned = {s.name: [a for a in course.plan.modules if students[s.name] is None or a in students[s.name]]
+                for s in chosen}
     for s in chosen:
-        print(f"  {s.name:<10} {s.story}")
+        print(f"  {s.name:<10} {s.story}" + ("" if students[s.name] is None else
+                                            f" (returned {', '.join(returned[s.name])})"))
     out = course.root.parent
     for sub in ("submitted", "autograded", "feedback", "grader", *(f"grader.{a}" for a in course.plan.modules)):
         if (course.root / sub).exists():
             shutil.rmtree(course.root / sub)
     build_cohort(out / "cohort", chosen)
+    for s in chosen:   # the notebooks of the assignments a student has not returned are not in their folder
+        for ex in EXERCISES.values():
+            if ex.assignment not in returned[s.name]:
+                (out / "cohort" / s.name / ex.notebook).unlink(missing_ok=True)
     for one in course.each():
         collect_folder(one, out / "cohort")
         one.ensure_assignment()
@@ -141,15 +151,17 @@ def cohort_demo(course, students: list[str] | None, jobs: int) -> bool:
     unseen = {}
     print("\nnbgrader's formgrader, Manage Submissions, per assignment:")
     for one in course.each():
+        names = [s.name for s in chosen if one.assignment in returned[s.name]]
+        if not names:
+            continue
         missing = generate_feedback(one)
-        unseen.update({f"{s} ({one.assignment})": why for s, why in
-                       {**problems(one, [s.name for s in chosen]), **missing}.items()})
+        unseen.update({f"{s} ({one.assignment})": why for s, why in {**problems(one, names), **missing}.items()})
         print(f" {one.assignment}")
-        print(describe(one, [s.name for s in chosen]))
+        print(describe(one, names))
     print(f"\nfeedback (nbgrader generate_feedback) in {time.monotonic() - started:.0f} s, under {course.root / 'feedback'}")
     points = course.hidden_points()
     wrong = [f"{s.name} {qid}" for s in chosen for qid, want in s.expected_points(points).items()
-             if abs(rows.get(s.name, {}).get(qid, -1) - want) > 1e-6]
+             if EXERCISES[qid].assignment in returned[s.name] and abs(rows.get(s.name, {}).get(qid, -1) - want) > 1e-6]
     failed = {s: r.get("error", "") for s, r in results.items() if r["state"] != "graded"}
     for student, why in sorted(failed.items()):
         print(f"FAILED {student}: {why}")
@@ -170,8 +182,9 @@ def cohort_demo(course, students: list[str] | None, jobs: int) -> bool:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/demo"))
-    ap.add_argument("--cohort", default=",".join(DEMO_STUDENTS),
-                    help=f"the sample students to grade: all, or names with commas (default: {','.join(DEMO_STUDENTS)})")
+    ap.add_argument("--cohort", default="",
+                    help=f"the sample students to grade: all (every assignment), or names with commas (default: "
+                         f"{','.join(DEMO_STUDENTS)}, each with the assignments they returned)")
     ap.add_argument("--jobs", type=int, default=DEFAULT_JOBS)
     ap.add_argument("--skip-cohort", action="store_true")
     args = ap.parse_args(argv)
@@ -185,7 +198,8 @@ def main(argv=None) -> int:
     course = Course(out / "course", release=out / "release", exchange=out / "course" / "exchange")
     ok &= release_demo(course)
     if not args.skip_cohort:
-        students = [s.name for s in COHORT] if args.cohort == "all" else args.cohort.split(",")
+        students = DEMO_STUDENTS if not args.cohort else dict.fromkeys(
+            [s.name for s in COHORT] if args.cohort == "all" else args.cohort.split(","))
         ok &= cohort_demo(course, students, args.jobs)
     print("\ndemo finished" + ("" if ok else " WITH PROBLEMS (see above)"))
     return 0 if ok else 1
