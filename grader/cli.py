@@ -95,10 +95,18 @@ def cmd_collect(course: Course, args) -> int:
     return 0
 
 
+def returned(course: Course, args) -> list[str]:
+    """The students a command acts on in this assignment: `--student` (those of them who returned it, when
+    the command runs over every assignment), else everybody who returned it."""
+    if not args.student:
+        return course.students()
+    return args.student if args.assignment else [s for s in args.student if course.submitted(s).is_dir()]
+
+
 def cmd_autograde(course: Course, args) -> int:
     from .autograde import grade_all
     from .report import format_table, grade_rows
-    students = args.student or course.students()
+    students = returned(course, args)
     if not students:
         print(f"{course.assignment}: no submissions in {course.submitted()} (run `python -m grader collect` first)")
         return 1 if args.assignment else 0      # a later assignment nobody returned yet is no error
@@ -122,8 +130,11 @@ def cmd_autograde(course: Course, args) -> int:
 
 def cmd_feedback(course: Course, args) -> int:
     from .feedback import generate_feedback
-    students = args.student or course.students()
-    missing = generate_feedback(course, args.student)
+    students = returned(course, args)
+    if not students:
+        print(f"{course.assignment}: no submissions to give feedback on")
+        return 1 if args.assignment else 0
+    missing = generate_feedback(course, students if args.student else None)
     print(f"{course.assignment}: feedback written under {course.root / 'feedback'} for {len(students) - len(missing)} of "
           f"{len(students)} submissions")
     for student, why in sorted(missing.items()):
