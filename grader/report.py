@@ -87,7 +87,7 @@ def format_table(rows: list[dict], qids: list[str] | None = None) -> str:
     head = f"{'student':<12}" + "".join(f"{q:>6}" for q in qids) + f"{'auto':>9}  written"
     lines = [head, "-" * len(head)]
     for r in rows:
-        cells = "".join(f"{r.get(q, 0):>6.4g}" for q in qids)
+        cells = "".join(f"{r[q]:>6.4g}" if q in r else f"{'-':>6}" for q in qids)   # -: not returned
         written = f"{r['written_pending']} to grade" if r["written_pending"] else f"{r['written']:g}/{r['written_max']:g}"
         mark = "" if r.get("state", "graded") == "graded" else f"  {r['state'].upper()}"
         lines.append(f"{r['student']:<12}{cells}{r['autograded']:>6.4g}/{r['autograded_max']:g}  {written}{mark}")
