@@ -461,6 +461,7 @@ def grader_cmd(*args: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)   # run alone, its graded_cohort fixture grades in its setup (every assignment)
 def test_grade_sh_on_a_real_slurm(slurm, graded_cohort, tmp_path):
     from grader.cohort import BY_NAME, build_student
     from grader.report import progress
