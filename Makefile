@@ -1,6 +1,5 @@
 # The two commands of README.md:
-#   make demo   set up .venv, then the reference pipeline on 4 CPU processes, the release, 6 sample students graded
-#               (make demo COHORT=all: the whole sample cohort)
+#   make demo   set up .venv, then the reference pipeline on 4 CPU processes, the release, the sample cohort graded
 #   make test   set up .venv and the system packages the end-to-end tests need, then the whole test suite
 #   make train  (not graded) the digits trained for longer in a 4-stage pipeline and in one process:
 #               a progress bar, out/train/curves.png and out/train/metrics.json
@@ -11,7 +10,7 @@ setup:
 	@scripts/setup.sh
 
 demo: setup
-	.venv/bin/python -m grader.demo $(if $(COHORT),--cohort $(COHORT))
+	.venv/bin/python -m grader.demo
 
 test: setup
 	@scripts/system_deps.sh
@@ -31,8 +30,6 @@ benchmark: setup
 	.venv/bin/python benchmarks/failure_report.py
 	.venv/bin/python benchmarks/grid_traffic.py
 	.venv/bin/python benchmarks/validate_time.py
-	.venv/bin/python benchmarks/agent_vs_fork.py
-	.venv/bin/python benchmarks/check_latency.py
 
 # the single-user environment and configurable-http-proxy of the local hub (cached; hub/README.md)
 hub-env:
