@@ -30,6 +30,8 @@ benchmark: setup
 	.venv/bin/python benchmarks/failure_report.py
 	.venv/bin/python benchmarks/grid_traffic.py
 	.venv/bin/python benchmarks/validate_time.py
+	.venv/bin/python benchmarks/agent_vs_fork.py
+	.venv/bin/python benchmarks/check_latency.py
 
 # the single-user environment and configurable-http-proxy of the local hub (cached; hub/README.md)
 hub-env:

@@ -13,20 +13,29 @@ from nbgrader.utils import find_all_notebooks as _notebooks
 _NOTHING_CHANGED = "Nothing was changed: your files and your earlier submissions stay as they were."
 
 
+def check_process(cmd, cwd):
+    """Whether a process is one of a running check's: a torchrun launch, or the elastic agent and ranks
+    that the kernel's warm launcher forks (they carry its command line, lab_src.harness.warm, and work in
+    the check's run folder, runs/qNN-...; the warm launcher itself, always there, works elsewhere)."""
+    return "torch.distributed.run" in cmd or (
+        "lab_src.harness.warm" in cmd and _os.path.basename(_os.path.dirname(cwd)) == "runs")
+
+
 def running_checks(folder):
-    """[(exercise, seconds running)] of this user's checks (torchrun launches) working under folder."""
+    """[(exercise, seconds running)] of this user's checks working under folder, one per run folder."""
     import psutil
     folder = _os.path.realpath(folder) + _os.sep
-    found = []
+    found = {}
     for p in psutil.process_iter(["uids", "cmdline", "cwd", "create_time"]):
         try:
             cmd = " ".join(p.info["cmdline"] or [])
             cwd = _os.path.realpath(p.info["cwd"] or "/")
-            if p.info["uids"].real == _os.getuid() and "torch.distributed.run" in cmd and cwd.startswith(folder):
-                found.append((_os.path.basename(cwd).split("-")[0], _time.time() - p.info["create_time"]))
+            if p.info["uids"].real == _os.getuid() and check_process(cmd, cwd) and cwd.startswith(folder):
+                since = _time.time() - p.info["create_time"]
+                found[cwd] = (_os.path.basename(cwd).split("-")[0], max(since, found.get(cwd, ("", 0))[1]))
         except Exception:  # noqa: BLE001 - a process that ended or cannot be read is not a running check
             continue
-    return found
+    return list(found.values())
 
 
 class LabSubmit(_ExchangeSubmit):

@@ -57,6 +57,11 @@ def record_check(qid: str, error: BaseException | None) -> None:
         _checked[qid] = None if error is None else f"{type(error).__name__}: {error}".strip()
 
 
+def check_not_passed(qid: str) -> str | None:
+    """The message of the visible check of `qid` if it ran in this kernel and failed, else None."""
+    return _checked.get(qid)
+
+
 def require_check(qid: str) -> None:
     """The visible part of a test cell. Under Validate, it fails with the check's own message unless
     the notebook's check passed in this run; otherwise (and while autograding) it only says where the

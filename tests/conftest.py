@@ -34,11 +34,13 @@ def answers_with(reference, tmp_path):
 
 
 def lab_processes(marker: str = "") -> list[psutil.Process]:
-    """torchrun launchers and lab workers alive now; with `marker`, only those whose command line has it."""
+    """torchrun launchers, warm launchers (and the agents and ranks they fork, which carry their command
+    line) and lab workers alive now; with `marker`, only those whose command line has it."""
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info.get("cmdline") or [])
-        if ("lab_src.harness.worker" in cmd or "torch.distributed.run" in cmd) and marker in cmd:
+        if any(m in cmd for m in ("lab_src.harness.worker", "torch.distributed.run", "lab_src.harness.warm")) \
+                and marker in cmd:
             found.append(p)
     return found
 
@@ -46,9 +48,12 @@ def lab_processes(marker: str = "") -> list[psutil.Process]:
 @pytest.fixture
 def no_leftovers(tmp_path):
     """Fail the test if it leaves behind a torchrun or worker process of its own (its runs live in
-    tmp_path, which their command lines name) or any child process of the test."""
+    tmp_path, which their command lines name) or any child process of the test but its warm launcher,
+    which lives as long as the test process, as it does as long as a kernel (harness/warm_launch.py)."""
     yield
-    left = lab_processes(str(tmp_path)) + psutil.Process().children(recursive=True)
+    from lab_src.harness import warm_launch
+    warm = warm_launch.warm_pid()
+    left = lab_processes(str(tmp_path)) + [p for p in psutil.Process().children(recursive=True) if p.pid != warm]
     assert not left, f"processes left behind: {[(p.pid, ' '.join(p.cmdline())[:120]) for p in left]}"
 
 

@@ -208,7 +208,7 @@ def test_mallory_reached_nothing_outside_her_sandbox_and_left_nothing(cohort):
     """Her q06 answer looked for the reference, the baselines, the gradebook and the grader's files, tried
     to write into the installation, the network and the process limit, and left a process printing fake
     verdicts: she got exactly what fumi's mistake deserves (test above), and this is what she saw."""
-    from lab_src.harness.sandbox import UIDS, Limits
+    from lab_src.harness.sandbox import Limits
     course, _, _ = cohort
     logs = (course.root / "grader" / "mallory" / "work" / "run").glob("rank*.log")
     reports = [json.loads(line.split(" ", 1)[1]) for log in logs for line in log.read_text().splitlines()
@@ -219,8 +219,22 @@ def test_mallory_reached_nothing_outside_her_sandbox_and_left_nothing(cohort):
                                                                   "verdicts", ".ipynb", "needs_dataloader"))]
         assert leaks == [] and seen["wrote"] == [] and seen["net"] is False, seen
         assert 0 < seen["forks"] < Limits().processes
-    left = [p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real in UIDS]
+    left = [p.pid for p in own_sandboxed_processes(course.root)]
     assert left == [], "a sandboxed process outlived its grading"
+
+
+def own_sandboxed_processes(root) -> list:
+    """The processes of this course's sandboxes still running: a uid of the sandboxes' range that one of its
+    folders maps to (sandbox.grading_uid), or a working directory inside it. Another course graded on the
+    same machine at the same time has processes in the same range, and they are not this test's."""
+    from lab_src.harness.sandbox import UIDS, grading_uid
+    uids = {grading_uid(folder) for folder in root.rglob("*") if folder.is_dir()}
+    mine = []
+    for p in psutil.process_iter(["uids", "cwd"]):
+        uid = p.info["uids"].real if p.info["uids"] else None
+        if uid in UIDS and (uid in uids or str(p.info.get("cwd") or "").startswith(str(root))):
+            mine.append(p)
+    return mine
 
 
 def test_nbgraders_kernel_ran_mallorys_cell_in_the_sandbox(cohort):

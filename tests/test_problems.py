@@ -68,4 +68,32 @@ def test_the_whole_batch_misconception_is_told_first_by_its_kind():
     first, *rest = shard_problems(obs, Layout(2, 2), cfg)
     assert first.kind is Kind.WHOLE_BATCH and first.rank == 2
     assert all(p.kind is not Kind.WHOLE_BATCH for p in rest)
-    assert render(stamped([first], "q14", "2 x 2"))[0].startswith("[q14] rank 2: this rank reads the whole global")
+    assert render(stamped([first], "q14", "2 x 2"))[0].startswith("[q14] rank 2: this rank of replica 1 made its "
+                                                                  "dataloader without dp_rank")
+
+
+def test_a_missing_dp_rank_is_one_problem_that_says_what_the_rank_reads():
+    """Issue 27, items 11 and 13: the message said the rank "reads the whole global batch" and that "its
+    micro-batches are replica 0's shard" in one breath, and the shard every replica shared was a second
+    problem. Now: what the rank reads and why, the fix, and the shared shard as what it caused."""
+    from lab_src.judge.dp_pp import Layout, shard_problems
+    from lab_src.pipeline.config import LabConfig
+    cfg = LabConfig(num_stages=2, num_layers=4, num_microbatches=2, global_batch_size=8, dp_size=2)
+    obs = {0: {"shards": [[None, 0, 2]]}, 2: {"shards": [[None, 0, 2]]}}
+    problems = shard_problems(obs, Layout(2, 2), cfg)
+    text = "\n".join(render(stamped(problems, "q14", "2 x 2")))
+    assert "whole global batch" not in text
+    assert "made its dataloader without dp_rank, so it reads the global batch from its first sample: the 2 " \
+           "micro-batches of 2 samples it takes are replica 0's shard" in " ".join(text.split())
+    assert "dp_rank=dp_rank" in text
+    causes = [p for p in problems if not p.consequence]
+    assert {p.kind for p in causes} == {Kind.WHOLE_BATCH}
+    assert [p for p in problems if p.consequence and "all read shard 0" in p.message]
+
+
+def test_gloo_internals_never_reach_the_student():
+    from lab_src.judge.problems import sanitize
+    raw = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+           "[127.0.0.1]:4242 GLHF! \U0001F3D6\ufe0f")
+    said = sanitize(raw)
+    assert said == "Connection closed by peer [127.0.0.1]:4242", said

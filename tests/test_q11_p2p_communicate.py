@@ -11,7 +11,7 @@ import pytest
 
 from grader.cohort.answers import answer
 from hidden_grading import grade_answer
-from lab_src.judge.p2p import mutual_sends
+from lab_src.judge.p2p import blocking_deadlock, judge_prediction, mutual_sends
 from lab_src.pipeline.p2p_calls import calls
 from lab_src.pipeline.schedules import SCHEDULES
 
@@ -98,15 +98,43 @@ def test_the_visible_check_passes_and_the_blocking_experiment_deadlocks_with_its
     demo = blocking_demo(timeout_s=30)
     took = time.monotonic() - started
     text = " ".join(capsys.readouterr().out.split())     # messages wrap at 110 columns
-    assert not demo.ok
     # each rank waits in a send whose receive the other never posts: the watch stops the run at once,
     # long before the 30 s timeout of the receives (the launch's own start costs a few seconds)
     stuck = demo.run.outcomes[0].stuck
     assert stuck is not None and stuck.cycle() == [0, 1, 0], text
     assert took < 25, took
-    assert "ranks 0 and 1 each wait inside a send to the other (rank 0: send_forward(mb=1) to rank 1; rank 1: " \
-           "send_backward(mb=0) to rank 0)" in text
+    assert "rank 0: inside send_forward(mb=1) to rank 1" in text and "rank 1: inside send_backward(mb=0) to rank 0" in text
+    # facts only: the why is the graded written question
+    assert "batch_isend_irecv" not in text and "FAILED" not in text
+    # the graded prediction is what the run shows
+    assert {f"rank {r}": int(what.split("mb=")[1].split(")")[0]) for r, what in demo.stuck.items()} == blocking_deadlock()
     assert "rank 0: send_forward(mb=0) to rank 1" in text and "rank 1: recv_forward(mb=0) from rank 0" in text
+
+
+def test_the_prediction_is_read_from_the_answer_and_names_what_is_wrong():
+    assert blocking_deadlock() == {"rank 0": 1, "rank 1": 0}
+    assert judge_prediction('def predicted_deadlock():\n    return {"rank 0": 1, "rank 1": 0}\n') == []
+    wrong = judge_prediction('def predicted_deadlock():\n    return {"rank 0": 0, "rank 1": 0}\n')
+    assert len(wrong) == 1 and "predicted_deadlock() says rank 0: 0, rank 1: 0" in wrong[0].message
+    stub = judge_prediction('def predicted_deadlock():\n    raise NotImplementedError()\n')
+    assert "still the stub" in stub[0].message
+
+
+@pytest.mark.slow
+def test_the_blocking_experiment_needs_only_the_answers_it_builds_on(reference, in_tmp, capsys, no_leftovers):
+    """Run All with Q2-Q10 answered and Q11 not: the experiment above the answer cell runs (it used to raise
+    StubCalled for q11 itself and stop Run All there)."""
+    from lab_src.answers import answers_dir
+    from lab_src.checks.q11_p2p_communicate import blocking_demo
+    from lab_src.registry import EXERCISES
+    folder = answers_dir()
+    folder.mkdir()
+    for qid in ("q02", "q03", "q05"):
+        (folder / EXERCISES[qid].answer_file).write_text(open(reference[qid]).read())
+    demo = blocking_demo(timeout_s=30)
+    assert demo is not None and set(demo.stuck) == {0, 1}
+    out = capsys.readouterr().out
+    assert out.count("Where each rank was waiting") == 1 and repr(demo).startswith("BlockingDemo")
 
 
 # ---- wrong answers, graded ------------------------------------------------------------------------
@@ -114,8 +142,8 @@ def test_the_visible_check_passes_and_the_blocking_experiment_deadlocks_with_its
 def test_messages_through_the_stage_are_not_raw_calls(reference, tmp_path, no_leftovers):
     verdict = grade_answer("q11", STAGE_CALLS, reference, tmp_path)
     # every message right, but not one of its own: messages and buffers only where there are none (1 of 6,
-    # 0 of 5); the pipelines built on it work (2 of 2)
-    assert verdict["fraction"] == pytest.approx((1 / 6 + 0 + 1) / 3, abs=1e-4)
+    # 0 of 5); the pipelines built on it work (2 of 2); the prediction is right
+    assert verdict["fraction"] == pytest.approx((1 / 6 + 0 + 1 + 1) / 4, abs=1e-4)
     text = " ".join("\n".join(verdict["messages"]).split())   # messages wrap at 110 columns
     assert "went through stage.send / stage.recv: q11 asks for torch.distributed's own calls" in text
     assert "the receive buffers came from stage.recv: allocate them yourself" in text
@@ -124,10 +152,56 @@ def test_messages_through_the_stage_are_not_raw_calls(reference, tmp_path, no_le
 @pytest.mark.slow
 def test_a_float32_buffer_in_a_float64_run_is_named_before_it_can_crash_the_rank(reference, tmp_path, no_leftovers):
     verdict = grade_answer("q11", FLOAT32, reference, tmp_path, timeout_s=8)
-    # right in float32: 5 of 6 message cases, 4 of 5 buffer cases, 1 of 2 pipelines
-    assert verdict["fraction"] == pytest.approx((5 / 6 + 4 / 5 + 1 / 2) / 3, abs=1e-4)
+    # right in float32: 5 of 6 message cases, 4 of 5 buffer cases, 1 of 2 pipelines; the prediction is right
+    assert verdict["fraction"] == pytest.approx((5 / 6 + 4 / 5 + 1 / 2 + 1) / 4, abs=1e-4)
     text = " ".join("\n".join(verdict["messages"]).split())   # messages wrap at 110 columns
     assert "[q11] rank 1, micro-batch 0: failed in recv_forward(mb=0) with rank 0: ValueError: " in text
     assert "the receive buffer is float32, but the pipeline runs in float64: make it with dtype=stage.dtype" in text
     assert "exit code" not in text                     # a clear error, not a crashed process
     assert json.dumps(verdict)                          # the verdict travels as JSON
+
+
+# ---- the realistic mistakes: named at once, with a timeline ----------------------------------------
+def _check_with(reference, q11_source: str):
+    from lab_src.answers import answers_dir
+    from lab_src.checks import check
+    from lab_src.registry import EXERCISES
+    folder = answers_dir()
+    folder.mkdir(exist_ok=True)
+    for qid in ("q02", "q03", "q05"):
+        (folder / EXERCISES[qid].answer_file).write_text(open(reference[qid]).read())
+    (folder / EXERCISES["q11"].answer_file).write_text(q11_source)
+    started = time.monotonic()
+    report = check("q11")
+    return report, time.monotonic() - started
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,named", [
+    ("q11_no_wait", "returned before its messages completed: a send to rank 1 was posted and never waited for"),
+    ("q11_direction_from_name", "recv_forward(mb=0) on rank 0: a receive from rank 1, the next rank; recv_forward "
+                                "receives an activation, from the previous rank"),
+])
+def test_a_forgotten_wait_and_a_direction_read_from_the_name_are_named_at_once(reference, in_tmp, capsys, name,
+                                                                                named, no_leftovers):
+    """Both used to wait for the receives' timeout (32 s, 41 s for the check) and say nothing of the mistake
+    (garbage labels as dict dumps; 'No events were recorded in this run.')."""
+    report, took = _check_with(reference, answer(name))
+    captured = capsys.readouterr()
+    text = " ".join((captured.out + captured.err).split())
+    assert not report.ok and named in text, text
+    assert "{'tensor_shape'" not in text and "0 messages)" not in text and "pair.cc" not in text
+    # the timeline: the messages that went through, and where each rank was left waiting
+    assert any(report.events(c) or report.views[c]["waits"] for c in range(3))
+    # three cases, each stopped as soon as its ranks wait for a rank that raised (a receive's timeout is 10 s
+    # each); loose, for a loaded machine
+    assert took < 25, took
+
+
+@pytest.mark.slow
+def test_the_stub_alone_is_one_problem(in_tmp, reference, capsys, no_leftovers):
+    report, _ = _check_with(reference, "def p2p_communicate(operation, stage, tensor=None, microbatch=0, "
+                                       "recv_microbatch=None):\n    raise NotImplementedError()\n")
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert "q11: FAILED, 1 problem\n" in out and "still the stub" in out, out

@@ -40,7 +40,7 @@ def test_1f1b_has_one_order_a_short_warm_up_breaks_it_without_breaking_the_memor
     assert [(r, mb) for r, mb, _ in broken] == [(0, 0)]
     assert "rank 0 runs F0 B0 F1 B1 F2 B2; One-Forward-One-Backward runs F0 F1 B0 F2 B1 B2 (1 warm-up" in broken[0][2]
     problems = diagnose(short, 2, 3)
-    assert len(problems) == 1 and "runs 1 forward(s) before its first backward; 1F1B runs 2" in problems[0].message
+    assert len(problems) == 1 and "runs 1 forward before its first backward; 1F1B runs 2" in problems[0].message
     assert "The warm-up is off by -1" in problems[0].message
 
 
@@ -152,8 +152,8 @@ def test_the_experiments_figures_draw_memory_and_bubble_against_m():
 # ---- real runs ------------------------------------------------------------------------------------------
 def test_afab_submitted_for_1f1b_gets_the_numbers_right_and_half_credit(reference, tmp_path, no_leftovers):
     verdict = grade_answer("q12", AFAB_AS_1F1B, reference, tmp_path)
-    # one micro-batch: AFAB is 1F1B; the 5 other cases keep q12's other_schedule_credit (half)
-    assert verdict["fraction"] == pytest.approx((1 + 5 * 0.5) / 6, abs=1e-4)
+    # one micro-batch: AFAB is 1F1B; the 6 other cases keep q12's other_schedule_credit (half)
+    assert verdict["fraction"] == pytest.approx((1 + 6 * 0.5) / 7, abs=1e-4)
     text = " ".join("\n".join(verdict["messages"]).split())   # messages wrap at 110 columns
     assert "your step is a valid All-Forward-All-Backward schedule, but this exercise asks for " \
            "One-Forward-One-Backward" in text
@@ -162,6 +162,16 @@ def test_afab_submitted_for_1f1b_gets_the_numbers_right_and_half_credit(referenc
     assert "also on rank 2 (fewer micro-batches than stages); rank 0 (more micro-batches than stages); rank 0 " \
            "(uneven layers, seed 7); rank 1 (float64, seed 123)" in text
     assert "differ" not in text                        # the numbers are right
+
+
+def test_a_warm_up_without_min_m_fails_where_m_is_at_most_p_minus_2(reference, tmp_path, no_leftovers):
+    # p - r - 1 warm-up forwards without min(., m): right while m >= p - 1, and with 4 stages and 2
+    # micro-batches rank 0 runs a forward for a micro-batch that does not exist
+    text = answer("q12_warmup_no_min")
+    assert "min(" not in text.split("warmup =")[1].splitlines()[0]
+    verdict = grade_answer("q12", text, reference, tmp_path)
+    assert verdict["fraction"] == pytest.approx(6 / 7, abs=1e-4), verdict["messages"]
+    assert "4 stages, 2 micro-batches" in "\n".join(verdict["messages"])
 
 
 @pytest.mark.slow
@@ -185,3 +195,55 @@ def test_the_visible_check_and_the_memory_experiment(reference, in_tmp, capsys, 
         assert afab[16][r] == pytest.approx(4 * afab[4][r], rel=0.02)      # AFAB: linear in m
         assert one[16][r] == pytest.approx(one[4][r], rel=0.02)            # 1F1B: flat once m >= p - r
     assert [row["held"] for row in runs.of("1f1b")][-1] == {0: 4, 1: 3, 2: 2, 3: 1}
+
+
+# ---- issue 27: named mistakes, causes before consequences, studies under Validate, runs/ kept small ----
+def test_a_warm_up_without_min_is_named_not_a_bare_stop_iteration():
+    from lab_src.judge.problems import from_error
+    p = from_error(0, {"type": "StopIteration", "message": "", "where": [
+        ["q12_one_f_one_b_step.py", 10, "forward", "x = next(data_iter)"]]})
+    assert p.message.startswith("StopIteration: the step asked data_iter for a micro-batch after the last one")
+    assert "min(p - r - 1, m)" in p.message and "line 10" in p.message
+
+
+def test_the_broken_order_comes_before_the_gradients_it_caused():
+    from lab_src.checks.step_check import causes_then_numbers
+    from lab_src.judge.problems import Problem
+    order, numbers = Problem("rank 0 runs F0 B1", rank=0), Problem("26 of 26 gradients differ", rank=0)
+    out = type("Out", (), {"events": lambda self: [], "case": type("C", (), {"stages": 2, "microbatches": 2})()})()
+    found = causes_then_numbers("q12", out, [order], [numbers])
+    assert found[0] is order and found[-1].message == numbers.message and found[-1].consequence
+    assert causes_then_numbers("q12", out, [], [numbers]) == [numbers]
+
+
+def test_counts_are_said_in_the_singular_when_there_is_one():
+    from lab_src.pipeline.config import LabConfig
+    assert LabConfig(num_stages=1, num_layers=1, num_microbatches=1, global_batch_size=2).describe().startswith(
+        "1 stage, 1 layer, batch 2 in 1 micro-batch,")
+    events = compute_events({0: "F0 B0 F1 B1", 1: "F0 B0 F1 B1"})
+    assert "1 warm-up forward on rank 0 of 2 stages" in diagnose(events, 2, 2)[0].message
+
+
+def test_the_studies_launch_nothing_under_validate(monkeypatch, capsys):
+    from lab_src.checks import experiments
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    assert experiments.skipped_under_validate() is True
+    assert experiments.bubble_vs_microbatches() is None and experiments.memory_vs_microbatches() is None
+    assert capsys.readouterr().out.count("skipped under Validate") == 3
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    assert experiments.skipped_under_validate() is False
+
+
+def test_runs_keeps_the_last_few_runs_of_each_exercise(tmp_path, monkeypatch):
+    import os
+    from lab_src.harness.runfolder import prune
+    for i in range(5):
+        for name in (f"q12-2026010{i}-000000-1", f"q12-bubble-2026010{i}-000000-1"):
+            (tmp_path / name).mkdir()
+            os.utime(tmp_path / name, (i, i))
+    removed = prune(tmp_path, "q12", keep=3)
+    assert sorted(d.name for d in removed) == ["q12-20260100-000000-1", "q12-20260101-000000-1",
+                                               "q12-20260102-000000-1"]
+    assert len(list(tmp_path.glob("q12-bubble-*"))) == 5          # another experiment's runs are its own
+    monkeypatch.setenv("LAB_KEEP_RUNS", "0")
+    assert prune(tmp_path, "q12-bubble") == []                     # 0 keeps every run

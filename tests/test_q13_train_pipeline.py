@@ -154,6 +154,41 @@ def test_the_curves_figure_shows_both_runs_and_their_difference():
     assert "accuracy 50.0%" in top.get_title(loc="left") and bottom.get_yscale() == "log"
 
 
+def test_the_caption_of_a_failing_curve_blames_the_mistake_not_rounding():
+    """Issue 27, item 5: above a red verdict the caption said the curves part because of "float32 sums in
+    another order". Rounding parts two correct runs only after many steps; a check that found the curves
+    apart found a mistake, and the caption says that."""
+    from lab_src.views.curves import curves_figure
+    pipeline, single = [2.0, 1.5, 1.9, 1.8], [2.0, 1.5, 1.2, 1.1]
+    failing = curves_figure(pipeline, single, tolerance=1e-5, mistaken=True).axes[0].get_title(loc="left")
+    assert "float32" not in failing and "rounding differences" not in failing
+    assert "apart from step 2 on by more than rounding: the check found a mistake" in failing
+    passing = curves_figure(pipeline, single, tolerance=1e-5).axes[0].get_title(loc="left")   # make train's
+    assert "float32 sums in another order" in passing
+
+
+def test_labels_left_set_during_the_evaluation_are_named_as_the_cause():
+    """Issue 27, item 12: forgetting stage.set_labels(None) before the evaluation gave only torch's
+    "Expected floating point type for target ... got Long". The stage's records say what happened."""
+    from types import SimpleNamespace
+
+    from lab_src.judge.problems import Problem
+    from lab_src.judge.training import labels_left_set, with_known_cause
+    step = [{"microbatch": k, "training": True, "grad": True, "labelled": True} for k in range(4)]
+    evaluation = [{"microbatch": 0, "training": False, "grad": False, "labelled": True}]
+    obs = {3: {"forwards": step + evaluation, "step_spans": [[0, 0, 10, 4, 4]]}}
+    outcome = SimpleNamespace(case=SimpleNamespace(stages=4), obs=obs)
+    torch_said = Problem("RuntimeError: Expected floating point type for target with class probabilities, got Long",
+                         rank=3)
+    cause, caused = with_known_cause(outcome, [torch_said])
+    assert "still had the training labels set during the evaluation" in cause.message
+    assert "stage.set_labels(None)" in cause.message and not cause.consequence
+    assert caused.consequence and caused.message == torch_said.message
+    assert labels_left_set(outcome)
+    obs[3]["forwards"][-1]["labelled"] = False                 # set_labels(None) was called: nothing to say
+    assert with_known_cause(outcome, [torch_said]) == [torch_said]
+
+
 # ---- real runs: the reference and the realistic mistakes, graded by the hidden tests -------------------
 
 def _variant(text: str, old: str, new: str) -> str:
@@ -201,6 +236,9 @@ def mistakes(ref: str) -> dict[str, tuple[str, float, list[str]]]:
         "eval_with_autograd": (v("    with torch.no_grad():\n", "    if True:\n").replace(
             "float(F.cross_entropy(y, target))", "float(F.cross_entropy(y, target).detach())").replace(
             "int((y.argmax", "int((y.detach().argmax"), 0.75, ["the evaluation ran with autograd on"]),
+        "labels_left_set": (v("        stage.set_labels(None)                                 # the last stage returns "
+                              "class scores\n", ""), 0.0,
+                            ["still had the training labels set during the evaluation", "stage.set_labels(None)"]),
         "test_loss_summed": (v('"test_loss": test_loss / n', '"test_loss": test_loss'), 0.75,
                              ["8 is the number of held-out micro-batches"]),
         "every_rank_reports": (v("    if not stage.is_last_stage:\n        return None\n", ""), 0.75,

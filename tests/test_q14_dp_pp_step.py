@@ -292,10 +292,9 @@ MISTAKES = {
         "the tied all-reduce ran over ranks [0, 2], the data-parallel set of stage 0; the copies of pipeline 0's tied "
         "embedding are on its first and last stage, ranks [0, 1]"),
     "one data seed": (q14_answer(loader="make_dataloader(cfg, mbs, dp_rank=0)"), 0.7333,
-                      "replicas [0, 1] all read shard 0: identical samples on every replica, as if their data had "
-                      "one seed"),
+                      "all read shard 0: identical samples on every replica, as if their data had one seed"),
     "the whole batch": (q14_answer(loader="make_dataloader(cfg, mbs)"), 0.7333,
-                        "reads the whole global batch (make_dataloader without dp_rank)"),
+                        "made its dataloader without dp_rank, so it reads the global batch from its first sample"),
     "a weight seed per replica": (q14_answer(stage_cfg="cfg.replace(seed=cfg.seed + dp_rank)"), 0.7333,
                                   "replica 1's stage 0 starts from other weights than the run seed gives"),
 }
@@ -321,3 +320,63 @@ def test_groups_of_the_wrong_stride_are_named(reference, tmp_path, no_leftovers)
     text = " ".join("\n".join(lines).split())   # messages wrap at 110 columns
     assert "the data-parallel sets [0, 2], [1, 3] were never created" in text
     assert "the ranks holding one stage are pp_size = 2 apart" in text
+
+
+# ---- the what-if plot (issue 27, item 9) ---------------------------------------------------------------
+def test_what_if_marks_where_rings_leave_a_node_and_the_cluster_is_full():
+    """On 2 nodes x 4 ranks with a 2-stage pipeline, 2 replicas fit in a node and 4 fill the cluster (2 x 4 =
+    8 ranks): the node mark sits between 2 and 4 replicas, the shading of "more than 8 ranks" after 4. Both
+    were one step early. The scaling the left panel shows is said, in its numbers."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.patches import Polygon, Rectangle
+
+    from lab_src.checks.q14_dp_pp_step import CLUSTER
+    from lab_src.pipeline.network import cluster
+    from lab_src.views.traffic_plot import scaling, what_if_figure
+    net = cluster(**CLUSTER)
+    sizes = {"message_bytes": 4096, "stage_bytes": [60_000, 50_000], "tied_bytes": 8192}
+    fig = what_if_figure(sizes, dp=2, pp=2, m=3, net=net)
+    left = fig.axes[0]
+    marks = [ln.get_xdata()[0] for ln in left.lines if ln.get_linestyle() == "--"]
+    assert marks == [pytest.approx((2 * 4) ** 0.5)]
+    shade = next(p for p in left.patches if isinstance(p, (Rectangle, Polygon)))
+    assert shade.get_window_extent().x0 > left.transData.transform((4, 1))[0]
+    assert "each a 2-stage pipeline like the measured one" in left.get_xlabel()
+    said = scaling(sizes, 2, 3, net)
+    assert "latency sets the time" in said and "roughly linearly with the replicas" in said
+
+
+def test_what_if_refuses_a_run_that_did_not_pass(capsys):
+    from lab_src.checks.q14_dp_pp_step import GridReport, what_if
+    from lab_src.judge.problems import Problem
+    report = GridReport("q14", None, [Problem("q14 dp_pp_step() is still the stub")], [],
+                        views=[{"events": [], "dp": 2, "pp": 2, "microbatches": 3}])
+    assert what_if(report) is None
+    assert "the check above did not pass" in capsys.readouterr().out
+
+
+def test_the_grid_timeline_names_each_rows_coordinates_and_keeps_its_legend_whole():
+    """Issue 27, cosmetics: the animated q14 timeline labelled its rows "rank 3" only, and its legend ran
+    past the frame ("→ me..."). Rows carry "dp 1, pp 1"; a legend too long for one line takes two."""
+    import re
+    from dataclasses import replace
+
+    from lab_src.pipeline.trace import Event
+    from lab_src.views.dp_pp import grid_timeline
+    from lab_src.views.ideal import ideal_events
+    from lab_src.views.svg import frame
+    one = ideal_events(2, 3, activation_bytes=64)
+    end = max(e.t_end for e in one)
+    events = [replace(e, rank=e.rank + d * 2, peer=None if e.peer is None else e.peer + d * 2)
+              for d in range(2) for e in one]
+    events += [Event(r, "allreduce_dp", None, None, None, 1024, end, end * 1.2, 0, group=(r % 2, r % 2 + 2))
+               for r in range(4)]
+    events += [Event(r, "allreduce_tied", None, None, None, 256, end * 1.2, end * 1.3, 0, group=(r - r % 2, r - r % 2 + 1))
+               for r in range(4)]
+    svg = frame(grid_timeline(events, 2, 2, 3), width=860)
+    assert ">dp 1, pp 1</text>" in svg
+    view_w, view_h = map(float, re.search(r'viewBox="0 0 ([\d.]+) ([\d.]+)"', svg).groups())
+    texts = re.findall(r'<text x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]*)</text>', svg)
+    x, y, _ = next(t for t in texts if t[2] == "message: send → receive")
+    assert float(x) + 6.2 * len("message: send → receive") <= view_w and float(y) <= view_h

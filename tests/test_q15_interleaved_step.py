@@ -39,6 +39,9 @@ DEPTH_FIRST_BACKWARD = [("    def order(k, backward):\n", "    def order(k, back
 ALL_FORWARDS_FIRST = [("warmup = min((p - r - 1) * 2 + (v - 1) * p, total)", "warmup = total")]
 # posts the next box's receive one box ahead, and after the last box wraps round to the first: a receive
 # posted for a message nobody sends
+# a branch of its own for one chunk per rank ("nothing to interleave"): all forwards, then all backwards
+V1_ALL_FORWARDS_FIRST = [("warmup = min((p - r - 1) * 2 + (v - 1) * p, total)",
+                          "warmup = total if v == 1 else min((p - r - 1) * 2 + (v - 1) * p, total)")]
 LOOKAHEAD_WRAPS = [("after = receive_for(boxes[i + 1]) if i + 1 < len(boxes) else None",
                     "after = receive_for(boxes[(i + 1) % len(boxes)])")]
 
@@ -70,6 +73,9 @@ def grade(reference: dict, answers: dict[str, str], tmp_path, timeout_s: float =
     return out
 
 
+PREDICTED = 1 / 7      # the prediction item among the six pipelines: a wrong step with the reference's prediction
+
+
 def messages(items) -> str:
     return "\n".join(str(p) for item in items for p in item.problems)
 
@@ -85,7 +91,8 @@ def graded_runs(reference, reference_text, tmp_path_factory):
     needs a launch of its own: after two timeouts a launch stops trying the exercise)."""
     return grade(reference, {"reference": reference_text,
                              "blocking_receives": BLOCKING_RECEIVES,
-                             "all_forwards_first": changed(reference_text, *ALL_FORWARDS_FIRST)},
+                             "all_forwards_first": changed(reference_text, *ALL_FORWARDS_FIRST),
+                             "v1_all_forwards_first": changed(reference_text, *V1_ALL_FORWARDS_FIRST)},
                  tmp_path_factory.mktemp("q15"))
 
 
@@ -179,6 +186,33 @@ def test_the_pictures_tell_the_chunks_apart():
     assert f">F{f3.microbatch}c3</text>" in svg and box_color(f3, 4) in svg and "paler: later chunks" in svg
 
 
+# ---- the prediction, graded (issue 27) ----------------------------------------------------------------
+def test_the_prediction_is_the_schedules_bubble_and_message_count(tmp_path):
+    from grader.hidden.common import Context
+    from grader.hidden.q15_interleaved_step import prediction_item
+    from lab_src.judge.chunks import expected_prediction
+    from lab_src.views.bubble import theoretical_bubble
+    want = expected_prediction()
+    for v in (1, 2, 4):
+        sends = [e for e in ideal_events(4, 8, schedule=Interleaved1F1B(v)) if e.is_send]
+        assert want[f"messages_v{v}"] == len(sends)
+        assert want[f"bubble_v{v}"] == pytest.approx(theoretical_bubble(4, 8, v))
+    assert want["messages_v1"] == 48 and want["bubble_v2"] == pytest.approx(3 / 19)
+
+    def item(text):
+        path = tmp_path / "q15.py"
+        path.write_text(text)
+        return prediction_item(Context(student={QID: str(path)}, reference={}))
+    right = answer("q15_blocking_receives")
+    assert item(right).passed and item(right).part == "pipelines"
+    wrong = item(right.replace('"messages_v2": 112', '"messages_v2": 64'))
+    assert "the predicted messages for v = 2 are 64; one step sends 112" in messages([wrong])
+    stub = item("def predicted_interleaving():\n    raise NotImplementedError()\n")
+    assert "still the stub" in messages([stub]) and not stub.passed
+    computed = item("def predicted_interleaving():\n    return {'bubble_v1': len([1])}\n")
+    assert "not a number" in messages([computed])
+
+
 # ---- graded in real processes -----------------------------------------------------------------------
 def test_the_reference_gets_full_marks(graded_runs):
     score, items = graded_runs["reference"]
@@ -208,15 +242,23 @@ def test_blocking_receives_get_full_marks_too(graded_runs, reference_text):
 def test_a_receive_posted_and_never_waited_for_is_named(reference, reference_text, tmp_path):
     score, items = grade(reference, {"wraps": changed(reference_text, *LOOKAHEAD_WRAPS)}, tmp_path,
                          timeout_s=4)["wraps"]
-    assert score == 0.0
+    assert score == pytest.approx(PREDICTED)
     text = messages(items[:1])
     assert "the step ended with receives posted and never waited for: recv_forward(mb=0) from rank 0" in text, text
 
 
 def test_running_every_forward_first_breaks_the_memory_bound(graded_runs):
     score, items = graded_runs["all_forwards_first"]
-    assert score == 0.0
+    assert score == pytest.approx(PREDICTED)
     assert "holds at most" in messages(items) and "another schedule" not in messages(items)
+
+
+def test_a_wrong_branch_for_one_chunk_per_rank_loses_that_case(graded_runs):
+    score, items = graded_runs["v1_all_forwards_first"]
+    (v1,) = [i for i in items if i.name == "2 ranks, 1 chunk, 4 micro-batches"]
+    assert [i.score for i in items if i is not v1] == [1.0] * (len(items) - 1), messages(items)
+    assert v1.score == 0.0 and "holds at most 3 on rank 0 of 2" in messages([v1]), messages([v1])
+    assert score == pytest.approx(1 - 1 / len(items))
 
 
 @pytest.mark.slow
@@ -224,12 +266,12 @@ def test_skipping_the_wrap_around_is_named(reference, reference_text, tmp_path):
     # each in a launch of its own: after two timeouts a launch stops trying the exercise
     score, items = grade(reference, {"no_wrap": changed(reference_text, *NO_WRAP)}, tmp_path / "a",
                          timeout_s=4)["no_wrap"]
-    assert score == 0.0
+    assert score == pytest.approx(PREDICTED)
     first = str(items[0].problems[0])
     assert first.startswith("[q15] rank 0") and "wrap-around from the last rank to the first" in first, first
     score, items = grade(reference, {"no_modulo": changed(reference_text, *NO_MODULO)}, tmp_path / "b",
                          timeout_s=4)["no_modulo"]
-    assert score == 0.0
+    assert score == pytest.approx(PREDICTED)
     assert "there is no rank" in messages(items) and "(rank + 1) %" in messages(items)
 
 
@@ -237,7 +279,7 @@ def test_skipping_the_wrap_around_is_named(reference, reference_text, tmp_path):
 def test_backwards_in_forward_chunk_order_deadlock_and_are_explained(reference, reference_text, tmp_path):
     score, items = grade(reference, {"not_reversed": changed(reference_text, *NOT_REVERSED)}, tmp_path,
                          timeout_s=4)["not_reversed"]
-    assert score == 0.0
+    assert score == pytest.approx(PREDICTED)
     first = str(items[0].problems[0])
     assert "backwards visit the chunks in reverse" in first and "deadlocks" in first, first
     # the deadlock's lines name the chunk each rank waited for
@@ -254,10 +296,114 @@ def test_another_valid_chunk_order_keeps_half_of_what_it_runs(reference, referen
     # the order deadlocks
     score, items = grade(reference, {"depth_first": changed(reference_text, *DEPTH_FIRST_BACKWARD)}, tmp_path,
                          timeout_s=8)["depth_first"]
-    assert [i.score for i in items] == [0.5, 0.0, 0.0, 0.5, 0.5], messages(items)
-    assert score == pytest.approx(0.3)
+    # with one chunk per rank the order is Interleaved 1F1B's own: full marks there
+    assert [i.score for i in items] == [0.5, 0.0, 0.0, 0.5, 0.5, 1.0, 1.0], messages(items)
+    assert score == pytest.approx(3.5 / 7)
     assert str(items[0].problems[0]).startswith("[q15] rank 0, micro-batch 0: another schedule: your step visits "
                                                 "the chunks in another order"), messages(items[:1])
     assert "backwards visit the chunks in reverse" in messages(items[:1])
     assert "are matched in the order they are posted" in str(items[1].problems[0]), messages(items[1:2])
     assert "deadlocks" in messages(items[2:3]) or "before the run stopped" in messages(items[2:3])
+
+
+# ---- Validate: the bubble study is skipped, the cut points say they are not graded ---------------------
+@pytest.mark.slow
+def test_validate_of_the_released_q15_skips_the_study(reference, tmp_path, no_leftovers):
+    """Issue 27, item 2: under Validate the study ran past nbgrader's 30 s a cell, was interrupted, the next
+    cell raised NameError, and Validate still said "Success!". Now it launches nothing there."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from lab_src.registry import EXERCISES
+    from tests.test_validate import ROOT
+    notebook = ROOT / "notebooks" / "pipeline_lab" / EXERCISES[QID].notebook
+    nb = json.loads(notebook.read_text())
+    for cell in nb["cells"]:
+        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if grade_id == "q15_answer":
+            cell["source"] = "%%answer q15\n" + open(reference[QID]).read()
+        if grade_id == "q15_cut_points":
+            cell["source"] = 'CUT_POINTS = ["blocks.3", "blocks.6"]\n'
+    (tmp_path / notebook.name).write_text(json.dumps(nb, indent=1))
+    (tmp_path / "answers").mkdir()
+    for qid in EXERCISES[QID].needs:
+        shutil.copyfile(reference[qid], tmp_path / "answers" / EXERCISES[qid].answer_file)
+    # a minute a cell, not nbgrader's 30 s: the check's two torchrun launches on a loaded 2-core machine
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()\nc.Execute.timeout = 60\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("NBGRADER_EXECUTION", "LAB_ANSWERS", "LAB_ANSWERS_DIR")}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "validate", notebook.name], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    print(f"nbgrader validate q15: {time.monotonic() - started:.1f} s\n{out}")
+    assert "Success! Your notebook passes all the tests." in out
+    assert "Timeout waiting for execute reply" not in out and "Interrupting kernel" not in out
+    assert not list((tmp_path / "runs").glob("q15-bubble-*")), "the bubble study launched under Validate"
+
+
+def test_chunk_labels_are_drawn_only_where_they_fit():
+    """Issue 27, cosmetics: with 4 chunks the boxes are narrow and their labels ran into each other
+    ("B0c3F3c0"). A label is drawn only where its box holds it, in the SVG and in the static figure."""
+    import re
+
+    from lab_src.views.svg import frame
+    from lab_src.views.timeline import timelines
+    events = ideal_events(2, 4, schedule=Interleaved1F1B(4), activation_bytes=64)
+    measured, _ = timelines(events, 2, 4, schedule="interleaved:4")
+    for width in (700, 1200, 4000):
+        rows: dict[str, list[tuple[float, str]]] = {}
+        for x, y, text in re.findall(r'<text x="([\d.]+)" y="([\d.]+)" text-anchor="middle"[^>]*>(\w+)</text>',
+                                     frame(measured, width=width)):
+            rows.setdefault(y, []).append((float(x), text))
+        for labels in rows.values():
+            labels.sort()
+            for (xa, a), (xb, b) in zip(labels, labels[1:]):
+                assert xb - xa >= 6.5 * (len(a) + len(b)) / 2, (width, a, b, xb - xa)
+
+
+def test_the_study_launches_nothing_under_validate_or_after_a_failed_check(monkeypatch, capsys):
+    """Issue 27, items 2 and 14: under Validate the study ran past nbgrader's 30 s; after a failed check (the
+    stub) it ran 28 s and printed an empty table. Now it says why it does not run, at once."""
+    from lab_src import grading
+    from lab_src.checks import q15_interleaved_step as q15
+    monkeypatch.setattr(q15, "_run", lambda *a, **k: pytest.fail("the study launched"))
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    assert q15.bubble_study() is None
+    assert "skipped under Validate" in capsys.readouterr().out
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    monkeypatch.setitem(grading._checked, QID, "CheckFailed: q15: FAILED, 1 problem\n[q15]: still the stub")
+    assert q15.bubble_study() is None
+    err = capsys.readouterr().err
+    assert "the check above did not pass: make it pass first" in err and "q15: FAILED" in err
+
+
+def test_the_study_says_why_the_measurement_departs_from_the_ideal():
+    """Issue 27, item 10: v = 1 measured below its ideal and v = 4 worse than v = 1, with no word why."""
+    from lab_src.checks.q15_interleaved_step import why_measured
+    rows = [{"v": 1, "bubble": 0.133, "ideal": 0.201, "theory": 3 / 11, "compute_s": 0.9, "messages": 48,
+             "bytes_sent": 48 * 2**20},
+            {"v": 2, "bubble": 0.12, "ideal": 0.13, "theory": 3 / 19, "compute_s": 0.6, "messages": 112,
+             "bytes_sent": 112 * 2**20},
+            {"v": 4, "bubble": 0.16, "ideal": 0.09, "theory": 3 / 35, "compute_s": 0.62, "messages": 240,
+             "bytes_sent": 240 * 2**20}]
+    said = " ".join(why_measured(rows, 4, 2))
+    assert "v = 1 measured 13.3%, below its ideal 20.1%" in said and "1.50 x the fastest run's" in said
+    assert "4 ranks share 2 cores, and a rank waiting for a core counts as busy" in said
+    assert "v = 4 measured 16.0%, worse than v = 1's 13.3%" in said and "it sent 240 messages against 48" in said
+
+
+def test_the_cut_points_say_they_are_an_ungraded_experiment(reference, in_tmp, monkeypatch, capsys):
+    """Issue 27, item 6: wrong CUT_POINTS printed "q15: FAILED, 3 problems" in red, though nothing grades them."""
+    import json
+
+    from lab_src.checks.q15_interleaved_step import traced_partition
+    (in_tmp / "map.json").write_text(json.dumps(reference))
+    monkeypatch.setenv("LAB_ANSWERS", str(in_tmp / "map.json"))
+    report = traced_partition(["blocks.2", "blocks.5"])
+    err = capsys.readouterr().err
+    assert not report.ok
+    assert err.startswith("q15 Part 2, the cut points in CUT_POINTS (an experiment: not graded): FAILED"), err

@@ -37,7 +37,6 @@ CONFIGS = {
                                    dtype="float64"),
 }
 
-
 @dataclass
 class Item:
     part: str
@@ -113,14 +112,13 @@ def case_problems(qid: str, outcome, label: str) -> list[Problem]:
 def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extra=None) -> Item:
     """A full pipeline run compared with the reference baseline, plus the checks that it is real and
     that each stage holds the layers the reference assigns it; `extra(outcome)`: more problems of the run."""
-    from lab_src.judge.compare import compare_run
     from lab_src.judge.realness import check_run
     label = outcome.case.label
     item = Item(part, label, case_problems(qid, outcome, label), credit=exercise(qid).other_schedule_credit)
     if item.problems:
         return item
     cfg = outcome.case.config
-    item.problems += stamped(compare_run(outcome, ctx.baselines[cfg]) + check_run(outcome), qid, label)
+    item.problems += stamped(compare_numbers(ctx, outcome) + check_run(outcome), qid, label)
     ref_layers = ctx.reference_fn("q05")
     for r, o in sorted(outcome.obs.items()):
         want = ref_layers(cfg.num_layers, r, cfg.num_stages)
@@ -130,6 +128,35 @@ def pipeline_item(qid: str, ctx: Context, outcome, part: str = "pipelines", extr
     if extra is not None:
         item.problems += stamped(extra(outcome), qid, label)
     return item
+
+
+def compare_numbers(ctx: Context, outcome) -> list[Problem]:
+    """The run compared with its baseline: on a case where rank 0 changed its embedding after building it
+    (pipeline/perturb.py, `pipeline_cases`), the baseline of the changed model, and outputs that ignored the
+    change are named first (judge/compare.py `check_depends`)."""
+    from lab_src.judge.compare import check_depends, compare_run
+    cfg = outcome.case.config
+    seed = outcome.obs.get(0, {}).get("perturbed")
+    if not outcome.case.settings.get("perturb"):
+        return compare_run(outcome, ctx.baselines[cfg])
+    if seed is None:
+        return [Problem("stage 0 did not report the change the grader made to its embedding", rank=0)]
+    ignored = check_depends(outcome, ctx.baselines[cfg])
+    return ignored or compare_run(outcome, ctx.baselines.perturbed(cfg, seed))
+
+
+def pipeline_cases(ctx: Context, qid: str, configs: dict[str, LabConfig] | None = None) -> list[Case]:
+    """A pipeline case of `qid` on each grading configuration (or each of `configs`, by label); in every
+    case of 2 stages or more, rank 0 changes its embedding right after building it, and the outputs must
+    follow (pipeline/perturb.py). Every such case, so that an answer cannot tell which one carries it."""
+    if configs is None:
+        return [ctx.case(qid, "pipeline", c, settings=perturbing(CONFIGS[c])) for c in CONFIGS]
+    return [ctx.case(qid, "pipeline", cfg, label=label, settings=perturbing(cfg)) for label, cfg in configs.items()]
+
+
+def perturbing(cfg: LabConfig) -> dict:
+    """A pipeline case's settings: rank 0 changes its embedding once built where there is a later stage."""
+    return {"perturb": True} if cfg.num_stages > 1 else {}
 
 
 def causes_first(item: Item) -> Item:

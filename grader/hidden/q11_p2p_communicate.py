@@ -4,9 +4,11 @@ four single operations); what every receive got, how its buffer was allocated, t
 then full 1F1B pipelines (the reference q12 step) built on the student's operations.
 
 Parts: messages (one item per communication case), receive buffers (the cases with receives that ran to
-the end), pipelines. Cases that can deadlock come after those that cannot: an exercise whose cases time
+the end), pipelines, and the prediction of the blocking-sends experiment (read from the answer, not run). Cases that can deadlock come after those that cannot: an exercise whose cases time
 out twice is not tried further (harness/worker.py)."""
-from lab_src.judge.p2p import judge_p2p, mutual_sends
+from pathlib import Path
+
+from lab_src.judge.p2p import judge_p2p, judge_prediction, mutual_sends
 from lab_src.judge.problems import Problem, stamped
 
 from .common import Item, case_problems, causes_first, pipeline_item
@@ -39,4 +41,12 @@ def judge(ctx, outcomes):
             unfinished = [Problem("the receive buffers are judged when the messages of the case all went "
                                   "through; here they did not (see the messages)", exercise=QID, case=label)]
             items.append(Item("receive buffers", label, buffers + (unfinished if failed else [])))
-    return items + [causes_first(pipeline_item(QID, ctx, o)) for o in outcomes[len(COMM):]]
+    items += [causes_first(pipeline_item(QID, ctx, o)) for o in outcomes[len(COMM):]]
+    return items + [prediction_item(ctx)]
+
+
+def prediction_item(ctx) -> Item:
+    """Which micro-batch each rank of the blocking-sends experiment is stuck sending: `predicted_deadlock()`."""
+    path = ctx.student.get(QID)
+    source = Path(path).read_text(errors="replace") if path else None
+    return Item("prediction", "where the blocking pair deadlocks", stamped(judge_prediction(source), QID))

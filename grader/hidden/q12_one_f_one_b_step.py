@@ -1,19 +1,28 @@
 """Hidden tests of q12 (one_f_one_b_step): full pipelines of 1 to 4 stages, 1 to 6 micro-batches, uneven
-layers, float64 and other seeds, compared with the baseline (outputs, loss, every stage's gradients),
+layers, float64 and other seeds, and m <= p - 2 (4 stages, 2 micro-batches), compared with the baseline (outputs, loss, every stage's gradients),
 checked to be real pipelines, and judged by One-Forward-One-Backward's rules from the recorded events:
 rank r never holds more than min(p - r, m) micro-batches awaiting their backward, and runs 1F1B's order.
 A valid All-Forward-All-Backward step keeps the exercise's `other_schedule_credit` of each case it
 breaks 1F1B in; any other failure is explained in 1F1B's terms (warm-up, steady state, cool-down)."""
 from lab_src.judge.one_f_one_b import diagnose
 from lab_src.judge.problems import Kind, stamped
+from lab_src.pipeline.config import LabConfig
 
-from .common import CONFIGS, causes_first, pipeline_item
+from .common import causes_first, pipeline_cases, pipeline_item
 
 QID = "q12"
 
+# 1F1B's own corner: m <= p - 2, where rank 0's warm-up is m, not p - r - 1 (a warm-up without min(., m)
+# runs forwards for micro-batches that do not exist). It runs in the same launch as the shared configurations.
+CORNERS = {
+    "4 stages, 2 micro-batches": LabConfig(num_stages=4, num_layers=4, num_microbatches=2, global_batch_size=4),
+}
+
 
 def cases(ctx):
-    return [ctx.case(QID, "pipeline", c) for c in CONFIGS]
+    ctx.baselines.add(CORNERS.values())
+    return (pipeline_cases(ctx, QID) +
+            pipeline_cases(ctx, QID, CORNERS))
 
 
 def judge(ctx, outcomes):

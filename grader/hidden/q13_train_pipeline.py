@@ -9,7 +9,7 @@ the loss reported by the last); the held-out loss and accuracy, evaluated in eva
 Two configurations: 4 stages in float32 for 30 steps, and 3 stages with uneven layers in float64.
 """
 from lab_src.judge.problems import Problem, stamped
-from lab_src.judge.training import PARTS, LearningMargin, judge_training
+from lab_src.judge.training import PARTS, LearningMargin, judge_training, with_known_cause
 from lab_src.pipeline.digits import DIGITS
 
 from .common import Item, case_problems
@@ -80,7 +80,7 @@ def judge(ctx, outcomes):
     for out in outcomes:
         name = out.case.label
         margin = CASES[name][2]
-        failed = case_problems(QID, out, name)
+        failed = stamped(with_known_cause(out, case_problems(QID, out, name)), QID, name)
         parts = [p for p in PARTS if p != "learning" or margin is not None]
         if failed:
             items += [Item(part, name, list(failed)) for part in parts]

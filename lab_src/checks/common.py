@@ -160,6 +160,10 @@ def sources(qid: str) -> dict[str, str | None]:
 
 
 def run_dir(qid: str) -> Path:
+    """A new folder under runs/ for a run of `qid` (an exercise, or an experiment: "q12-bubble"); the oldest
+    runs of the same name beyond the last few are removed first (harness/runfolder.py, `prune`)."""
+    from lab_src.harness.runfolder import prune
+    prune(Path("runs"), qid)
     return Path("runs") / f"{qid}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 

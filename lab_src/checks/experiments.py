@@ -7,8 +7,8 @@ micro-batches through 4 stages, and the bubble against the number of micro-batch
     bubble_vs_microbatches().figure()        # measured bubble against (p-1)/(m+p-1) on the DEMO model
 
 Nothing here is graded. Each experiment is one torchrun launch of pipeline cases (harness/kinds/pipeline.py),
-which count the bytes each rank holds for backward (harness/memory.py). While nbgrader autogrades, they
-launch nothing.
+which count the bytes each rank holds for backward (harness/memory.py). Under Validate and while nbgrader
+autogrades, they launch nothing (`skipped_under_validate()`, which q15's study shares).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from lab_src import answers
 from lab_src.checks.common import VISIBLE, autograding, errors, make_case, run_cases, run_dir, sources
+from lab_src.grading import validating
 from lab_src.judge.summary import summary
 from lab_src.pipeline.config import DEMO, LabConfig
 from lab_src.pipeline.schedules import in_flight, schedule
@@ -24,6 +25,20 @@ from lab_src.pipeline.schedules import in_flight, schedule
 MEMORY_MS = (4, 8, 16, 32, 64)
 BUBBLE_MS = (1, 2, 4, 8, 16)
 STEPS = {"afab": "q08", "1f1b": "q12"}       # the exercise whose step each schedule runs
+
+
+def skipped_under_validate(what: str = "This study", how: str = "run the cell yourself to see it") -> bool:
+    """True, after printing one line, while nbgrader validates or autogrades the notebook: an ungraded study
+    or experiment then launches nothing, so that every cell stays within nbgrader's 30 s a cell. False
+    otherwise (the student runs the notebook): run it. `how`: how to run it yourself."""
+    if validating():
+        print(f"{what} is skipped under Validate (it is not graded, and it takes longer than nbgrader's 30 s "
+              f"a cell): {how}.")
+        return True
+    if autograding():
+        print(f"{what} is skipped while autograding (it is not graded).")
+        return True
+    return False
 
 
 def small(m: int) -> LabConfig:
@@ -92,8 +107,7 @@ def _launch(plan: list[tuple[str, LabConfig]], srcs: dict, label: str, deadline_
 
 def memory_vs_microbatches(ms=MEMORY_MS, schedules=("afab", "1f1b")) -> Runs | None:
     """Your AFAB and 1F1B steps on 4 stages for each m in `ms`: the peak bytes each rank held for backward."""
-    if autograding():
-        print("The experiment is skipped while autograding.")
+    if skipped_under_validate():
         return None
     srcs, skipped = _answers(schedules)
     plan = [(s, small(m)) for m in ms for s in schedules if not any(schedule(s).title in n for n in skipped)]
@@ -110,8 +124,7 @@ def memory_vs_microbatches(ms=MEMORY_MS, schedules=("afab", "1f1b")) -> Runs | N
 def thousand_microbatches(m: int = 1000, runs: Runs | None = None) -> Runs | None:
     """Your 1F1B step with `m` micro-batches on 4 stages, beside m = 8: how long it takes, and how much
     memory each rank holds. With `runs` (memory_vs_microbatches), also what AFAB would hold at `m`."""
-    if autograding():
-        print("The experiment is skipped while autograding.")
+    if skipped_under_validate():
         return None
     srcs, _ = _answers(("1f1b",))
     plan = [("1f1b", small(8)), ("1f1b", small(m))]
@@ -145,8 +158,7 @@ def thousand_microbatches(m: int = 1000, runs: Runs | None = None) -> Runs | Non
 def bubble_vs_microbatches(ms=BUBBLE_MS, cfg: LabConfig = DEMO, sched: str = "1f1b") -> Runs | None:
     """Your step of `sched` on the DEMO model (compute dominates messaging) for each m in `ms`: the
     measured bubble beside (p-1)/(m+p-1)."""
-    if autograding():
-        print("The experiment is skipped while autograding.")
+    if skipped_under_validate():
         return None
     srcs, _ = _answers((sched,))
     plan = [(sched, cfg.replace(num_microbatches=m)) for m in ms if cfg.global_batch_size % m == 0]

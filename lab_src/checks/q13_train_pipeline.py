@@ -32,7 +32,8 @@ def check() -> CheckReport:
     out = run.outcomes[0]
     problems = errors(out, "q13", label)
     if problems:
-        return finish("q13", run, problems, lines)
+        from lab_src.judge.training import with_known_cause
+        return finish("q13", run, stamped(with_known_cause(out, problems), "q13", label), lines)
     started = time.monotonic()
     single = train_single_process(cfg, Digits(cfg, TEST_MICROBATCHES), STEPS, LR)
     single_s = time.monotonic() - started
@@ -66,7 +67,7 @@ def check() -> CheckReport:
         held["single process"] = (single["test_accuracy"], single["test_loss"])
         lines.append("  held out: " + ", ".join(f"{k} accuracy {a:.1%} and loss {l:.4f}" for k, (a, l) in held.items()))
         from lab_src.views.curves import curves_figure
-        figure = curves_figure(losses, single["losses"], tolerance=tol, held_out=held,
+        figure = curves_figure(losses, single["losses"], tolerance=tol, held_out=held, mistaken=bool(found["curves"]),
                                title=f"q13: the digits, 4-stage pipeline vs one process ({STEPS} steps)")
         figure.savefig(folder / "curves.png", dpi=100)
         lines.append(f"  the curves: {folder / 'curves.png'}")

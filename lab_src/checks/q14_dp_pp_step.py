@@ -93,12 +93,16 @@ def what_if(report, **described):
     intra_latency_us, inter_latency_us) beside the measured time, then the plot of predicted time
     against the number of replicas and of micro-batches on that cluster. Returns the figure."""
     from lab_src.pipeline import network
-    from lab_src.views.traffic_plot import what_if_figure
+    from lab_src.views.traffic_plot import scaling, what_if_figure
     views = getattr(report, "views", None) or []
     if not isinstance(report, GridReport) or not views:
         print("No run to model: the check did not run (while autograding, checks launch nothing).")
         return None
     v = views[0]
+    if not report.ok or not any(e.is_collective or e.is_send for e in v["events"]):
+        print("No measured pipeline to model: the check above did not pass, so its 2 x 2 run's messages and "
+              "all-reduces are not your step's. Make the check pass, then run this cell again.")
+        return None
     here = network.this_machine(v.get("link"))
     there = network.cluster(**{**CLUSTER, **described})
     ops = network.operations(v["events"])
@@ -107,6 +111,8 @@ def what_if(report, **described):
     print(network.table(predicted, network.measure(v["events"])))
     print(f"\n{here.describe()}\n{there.describe()}")
     sizes = network.sizes_of(v["events"], v["dp"], v["pp"])
+    import textwrap
+    print("\n" + textwrap.fill(scaling(sizes, v["pp"], v["microbatches"], there, tied=v["config"].tie_embeddings), 110))
     return what_if_figure(sizes, v["dp"], v["pp"], v["microbatches"], there, tied=v["config"].tie_embeddings)
 
 

@@ -6,11 +6,15 @@ and 4 chunks per rank on a configuration where compute dominates: the measured b
 from __future__ import annotations
 
 import os
+import sys
 
 from lab_src.checks.common import (UNFINISHED, VISIBLE, CheckReport, autograding, exercise, failed_in_notebook, finish,
                                    indent, make_case, run_cases, run_dir, sources)
+from lab_src.checks.experiments import skipped_under_validate
+from lab_src.grading import check_not_passed
 from lab_src.judge.chunks import check_interleaved_run, interleaved_errors
 from lab_src.judge.problems import stamped
+from lab_src.judge.summary import summary
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.schedules import Interleaved1F1B
 from lab_src.views import bubble, text_grid
@@ -71,7 +75,27 @@ def check() -> CheckReport:
             lines.append(f"      {compute_order(events, r)}")
         lines.append(indent(text_grid.time_grid(events, p)))
         lines.append("    " + bubble.describe(events, p, cfg.num_microbatches, v))
+    lines.append("\n  " + prediction_line(srcs[QID]))
     return finish(QID, run, problems, lines)
+
+
+def prediction_line(path: str | None) -> str:
+    """Whether the student's predicted_interleaving() matches the schedule's numbers (which entries differ,
+    not the right values: the grader grades them)."""
+    from pathlib import Path
+
+    from lab_src.judge.chunks import (PREDICTION_MICROBATCHES, PREDICTION_NAME, PREDICTION_RANKS,
+                                      prediction_problems)
+    from lab_src.judge.numeric import NotANumber, read_numbers
+    head = f"your prediction ({PREDICTION_NAME}, p = {PREDICTION_RANKS}, m = {PREDICTION_MICROBATCHES}): "
+    try:
+        got = read_numbers(Path(path).read_text(errors="replace"), PREDICTION_NAME) if path else {}
+    except NotANumber as e:
+        return head + f"not read ({e}); it is graded"
+    wrong = [p.message.split(";")[0].replace("the predicted ", "") for p in prediction_problems(got)]
+    if not wrong:
+        return head + "matches the schedule for v = 1, 2 and 4 (graded)"
+    return head + "differs from the schedule: " + "; ".join(wrong) + " (graded; the bubble study measures them)"
 
 
 class BubbleStudy(CheckReport):
@@ -84,6 +108,13 @@ def bubble_study(chunks=(1, 2, 4), stages: int | None = None, cfg: LabConfig = S
     `stages`: ranks (default 4, or 2 on a machine with fewer than 4 cores, so that ranks do not share one)."""
     if autograding():
         print("The bubble study is skipped while autograding.")
+        return None
+    if skipped_under_validate("The bubble study", "open the notebook and run `study = bubble_study()` yourself"):
+        return None
+    not_passed = check_not_passed(QID)
+    if not_passed:
+        print(f"The bubble study runs your step, and the check above did not pass: make it pass first.\n"
+              f"  {not_passed.splitlines()[0]}", file=sys.stderr)
         return None
     stages = stages or (4 if (os.cpu_count() or 1) >= 4 else 2)
     cfg = cfg.replace(num_stages=stages, num_microbatches=2 * stages, global_batch_size=4 * stages)
@@ -113,7 +144,8 @@ def bubble_study(chunks=(1, 2, 4), stages: int | None = None, cfg: LabConfig = S
         held, chunks_held = mem.get("peak_held_bytes") or 0, mem.get("peak_held_chunks") or 1
         # what one micro-batch's activations of a whole stage take: the yardstick of 1F1B, which holds p of them
         per_stage = per_stage or held / chunks_held * v
-        row = {"v": v, "step_s": span, "bubble": bubble.measured_bubble(events, p), "ideal": ideal.bubble,
+        compute = sum(e.t_end - e.t_start for e in events if e.is_compute)
+        row = {"v": v, "step_s": span, "compute_s": compute, "bubble": bubble.measured_bubble(events, p), "ideal": ideal.bubble,
                "theory": bubble.theoretical_bubble(p, m, v), "messages": len(sends),
                "bytes_sent": sum(e.bytes for e in sends), "held_chunks": chunks_held, "held_bytes": held,
                "held_vs_1f1b": held / (p * per_stage)}
@@ -127,18 +159,60 @@ def bubble_study(chunks=(1, 2, 4), stages: int | None = None, cfg: LabConfig = S
     if (os.cpu_count() or 1) < p:
         lines.append(f"  note: {p} ranks share {os.cpu_count()} cores here, so compute boxes stretch and the "
                      f"measured bubble means less")
-    print("\n".join(lines))
+    if not rows:
+        lines.append(f"  no run of your step finished, so there is nothing to compare:\n{summary(problems, 3)}")
+    else:
+        lines += [f"  {why}" for why in why_measured(rows, p, os.cpu_count() or 1)]
+        lines.append("  " + prediction_line(srcs[QID]))
+    print("\n".join(lines), file=sys.stderr if not rows else sys.stdout)
     study = BubbleStudy(QID, run, problems, lines)
     study.rows = rows
     return study
 
 
+def why_measured(rows: list[dict], p: int, cores: int) -> list[str]:
+    """Why the measured bubble departs from the ideal, in this run's numbers: compute boxes stretched by
+    ranks sharing cores (a rank waiting for a core looks busy, so the bubble looks smaller), and the
+    messages, about v times as many with v chunks, each paid for on the ranks that wait for it."""
+    said = []
+    fastest = min(row["compute_s"] for row in rows)
+    for row in rows:
+        stretch = row["compute_s"] / fastest if fastest else 1.0
+        if row["bubble"] < row["ideal"] - 0.01:
+            said.append(f"v = {row['v']} measured {row['bubble']:.1%}, below its ideal {row['ideal']:.1%}: its compute "
+                        f"boxes, summed over the ranks, took {row['compute_s'] * 1e3:.0f} ms"
+                        + (f", {stretch:.2f} x the fastest run's" if stretch > 1.05 else "")
+                        + (f"; {p} ranks share {cores} cores, and a rank waiting for a core counts as busy, so "
+                           f"the idle share looks smaller than it is" if cores < p else
+                           "; time a rank spends between boxes (Python, posting messages) counts as busy too"))
+    base = next((row for row in rows if row["v"] == min(r["v"] for r in rows)), None)
+    for row in rows:
+        if base is None or row is base or row["bubble"] <= base["bubble"]:
+            continue
+        said.append(f"v = {row['v']} measured {row['bubble']:.1%}, worse than v = {base['v']}'s {base['bubble']:.1%} "
+                    f"although its theory is {row['theory']:.1%} against {base['theory']:.1%}: it sent "
+                    f"{row['messages']} messages against {base['messages']} ({row['bytes_sent'] / 2**20:.1f} MB "
+                    f"against {base['bytes_sent'] / 2**20:.1f}), and each one costs time on the rank that waits for "
+                    f"it; here that outweighs the shorter ramps"
+                    + (f" (and {p} ranks share {cores} cores)" if cores < p else ""))
+    return said
+
+
 # ---- partition by tracing -------------------------------------------------------------------------------
+class TracedPartition(CheckReport):
+    """The report of `traced_partition`: an experiment, not graded, and its verdict says so."""
+    TITLE = f"{QID} Part 2, the cut points in CUT_POINTS (an experiment: not graded)"
+
+    def verdict(self) -> list[str]:
+        first, *rest = super().verdict()
+        return [self.TITLE + first[len(self.qid):]] + rest
+
+
 def traced_partition(cut_points: list[str], num_layers: int = 8) -> CheckReport | None:
     """Cut the lab's model at `cut_points` by tracing it (lab_src/pipeline/traced.py) and compare the
     len(cut_points) + 1 stages with your Q5 partition of the same blocks: the pieces each stage holds, their
     parameters, and each stage's output on the same input. Returns the report, passed or failed (where they
-    differ, or a cut point is not in the model); `report.raise_if_failed()` raises CheckFailed."""
+    differ, or a cut point is not in the model); `report.raise_if_failed()` raises CheckFailed. Not graded."""
     import time
 
     import torch
@@ -164,7 +238,8 @@ def traced_partition(cut_points: list[str], num_layers: int = 8) -> CheckReport 
     try:
         part = split_by_tracing(model, cut_points)
     except CutPointError as e:
-        return finish(QID, None, [Problem(f"traced partition: {e}", exercise=QID, case="traced")], [])
+        return finish(QID, None, [Problem(f"traced partition: {e}", exercise=QID, case="traced")], [],
+                      cls=TracedPartition)
     traced_s = time.perf_counter() - started
     mbs = cfg.global_batch_size // cfg.num_microbatches
     tokens = next(iter(make_dataloader(cfg, mbs)))
@@ -207,7 +282,7 @@ def traced_partition(cut_points: list[str], num_layers: int = 8) -> CheckReport 
     lines.append(f"  the model counts each piece's forward calls in Python; running the traced stages counted "
                  f"{sum(RAN.values())} calls: code that is not a tensor operation ran once, while tracing, and is "
                  f"not in the graph")
-    return finish(QID, None, problems, lines)
+    return finish(QID, None, problems, lines, cls=TracedPartition)
 
 
 def what_crosses(cut_points: list[str], num_layers: int = 8) -> list[list[tuple]]:

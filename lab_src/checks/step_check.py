@@ -2,10 +2,12 @@
 compared with the unsharded baseline and checked to be a real pipeline of the exercise's schedule."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from lab_src.checks.common import (UNFINISHED, CheckReport, LabConfig, errors, exercise, finish, indent, make_case,
                                    run_cases, run_dir, sources)
 from lab_src.judge.probes import judge_check_gradients, judge_check_outputs
-from lab_src.judge.problems import stamped
+from lab_src.judge.problems import Problem, stamped
 from lab_src.judge.realness import check_run
 from lab_src.pipeline.schedules import in_flight
 from lab_src.views import bubble, text_grid
@@ -32,7 +34,7 @@ def pipeline_check(qid: str, configs: list[LabConfig], probes: list[str]) -> Che
             lines.append(UNFINISHED)
             continue
         numbers = compare_run(out, baselines[cfg])
-        found = numbers + check_run(out)
+        found = causes_then_numbers(qid, out, check_run(out), numbers)
         if "check_outputs" in probes:
             found += judge_check_outputs(out)
         if "check_gradients" in probes:
@@ -43,9 +45,21 @@ def pipeline_check(qid: str, configs: list[LabConfig], probes: list[str]) -> Che
                      + (", but see the problems below" if found and not numbers else ""))
         events = out.events()
         lines.append(indent(text_grid.time_grid(events, cfg.num_stages)))
-        lines.append("    " + bubble.describe(events, cfg.num_stages, cfg.num_microbatches) + why_above(events, cfg))
+        lines.append("    " + bubble.describe(events, cfg.num_stages, cfg.num_microbatches) + why_above(events, cfg, qid))
         lines.append("    " + memory_line(events, cfg.num_stages))
     return finish(qid, run, problems, lines)
+
+
+def causes_then_numbers(qid: str, out, rules: list[Problem], numbers: list[Problem]) -> list[Problem]:
+    """The schedule's rules a run broke (for 1F1B, said in its own terms: warm-up, steady state, cool-down)
+    before the numbers that differ: a step that pairs the wrong micro-batches breaks the order, and the
+    gradients that differ follow from it (said after it, as what it caused)."""
+    if not rules:
+        return numbers
+    if exercise(qid).schedule_of_step == "1f1b":
+        from lab_src.judge.one_f_one_b import diagnose
+        rules = diagnose(out.events(), out.case.stages, out.case.microbatches) + rules
+    return rules + [replace(p, consequence=True) for p in numbers]
 
 
 def memory_line(events, p: int) -> str:
@@ -55,7 +69,7 @@ def memory_line(events, p: int) -> str:
            f"memory: {describe_peaks(events, p)}"
 
 
-def why_above(events, cfg) -> str:
+def why_above(events, cfg, qid: str = "") -> str:
     """A word on a measured bubble far above (p-1)/(m+p-1): on the checks' tiny model a message costs about
     what a layer's compute does, and the formula counts compute only."""
     measured = bubble.measured_bubble(events, cfg.num_stages)
@@ -64,4 +78,5 @@ def why_above(events, cfg) -> str:
         return ""
     return ("\n    (far above the formula, which assumes messages cost nothing: on this small model a message "
             "between two processes takes about as long as a layer's compute, so the ranks also wait on messages. "
-            "Q12 measures the bubble on a model where compute dominates.)")
+            + ("The bubble study below measures it on a model where compute dominates.)" if qid == "q12" else
+               "Q12 measures the bubble on a model where compute dominates.)"))

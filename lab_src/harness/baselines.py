@@ -5,12 +5,16 @@
     baselines.for_case(cfg, probes)                     # the file a case's ranks load, or None
 
 Each distinct configuration's baseline is computed once (pipeline/baseline.py), on the device the
-launch's ranks compute on (so that both use the same kernels), and kept in memory for the process that
-judges. A file is written only where a rank in another process loads it: the probes of q09 and q10,
+launch's ranks compute on, with as many threads as each rank has (LAB_OMP_THREADS, 1 by default), so
+that both use the same kernels, and kept in memory for the process that judges. (A kernel's torch uses
+every core: on a shared machine its thread pool waits for busy cores, and a baseline of the checks'
+small model took 0.6-8 s with 2 threads against 0.13 s with one.) A file is written only where a rank in another process loads it: the probes of q09 and q10,
 which call the student's checks with the baseline's outputs and gradients.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 from typing import Iterable
 
@@ -20,6 +24,18 @@ from lab_src.pipeline.baseline import compute_baseline, save_baseline
 from lab_src.pipeline.config import LabConfig
 
 LOADED_BY = ("check_outputs", "check_gradients")   # the probes whose ranks load the baseline (q09, q10)
+
+
+@contextlib.contextmanager
+def threads_of_a_rank():
+    """torch's intra-op threads set, for the block, to what each rank of a launch has."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(os.environ.get("LAB_OMP_THREADS", "1"))))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class Baselines:
@@ -36,7 +52,7 @@ class Baselines:
 
     def add(self, configs: Iterable[LabConfig]) -> "Baselines":
         """Compute the baselines of `configs` not computed yet."""
-        with use_answers(self.answers):
+        with use_answers(self.answers), threads_of_a_rank():
             for cfg in configs:
                 if cfg not in self._computed:
                     self._computed[cfg] = compute_baseline(cfg, self.device or device_for(cfg.world_size))
@@ -47,6 +63,12 @@ class Baselines:
 
     def __contains__(self, cfg: LabConfig) -> bool:
         return cfg in self._computed
+
+    def perturbed(self, cfg: LabConfig, seed: int) -> dict:
+        """The baseline of `cfg` with stage 0's embedding changed as a case's rank 0 changed it
+        (pipeline/perturb.py): computed each time, never kept or written."""
+        with use_answers(self.answers):
+            return compute_baseline(cfg, self.device or device_for(cfg.world_size), perturbed=seed)
 
     def path(self, cfg: LabConfig) -> str:
         """The baseline of `cfg` as a file (written the first time it is asked for)."""

@@ -76,6 +76,9 @@ class CaseOutcome:
     stopped_at: float | None = None                       # when it was stopped (time.perf_counter)
     # rank -> what its journal says it did, for a rank that left no observations (for the pictures only)
     recovered: dict[int, dict] = field(default_factory=dict)
+    # rank -> the compute operations and messages it began, [kind, micro-batch, chunk, when read], as the
+    # launching process read them live from its journal (harness/runner.py `_CaseWatch`; judge/record.py)
+    observed: dict[int, list] = field(default_factory=dict)
 
     def errors(self) -> dict[int, dict]:
         """rank -> its error, in the plain form the judges read (`RankError.to_dict`)."""

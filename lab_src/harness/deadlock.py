@@ -191,6 +191,8 @@ class Progress:
         kind, mb, peer = pending.kind, pending.microbatch, pending.peer
         op = Op.of(kind)
         key = (case, rank, repr(pending.what))
+        if tag in ("B", "P", "A"):
+            state.finished = False          # a W holds until the rank begins another operation
         if tag in ("B", "P"):               # B: the rank is in it now; P: posted, the rank goes on
             if tag == "B":
                 state.pending, state.pending_since, state.pending_tag = pending, t, tag

@@ -39,6 +39,7 @@ class Launch:
     leftovers: int = 0             # tagged processes still alive when the launch ended, then killed
     exit_codes: dict[int, int] = field(default_factory=dict)  # rank -> exit status, where known
     groups_done: int = 0           # for a grouped launch: how many groups completed
+    sandbox_ended: int | None = None   # the sandbox's exit status, where it ended by itself (its processes killed)
 
     @property
     def ok(self) -> bool:
@@ -155,7 +156,7 @@ def launch_groups(groups: list[tuple[Path, int]], *, run_dir: Path, deadline_s: 
     cmd = sandbox.wrap([sys.executable, "-m", "lab_src.harness.zygote"], writable=run_dir, env=own)
     log_path = run_dir / "zygote.log"
     started = time.monotonic()
-    stopped, done, codes = None, 0, {}
+    stopped, done, codes, ended = None, 0, {}, None
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=run_dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                 start_new_session=True, text=True, bufsize=1)
@@ -164,7 +165,7 @@ def launch_groups(groups: list[tuple[Path, int]], *, run_dir: Path, deadline_s: 
         reader.start()
 
         def wait_for(prefix: str, watchdog) -> str | None:
-            nonlocal stopped
+            nonlocal stopped, ended
             while True:
                 for line in list(replies):
                     if line.startswith(prefix):
@@ -172,6 +173,7 @@ def launch_groups(groups: list[tuple[Path, int]], *, run_dir: Path, deadline_s: 
                         return line
                 if proc.poll() is not None and not reader.is_alive():
                     stopped = stopped or f"the sandbox ended (status {proc.returncode})"
+                    ended = proc.returncode if ended is None else ended
                     return None
                 if time.monotonic() - started > deadline_s:
                     stopped = f"deadline of {deadline_s:.0f} s"
@@ -206,4 +208,16 @@ def launch_groups(groups: list[tuple[Path, int]], *, run_dir: Path, deadline_s: 
             proc.wait()
     wall = time.monotonic() - started
     rank_logs = {r: tail(p) for r, p in runfolder.rank_logs(run_dir).items()}
-    return Launch(0 if not stopped else None, stopped, wall, tail(log_path), rank_logs, 0, codes, done)
+    agents = tail(run_dir / "torchrun.log", 8000)      # the elastic agents' own output (harness/elastic.py)
+    return Launch(0 if not stopped else None, stopped, wall, tail(log_path, 8000) + agents, rank_logs, 0, codes, done,
+                  ended)
+
+
+def worker_env(extra: dict | None = None) -> dict:
+    """Environment for worker processes: the lab_src that this process uses must be the one they import."""
+    here = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in [here, os.environ.get("PYTHONPATH", "")] if p)
+    env = {"PYTHONPATH": path, "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1"}
+    env.update(extra or {})
+    return env
+

@@ -12,16 +12,20 @@ import operator
 
 import torch
 
-from lab_src import exercises
+from lab_src import answers, exercises
 from lab_src.pipeline import data, model, waiting
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.stage import PipelineStage
 
 
 def attempt(fn, *args, **kwargs) -> dict:
-    """Call `fn`, and describe what happened in plain values."""
+    """Call `fn`, and describe what happened in plain values. Two failures are not observations of the
+    answer and go on up: a stub (the case reports one problem: no answer yet) and a wait the check stopped
+    (the rank must leave the case at once)."""
     try:
         return {"outcome": "returned", "value": plain(fn(*args, **kwargs))}
+    except (answers.StubCalled, waiting.StoppedWaiting):
+        raise
     except Exception as e:  # noqa: BLE001 - every failure of student code is an observation
         return {"outcome": "raised", "type": type(e).__name__, "message": str(e)[:800]}
 
@@ -125,7 +129,9 @@ def read_label(value):
 
 
 def barrier(group) -> None:
-    """A barrier of the case's ranks that the check can stop (pipeline/waiting.py)."""
+    """A barrier of the case's ranks that the check can stop (pipeline/waiting.py). It is not journalled as
+    the rank having done its part: after a barrier a rank may compute for seconds (q13's single-process
+    model) before its next message, and the deadlock watch would take its peers' waits for a deadlock."""
     waiting.barrier(group)
 
 

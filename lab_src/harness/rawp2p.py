@@ -32,6 +32,8 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from lab_src.pipeline import trace, waiting
+from lab_src.pipeline.ops import Op
+from lab_src.pipeline.p2p_calls import COMBINED
 from lab_src.pipeline.trace import Event
 
 _ORIGINAL: dict = {}
@@ -50,8 +52,61 @@ def p2p_call(operation=None, stage=None, tensor=None, microbatch=0, recv_microba
         yield
     finally:
         _calls.pop()
+    unwaited = [record for record in call["open"] if record.posted_only]
     for record in list(call["open"]):      # posted and never waited for (an exception leaves them pending)
         record.end()
+    if unwaited:
+        raise NotWaited(unwaited_message(call, unwaited))
+
+
+class NotWaited(RuntimeError):
+    """A q11 call returned while messages it posted were still in flight (a request never waited for)."""
+
+
+class WrongDirection(ValueError):
+    """A q11 call messaged the neighbour on the other side than its operation's (read from its name)."""
+
+
+def _call_text(call: dict) -> str:
+    mbs = f"mb={call['microbatch']}" + (f", recv_mb={call['recv_microbatch']}"
+                                        if call["recv_microbatch"] != call["microbatch"] else "")
+    return f"{call.get('operation')}({mbs})"
+
+
+def unwaited_message(call: dict, records: list) -> str:
+    """The mistake: batch_isend_irecv (or isend / irecv) only posts a message; its request's wait() is what
+    makes it complete. A receive buffer returned before then holds whatever was in memory."""
+    what = ", ".join(f"{'a send to' if r.kind.startswith('send') else 'a receive from'} rank {r.peer}"
+                     for r in records)
+    recv = any(r.kind.startswith("recv") for r in records)
+    return (f"q11 {_call_text(call)} returned before its messages completed: {what} was posted and never "
+            f"waited for. batch_isend_irecv (like isend and irecv) only posts a message and returns a request; "
+            f"call wait() on every request it returns before p2p_communicate returns"
+            + ("; until then the receive buffer holds whatever was in memory, not the peer's tensor" if recv
+               else "; until then the message has not left, and the tensor sent must not change"))
+
+
+def check_direction(call: dict | None, kind: str, peer, rank) -> None:
+    """A message of a q11 call goes the way its operation says: recv_forward receives the activation from
+    the previous rank, recv_backward the gradient from the next, and so on. Reading the side from the word
+    "forward" in the name sends half of them the wrong way: say so before posting."""
+    operation = call.get("operation") if call else None
+    parts = COMBINED.get(operation) or ((Op(operation),) if operation in Op._value2member_map_ else ())
+    if not parts or rank is None or not isinstance(peer, int) or abs(peer - rank) != 1:
+        return
+    is_send = kind.startswith("send")
+    part = next((op for op in parts if op.is_send == is_send), None)
+    if part is None or part.value == kind:
+        return
+    side = "next" if peer > rank else "previous"
+    right = "next" if part.towards_next else "previous"
+    what = "an activation" if part.phase == "forward" else "a gradient"
+    raise WrongDirection(f"q11 {_call_text(call)} on rank {rank}: {'a send to' if is_send else 'a receive from'} "
+                     f"rank {peer}, the {side} rank; {part.value} {'sends' if is_send else 'receives'} {what}, "
+                     f"{'to' if is_send else 'from'} the {right} rank (pp_rank {'+' if right == 'next' else '-'} "
+                     f"1). The side follows from what travels (activations go forward, to the next rank; "
+                     f"gradients go backward, to the previous one), not from the word \"forward\" or "
+                     f"\"backward\" in the operation's name")
 
 
 def _kind(is_send: bool, rank, peer) -> str:
@@ -106,6 +161,8 @@ class _Record:
         self.peer = _group_peer(group, peer, group_peer)
         self.kind = _kind(is_send, _group_rank(group), self.peer)
         self.mb = None if call is None else call["microbatch" if is_send else "recv_microbatch"]
+        check_direction(call, self.kind, self.peer, _group_rank(group))
+        self.posted_only = posted          # a posted message: its request's wait() ends it
         self.shape = tuple(tensor.shape)
         self.nbytes = tensor.numel() * tensor.element_size()
         self.done = False
@@ -130,6 +187,7 @@ class _Record:
         if self.done:
             return
         self.done = True
+        self.posted_only = False
         if self.tracer.sync is not None:
             self.tracer.sync()
         if self.tracer.pending is self.pending:

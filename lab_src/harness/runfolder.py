@@ -96,3 +96,31 @@ def read_journal(path: Path) -> list[tuple[float, str, list | str]]:
         return []
     parsed = (parse_line(line) for line in Path(path).read_text(errors="replace").splitlines())
     return [p for p in parsed if p is not None]
+
+
+# ---- keeping runs/ small ------------------------------------------------------------------------------
+KEEP_RUNS = "LAB_KEEP_RUNS"     # how many runs of each exercise (or experiment) runs/ keeps; default 3
+DEFAULT_KEEP = 3
+
+
+def prune(parent: Path, prefix: str, keep: int | None = None) -> list[Path]:
+    """Remove the oldest run folders `<parent>/<prefix>-<time>-<pid>` beyond the newest `keep` - 1 (a new run
+    is about to be made): a student's home holds the last few runs of each exercise, not every one (a
+    bubble study's observations weigh over a hundred MB). `keep` defaults to $LAB_KEEP_RUNS, or 3; 0 keeps
+    every run. Returns the folders removed."""
+    import os
+    import shutil
+    if keep is None:
+        try:
+            keep = int(os.environ.get(KEEP_RUNS, DEFAULT_KEEP))
+        except ValueError:
+            keep = DEFAULT_KEEP
+    parent = Path(parent)
+    if keep <= 0 or not parent.is_dir():
+        return []
+    mine = sorted((d for d in parent.iterdir() if d.is_dir() and d.name.startswith(prefix + "-")
+                   and d.name[len(prefix) + 1:len(prefix) + 2].isdigit()), key=lambda d: d.stat().st_mtime)
+    old = mine[:max(0, len(mine) - (keep - 1))]
+    for d in old:
+        shutil.rmtree(d, ignore_errors=True)
+    return old

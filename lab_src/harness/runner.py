@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
-from lab_src.harness import deadlock, runfolder
+from lab_src.harness import deadlock, runfolder, sandbox
 from lab_src.harness.case import Case, CaseOutcome, Run
-from lab_src.harness.launcher import Launch, launch, launch_groups
+from lab_src.harness import warm_launch
+from lab_src.harness.launcher import Launch, launch, launch_groups, worker_env  # noqa: F401 - worker_env: scripts
 from lab_src.harness.records import RankError
 from lab_src.pipeline.trace import save_events
 from lab_src.registry import EXERCISES
@@ -28,7 +30,8 @@ class _CaseWatch:
     will send (at once, harness/deadlock.py), and the launch when a case overruns its deadline."""
 
     def __init__(self, run_dir: Path, nproc: int, case_deadline_s: float, startup_s: float,
-                 stages: dict[int, int] | None = None, settle_s: float = 0.3, stop_grace_s: float = 5.0):
+                 stages: dict[int, int] | None = None, settle_s: float = 0.3, stop_grace_s: float = 5.0,
+                 disk_limit: int | None = None):
         self.run_dir = run_dir
         self.paths = [runfolder.journal_path(run_dir, r) for r in range(nproc)]
         self.offsets = [0] * nproc
@@ -38,12 +41,26 @@ class _CaseWatch:
         self.started_at = time.monotonic()
         self.current, self.current_since = None, None
         self.ended: set[int] = set()
+        self.loading: dict[int, int] = {}               # rank -> the case whose answer it is loading now
         self.progress = deadlock.Progress()
         self.stuck: dict[int, deadlock.Stuck] = {}      # case -> its state when the watch stopped it
         self.stopped_at: dict[int, float] = {}          # case -> when (time.monotonic)
         self.stop_times: dict[int, float] = {}          # case -> when (time.perf_counter, the journals' clock)
+        self.disk_limit, self.disk_checked = disk_limit, 0.0
+        self.qids: dict[int, str] = {}                  # case -> its exercise, to name in the disk limit's message
+        # case -> rank -> the compute operations and messages it began, in the order this process read them
+        # live, each [kind, micro-batch, chunk, when read (time.monotonic)]: what judge/record.py holds a
+        # rank's returned events to (a rank that rewrites its records afterwards contradicts what was read here)
+        self.observed: dict[int, dict[int, list]] = {}
+        # the watchdog thread polls, and the launching thread reads the last lines after a group: one reader at a
+        # time, or a line is fed twice (a receive counted twice looks like one waiting for a message never sent)
+        self._reading = threading.Lock()
 
     def _read(self) -> None:
+        with self._reading:
+            self._read_new_lines()
+
+    def _read_new_lines(self) -> None:
         for i, path in enumerate(self.paths):
             try:
                 with open(path, "rb") as f:
@@ -58,18 +75,53 @@ class _CaseWatch:
                 if parsed is None:
                     continue
                 self.progress.feed(i, *parsed)
+                self._observe(i, parsed)
                 mark = runfolder.parse_case_line(line)
                 if mark is None:
                     continue
                 what, index = mark
-                if what == "start" and index != self.current and index not in self.ended:
+                if what == "load":
+                    self.loading[i] = index
+                elif what == "loaded":
+                    self.loading.pop(i, None)
+                elif what == "start" and index != self.current and index not in self.ended:
                     self.current, self.current_since = index, time.monotonic()
                 elif what == "end":
                     self.ended.add(index)
 
+    def _observe(self, rank: int, parsed: tuple) -> None:
+        _, tag, payload = parsed
+        if tag not in ("B", "P") or not isinstance(payload, list) or len(payload) < 3 or payload[1] not in OBSERVED:
+            return
+        try:
+            index = int(payload[0])
+        except (TypeError, ValueError):
+            return
+        chunk = payload[4] if len(payload) > 4 else 0
+        self.observed.setdefault(index, {}).setdefault(rank, []).append(
+            [payload[1], payload[2], chunk, round(time.monotonic(), 4)])
+
+    def _over_disk_limit(self, now: float) -> str | None:
+        """Checked 4 times a second: the run folder over `disk_limit` stops the launch (sandbox.disk_usage)."""
+        if self.disk_limit is None or now - self.disk_checked < 0.25:
+            return None
+        self.disk_checked = now
+        used = sandbox.disk_usage(self.run_dir)
+        if used <= self.disk_limit:
+            return None
+        sandbox.remove_large_files(self.run_dir, OBS_LIMIT_BYTES)
+        who = f"the answer to {self.qids.get(self.current, 'an exercise')}" if self.current is not None else \
+            "an answer loading"
+        return (f"disk limit: {who} wrote {sandbox.describe_bytes(used)} into the grading folder; the limit "
+                f"is {sandbox.describe_bytes(self.disk_limit)} for all of a submission's files together "
+                f"(what it wrote was deleted)")
+
     def __call__(self) -> str | None:
         self._read()
         now = time.monotonic()
+        full = self._over_disk_limit(now)
+        if full:
+            return full
         if self.current is None:
             if now - self.started_at > self.startup_s:
                 return (f"the ranks did not start within {self.startup_s:.0f} s (starting includes running "
@@ -93,6 +145,11 @@ class _CaseWatch:
         return None
 
 
+# The operations whose order the watch records: pipeline/ops.py's compute operations and messages, by their
+# journal names (this process imports no torch)
+OBSERVED = ("forward", "backward", "backward_input", "backward_weight",
+            "recv_forward", "send_forward", "recv_backward", "send_backward")
+
 # An observation is a few tensors of a small model; a larger file is not something a rank should write.
 OBS_LIMIT_BYTES = 64 << 20
 
@@ -113,6 +170,12 @@ def _load_obs(path: Path) -> dict | None:
 def _launch_failure(result: Launch, run_dir: Path, case: Case, obs: dict) -> str:
     exited = result.exit_codes or exit_codes(result.launcher_log)
     crashed = {r: c for r, c in exited.items() if c != -15}  # -15: torchrun's SIGTERM to the others
+    if result.sandbox_ended is not None:
+        # every process of the sandbox was killed while this case ran, and only its own answer is the student's
+        head = (f"your answer to {case.qid} ended the grading sandbox (its processes were killed, status "
+                f"{result.sandbox_ended}) while case {case.index} ({case.stages} stages) ran; the cases after it ran "
+                f"in a new sandbox")
+        return head + "\n" + deadlock.report(run_dir, case.index, range(case.stages), done_ranks=set(obs), exited={})
     if result.stopped:
         why = f"stopped: {result.stopped}"
     elif crashed:
@@ -235,11 +298,20 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
             watch = _CaseWatch(run_dir, nproc, case_deadline_s, startup_s,
                                {c.index: c.stages for c in remaining} if stop_deadlocks else {})
             watches = [watch]
-            result = launch(nproc, "lab_src.harness.worker", [str(spec_path)], run_dir=run_dir, deadline_s=deadline,
-                            watchdog=watch, env=worker_env(env))
+            if warm_launch.use_warm():      # ranks forked by this kernel's warm launcher (harness/warm.py)
+                result = warm_launch.launch(nproc, spec_path, run_dir=run_dir, deadline_s=deadline,
+                                            watchdog=watch, env=worker_env(env))
+            else:
+                result = launch(nproc, "lab_src.harness.worker", [str(spec_path)], run_dir=run_dir,
+                                deadline_s=deadline, watchdog=watch, env=worker_env(env))
             started = watch.current is not None
         launches.append(result)
+        if watches:
+            watches[-1]._read()     # the lines written since its last poll (earlier groups': in `after`)
         for w in watches:
+            for index, by_rank in w.observed.items():
+                if index in outcomes:
+                    outcomes[index].observed = by_rank
             for index, stuck in w.stuck.items():
                 outcomes[index].stuck, outcomes[index].stopped_at = stuck, w.stop_times[index]
         next_remaining = []
@@ -251,6 +323,14 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
                     outcome.obs[r] = o
             if len(outcome.obs) == case.stages:
                 continue
+            blamed = blame_loading(watches, remaining, result)
+            if blamed:
+                # an answer ended the sandbox as it loaded: its exercise's cases fail, the others run again
+                gone = {c.index for c in blamed}
+                next_remaining = [c for c in remaining[pos:] if c.index not in gone]
+                for other in blamed:
+                    outcomes[other.index].failure = loading_failure(other, result)
+                break
             if not started and not result.ok:
                 # no rank ever started a case: the launch itself is broken (an import error, say)
                 broken = (f"torchrun could not start the checks ({result.stopped or f'exit status {result.returncode}'}):\n"
@@ -279,6 +359,29 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
     return Run(run_dir, [outcomes[i] for i in range(len(cases))], launches)
 
 
+def blame_loading(watches: list[_CaseWatch], remaining: list[Case], result: Launch) -> list[Case]:
+    """The cases to blame when a launch ended while its last group's ranks were still loading the answers
+    under test: those of the exercise whose answer some rank was loading (the journals mark each load),
+    graded with that same answer file. Ranks load the same answers in the same order, so when several
+    loads were open, the one open on most ranks (the earliest case on a tie) is blamed. Empty when no
+    load was under way (then the launch itself is broken, or a case was running)."""
+    if result.ok or not watches or watches[-1].current is not None or not watches[-1].loading:
+        return []
+    open_loads = list(watches[-1].loading.values())
+    index = min(set(open_loads), key=lambda i: (-open_loads.count(i), i))
+    culprit = next((c for c in remaining if c.index == index), None)
+    if culprit is None:
+        return []
+    return [c for c in remaining if (c.qid, c.answers.get(c.qid)) == (culprit.qid, culprit.answers.get(culprit.qid))]
+
+
+def loading_failure(case: Case, result: Launch) -> str:
+    why = result.stopped or f"exit status {result.returncode}"
+    return (f"your answer to {case.qid} ended the grading sandbox while it loaded (the code outside the "
+            f"function ran and every process of the launch ended: {why}); none of {case.qid}'s cases could "
+            f"run, and the other exercises were graded in a sandbox of their own")
+
+
 def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, timeout_s: float, log_limit: int,
                     deadline: float, case_deadline_s: float, startup_s: float, env: dict | None,
                     stop_deadlocks: bool, load_limit_s: float):
@@ -299,25 +402,20 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
             runfolder.journal_path(run_dir, r).unlink(missing_ok=True)
 
     def after(i: int) -> None:
+        watches[i]._read()                          # its journals' last lines, before the next group's replace them
         shutil.rmtree(folders[i] / "inputs", ignore_errors=True)
+        sandbox.remove_large_files(run_dir, OBS_LIMIT_BYTES)    # the run folder emptied of what a group wrote
 
     def watchdog(i: int, nproc: int):
         watches.append(_CaseWatch(run_dir, nproc, case_deadline_s, startup_s,
-                                  {c.index: c.stages for c in groups[i]} if stop_deadlocks else {}))
+                                  {c.index: c.stages for c in groups[i]} if stop_deadlocks else {},
+                                  disk_limit=sandbox.Limits().disk_bytes))
+        watches[-1].qids = {c.index: c.qid for c in groups[i]}
         return watches[-1]
 
     result = launch_groups(specs, run_dir=run_dir, deadline_s=deadline, make_watchdog=watchdog,
                            before_group=before, after_group=after, env=env)
     for folder in folders:                          # a stopped launch leaves its last group's inputs
         shutil.rmtree(folder / "inputs", ignore_errors=True)
+    sandbox.remove_large_files(run_dir, OBS_LIMIT_BYTES)
     return result, watches
-
-
-def worker_env(extra: dict | None = None) -> dict:
-    """Environment for worker processes: the lab_src that this process uses must be the one they import."""
-    here = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(p for p in [here, os.environ.get("PYTHONPATH", "")] if p)
-    env = {"PYTHONPATH": path, "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1"}
-    env.update(extra or {})
-    return env
-

@@ -40,6 +40,8 @@ class Limits:
     file_bytes: int = 512 << 20        # the largest file a process may write
     cpu_s: int = 1800                  # CPU seconds per process
     open_files: int = 4096
+    tmp_bytes: int = 256 << 20         # the private /tmp: a tmpfs of this size (bwrap --size), a hard cap
+    disk_bytes: int = 1 << 30          # all files in the writable folder together (watched: `disk_usage`)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -138,6 +140,39 @@ def _python_binds() -> list[str]:
     return args
 
 
+def disk_usage(folder: Path) -> int:
+    """Bytes the files under `folder` take on disk (links not followed): what a sandbox wrote there."""
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def remove_large_files(folder: Path, above: int) -> int:
+    """Delete every file under `folder` larger than `above` bytes (nothing the lab writes is): what a
+    student's code left. Returns the bytes freed."""
+    freed = 0
+    for root, dirs, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                st = os.lstat(path)
+                if st.st_size > above or st.st_blocks * 512 > above:
+                    os.unlink(path)
+                    freed += st.st_blocks * 512
+            except OSError:
+                pass
+    return freed
+
+
+def describe_bytes(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GB" if n >= 1 << 30 else f"{n / (1 << 20):.0f} MB"
+
+
 def package_dir() -> Path:
     return Path(__file__).resolve().parents[1]
 
@@ -156,7 +191,10 @@ def wrap(cmd: list[str], *, writable: Path, env: dict | None = None, limits: Lim
     spaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"] if root \
         else ["--unshare-all"]
     args = [bwrap(), *spaces, "--hostname", "localhost", "--die-with-parent", "--new-session", "--clearenv",
-            *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
+            *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(limits.tmp_bytes),
+            "--tmpfs", "/tmp",
+            # the sandbox's own /dev/shm: the elastic agent's queues to its ranks are POSIX semaphores
+            "--perms", "1777", "--size", str(64 << 20), "--tmpfs", "/dev/shm",
             *_python_binds(),
             *_dirs_for(INSIDE / "lab_src"), "--ro-bind", str(package_dir()), str(INSIDE / "lab_src"),
             *_dirs_for(writable), "--bind", str(writable), str(writable)]

@@ -2,6 +2,9 @@
 
     python -m torch.distributed.run --standalone --nproc-per-node N -m lab_src.harness.worker SPEC.json
 
+(or, as the checks and the grader start ranks, `main` called in a rank forked by torch's elastic agent
+from a warm process: harness/elastic.py).
+
 Before the first case, every rank runs the answer cell under test of each of its cases once and waits
 for the others (`load_answers_under_test`). For each case, ranks 0..p-1 of a p-stage case run it in
 their pipeline group, with the answers the case names (`answers.use_answers`), and save what they
@@ -98,14 +101,17 @@ class SlowToLoad(Exception):
                          f"as the answer loads, and should only define it")
 
 
-def load_answers_under_test(cases: list, rank: int, limit_s: float) -> None:
+def load_answers_under_test(cases: list, rank: int, limit_s: float, journal=None) -> None:
     """Run the answer cell under test of every case this rank takes part in, once, before any case
     starts. What a cell does as it loads (a slow import, a walk of the disk, a burst of forks that
     fills the launch's process limit for a moment) then makes no rank late for another's message and
     counts against no case's deadline. A cell that fails to load, or runs past `limit_s`, is
-    not run again: each of its cases reports why (lab_src.answers keeps the reason)."""
+    not run again: each of its cases reports why (lab_src.answers keeps the reason). The `journal` marks
+    which case's answer is loading, so that a cell that kills the sandbox as it loads costs only its own
+    exercise (harness/runner.py, `blame_loading`)."""
     from lab_src import answers
     from lab_src.exercises import running_for
+    from lab_src.harness import runfolder
 
     def too_slow(signum, frame):
         raise SlowToLoad(limit_s)
@@ -113,6 +119,8 @@ def load_answers_under_test(cases: list, rank: int, limit_s: float) -> None:
     try:
         for case in cases:
             if rank < case.stages and case.answers.get(case.qid):
+                if journal is not None:
+                    journal.write(runfolder.case_line("load", case.index))
                 with answers.use_answers(case.answers), running_for(case.qid):
                     signal.setitimer(signal.ITIMER_REAL, limit_s)
                     try:
@@ -121,6 +129,8 @@ def load_answers_under_test(cases: list, rank: int, limit_s: float) -> None:
                         pass
                     finally:
                         signal.setitimer(signal.ITIMER_REAL, 0)
+                if journal is not None:
+                    journal.write(runfolder.case_line("loaded", case.index))
     finally:
         signal.signal(signal.SIGALRM, previous)
 
@@ -172,7 +182,7 @@ def main(spec_path: str) -> int:
     sync = torch.cuda.synchronize if ctx.device.type == "cuda" else None
 
     cases = [Case.from_dict(d) for d in spec["cases"]]
-    load_answers_under_test(cases, rank, spec.get("load_limit_s", LOAD_LIMIT_S))
+    load_answers_under_test(cases, rank, spec.get("load_limit_s", LOAD_LIMIT_S), journal)
     wait_for_every_rank(ctx.world_size, rank)
 
     timeouts: dict[str, int] = {}

@@ -7,16 +7,17 @@ The grader (harness/runner.py) starts it in a bubblewrap sandbox and sends one l
 
     GROUP <spec.json> <nproc>       ->   DONE <json: {rank: exit status}>
 
-For a group, the zygote forks `nproc` children, each a rank of a fresh `torch.distributed` job on
-loopback that runs the group's cases (`harness/worker.py`, the same code torchrun runs for the visible
-checks). When every child has exited, it kills every other process left in the sandbox's PID namespace
+For a group, the zygote forks torch's elastic agent (the code torchrun runs; harness/elastic.py), which
+forks `nproc` ranks of a fresh `torch.distributed` job on loopback that run the group's cases
+(`harness/worker.py`, as for the visible checks). When every child has exited, it kills every other process left in the sandbox's PID namespace
 (whatever a student's code started, in whatever session), and only then answers. The grader writes a
 group's inputs (answer files, baselines) into the run folder just before the GROUP line and deletes
 them after the DONE line, so a group never sees another group's inputs: this is what keeps the
 reference answer of the exercise being graded out of reach of the student's code (runner.py groups
 the cases so that it never is among a group's inputs).
 
-Children close every inherited descriptor but their own log files; the zygote makes itself
+The agent closes every inherited descriptor but its log and the pipe its ranks' exit statuses go back
+on, which the ranks close first thing; the zygote makes itself
 non-dumpable, so a child can neither read its pipes through /proc nor trace it.
 """
 from __future__ import annotations
@@ -25,15 +26,8 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import sys
 import time
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def non_dumpable() -> None:
@@ -69,41 +63,22 @@ def clear_namespace(keep: set[int], spare=None) -> int:
 
 
 def _run_group(spec_path: str, nproc: int, keep: set[int]) -> dict:
-    port = _free_port()
-    children = {}
-    for rank in range(nproc):
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.closerange(3, 1 << 16)
-                devnull = os.open(os.devnull, os.O_RDWR)
-                os.dup2(devnull, 0)
-                os.dup2(devnull, 1)     # the worker sends its own output to its rank log at once
-                os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
-                                   "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1",
-                                   "MASTER_PORT": str(port), "GROUP_RANK": "0", "ROLE_RANK": str(rank)})
-                from lab_src.harness import worker
-                code = worker.main(spec_path)
-            except BaseException:       # noqa: BLE001 - whatever happened, this process ends here
-                code = 70
-            os._exit(code or 0)
-        children[pid] = rank
-    status = {}
-    while children:
-        pid, raw = os.wait()
-        if pid in children:
-            status[children.pop(pid)] = os.waitstatus_to_exitcode(raw)
+    """The group's ranks, started by torch's elastic agent as torchrun would (harness/elastic.py)."""
+    from lab_src.harness import elastic
+    run_dir = json.loads(open(spec_path).read())["run_dir"]
+    pid, read_end = elastic.start(spec_path, nproc, run_dir=run_dir,
+                                  log_path=os.path.join(run_dir, "torchrun.log"))     # the groups' in turn
+    agent_status, status = elastic.collect(pid, read_end)
+    if not status and agent_status:                 # the agent itself failed: every rank counts as failed
+        status = {r: agent_status for r in range(nproc)}
     clear_namespace(keep)
     return status
 
 
 def main() -> int:
     non_dumpable()
-    import torch  # noqa: F401 - imported once here, so that every rank forked later starts at once
-    import torch.distributed  # noqa: F401
-
-    from lab_src.harness import kinds, worker  # noqa: F401 - the rank's code, loaded before any answer
-    kinds.runners()
+    from lab_src.harness import elastic
+    elastic.preload()       # torch and the rank's code, imported once, before any answer; never CUDA
     keep = {os.getpid(), 1}
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import replace
 
 from lab_src.judge.problems import Kind, Problem
+from lab_src.judge.record import check_record
 from lab_src.judge.realness import WRONG_SCHEDULE, check_built_and_ran, check_layers
 from lab_src.pipeline.schedules import Interleaved1F1B, Op, compute_order, in_flight_violations, schedule
 
@@ -224,7 +225,7 @@ def check_interleaved_run(outcome) -> list[Problem]:
     sched = schedule(case.schedule)
     shape = tuple(outcome.obs.get(0, {}).get("activation_shape", ()))
     events = outcome.events()
-    return (swapped_messages(events, p) + check_chunk_layers(outcome)
+    return (check_record(outcome) + swapped_messages(events, p) + check_chunk_layers(outcome)
             + check_chunk_messages(events, p, m, sched, shape) + check_chunk_order(events, p, m, sched))
 
 
@@ -288,3 +289,39 @@ def _dedupe(problems: list[Problem]) -> list[Problem]:
             seen.add(str(p))
             out.append(p)
     return out
+
+
+# ---- the prediction (graded: grader/hidden/q15_interleaved_step.py) -------------------------------------
+PREDICTION_NAME = "predicted_interleaving"      # a function of the answer cell: numbers only (judge/numeric.py)
+PREDICTION_RANKS, PREDICTION_MICROBATCHES, PREDICTION_CHUNKS = 4, 8, (1, 2, 4)
+
+
+def expected_prediction(p: int = PREDICTION_RANKS, m: int = PREDICTION_MICROBATCHES,
+                        chunks=PREDICTION_CHUNKS) -> dict[str, float]:
+    """For each v: the idle share of a step with equal boxes, (p-1)/(v·m+p-1), and the messages one step
+    sends over all ranks: each micro-batch crosses v·p-1 boundaries between virtual stages, forward and back."""
+    out = {}
+    for v in chunks:
+        out[f"bubble_v{v}"] = (p - 1) / (v * m + p - 1)
+        out[f"messages_v{v}"] = 2 * m * (v * p - 1)
+    return out
+
+
+def prediction_problems(got: dict) -> list[Problem]:
+    """What differs between a student's prediction and the schedule's numbers (the bubble to 1 %, the
+    messages exactly), each with what the count leaves out."""
+    p, m = PREDICTION_RANKS, PREDICTION_MICROBATCHES
+    problems = []
+    for key, want in expected_prediction().items():
+        v = key.rsplit("_v", 1)[1]
+        if key not in got:
+            problems.append(Problem(f"{PREDICTION_NAME}() gives no {key!r} entry"))
+        elif key.startswith("bubble") and abs(got[key] - want) > 0.01 * want:
+            problems.append(Problem(f"the predicted bubble for v = {v} is {got[key]:.4g}; with p = {p} ranks, "
+                                    f"m = {m} micro-batches and equal boxes it is {want:.4g}: the ramps are p-1 "
+                                    f"boxes of 1/v of a stage each, against m stages' worth of work per rank"))
+        elif key.startswith("messages") and got[key] != want:
+            problems.append(Problem(f"the predicted messages for v = {v} are {got[key]:g}; one step sends {want}: "
+                                    f"every micro-batch crosses each boundary between consecutive virtual stages "
+                                    f"once forward (its activation) and once back (its gradient)"))
+    return problems

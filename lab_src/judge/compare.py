@@ -131,3 +131,20 @@ def compare_run(outcome, baseline: dict) -> list[Problem]:
                                     f"{outcome.obs[r]['loss']!r}; only the last stage has one: return "
                                     f"([], None) there", rank=r))
     return problems
+
+
+def check_depends(outcome, unchanged: dict) -> list[Problem]:
+    """On a case where rank 0 changed its embedding after building it (pipeline/perturb.py), the last
+    stage's outputs must be the changed model's: outputs equal to the unchanged model's (`unchanged`, the
+    plain baseline) were computed without what the earlier stages sent."""
+    m, p = outcome.case.microbatches, outcome.case.stages
+    outputs = outcome.obs.get(p - 1, {}).get("outputs")
+    if p < 2 or not outputs or len(outputs) != m:
+        return []
+    chunks = unchanged["output"].chunk(m)
+    if not all(out.shape == want.shape and close(out, want) for out, want in zip(outputs, chunks)):
+        return []
+    return [Problem("the last stage's outputs do not depend on what stage 0 sent: after the stages were built, "
+                    "the grader changed stage 0's position embedding, and the outputs are still those of the "
+                    "unchanged model. A stage computes from the activation it receives (recv_forward), never "
+                    "from layers of other stages it builds or runs itself", rank=p - 1)]

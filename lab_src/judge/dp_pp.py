@@ -22,6 +22,7 @@ from lab_src.judge.compare import close, compare_loss, compare_outputs, explain_
 from lab_src.judge.failures import rank_problems
 from lab_src.harness.records import gave_up_waiting
 from lab_src.judge.problems import Kind, Problem
+from lab_src.judge.record import check_record
 from lab_src.judge.realness import check_built_and_ran, check_layers, check_messages, check_order
 from lab_src.pipeline.schedules import schedule
 from lab_src.pipeline.trace import Event
@@ -75,7 +76,8 @@ def judge_grid(outcome, baseline: dict) -> Verdict:
     """Everything about one grid case: see the module's docstring."""
     case, obs = outcome.case, outcome.obs
     cfg, lay = case.config, layout_of(case)
-    dp_problems = group_problems(obs, lay) + layout_problems(obs, lay) + shard_problems(obs, lay, cfg)
+    shards = shard_problems(obs, lay, cfg)
+    dp_problems = group_problems(obs, lay) + layout_problems(obs, lay) + shards
     for r, o in sorted(obs.items()):
         if o.get("returned"):
             dp_problems.append(Problem(o["returned"], rank=r))
@@ -85,6 +87,9 @@ def judge_grid(outcome, baseline: dict) -> Verdict:
             tied.append(Problem("the tied copies could not be checked: the step returned no stage on some rank"))
         return Verdict(dp_problems, tied)
     numbers = number_problems(obs, lay, cfg, baseline)
+    if any(not p.consequence for p in shards):
+        # a replica read the wrong samples: its outputs and gradients differ because of that, not on their own
+        numbers = [replace(p, consequence=True) for p in numbers]
     if not dp_problems:
         dp_problems += replica_realness(outcome, lay)
     dp_problems += numbers
@@ -195,9 +200,12 @@ def shard_problems(obs: dict, lay: Layout, cfg) -> list[Problem]:
             shard = 0 if dp_rank is None else dp_rank
             read_by.setdefault(shard, []).append(d)
             if dp_rank is None and lay.dp > 1:
-                problems.append(Problem("this rank reads the whole global batch (make_dataloader without dp_rank): "
-                                        "its micro-batches are replica 0's shard, so every replica trains on the "
-                                        "same samples", rank=r, kind=Kind.WHOLE_BATCH))
+                problems.append(Problem(
+                    f"this rank of replica {d} made its dataloader without dp_rank, so it reads the global batch "
+                    f"from its first sample: the {cfg.num_microbatches} micro-batches of {batch} samples it takes "
+                    f"are replica 0's shard, and every replica trains on replica 0's samples while the other shards "
+                    f"are never read. Give each replica its own shard: make_dataloader(cfg, batch_size, "
+                    f"dp_rank=dp_rank)", rank=r, kind=Kind.WHOLE_BATCH, gist="no dp_rank"))
             elif dp_rank is not None and dp_rank != d:
                 problems.append(Problem(f"this rank of replica {d} reads shard {dp_rank}; each replica reads its "
                                         f"own shard: dp_rank={d}", rank=r))
@@ -211,8 +219,10 @@ def shard_problems(obs: dict, lay: Layout, cfg) -> list[Problem]:
         if len(set(replicas)) > 1:
             shared.append(Problem(f"replicas {sorted(set(replicas))} all read shard {shard}: identical samples on "
                                     f"every replica, as if their data had one seed. Data parallelism needs the "
-                                    f"same weights but different data on each replica"))
+                                    f"same weights but different data on each replica", gist="one shard for all"))
     whole = [p for p in problems if p.kind is Kind.WHOLE_BATCH]
+    if whole:            # replicas share shard 0 because they read no shard at all: that follows from it
+        shared = [replace(p, consequence=True) for p in shared]
     # the misconception first (no shard at all, or one shard for all), then where it showed
     return whole + shared + [p for p in problems if p not in whole]
 
@@ -400,7 +410,7 @@ def replica_realness(outcome, lay: Layout) -> list[Problem]:
     case, obs = outcome.case, outcome.obs
     m, sched = case.microbatches, schedule(case.schedule)
     events = [e for e in outcome.events() if not e.is_collective]
-    problems = []
+    problems = check_record(outcome)     # the order judged below is the one the run had (judge/record.py)
     for d in range(lay.dp):
         base = d * lay.pp
         found = check_layers({r - base: obs[r].get("layers", []) for r in lay.pipeline(d)},

@@ -35,9 +35,9 @@ def diagnose(events, p: int, m: int) -> list[Problem]:
         expected_first = min(p - r, m)          # warm-up forwards plus the steady state's first one
         if first_b is not None and first_b != expected_first and len(forwards) == m:
             off = first_b - expected_first
-            msg = (f"this rank runs {first_b} forward(s) before its first backward; 1F1B runs {expected_first}: "
-                   f"min(p - r - 1, m) = {warm} warm-up forwards on rank {r} of {p}, then the steady state's first "
-                   f"forward. The warm-up is off by {off:+d}")
+            msg = (f"this rank runs {_n(first_b, 'forward')} before its first backward; 1F1B runs {expected_first}: "
+                   f"min(p - r - 1, m) = {_n(warm, 'warm-up forward')} on rank {r} of {_n(p, 'stage')}, then the "
+                   f"steady state's first forward. The warm-up is off by {off:+d}")
             problems.append(Problem(msg, rank=r, microbatch=got[first_b][1]))
         elif forwards - backwards and len(forwards) == m:
             never = sorted(forwards - backwards)
@@ -50,6 +50,11 @@ def diagnose(events, p: int, m: int) -> list[Problem]:
             mb = (got[at] if at < len(got) else want[at])[1]
             problems.append(Problem(f"this rank runs {_order(got)}; 1F1B runs {_order(want)}", rank=r, microbatch=mb))
     return problems
+
+
+def _n(k: int, noun: str) -> str:
+    """'1 stage', '3 stages'."""
+    return f"{k} {noun}{'' if k == 1 else 's'}"
 
 
 def _order(compute, limit: int = 12) -> str:

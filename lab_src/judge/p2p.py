@@ -11,14 +11,18 @@
 
 `mutual_sends(errors)` names the deadlock q11 is about: two neighbours each blocked in a send to the
 other, because each sends before it receives.
+
+`judge_prediction(source)` grades the notebook's prediction (`predicted_deadlock()` in the answer cell):
+the micro-batch of the message each of the experiment's two ranks is stuck sending (`blocking_deadlock()`).
 """
 from __future__ import annotations
 
 from collections import Counter
 
+from lab_src.judge.numeric import NotANumber, read_numbers
 from lab_src.judge.problems import Problem
 from lab_src.judge.realness import check_messages
-from lab_src.pipeline.p2p_calls import COMBINED, Call
+from lab_src.pipeline.p2p_calls import COMBINED, Call, calls
 from lab_src.pipeline.schedules import Op, schedule
 
 
@@ -54,10 +58,14 @@ def _noop_problems(o: dict, r: int) -> list[Problem]:
     for name, res in (o.get("probes", {}).get("noop_ends") or {}).items():
         if res["outcome"] != "returned" or res.get("value") is not None or res.get("messages"):
             end = "last" if (COMBINED.get(name) or (Op(name),))[0].towards_next else "first"
-            got = f"{res.get('type')}: {str(res.get('message', ''))[:120]}" if res["outcome"] == "raised" \
-                else repr(res.get("value"))
+            if res["outcome"] == "raised":
+                got = f"it raised {res.get('type')}: {res.get('message', '')}"
+            else:
+                got = f"it returned {_described(res.get('value'))}"
+            sent = res.get("messages", 0)
+            got += f" after {sent} message{'s' if sent != 1 else ''}" if sent else ""
             problems.append(Problem(f"{name} on the {end} stage has no peer: it must do nothing and return "
-                                    f"None (got {got}, {res.get('messages', 0)} messages)", rank=r, microbatch=0))
+                                    f"None; {got}", rank=r, microbatch=0))
     return problems
 
 
@@ -83,7 +91,7 @@ def _call_problems(call: Call, got, traced, r: int, p: int) -> list[Problem]:
         problems.append(Problem(f"{call} returned None, but it receives from rank {peer}: return the "
                                 f"received tensor", rank=r, microbatch=rmb))
     elif "from" not in got:
-        problems.append(Problem(f"{call} returned {got}, not the tensor received from rank {peer}",
+        problems.append(Problem(f"{call} returned {_described(got)}, not the tensor received from rank {peer}",
                                 rank=r, microbatch=rmb))
     elif got.get("from") != peer or got.get("mb") != rmb or got.get("phase") != receives.phase:
         what = "activation" if receives.phase == "forward" else "gradient"
@@ -91,6 +99,20 @@ def _call_problems(call: Call, got, traced, r: int, p: int) -> list[Problem]:
                                 f"from rank {got.get('from')}; expected the {what} of micro-batch {rmb} from "
                                 f"rank {peer}", rank=r, microbatch=rmb))
     return problems
+
+
+def _described(got) -> str:
+    """What a call returned, in words (harness/kinds/p2p.py's `read_buffer`, observe.py's `plain`)."""
+    if not isinstance(got, dict):
+        return repr(got)
+    if "object" in got:
+        return f"a {got['object']}, not a tensor"
+    shape = got.get("tensor_shape", got.get("shape"))
+    words = f"a tensor of shape {shape}" if shape is not None else "a tensor"
+    if got.get("uniform") is False:
+        words += (" whose values are not one sender's label (a buffer the message has not filled, or a tensor "
+                  "made rather than received)")
+    return words
 
 
 def _buffer_problems(call: Call, got: dict, shape, dtype: str, r: int) -> list[Problem]:
@@ -132,3 +154,37 @@ def mutual_sends(errors: dict[int, dict]) -> list[Problem]:
                                 f"send and the receive together (dist.batch_isend_irecv), then wait for both",
                                 rank=r, microbatch=mb))
     return problems
+
+
+# ---- the prediction: where the blocking pair deadlocks ----------------------------------------------
+PREDICTION_NAME = "predicted_deadlock"     # a function of the answer cell
+DEMO_STAGES, DEMO_MICROBATCHES = 2, 4      # the blocking-sends experiment: 2 ranks, 1F1B, 4 micro-batches
+
+
+def blocking_deadlock(p: int = DEMO_STAGES, m: int = DEMO_MICROBATCHES) -> dict[str, int]:
+    """{"rank r": micro-batch}: the message each rank is stuck sending when every call of a 1F1B step
+    sends (blocking) before it receives: its first combined call that sends to a neighbour (the steady
+    state's first send whose neighbour is sending to it at the same moment)."""
+    out = {}
+    for r in range(p):
+        first = next((c for c in calls("1f1b", r, p, m) if c.operation in COMBINED
+                      and not c.parts[0].is_noop(r, p)), None)
+        if first is not None:
+            out[f"rank {r}"] = first.microbatch
+    return out
+
+
+def judge_prediction(source: str | None) -> list[Problem]:
+    """The problems of the prediction in the answer `source` (none when it is right)."""
+    try:
+        got = read_numbers(source or "", PREDICTION_NAME)
+    except NotANumber as e:
+        return [Problem(f"the prediction could not be read: {e}")]
+    want = blocking_deadlock()
+    wrong = [k for k in want if got.get(k) != want[k]]
+    if not wrong:
+        return []
+    said = ", ".join(f"{k}: {got[k]:g}" if k in got else f"{k}: missing" for k in want)
+    return [Problem(f"{PREDICTION_NAME}() says {said}; in the experiment, each rank gets stuck in the first send of "
+                    f"its steady state, whose neighbour is sending to it at the same moment (count the warm-up "
+                    f"forwards of each rank: p - 1 - rank)")]

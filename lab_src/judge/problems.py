@@ -69,6 +69,8 @@ def stamped(problems: list[Problem], exercise: str, case: str = "") -> list[Prob
 _SOURCE_REF = re.compile(r"\[[^\]\s]*[/\\][^\]\s]*:\d+\]\s*")
 _LIBRARY_PATH = re.compile(r"(?:/[\w.+-]+)*/(?:site-packages|dist-packages|third_party|torch|pytorch|"
                            r"lib/python3[\w.]*)/[\w./+-]*")
+# gloo's sign-off on a closed connection ("Connection closed by peer [...]. GLHF! 🏖️"): noise to a student
+_GLOO_NOISE = re.compile(r"\s*GLHF!?\s*(?:\U0001F3D6\ufe0f?)?")
 # a launch runs copies of the answers: <run folder>/inputs/3-q08_afab_step.py is the student's q08_afab_step.py
 _ANSWER_COPY = re.compile(r"\S*/inputs/\d+-(q\d\d_\w+\.py)")
 
@@ -77,6 +79,7 @@ def sanitize(text: str) -> str:
     """An error message without paths into torch, gloo or the Python installation: they say where the
     library noticed a problem, never what the student should change."""
     text = _SOURCE_REF.sub("", text)
+    text = _GLOO_NOISE.sub("", text)
     text = _ANSWER_COPY.sub(r"\1", text)
     return _LIBRARY_PATH.sub(lambda m: m.group(0).rsplit("/", 1)[-1], text)
 
@@ -114,8 +117,19 @@ def from_error(rank: int, error: dict, ring: int | None = None) -> Problem:
         wrong = wrong_peer(rank, kind, peer, ring)
         if wrong:
             msg += f"\n    {wrong}"
+    elif error["type"] == "StopIteration":
+        msg = exhausted(error)
     msg += student_line(error)
     return Problem(msg, rank=rank, microbatch=error["pending"][2] if error.get("pending") else None, kind=problem_kind)
+
+
+def exhausted(error: dict) -> str:
+    """A bare StopIteration (its message is empty): the step asked the dataloader for one micro-batch too many."""
+    said = sanitize(error.get("message") or "").strip()
+    return ("StopIteration" + (f": {said}" if said else "") + ": the step asked data_iter for a micro-batch after the "
+            "last one, so this rank ran more forwards than num_microbatches. Count the forwards of each part of the "
+            "step: in 1F1B, a warm-up of p - r - 1 forwards is more than m when there are fewer micro-batches than "
+            "stages; the warm-up is min(p - r - 1, m)")
 
 
 def student_line(error: dict) -> str:

@@ -6,6 +6,7 @@ These checks read what each rank recorded about itself:
   on the last) and ran each of them forward once per micro-batch;
 - messages: every send has a matching receive on the peer (same micro-batch and shape), activations go
   to the next stage and gradients to the previous one, once per micro-batch;
+- record: each rank's returned compute order is the one the grader read live from its journal (judge/record.py);
 - order: the rules of the case's schedule (pipeline/schedules.py), e.g. All-Forward-All-Backward runs
   every forward of a rank before its first backward.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 
 from lab_src.judge.problems import Kind, Problem
+from lab_src.judge.record import check_record
 from lab_src.pipeline.schedules import Op, Schedule, matching_schedules, schedule
 from lab_src.pipeline.trace import Event
 
@@ -147,7 +149,8 @@ def check_run(outcome) -> list[Problem]:
     case = outcome.case
     cfg, p, m = case.config, case.stages, case.microbatches
     sched = schedule(case.schedule)
-    problems = check_layers({r: o.get("layers", []) for r, o in outcome.obs.items()}, cfg.num_layers)
+    problems = check_record(outcome)     # the order judged below is the one the run had (judge/record.py)
+    problems += check_layers({r: o.get("layers", []) for r, o in outcome.obs.items()}, cfg.num_layers)
     for r, o in sorted(outcome.obs.items()):
         problems += check_built_and_ran(o, r, p, m)
     shape = outcome.obs.get(0, {}).get("activation_shape", ())

@@ -92,8 +92,10 @@ def judge_training(outcome, expected: dict, label: str, margin: LearningMargin =
             how = (f"fell by {fall:.1%}" if fall > 0 else "did not fall") + f" over {len(losses)} steps"
         else:
             how = "is negative, so it is no cross-entropy"
+        # a curve that left the single process's explains a loss that does not fall: said under it
         found["learning"].append(Problem(f"the loss {how} ({losses[0]:.4f} -> {losses[-1]:.4f}); the check "
-                                         f"asks that {margin.describe()}", rank=p - 1))
+                                         f"asks that {margin.describe()}", rank=p - 1,
+                                         consequence=bool(found["curves"])))
     return found
 
 
@@ -362,10 +364,37 @@ def _labels_on_last_stage(outcome) -> list[Problem]:
 
 # ---- the held-out evaluation -----------------------------------------------------------------------
 
+def labels_left_set(outcome) -> list[Problem]:
+    """The last stage ran an evaluation forward with the training labels still set: its forward returned
+    each image's cross-entropy, not the class scores (torch then complains about the labels' type, or
+    the stage about a micro-batch it has no labels for)."""
+    p = outcome.case.stages
+    o = outcome.obs.get(p - 1, {})
+    forwards = o.get("forwards") or []
+    spans = o.get("step_spans") or []
+    after = spans[-1][3] if spans else len(forwards)
+    labelled = [f for f in forwards[after:] if f.get("labelled")]
+    if not spans or not labelled:
+        return []
+    return [Problem("the last stage still had the training labels set during the evaluation: its forward of "
+                    f"held-out micro-batch {labelled[0].get('microbatch')} returned each image's cross-entropy "
+                    "against the last step's labels, not the ten class scores. Call stage.set_labels(None) on "
+                    "the last stage before the evaluation", rank=p - 1, microbatch=labelled[0].get("microbatch"))]
+
+
+def with_known_cause(outcome, problems: list[Problem]) -> list[Problem]:
+    """The problems of a training case that failed, led by the mistake the records name when they name
+    one (labels left set during the evaluation), the rest as what it caused."""
+    cause = labels_left_set(outcome)
+    if not cause or not problems:
+        return problems
+    return cause + [replace(p, consequence=True) for p in problems]
+
+
 def evaluation_problems(outcome, expected: dict) -> list[Problem]:
     case = outcome.case
     p = case.stages
-    problems = []
+    problems = labels_left_set(outcome)
     n_mbs = _eval_microbatches(outcome)
     for r, o in sorted(outcome.obs.items()):
         forwards = o.get("forwards") or []

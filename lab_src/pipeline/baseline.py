@@ -15,11 +15,15 @@ from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.data import make_dataloader
 from lab_src.exercises import baseline_step
 from lab_src.pipeline.model import build_model
+from lab_src.pipeline.perturb import perturb_embedding
 
 
-def compute_baseline(cfg: LabConfig, device="cpu") -> dict:
-    """Run `baseline_step` (q04) on a freshly built whole model: its output, loss and gradients."""
+def compute_baseline(cfg: LabConfig, device="cpu", perturbed: int | None = None) -> dict:
+    """Run `baseline_step` (q04) on a freshly built whole model: its output, loss and gradients.
+    `perturbed`: the seed of the change the lab made to stage 0's embedding in the case (pipeline/perturb.py)."""
     model = build_model(cfg, device)
+    if perturbed is not None:
+        perturb_embedding(model.embed, perturbed)
     output, loss = baseline_step(model, make_dataloader(cfg, cfg.global_batch_size), device)
     if not isinstance(output, torch.Tensor):
         raise TypeError(f"q04: baseline_step must return (output, loss) with output a tensor, got {type(output).__name__}")

@@ -61,12 +61,14 @@ class LabConfig:
         return hashlib.sha1(blob).hexdigest()[:10]
 
     def describe(self) -> str:
+        def n(k: int, noun: str) -> str:
+            return f"{k} {noun}" if k == 1 else f"{k} {noun}{'es' if noun.endswith('ch') else 's'}"
         if self.dp_size > 1:
-            shape = (f"{self.dp_size} data-parallel x {self.num_stages} stages, {self.num_layers} layers, global batch "
-                     f"{self.global_batch_size} in {self.num_microbatches} micro-batches per replica")
+            shape = (f"{self.dp_size} data-parallel x {n(self.num_stages, 'stage')}, {n(self.num_layers, 'layer')}, "
+                     f"global batch {self.global_batch_size} in {n(self.num_microbatches, 'micro-batch')} per replica")
         else:
-            shape = (f"{self.num_stages} stages, {self.num_layers} layers, batch {self.global_batch_size} "
-                     f"in {self.num_microbatches} micro-batches")
+            shape = (f"{n(self.num_stages, 'stage')}, {n(self.num_layers, 'layer')}, batch {self.global_batch_size} "
+                     f"in {n(self.num_microbatches, 'micro-batch')}")
         return shape + f", seed {self.seed}, {self.dtype}" + (", tied embeddings" if self.tie_embeddings else "")
 
     @property

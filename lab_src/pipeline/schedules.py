@@ -127,7 +127,7 @@ class OneForwardOneBackward(Schedule):
                 at = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
                 mb = (got[at] if at < len(got) else want[at])[1]
                 found.append((r, mb, f"rank {r} runs {letters(got)}; {self.title} runs {letters(want)} "
-                                     f"({self.warmup(r, p, m)} warm-up forwards, min(p - r - 1, m), then one forward "
+                                     f"({self.warmup(r, p, m)} warm-up forward{'' if self.warmup(r, p, m) == 1 else 's'}, min(p - r - 1, m), then one forward "
                                      f"and one backward in turn, then the remaining backwards)"))
         return sorted(found, key=lambda f: f[0])
 

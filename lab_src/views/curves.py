@@ -15,10 +15,12 @@ SINGLE = "#ff7f0e"
 
 def curves_figure(pipeline: list[float], single: list[float], *, tolerance: float | None = None,
                   held_out: dict[str, tuple[float, float]] | None = None, title: str = "",
-                  smooth: int = 0) -> PngFigure:
+                  smooth: int = 0, mistaken: bool = False) -> PngFigure:
     """Both loss curves overlaid (the pipeline's as dots, the single process's as a line), and the relative
     difference per step on a log scale with the tolerance. `held_out` maps a run's name to its (accuracy,
-    loss) on the held-out images. With `smooth` > 1, a running mean over that many steps is drawn too."""
+    loss) on the held-out images. With `smooth` > 1, a running mean over that many steps is drawn too.
+    `mistaken`: a check found the curves apart because of a mistake; the caption then says so instead of
+    blaming rounding (which parts two correct runs only after many steps)."""
     n = min(len(pipeline), len(single))
     steps = list(range(n))
     fig = PngFigure(figsize=(9, 5.6), layout="constrained")
@@ -53,6 +55,10 @@ def curves_figure(pipeline: list[float], single: list[float], *, tolerance: floa
         apart = next((k for k, d in enumerate(diffs) if tolerance and d > tolerance), None)
         if apart is None:
             lines.append(f"largest relative difference over {n} steps: {max(diffs):.1e}")
+        elif mistaken:
+            lines.append((f"within {tolerance:.0e} of each other up to step {apart - 1}; " if apart else "")
+                         + f"apart from step {apart} on by more than rounding: the check found a mistake "
+                           f"(its verdict says which)")
         else:
             lines.append(f"within {tolerance:.0e} of each other up to step {apart - 1}; from there the rounding "
                          f"differences (~1e-7 at first),\ngrown through training, send each run its own way "

@@ -32,6 +32,7 @@ class GridTimeline(Timeline):
 def grid_timeline(events: list[Event], dp: int, pp: int, m: int, **how) -> GridTimeline:
     from lab_src.views.prepare import prepare
     tl = prepare(events, dp * pp, m, **how)
+    tl.row_notes = [f"dp {r // pp}, pp {r % pp}" for r in range(dp * pp)]
     return GridTimeline(**{k: getattr(tl, k) for k in tl.__dataclass_fields__}, pp=pp)
 
 

@@ -47,6 +47,7 @@ class Timeline:
     waits: list[Event] = field(default_factory=list)
     ends: list[tuple[int, float, str]] = field(default_factory=list)
     verdict: str = ""                   # why the run did not finish, in one line
+    row_notes: list[str] = field(default_factory=list)   # a second line under each rank's label ("dp 1, pp 1")
 
     @property
     def unfinished(self) -> bool:

@@ -38,7 +38,7 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
         if e.is_compute:
             ax.barh(e.rank, e.duration * ms, left=e.t_start * ms, height=ROW, color=box_color(e, tl.chunks),
                     edgecolor="white", lw=0.5)
-            if e.duration > 0.016 * t_max:
+            if e.duration > max(0.016, 0.0065 * len(box_label(e, tl.chunks))) * t_max:   # only a label that fits
                 ax.text((e.t_start + e.duration / 2) * ms, e.rank, box_label(e, tl.chunks),
                         ha="center", va="center", color="white", fontsize=7.5, fontweight="bold")
         elif e.is_collective:       # an all-reduce: a thicker bar, joined to the other members below

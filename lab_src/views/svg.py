@@ -37,30 +37,55 @@ def nice_ticks(t_max_ms: float, target: int = 8) -> list[float]:
     return [i * step for i in range(int(t_max_ms / step) + 1)]
 
 
-def legend(x: float, y: float, collectives: tuple = (), chunks: int = 1, unfinished: bool = False) -> str:
-    """What the colours mean, in one line starting at (x, y)."""
+def legend(x: float, y: float, collectives: tuple = (), chunks: int = 1, unfinished: bool = False,
+           right: float | None = None) -> str:
+    """What the colours mean, in one line starting at (x, y); past `right`, the rest goes on a second line
+    LEGEND_LINE below (`legend_lines` says whether it will)."""
+    start = x
+    parts = []
+    for kind, fill, label, h in _legend_items(collectives, chunks, unfinished):
+        w = _legend_width(label, kind)
+        if right is not None and x > start and x + w > right:
+            x, y = start, y + LEGEND_LINE
+        if kind == "wait":
+            parts.append(f'<rect x="{x:.0f}" y="{y - 10:.1f}" width="14" height="10" fill="{COLORS["wait"]}" '
+                         f'fill-opacity="0.18" stroke="{COLORS["wait"]}" stroke-dasharray="3,2"/>'
+                         f'<text x="{x + 18:.0f}" y="{y}" fill="#444">{label}</text>')
+        elif kind == "arrow":
+            parts.append(f'<line x1="{x:.0f}" y1="{y - 4}" x2="{x + 22:.0f}" y2="{y - 4}" stroke="#777" '
+                         f'stroke-width="1.2" marker-end="url(#pp-head-forward)"/><text x="{x + 28:.0f}" y="{y}" '
+                         f'fill="#444">{label}</text>')
+        else:
+            size = 12 if h == BOX_H else 5
+            parts.append(f'<rect x="{x:.0f}" y="{y - 4 - size / 2:.1f}" width="14" height="{size}" fill="{fill}"/>'
+                         f'<text x="{x + 18:.0f}" y="{y}" fill="#444">{label}</text>')
+        x += w
+    return "".join(parts)
+
+
+LEGEND_LINE = 16
+
+
+def legend_lines(x: float, right: float, collectives: tuple = (), chunks: int = 1, unfinished: bool = False) -> int:
+    """How many lines the legend takes between x and right (1 or 2)."""
+    width = sum(_legend_width(label, kind) for kind, _, label, _ in _legend_items(collectives, chunks, unfinished))
+    return 1 if x + width <= right else 2
+
+
+def _legend_width(label: str, kind: str) -> float:
+    return (28 if kind == "arrow" else 18) + 6.2 * len(label) + 12
+
+
+def _legend_items(collectives: tuple, chunks: int, unfinished: bool) -> list[tuple]:
     forward = "forward (paler: later chunks)" if chunks > 1 else "forward"
-    items = [(COLORS["forward"], forward, BOX_H), (COLORS["backward"], "backward", BOX_H),
-             (COLORS["send"], "send", BAR_H), (COLORS["recv"], "receive (waiting)", BAR_H),
-             ("url(#pp-idle)", "idle (bubble)", BOX_H)]
-    items += [(COLORS[k], COLLECTIVE_LABELS[k].replace("-embedding", ""), BAR_H) for k in COLLECTIVE_LABELS
+    items = [("box", COLORS["forward"], forward, BOX_H), ("box", COLORS["backward"], "backward", BOX_H),
+             ("box", COLORS["send"], "send", BAR_H), ("box", COLORS["recv"], "receive (waiting)", BAR_H),
+             ("box", "url(#pp-idle)", "idle (bubble)", BOX_H)]
+    items += [("box", COLORS[k], COLLECTIVE_LABELS[k].replace("-embedding", ""), BAR_H) for k in COLLECTIVE_LABELS
               if k in collectives]
-    out = []
     if unfinished:
-        out.append(f'<rect x="{x:.0f}" y="{y - 10:.1f}" width="14" height="10" fill="{COLORS["wait"]}" '
-                   f'fill-opacity="0.18" stroke="{COLORS["wait"]}" stroke-dasharray="3,2"/>'
-                   f'<text x="{x + 18:.0f}" y="{y}" fill="#444">left waiting</text>')
-        x += 30 + 6.2 * len("left waiting")
-        items = [i for i in items if i[1] != "idle (bubble)"]
-    for fill, label, h in items:
-        size = 12 if h == BOX_H else 5
-        out.append(f'<rect x="{x:.0f}" y="{y - 4 - size / 2:.1f}" width="14" height="{size}" fill="{fill}"/>'
-                   f'<text x="{x + 18:.0f}" y="{y}" fill="#444">{label}</text>')
-        x += 30 + 6.2 * len(label)
-    out.append(f'<line x1="{x:.0f}" y1="{y - 4}" x2="{x + 22:.0f}" y2="{y - 4}" stroke="#777" stroke-width="1.2" '
-               f'marker-end="url(#pp-head-forward)"/><text x="{x + 28:.0f}" y="{y}" fill="#444">'
-               f'message: send → receive</text>')
-    return "".join(out)
+        items = [("wait", None, "left waiting", BOX_H)] + [i for i in items if i[2] != "idle (bubble)"]
+    return items + [("arrow", None, "message: send → receive", BAR_H)]
 
 
 def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, width: int = 860) -> str:
@@ -68,7 +93,9 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
     t_max = t_max or tl.drawn_until or 1e-3
     plot_w = width - LEFT - RIGHT
     lane_h = memory.LANE_H if memory.has_memory(tl) else 0      # the memory lane, when the run counted it
-    height = TOP + tl.p * ROW_H + lane_h + AXIS_H + LEGEND_H
+    collectives = tuple({e.kind for e in tl.events if e.is_collective})
+    extra = (legend_lines(LEFT, width - 8, collectives, tl.chunks, tl.unfinished) - 1) * LEGEND_LINE
+    height = TOP + tl.p * ROW_H + lane_h + AXIS_H + LEGEND_H + extra
     current = tl.events[step] if step is not None and tl.events else None
     cursor = current.t_end if current is not None else float("inf")
     current_pair = tl.arrow_of(current) if current is not None and not current.is_compute else None
@@ -85,6 +112,9 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
     # rows: label, and idle (hatched) from the start of the step to the cursor
     for r in range(tl.p):
         out.append(f'<text x="{LEFT - 8}" y="{mid(r) + 4}" text-anchor="end">rank {r}</text>')
+        if tl.row_notes:     # the rank's coordinates on a grid: "dp 1, pp 1"
+            out.append(f'<text x="{LEFT - 8}" y="{mid(r) + 16}" text-anchor="end" font-size="9" fill="#666">'
+                       f'{tl.row_notes[r]}</text>')
         out.append(f'<rect x="{x(0):.1f}" y="{mid(r) - BOX_H / 2}" width="{x(min(cursor, tl.span)) - x(0):.1f}" '
                    f'height="{BOX_H}" fill="url(#pp-idle)"/>')
     # boxes: done in colour, the part still to come as a ghost
@@ -107,7 +137,7 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
         if e is current:
             out.append(f'<rect x="{x0 - 1:.1f}" y="{y - 1:.1f}" width="{x1 - x0 + 2:.1f}" height="{h + 2}" '
                        f'fill="none" stroke="#111" stroke-width="2"/>')
-        if compute and x1 - x0 > 14:
+        if compute and x1 - x0 > max(14, 6.5 * len(box_label(e, tl.chunks)) + 2):   # only a label that fits
             fill = "white" if cursor >= e.t_end else "#888"
             out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{mid(e.rank) + 4}" text-anchor="middle" fill="{fill}" '
                        f'font-size="10" font-weight="bold" pointer-events="none">'
@@ -150,8 +180,7 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
         out.append(f'<line x1="{xc:.1f}" y1="{TOP - 4}" x2="{xc:.1f}" y2="{axis_y}" stroke="{COLORS["cursor"]}" '
                    f'stroke-width="1.5"/><text x="{xc + 3:.1f}" y="{axis_y + 30}" fill="{COLORS["cursor"]}">'
                    f't = {cursor * 1e3:.2f} ms</text>')
-    out.append(legend(LEFT, height - 8, tuple({e.kind for e in tl.events if e.is_collective}), tl.chunks,
-                      tl.unfinished))
+    out.append(legend(LEFT, height - 8 - extra, collectives, tl.chunks, tl.unfinished, right=width - 8))
     out.append("</svg>")
     return "\n".join(out)
 

@@ -26,7 +26,7 @@ def what_if_figure(sizes: dict, dp: int, pp: int, m: int, net: Cluster, dp_sizes
     samples = sizes["message_bytes"] * m          # one replica's activations per boundary and direction
     by_m = {k: predict(plan(dp, pp, k, samples / k, sizes["stage_bytes"], sizes["tied_bytes"], tied), net)
             for k in microbatches}
-    for ax, series, xlabel in ((left, by_dp, "data-parallel replicas (each with the measured pipeline)"),
+    for ax, series, xlabel in ((left, by_dp, f"data-parallel replicas (each a {pp}-stage pipeline like the measured one)"),
                                (right, by_m, f"micro-batches per replica (its batch fixed; {dp} replicas)")):
         xs = list(series)
         for kind in TRAFFIC_KINDS:
@@ -40,13 +40,16 @@ def what_if_figure(sizes: dict, dp: int, pp: int, m: int, net: Cluster, dp_sizes
         ax.set_xlabel(xlabel, fontsize=9)
         ax.set_ylabel("ms per step, busiest rank (log)", fontsize=9)
         ax.grid(color="#e4e4e4", lw=0.6)
-    node_edge = net.ranks_per_node / pp
-    if dp_sizes[0] < node_edge < dp_sizes[-1]:
-        left.axvline(node_edge, color="#999", ls="--", lw=1)
-        left.text(node_edge, left.get_ylim()[1], " rings leave a node", fontsize=8, va="top", color="#666")
-    if net.nodes and dp_sizes[-1] * pp > net.nodes * net.ranks_per_node:
-        full = net.nodes * net.ranks_per_node / pp       # beyond this, more ranks than the cluster has
-        left.axvspan(max(full, dp_sizes[0]), dp_sizes[-1], color="#f4f4f4", zorder=0)
+    # a data-parallel ring over dp replicas spans dp x pp ranks: it fits in a node while dp x pp <= ranks per
+    # node, and in the cluster while dp x pp <= its ranks; each mark sits between the last size that fits and
+    # the first that does not
+    edge = between(dp_sizes, lambda n: n * pp <= net.ranks_per_node)
+    if edge:
+        left.axvline(edge, color="#999", ls="--", lw=1)
+        left.text(edge, left.get_ylim()[1], " rings leave a node", fontsize=8, va="top", color="#666")
+    full = between(dp_sizes, lambda n: n * pp <= net.nodes * net.ranks_per_node) if net.nodes else None
+    if full:
+        left.axvspan(full, dp_sizes[-1], color="#f4f4f4", zorder=0)
         left.text(dp_sizes[-1], left.get_ylim()[0], f"more than {net.nodes * net.ranks_per_node} ranks ",
                   fontsize=8, ha="right", va="bottom", color="#888")
     left.axvline(dp, color="#d62728", lw=0.8, alpha=0.5)
@@ -55,3 +58,37 @@ def what_if_figure(sizes: dict, dp: int, pp: int, m: int, net: Cluster, dp_sizes
     fig.suptitle(f"predicted communication per step on {net.name} ({pp}-stage pipeline; red: the measured grid)",
                  fontsize=10, x=0.01, ha="left")
     return fig
+
+
+def between(sizes, fits) -> float | None:
+    """The point, on a log axis, between the last of `sizes` that `fits` and the first that does not (None
+    when all fit or none does)."""
+    for a, b in zip(sizes, sizes[1:]):
+        if fits(a) and not fits(b):
+            return (a * b) ** 0.5
+    return None
+
+
+def scaling(sizes: dict, pp: int, m: int, net: Cluster, tied: bool = True, hi: int = 64) -> str:
+    """What the left panel shows, in its numbers: the data-parallel all-reduce from the first ring that
+    leaves a node to `hi` replicas, and whether latency or bandwidth sets its time (a ring of n ranks takes
+    2(n-1) steps, each paying the latency, and moves 2(n-1)/n of the buffer)."""
+    lo = 2
+    while lo * pp <= net.ranks_per_node and lo < hi // 2:
+        lo *= 2
+    t = {n: predict(plan(n, pp, m, sizes["message_bytes"], sizes["stage_bytes"], sizes["tied_bytes"], tied), net)
+         ["data_parallel"] for n in (lo, hi)}
+    if not t[lo]:
+        return ""
+    buffer = max(sizes["stage_bytes"], default=0)
+    link = net.inter
+    latency = 2 * (hi - 1) * link.latency_s
+    bandwidth = 2 * (hi - 1) / hi * buffer / link.bandwidth_Bps
+    bound = "latency" if latency > bandwidth else "bandwidth"
+    return (f"Once its rings leave a node, the data-parallel all-reduce grows from {t[lo] * 1e3:.3g} ms with {lo} replicas to {t[hi] * 1e3:.3g} ms "
+            f"with {hi} ({t[hi] / t[lo]:.1f} x for {hi // lo} x the replicas): a ring of n ranks takes 2(n-1) steps, "
+            f"each paying the latency, and with a buffer of {buffer / 2**10:.0f} KiB per stage the {bound} sets the "
+            f"time ({2 * (hi - 1)} x {link.latency_s * 1e6:.3g} µs = {latency * 1e3:.3g} ms of latency against "
+            f"{bandwidth * 1e3:.3g} ms of bytes at {hi} replicas between nodes)"
+            + (", so the time grows roughly linearly with the replicas." if bound == "latency" else
+               ": each rank sends about twice its buffer, whatever the ring's length."))

@@ -86,13 +86,25 @@ schedule_figure(("afab", "1f1b"), p=4, m=8)
 # dist.recv(buffer, group=stage.group, group_src=peer)
 # ```
 #
-# Two ranks call these in the order of a 1F1B step with 4 micro-batches. Every receive gives up after 3
-# seconds; the report says what each rank completed and where each one was waiting. (It needs your answers
-# to Q2, Q3 and Q5, which build the stages.)
+# Two ranks call these in the order of a 1F1B step with 4 micro-batches (rank 0 warms up with one
+# forward; rank 1, the last stage, with none). It needs your answers to Q2, Q3 and Q5, which build the
+# stages, not yours to Q11.
+#
+# **Predict first (graded).** The run gets stuck: each rank ends up inside a send that never returns.
+# Before you run it, work out from the schedule above *which micro-batch's message* each rank is stuck
+# sending, and write it in `predicted_deadlock()` in the answer cell below, as
+# `return {"rank 0": ..., "rank 1": ...}` with numbers. It is read from your answer cell without running
+# it. Then run the experiment: it says what each rank finished and where each one was left waiting.
 
 # %%
 from lab_src.checks.q11_p2p_communicate import blocking_demo
-blocking_demo()
+demo = blocking_demo()
+
+# %% [markdown]
+# The run drawn: the messages that went through, and where each rank waits (the bar that never ends).
+
+# %%
+demo.timeline() if demo else None
 
 # %% [markdown]
 # ## Written question (6 points)
@@ -135,15 +147,33 @@ blocking_demo()
 # - `stage.group`: the process group of the pipeline, where peers are pipeline ranks;
 # - `stage.activation_shape` (your Q3 answer), `stage.dtype`, `stage.device`: what a receive buffer is.
 #
+# The goal: every operation of the two tables above, in any order the schedules call them, moves its
+# messages without two neighbours ever waiting on each other, and returns the received tensor (`None`
+# when it only sends, or at an end of the pipeline where it has no neighbour). A received activation
+# requires grad; what you send is data, not the graph. The check below says which call went wrong, and
+# how. Also fill in `predicted_deadlock()`, your prediction for the experiment above.
+#
+# <details><summary>Hint: the steps, if you are stuck</summary>
+#
 # For each operation: find the neighbour, or return `None` at the end of the pipeline where there is
-# none; make the receive buffer (with `requires_grad=True` for an activation); build the `P2POp`s; post
-# them with one `dist.batch_isend_irecv`; wait for every request; return the received tensor (`None`
-# when the operation only sends). Send `tensor.detach()`: what travels is data, not the graph.
+# none; make the receive buffer (`torch.empty` with the activation shape, dtype and device, and
+# `requires_grad=True` for an activation); build a `dist.P2POp` for each message; post them together with
+# one `dist.batch_isend_irecv` and call `wait()` on every request it returns (before that, the buffer may
+# still be empty); return the buffer. Send `tensor.detach()`. The direction comes from the tables above:
+# `recv_backward` talks to the *next* stage although its name says "backward".
+# </details>
 
 # %% nbgrader={"grade": false, "grade_id": "q11_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # %%answer q11
 import torch
 import torch.distributed as dist
+
+
+def predicted_deadlock():
+    """The micro-batch of the message each rank of the blocking-sends experiment is stuck sending."""
+    ### BEGIN SOLUTION
+    return {"rank 0": 1, "rank 1": 0}
+    ### END SOLUTION
 
 
 def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch=None):

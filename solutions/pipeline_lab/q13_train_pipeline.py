@@ -102,21 +102,35 @@ from lab_src.checks import check
 #
 # ## Your task
 #
-# Write `train_pipeline(stage, data, step_fn, num_steps, lr)`. Every rank runs it at the same time.
+# Write `train_pipeline(stage, data, step_fn, num_steps, lr)`, which every rank runs at the same time: train
+# this rank's stage for `num_steps` steps with AdamW at learning rate `lr` (PyTorch's other defaults), each
+# step running `step_fn(stage, data_iter, data.num_microbatches)` (your Q8 step) on step k's batch, then
+# evaluate the trained pipeline on the held-out images. The contract:
 #
-# - Create one `torch.optim.AdamW(stage.parameters(), lr=lr)` (the other settings as PyTorch sets them).
+# - the pipeline learns exactly as the whole model in one process would, on the same batches: the same loss
+#   at every step (to rounding);
+# - each rank reads from `data` only what its stage needs (the sections above say who needs what), and
+#   updates only its own parameters;
+# - the evaluation is forward only (eval mode, no autograd), through the pipeline, over
+#   `data.num_test_microbatches` held-out micro-batches, with your Q7's `from lab_src import
+#   pipeline_communicate` for its messages; the stage is back in training mode afterwards;
+# - on the last stage, return `{"losses": [...], "test_loss": ..., "test_accuracy": ...}`: the loss of every
+#   step (floats), the mean held-out cross-entropy, and the share of held-out images whose highest score is
+#   their label; on every other stage, `None`.
+#
+# <details><summary><b>Hint</b>: the loop, step by step (open it if you are stuck)</summary>
+#
+# - One `torch.optim.AdamW(stage.parameters(), lr=lr)`, made once.
 # - For each step `k` in `range(num_steps)`: zero the gradients; on the first stage make an iterator over
 #   `data.train_tokens(k)`; on the last stage call `stage.set_labels(data.train_labels(k))`; run
-#   `step_fn(stage, tokens, data.num_microbatches)` (it is your Q8 step; it returns `(outputs, loss)`, and
-#   the loss is a float on the last stage); then `optimizer.step()`. No other stage reads the data.
-# - Evaluate on the held-out images: eval mode, no autograd, `data.num_test_microbatches` micro-batches
-#   forward through the pipeline, the first stage reading `data.test_tokens()`, the last
-#   `data.test_labels()` with its labels set to `None`. Put the stage back in training mode at the end.
-# - Return on the last stage `{"losses": [...], "test_loss": ..., "test_accuracy": ...}`: the loss of
-#   every step, the mean held-out cross-entropy (`torch.nn.functional.cross_entropy`), and the share of
-#   held-out images whose highest score is their label. Return `None` on every other stage.
+#   `step_fn(stage, tokens, data.num_microbatches)` (it returns `(outputs, loss)`, and the loss is a float on
+#   the last stage); then `optimizer.step()`.
+# - The evaluation: `stage.eval()`, `torch.no_grad()`, the first stage reading `data.test_tokens()`, the last
+#   `data.test_labels()` after `stage.set_labels(None)` (so that its forward returns class scores); for each
+#   held-out micro-batch `recv_forward`, `forward`, `send_forward`; `torch.nn.functional.cross_entropy` for the
+#   loss. Then `stage.train()`.
 #
-# Use `from lab_src import pipeline_communicate` (your Q7) for the evaluation's messages.
+# </details>
 
 # %% nbgrader={"grade": false, "grade_id": "q13_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # %%answer q13
@@ -187,9 +201,9 @@ def train_pipeline(stage, data, step_fn, num_steps, lr):
 #   mode without autograd.
 #
 # The figure shows both curves (the pipeline's as dots on the single process's line) and, below, their
-# relative difference at each step. For a longer run (a few minutes, about 90 % held-out accuracy), run
-# `make train` in a terminal in the repository. Its figure shows something the 30 steps here do not: the
-# step-by-step agreement lasts about 60 steps. Training amplifies tiny differences, so the rounding
+# relative difference at each step. The lab's instructors have a longer run (`make train` in the lab's
+# repository, which the student release does not include: a few minutes, about 90 % held-out accuracy). Its
+# figure shows something the 30 steps here do not: the step-by-step agreement lasts about 60 steps. Training amplifies tiny differences, so the rounding
 # differences of the first steps (1e-7) grow until, after a hundred steps or so, the two runs follow
 # different paths, at the same level of loss and accuracy. Any two float32 runs whose sums add up in
 # another order part ways like this; what the pipeline must not change is the computation itself.

@@ -108,6 +108,21 @@ print("with tied embeddings, the head's (vocab x hidden) projection is a copy of
 # gives you two operations: `grid.new_group(ranks)`, and `grid.all_reduce(tensor, group, kind, op="sum")`
 # (`op="avg"` averages; `kind` is `"dp"` or `"tied"`, what the reduction is for: the grid records it).
 #
+# The goal: after your step, every replica holds the gradients of the *global* batch, exactly those of the
+# single process that ran the whole model on all of it, and the two copies of the tied embedding hold
+# equal gradients. The contract:
+#
+# - ranks are numbered `rank = dp_rank * pp_size + pp_rank`: a pipeline is `pp_size` consecutive ranks;
+# - each replica runs your Q8 step (`afab_step`) on its own shard of the global batch, in
+#   `cfg.num_microbatches` micro-batches, through a `PipelineStage` that talks within its own pipeline;
+# - every group is created by every rank, in the same order (a collective waits for all its members);
+# - the tied embedding's gradient is summed over the first and last stage of a pipeline, and every gradient
+#   averaged over the ranks that hold the same stage;
+# - return `(stage, outputs, loss)`: your stage, and what `afab_step` returned. `help(lab_src.dp_pp_step)`
+#   has the full contract.
+#
+# <details><summary><b>Hint</b>: the step in seven moves, with the calls (open it if you are stuck)</summary>
+#
 # 1. Coordinates: `dp_rank, pp_rank` from `grid.rank`.
 # 2. Groups, created by every rank in the same order: one per pipeline, one per data-parallel set, and
 #    (tied embeddings, more than one stage) one per pipeline of its first and last rank.
@@ -119,7 +134,7 @@ print("with tied embeddings, the head's (vocab x hidden) projection is a copy of
 #    the first and last stage of your pipeline.
 # 7. Every gradient of your stage: averaged over your data-parallel set.
 #
-# Return your stage, and what `afab_step` returned. See `help(lab_src.dp_pp_step)` for the full contract.
+# </details>
 
 # %% nbgrader={"grade": false, "grade_id": "q14_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # %%answer q14

@@ -101,6 +101,12 @@ from lab_src.checks import check
 # last rank each micro-batch's output (detached, in micro-batch order) and the total loss as a float; on
 # the others `([], None)`.
 #
+# **Predict, then run (graded).** Before you run anything, fill in `predicted_interleaving()` at the end of
+# the answer cell: for p = 4 ranks and m = 8 micro-batches, with all boxes equal, the idle share of a step
+# and the number of messages one step sends (over all ranks), for v = 1, 2 and 4 chunks per rank. Numbers
+# and arithmetic only (`1 / 3`, `2 * 5`): the grader reads them without running your code, and the
+# check and the bubble study below put them beside what the schedule does.
+#
 # `stage.recv` is all you need. `post_recv` is for later, once the step is right: gloo starts moving a
 # message only when its receive is posted, so a `recv` called when its box is about to run makes the box
 # wait for the whole transfer. Post each box's receive one box ahead, and the message travels while the box
@@ -189,6 +195,14 @@ def interleaved_step(stage, data_iter, num_microbatches):
     ### END SOLUTION
 
 
+def predicted_interleaving():
+    """p = 4 ranks, m = 8 micro-batches, equal boxes: each v's idle share and messages per step (numbers only)."""
+    ### BEGIN SOLUTION
+    return {"bubble_v1": 3 / (8 + 3), "bubble_v2": 3 / (2 * 8 + 3), "bubble_v4": 3 / (4 * 8 + 3),
+            "messages_v1": 2 * 8 * (4 - 1), "messages_v2": 2 * 8 * (8 - 1), "messages_v4": 2 * 8 * (16 - 1)}
+    ### END SOLUTION
+
+
 # %% [markdown]
 # ## Check
 #
@@ -221,8 +235,9 @@ report.timeline()
 # The check's model is so small that a message costs as much as a block's compute, and then no schedule
 # hides anything. The study below runs *your* step on a model where compute dominates (16 blocks of
 # width 256), with 1, 2 and 4 chunks per rank and m = 2p micro-batches, and prints for each the measured
-# bubble beside the theory, the messages sent, and the activations rank 0 held at its peak. It takes a
-# minute or two on a laptop; the grader does not run it.
+# bubble beside the theory, the messages sent, and the activations rank 0 held at its peak, and says why
+# the measurement departs from the ideal. It takes a minute or two on a laptop. It is not graded: Validate
+# skips it, and so does the grader.
 #
 # Which formula, and why: the lab measures the bubble as the idle share of the whole step, 1 - (time
 # spent computing) / (p × step time), the same quantity for every schedule. For v chunks that share is
@@ -259,9 +274,10 @@ study.timeline(2) if study else None
 # values that cross a cut become the outputs of one stage and the inputs of the next.
 # (`lab_src/pipeline/traced.py` does this in about forty lines.)
 #
-# Name the cut points that give the same stages as your Q5 for 8 blocks on 3 stages. The check traces the
-# model, cuts it there, and compares each traced stage with the `PipelineStage` your Q5 builds: the
-# pieces it holds, its parameters, and its output on the same input.
+# Set `CUT_POINTS`, in the cell below, to the cut points that give the same stages as your Q5 for 8 blocks
+# on 3 stages. The cell after it traces the model, cuts it there, and compares each traced stage with the
+# `PipelineStage` your Q5 builds: the pieces it holds, its parameters, and its output on the same input.
+# This part is an experiment, not graded: the 20 points of Q15 are your `interleaved_step`.
 
 # %% nbgrader={"grade": false, "grade_id": "q15_cut_points", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # Where stages 1 and 2 begin: module names such as "blocks.4"

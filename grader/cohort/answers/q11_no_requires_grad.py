@@ -2,6 +2,10 @@ import torch
 import torch.distributed as dist
 
 
+def predicted_deadlock():
+    return {"rank 0": 1, "rank 1": 0}
+
+
 def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch=None):
     to_next = operation in ("send_forward", "recv_backward", "send_forward_recv_backward")
     if (to_next and stage.is_last_stage) or (not to_next and stage.is_first_stage):

@@ -1,6 +1,7 @@
 """Kind "interleaved" (q15): each rank builds its `InterleavedStage`
 with the case's chunks per rank (the schedule "interleaved:<v>"), run the case's step on it, and observe
-the same things a "pipeline" case observes, plus each chunk's blocks and the activation memory held.
+the same things a "pipeline" case observes (rank 0's embedding changed once built where the case's
+settings say "perturb", as there), plus each chunk's blocks and the activation memory held.
 
 The micro-batches come from an iterator that says what went wrong when a step asks for more than the
 batch has: usually a chunk other than the first virtual stage reading tokens instead of receiving
@@ -12,7 +13,7 @@ from lab_src import exercises
 from lab_src.harness import observe
 from lab_src.harness.case import Case
 from lab_src.harness.records import Memory
-from lab_src.pipeline import data
+from lab_src.pipeline import data, perturb
 from lab_src.pipeline.chunked import InterleavedStage
 from lab_src.pipeline.schedules import schedule
 
@@ -51,6 +52,10 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         mbs = obs["micro_batch_size"] = observe.micro_batch_size(cfg)
         stage = InterleavedStage(cfg, rank, p, v, mbs, ctx.device, group)
         obs["chunk_layers"] = stage.chunk_layers
+        if case.settings.get("perturb") and stage.embed is not None:
+            # evidence from outside the answer: the outputs must follow a change only rank 0 knows
+            obs["perturbed"] = perturb.new_seed()
+            perturb.perturb_embedding(stage.embed, obs["perturbed"])
         observe.observe_stage(stage, obs)
         needs = exercises.needs_dataloader(rank, p)
         obs["needs_dataloader"] = observe.plain(needs)

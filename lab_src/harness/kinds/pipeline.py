@@ -2,6 +2,9 @@
 what the comparisons need (outputs, loss, gradients) and, as the case's probes ask, q07's no-ops at the
 ends and q09's and q10's checks (kinds/probes.py).
 
+On a case whose settings say "perturb", rank 0 changes its stage's embedding right after building it
+(pipeline/perturb.py): the judge then expects the outputs of the changed model.
+
 Every event carries the activation memory the step holds (harness/memory.py), and obs["memory"] has the
 peak beside the process's peak resident set size so far (meaningful for the first or largest case of a
 launch).
@@ -14,7 +17,7 @@ from lab_src.harness.case import Case
 from lab_src.harness.kinds import probes as probe
 from lab_src.harness.memory import counting, peak_rss_bytes
 from lab_src.harness.records import Memory
-from lab_src.pipeline import data
+from lab_src.pipeline import data, perturb
 from lab_src.pipeline.baseline import load_baseline
 
 
@@ -23,6 +26,10 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     rank, probes = ctx.rank, case.probes
     try:
         stage = observe.build_stage(cfg, ctx, group, obs)
+        if case.settings.get("perturb") and stage.embed is not None:
+            # evidence from outside the answer: the outputs must follow a change only rank 0 knows
+            obs["perturbed"] = perturb.new_seed()
+            perturb.perturb_embedding(stage.embed, obs["perturbed"])
         if "noop_ends" in probes:
             obs["probes"] = {"noop_ends": probe.noop_ends(stage)}
         needs = exercises.needs_dataloader(rank, cfg.num_stages)

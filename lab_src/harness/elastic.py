@@ -1,0 +1,139 @@
+"""Start the ranks of one launch as `torchrun` does, from a process that has already imported torch.
+
+A launch is one forked child, the *agent*: it runs torch's elastic agent, the code `torchrun` itself
+runs (`torch.distributed.launcher.api.elastic_launch`, standalone c10d rendezvous on loopback,
+`start_method="fork"`), which forks the ranks. Every rank therefore sees torchrun's environment (RANK,
+LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID, ...) and runs
+`harness/worker.py`'s main, without importing torch again. Used by the warm launcher of the visible
+checks (harness/warm.py) and by the grader's fork server in the sandbox (harness/zygote.py).
+
+The agent is a process group of its own and dies with its parent (PR_SET_PDEATHSIG); the ranks die
+with the agent (worker.py). No process here touches CUDA before the ranks are forked: a rank that gets
+a GPU initialises CUDA itself (harness/groups.py).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import traceback
+import uuid
+
+MONITOR_INTERVAL_S = 0.02
+_CLOSE_IN_RANK: list[int] = []      # descriptors of the agent that a rank closes before anything else
+
+
+def preload() -> None:
+    """Import what a rank runs (torch, the agent, the worker and every case kind), never student code."""
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")    # is_available() without CUDA's init
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+    import torch.distributed.launcher.api  # noqa: F401
+
+    from lab_src.harness import groups, kinds, rawp2p, runfolder, worker  # noqa: F401
+    from lab_src.pipeline import data, model, trace, waiting  # noqa: F401
+    kinds.runners()
+
+
+def die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)     # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _rank(spec_path: str) -> int:
+    """A rank's entrypoint, in a process the agent forked, with torchrun's environment set."""
+    for fd in _CLOSE_IN_RANK:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads and threads.isdigit():
+        import torch
+        torch.set_num_threads(int(threads))
+    from lab_src.harness import worker
+    code = worker.main(spec_path)
+    if code:
+        sys.stdout.flush()
+        os._exit(code)
+    return code
+
+
+def run_ranks(spec_path: str, nproc: int, log_dir: str, run_id: str | None = None) -> dict[int, int]:
+    """Run `nproc` ranks of the worker on `spec_path` under the elastic agent, in this process; return
+    {rank: exit status} (0 for every rank of a launch that succeeded; -15: stopped by the agent after
+    another rank failed, as torchrun does)."""
+    import logging
+
+    import torch
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    assert not torch.cuda.is_initialized(), "CUDA must start in the ranks, after the fork"
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, rdzv_backend="c10d",
+                          rdzv_endpoint="127.0.0.1:0", run_id=run_id or uuid.uuid4().hex, max_restarts=0,
+                          monitor_interval=MONITOR_INTERVAL_S, start_method="fork",
+                          logs_specs=DefaultLogsSpecs(log_dir=log_dir))
+    try:
+        elastic_launch(config, _rank)(spec_path)
+    except ChildFailedError as e:
+        codes = {r: 0 for r in range(nproc)}
+        codes.update({int(r): f.exitcode for r, f in e.failures.items()})
+        return codes
+    return {r: 0 for r in range(nproc)}
+
+
+def start(spec_path: str, nproc: int, *, run_dir: str, log_path: str, env: dict | None = None,
+          run_id: str | None = None) -> tuple[int, int]:
+    """Fork the agent of one launch; return (its pid, which is also its process group, and the
+    descriptor its ranks' exit statuses arrive on: read it with `collect`)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_end)
+        return pid, read_end
+    code = 70
+    try:
+        os.setpgid(0, 0)
+        die_with_parent()
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.closerange(3, write_end)             # the parent's pipes stay out of the ranks' reach
+        os.closerange(write_end + 1, 1 << 16)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        _CLOSE_IN_RANK[:] = [write_end]
+        os.environ.update(env or {})
+        os.chdir(run_dir)
+        codes = run_ranks(spec_path, nproc, os.path.join(run_dir, "elastic"), run_id)
+        os.write(write_end, json.dumps(codes).encode())
+        code = 0
+    except BaseException:   # noqa: BLE001 - whatever happened, this process ends here
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def collect(pid: int, read_end: int) -> tuple[int, dict[int, int]]:
+    """Wait for the agent `pid`; return (its exit status, {rank: exit status} where it said)."""
+    _, raw = os.waitpid(pid, 0)
+    os.set_blocking(read_end, False)
+    try:
+        data = os.read(read_end, 1 << 16)
+    except BlockingIOError:
+        data = b""
+    finally:
+        os.close(read_end)
+    try:
+        codes = {int(r): int(c) for r, c in json.loads(data).items()} if data else {}
+    except ValueError:
+        codes = {}
+    return os.waitstatus_to_exitcode(raw), codes
