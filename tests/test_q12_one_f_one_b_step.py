@@ -152,8 +152,9 @@ def test_the_experiments_figures_draw_memory_and_bubble_against_m():
 # ---- real runs ------------------------------------------------------------------------------------------
 def test_afab_submitted_for_1f1b_gets_the_numbers_right_and_half_credit(reference, tmp_path, no_leftovers):
     verdict = grade_answer("q12", AFAB_AS_1F1B, reference, tmp_path)
-    # one micro-batch: AFAB is 1F1B; the 6 other cases keep q12's other_schedule_credit (half)
-    assert verdict["fraction"] == pytest.approx((1 + 6 * 0.5) / 7, abs=1e-4)
+    # one micro-batch: AFAB is 1F1B; the 6 other cases keep q12's other_schedule_credit (half); the warm-up
+    # prediction is right
+    assert verdict["fraction"] == pytest.approx((1 + 6 * 0.5 + 1) / 8, abs=1e-4)
     text = " ".join("\n".join(verdict["messages"]).split())   # messages wrap at 110 columns
     assert "your step is a valid All-Forward-All-Backward schedule, but this exercise asks for " \
            "One-Forward-One-Backward" in text
@@ -170,8 +171,13 @@ def test_a_warm_up_without_min_m_fails_where_m_is_at_most_p_minus_2(reference, t
     text = answer("q12_warmup_no_min")
     assert "min(" not in text.split("warmup =")[1].splitlines()[0]
     verdict = grade_answer("q12", text, reference, tmp_path)
-    assert verdict["fraction"] == pytest.approx(6 / 7, abs=1e-4), verdict["messages"]
-    assert "4 stages, 2 micro-batches" in "\n".join(verdict["messages"])
+    # and its prediction, p - r - 1 for m = 2 too, is the 8th item, wrong
+    assert verdict["fraction"] == pytest.approx(6 / 8, abs=1e-4), verdict["messages"]
+    said = " ".join("\n".join(verdict["messages"]).split())
+    assert "4 stages, 2 micro-batches" in said
+    assert "predicted_warmup() says the warm-ups for p = 4, m = 2 are 3, 2, 1, 0 (ranks 0 to 3); 1F1B's differ: " \
+           "with only 2 micro-batches there are only 2 forwards to run" in said
+    assert "m = 8 are" not in said
 
 
 @pytest.mark.slow
@@ -247,3 +253,32 @@ def test_runs_keeps_the_last_few_runs_of_each_exercise(tmp_path, monkeypatch):
     assert len(list(tmp_path.glob("q12-bubble-*"))) == 5          # another experiment's runs are its own
     monkeypatch.setenv("LAB_KEEP_RUNS", "0")
     assert prune(tmp_path, "q12-bubble") == []                     # 0 keeps every run
+
+
+# ---- issue 27: the warm-up prediction, graded (judge/one_f_one_b.py) ------------------------------------
+def test_the_warm_up_prediction_is_graded_without_giving_the_counts(tmp_path):
+    from grader.hidden.q12_one_f_one_b_step import prediction_item
+    from lab_src.checks.q12_one_f_one_b_step import prediction_line
+    from lab_src.judge.one_f_one_b import expected_prediction
+    assert expected_prediction() == {"m8_rank0": 3, "m8_rank1": 2, "m8_rank2": 1, "m8_rank3": 0,
+                                     "m2_rank0": 2, "m2_rank1": 2, "m2_rank2": 1, "m2_rank3": 0}
+
+    def graded(text):
+        path = tmp_path / "q12.py"
+        path.write_text(text)
+        ctx = type("Ctx", (), {"student": {"q12": str(path)}})()
+        return prediction_item(ctx), prediction_line(str(path))
+
+    item, line = graded(answer("q12_no_cooldown"))                       # right
+    assert item.passed and item.part == "pipelines" and line.endswith("matches 1F1B's warm-ups (graded)")
+    item, line = graded(answer("q12_warmup_off_by_one"))                 # p - r: wrong for both m
+    assert [p.exercise for p in item.problems] == ["q12", "q12"] and item.score == 0
+    assert "the warm-ups for p = 4, m = 8 are 4, 3, 2, 1 (ranks 0 to 3); 1F1B's differ: a rank runs forwards " \
+           "until the gradient of its first micro-batch can come back" in str(item.problems[0])
+    assert line.startswith("your prediction (predicted_warmup, p = 4, m = 8 and m = 2): differs from 1F1B (graded)")
+    stub, line = graded("def predicted_warmup():\n    raise NotImplementedError()\n")
+    assert "predicted_warmup() is still the stub" in stub.problems[0].message and "not read" in line
+    item, _ = graded("def predicted_warmup():\n    return {'m8_rank0': 3}\n")
+    assert "gives no 'm8_rank1', 'm8_rank2', 'm8_rank3' entry" in item.problems[0].message
+    computed, _ = graded("def predicted_warmup():\n    return {f'm8_rank{r}': 3 - r for r in range(4)}\n")
+    assert not computed.passed
