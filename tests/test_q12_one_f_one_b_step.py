@@ -105,10 +105,13 @@ def test_the_memory_lane_is_drawn_in_the_figure_the_widget_frame_and_the_chrome_
     events = [replace(e, held=e.held * 1000) for e in with_in_flight(ideal_events(4, 6, schedule="1f1b"))]
     fig = static_figure(events, 4, 6, schedule="1f1b")
     titles = [ax.get_title(loc="left") for ax in fig.axes]
-    assert sum("activation memory per rank" in t for t in titles) == 1     # under the measured timeline only
+    # under the measured timeline and under the ideal one, from what a micro-batch cost each rank (issue 27)
+    assert sum("activation memory per rank" in t for t in titles) == 2
     assert "peak: rank 0 3.91, rank 1 2.93, rank 2 1.95, rank 3 0.977 KiB" in titles[1]
+    assert titles[3].startswith("ideal: activation memory per rank (peak: rank 0 3.91, rank 1 2.93, rank 2 1.95")
     frame = svg.frame(prepare(events, 4, 6), 10)
     assert frame.count("<polyline") >= 4 and ">memory</text>" in frame
+    assert ">— rank 0</text>" in frame and ">— rank 3</text>" in frame         # the lanes, labelled by rank
     assert "memory" not in svg.frame(prepare([replace(e, held=0) for e in events], 4, 6), 10)
     from lab_src.views.timeline import timelines
     from lab_src.views.widget import TimelineWidget
@@ -126,6 +129,7 @@ def test_the_schedule_pictures_show_afab_holding_all_and_1f1b_holding_p_minus_r(
     assert "All-Forward-All-Backward" in titles[0] and "held per rank: 8 / 8 / 8 / 8" in titles[0]
     assert "One-Forward-One-Backward" in titles[2] and "held per rank: 4 / 3 / 2 / 1" in titles[2]
     assert "bubble 27.3% vs theory" in titles[0] and "bubble 27.3% vs theory" in titles[2]
+    assert not any(t.get_text().startswith("sent ") for ax in fig.axes for t in ax.texts)   # no "sent 0 B"
 
 
 def test_the_experiments_figures_draw_memory_and_bubble_against_m():

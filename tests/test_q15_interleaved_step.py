@@ -407,3 +407,21 @@ def test_the_cut_points_say_they_are_an_ungraded_experiment(reference, in_tmp, m
     err = capsys.readouterr().err
     assert not report.ok
     assert err.startswith("q15 Part 2, the cut points in CUT_POINTS (an experiment: not graded): FAILED"), err
+
+
+def test_a_rank_left_waiting_is_labelled_with_its_chunk_and_the_way_its_message_goes():
+    """Issue 27: a failing interleaved timeline names the chunk each rank waited for (a micro-batch alone
+    does not say which message), and a send waits *to* its peer."""
+    from lab_src.pipeline.trace import Event
+    from lab_src.views import svg
+    from lab_src.views.ideal import ideal_events
+    from lab_src.views.static import figure
+    from lab_src.views.timeline import prepare
+    events = [e for e in ideal_events(2, 4, schedule="interleaved") if e.t_end < 0.004]
+    waits = [Event(0, "recv_forward", 2, 1, None, 0, 0.004, 0.006, 1), Event(1, "send_backward", 0, 0, None, 0, 0.004, 0.006, 0)]
+    tl = prepare(events, 2, 4, chunks=2, waits=waits, verdict="stopped by the check")
+    frame = svg.frame(tl)
+    assert "waits in recv_forward(mb=2, chunk 1) from rank 1" in frame
+    assert "waits in send_backward(mb=0, chunk 0) to rank 0" in frame
+    texts = [t.get_text() for ax in figure([tl]).axes for t in ax.texts]
+    assert any("waits in recv_forward(mb=2, chunk 1) from rank 1" in t for t in texts), texts
