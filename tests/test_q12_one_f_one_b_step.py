@@ -286,3 +286,19 @@ def test_the_warm_up_prediction_is_graded_without_giving_the_counts(tmp_path):
     assert "gives no 'm8_rank1', 'm8_rank2', 'm8_rank3' entry" in item.problems[0].message
     computed, _ = graded("def predicted_warmup():\n    return {f'm8_rank{r}': 3 - r for r in range(4)}\n")
     assert not computed.passed
+
+
+def test_the_bubble_study_draws_the_students_own_step_beside_the_ideal_view(monkeypatch):
+    """Issue 27: a run of the bubble study (compute dominates) drawn as a timeline, the ideal view with its
+    memory lane under it; no launch here: the study's view is made from the schedule model."""
+    from lab_src.checks.experiments import Runs
+    from lab_src.pipeline.config import DEMO
+    from lab_src.views.schedule_figure import with_in_flight
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")        # the static figure, not the widget
+    events = [replace(e, held=e.held * 1000) for e in with_in_flight(ideal_events(4, 8, schedule="1f1b"))]
+    runs = Runs(kind="bubble", config=DEMO)
+    runs.views["1f1b", 8] = {"events": events, "stages": 4, "microbatches": 8, "schedule": "1f1b",
+                             "stage_layers": None, "label": "4 stages, m = 8"}
+    titles = [ax.get_title(loc="left") for ax in runs.timeline(8).axes]
+    assert [t.split(":")[0] for t in titles] == ["measured", "measured", "ideal", "ideal"]
+    assert runs.timeline(4) is None

@@ -215,6 +215,14 @@ bubbles.figure() if bubbles else None
 # bubble the checks print is far above (p − 1)/(m + p − 1). A schedule removes the *schedule's* idle time;
 # it does nothing about messages that cost as much as the work between them.
 
+# %% [markdown]
+# Your own step from that study, the run with m = 8: where compute dominates, the measured timeline shows
+# the schedule (warm-up, the alternation of the steady state, the cool-down) as the ideal view under it
+# does, and the memory lane under each shows every rank levelling off after its warm-up.
+
+# %%
+bubbles.timeline(8) if bubbles else None
+
 # %% nbgrader={"grade": true, "grade_id": "q12_hidden", "locked": true, "points": 20, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q12 (20 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
