@@ -302,3 +302,26 @@ def test_the_bubble_study_draws_the_students_own_step_beside_the_ideal_view(monk
     titles = [ax.get_title(loc="left") for ax in runs.timeline(8).axes]
     assert [t.split(":")[0] for t in titles] == ["measured", "measured", "ideal", "ideal"]
     assert runs.timeline(4) is None
+
+
+@pytest.mark.slow
+def test_the_bridge_runs_torchs_schedule1f1b_on_the_same_stages(reference, in_tmp, capsys, no_leftovers, monkeypatch):
+    """Issue 27: torch.distributed.pipelining's Schedule1F1B on the stages the answers build, beside the step
+    (one launch of two cases), in the same order on every rank, and drawn one above the other."""
+    from lab_src.answers import answers_dir
+    from lab_src.checks.torch_bridge import torch_bridge
+    from lab_src.registry import EXERCISES
+    folder = answers_dir()
+    folder.mkdir()
+    for qid in ("q02", "q03", "q04", "q05", "q06", "q07", "q08", "q11", "q12"):
+        (folder / EXERCISES[qid].answer_file).write_text(open(reference[qid]).read())
+    monkeypatch.setattr("lab_src.checks.torch_bridge.check_not_passed", lambda qid: None)
+    bridge = torch_bridge()
+    out = capsys.readouterr().out
+    assert "the same order on every rank: your step is torch's Schedule1F1B" in out, out
+    assert bridge.order(0, "theirs") == "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7"
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    titles = [ax.get_title(loc="left") for ax in bridge.figure().axes]
+    assert titles[0].startswith("your one_f_one_b_step: step") and "torch Schedule1F1B: step" in titles[-1]
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    assert torch_bridge() is None

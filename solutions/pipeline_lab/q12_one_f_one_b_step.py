@@ -223,6 +223,20 @@ bubbles.figure() if bubbles else None
 # %%
 bubbles.timeline(8) if bubbles else None
 
+# %% [markdown]
+# ## The production API
+#
+# `torch.distributed.pipelining` ships this schedule as `Schedule1F1B`: you wrap each rank's modules in
+# its `PipelineStage`, and the schedule object does the warm-up, the steady state, the cool-down and the
+# messages. The next cell runs it on the stages your answers build (the same DEMO model, 8 micro-batches)
+# and draws its timeline under your step's, with each rank's order beside yours (a few seconds).
+
+# %%
+from lab_src.checks.torch_bridge import torch_bridge
+
+bridge = torch_bridge(bubbles)
+bridge.figure() if bridge else None
+
 # %% nbgrader={"grade": true, "grade_id": "q12_hidden", "locked": true, "points": 20, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q12 (20 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
