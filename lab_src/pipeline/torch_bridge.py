@@ -3,6 +3,7 @@ production API (the notebooks' `torch_bridge()`, harness/kinds/torch_schedule.py
 time a lab step beside torch's (benchmarks/versus.py).
 
     stage_modules(stage)        a lab PipelineStage's own modules as one nn.Module, for torch's PipelineStage
+    chunk_modules(stage, c)     chunk c of a lab InterleavedStage as one nn.Module (ScheduleInterleaved1F1B)
     mean_loss(out, target)      the lab's loss, in the form torch's schedules take
 """
 from __future__ import annotations
@@ -25,6 +26,28 @@ def stage_modules(stage):
             return self.head(x) if self.head is not None else x
 
     return Piece()
+
+
+def chunk_modules(stage, c: int):
+    """Chunk `c` of a lab InterleavedStage as one nn.Module, for torch's PipelineStage of its virtual stage."""
+    from torch import nn
+
+    class Chunk(nn.Module):
+        def __init__(self):
+            super().__init__()
+            s = stage.virtual_stage(c)
+            self.embed = stage.embed if s == 0 else None
+            self.blocks = nn.ModuleList(stage.blocks[str(i)] for i in stage.chunk_layers[c])
+            self.head = stage.head if s == stage.num_virtual_stages - 1 else None
+
+        def forward(self, x):
+            if self.embed is not None:
+                x = self.embed(x)
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x) if self.head is not None else x
+
+    return Chunk()
 
 
 def mean_loss(out, target):
