@@ -26,7 +26,6 @@ from benchmarks import versus  # noqa: E402
 def contenders(spec: dict, ctx) -> versus.Contenders:
     import torch
     import torch.distributed as dist
-    from torch import nn
     from torch.distributed.pipelining import PipelineStage as TorchStage
     from torch.distributed.pipelining import ScheduleInterleaved1F1B
 
@@ -35,31 +34,15 @@ def contenders(spec: dict, ctx) -> versus.Contenders:
     from lab_src.pipeline.chunked import InterleavedStage
     from lab_src.pipeline.config import LabConfig
     from lab_src.pipeline.data import make_dataloader
+    from lab_src.pipeline.torch_bridge import chunk_modules
 
     cfg = LabConfig.from_dict(spec["config"])
     rank, p, m, v = ctx.rank, cfg.num_stages, cfg.num_microbatches, spec["chunks"]
 
-    class Chunk(nn.Module):
-        """One chunk's modules, for ScheduleInterleaved1F1B (no checks, no tracing)."""
-
-        def __init__(self, stage, c):
-            super().__init__()
-            s = stage.virtual_stage(c)
-            self.embed = stage.embed if s == 0 else None
-            self.blocks = nn.ModuleList(stage.blocks[str(i)] for i in stage.chunk_layers[c])
-            self.head = stage.head if s == stage.num_virtual_stages - 1 else None
-
-        def forward(self, x):
-            if self.embed is not None:
-                x = self.embed(x)
-            for block in self.blocks:
-                x = block(x)
-            return self.head(x) if self.head is not None else x
-
     mbs = check_args(cfg.num_layers, p, cfg.global_batch_size, m)
     stage = InterleavedStage(cfg, rank, p, v, mbs, ctx.device, dist.group.WORLD)
     batch = next(iter(make_dataloader(cfg, cfg.global_batch_size)))
-    torch_stages = [TorchStage(Chunk(stage, c), stage.virtual_stage(c), v * p, ctx.device) for c in range(v)]
+    torch_stages = [TorchStage(chunk_modules(stage, c), stage.virtual_stage(c), v * p, ctx.device) for c in range(v)]
     theirs = ScheduleInterleaved1F1B(torch_stages, n_microbatches=m, loss_fn=versus.mean_loss)
     tracer = versus.journal_tracer(spec, rank)
     micro_batches = list(batch.chunk(m))   # both schedules get the same batch, already loaded

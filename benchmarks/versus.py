@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from lab_src.pipeline.torch_bridge import mean_loss, stage_modules  # noqa: F401 - shared with the notebooks' bridge
+
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("ours", "ours_untraced", "theirs")     # the three steps of every iteration, in rotating order
 
@@ -49,36 +51,12 @@ def torch_step(schedule, rank: int, p: int, batch, target) -> Callable[[], None]
     return step
 
 
-def mean_loss(out, target):
-    """The loss torch's schedule backpropagates: the output's mean, the lab's loss (q04's baseline takes it too)."""
-    return out.mean()
-
-
 def journal_tracer(spec: dict, rank: int):
     """A tracer that journals every operation to the run folder, in the checks' format."""
     from lab_src.harness import runfolder
     from lab_src.pipeline import trace
     journal = open(Path(spec["out"]).parent / f"journal.rank{rank}.log", "a", buffering=1)
     return trace.Tracer(rank, lambda tag, pending: journal.write(runfolder.op_line(tag, pending)), None, "bench")
-
-
-def stage_modules(stage):
-    """A lab PipelineStage's own modules as one nn.Module, for torch's PipelineStage (no checks, no tracing)."""
-    from torch import nn
-
-    class Piece(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed, self.blocks, self.head = stage.embed, stage.blocks, stage.head
-
-        def forward(self, x):
-            if self.embed is not None:
-                x = self.embed(x)
-            for block in self.blocks.values():
-                x = block(x)
-            return self.head(x) if self.head is not None else x
-
-    return Piece()
 
 
 def one_stage_per_rank(spec: dict, ctx, schedule_cls):

@@ -181,6 +181,9 @@ def _check_with(reference, q11_source: str):
     ("q11_no_wait", "returned before its messages completed: a send to rank 1 was posted and never waited for"),
     ("q11_direction_from_name", "recv_forward(mb=0) on rank 0: a receive from rank 1, the next rank; recv_forward "
                                 "receives an activation, from the previous rank"),
+    # blocking sends before receives: the deadlock's lines name the q11 call each rank was in (issue 27)
+    ("q11_blocking", "(rank 2: send_forward(mb=1) to rank 3 in q11 send_forward_recv_backward(mb=1, recv_mb=0); "
+                     "rank 3: send_backward(mb=0) to rank 2 in q11 send_backward_recv_forward(mb=0, recv_mb=1))"),
 ])
 def test_a_forgotten_wait_and_a_direction_read_from_the_name_are_named_at_once(reference, in_tmp, capsys, name,
                                                                                 named, no_leftovers):

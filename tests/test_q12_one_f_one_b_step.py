@@ -105,10 +105,13 @@ def test_the_memory_lane_is_drawn_in_the_figure_the_widget_frame_and_the_chrome_
     events = [replace(e, held=e.held * 1000) for e in with_in_flight(ideal_events(4, 6, schedule="1f1b"))]
     fig = static_figure(events, 4, 6, schedule="1f1b")
     titles = [ax.get_title(loc="left") for ax in fig.axes]
-    assert sum("activation memory per rank" in t for t in titles) == 1     # under the measured timeline only
+    # under the measured timeline and under the ideal one, from what a micro-batch cost each rank (issue 27)
+    assert sum("activation memory per rank" in t for t in titles) == 2
     assert "peak: rank 0 3.91, rank 1 2.93, rank 2 1.95, rank 3 0.977 KiB" in titles[1]
+    assert titles[3].startswith("ideal: activation memory per rank (peak: rank 0 3.91, rank 1 2.93, rank 2 1.95")
     frame = svg.frame(prepare(events, 4, 6), 10)
     assert frame.count("<polyline") >= 4 and ">memory</text>" in frame
+    assert ">— rank 0</text>" in frame and ">— rank 3</text>" in frame         # the lanes, labelled by rank
     assert "memory" not in svg.frame(prepare([replace(e, held=0) for e in events], 4, 6), 10)
     from lab_src.views.timeline import timelines
     from lab_src.views.widget import TimelineWidget
@@ -126,6 +129,7 @@ def test_the_schedule_pictures_show_afab_holding_all_and_1f1b_holding_p_minus_r(
     assert "All-Forward-All-Backward" in titles[0] and "held per rank: 8 / 8 / 8 / 8" in titles[0]
     assert "One-Forward-One-Backward" in titles[2] and "held per rank: 4 / 3 / 2 / 1" in titles[2]
     assert "bubble 27.3% vs theory" in titles[0] and "bubble 27.3% vs theory" in titles[2]
+    assert not any(t.get_text().startswith("sent ") for ax in fig.axes for t in ax.texts)   # no "sent 0 B"
 
 
 def test_the_experiments_figures_draw_memory_and_bubble_against_m():
@@ -152,8 +156,9 @@ def test_the_experiments_figures_draw_memory_and_bubble_against_m():
 # ---- real runs ------------------------------------------------------------------------------------------
 def test_afab_submitted_for_1f1b_gets_the_numbers_right_and_half_credit(reference, tmp_path, no_leftovers):
     verdict = grade_answer("q12", AFAB_AS_1F1B, reference, tmp_path)
-    # one micro-batch: AFAB is 1F1B; the 6 other cases keep q12's other_schedule_credit (half)
-    assert verdict["fraction"] == pytest.approx((1 + 6 * 0.5) / 7, abs=1e-4)
+    # one micro-batch: AFAB is 1F1B; the 6 other cases keep q12's other_schedule_credit (half); the warm-up
+    # prediction is right
+    assert verdict["fraction"] == pytest.approx((1 + 6 * 0.5 + 1) / 8, abs=1e-4)
     text = " ".join("\n".join(verdict["messages"]).split())   # messages wrap at 110 columns
     assert "your step is a valid All-Forward-All-Backward schedule, but this exercise asks for " \
            "One-Forward-One-Backward" in text
@@ -170,8 +175,13 @@ def test_a_warm_up_without_min_m_fails_where_m_is_at_most_p_minus_2(reference, t
     text = answer("q12_warmup_no_min")
     assert "min(" not in text.split("warmup =")[1].splitlines()[0]
     verdict = grade_answer("q12", text, reference, tmp_path)
-    assert verdict["fraction"] == pytest.approx(6 / 7, abs=1e-4), verdict["messages"]
-    assert "4 stages, 2 micro-batches" in "\n".join(verdict["messages"])
+    # and its prediction, p - r - 1 for m = 2 too, is the 8th item, wrong
+    assert verdict["fraction"] == pytest.approx(6 / 8, abs=1e-4), verdict["messages"]
+    said = " ".join("\n".join(verdict["messages"]).split())
+    assert "4 stages, 2 micro-batches" in said
+    assert "predicted_warmup() says the warm-ups for p = 4, m = 2 are 3, 2, 1, 0 (ranks 0 to 3); 1F1B's differ: " \
+           "with only 2 micro-batches there are only 2 forwards to run" in said
+    assert "m = 8 are" not in said
 
 
 @pytest.mark.slow
@@ -247,3 +257,71 @@ def test_runs_keeps_the_last_few_runs_of_each_exercise(tmp_path, monkeypatch):
     assert len(list(tmp_path.glob("q12-bubble-*"))) == 5          # another experiment's runs are its own
     monkeypatch.setenv("LAB_KEEP_RUNS", "0")
     assert prune(tmp_path, "q12-bubble") == []                     # 0 keeps every run
+
+
+# ---- issue 27: the warm-up prediction, graded (judge/one_f_one_b.py) ------------------------------------
+def test_the_warm_up_prediction_is_graded_without_giving_the_counts(tmp_path):
+    from grader.hidden.q12_one_f_one_b_step import prediction_item
+    from lab_src.checks.q12_one_f_one_b_step import prediction_line
+    from lab_src.judge.one_f_one_b import expected_prediction
+    assert expected_prediction() == {"m8_rank0": 3, "m8_rank1": 2, "m8_rank2": 1, "m8_rank3": 0,
+                                     "m2_rank0": 2, "m2_rank1": 2, "m2_rank2": 1, "m2_rank3": 0}
+
+    def graded(text):
+        path = tmp_path / "q12.py"
+        path.write_text(text)
+        ctx = type("Ctx", (), {"student": {"q12": str(path)}})()
+        return prediction_item(ctx), prediction_line(str(path))
+
+    item, line = graded(answer("q12_no_cooldown"))                       # right
+    assert item.passed and item.part == "pipelines" and line.endswith("matches 1F1B's warm-ups (graded)")
+    item, line = graded(answer("q12_warmup_off_by_one"))                 # p - r: wrong for both m
+    assert [p.exercise for p in item.problems] == ["q12", "q12"] and item.score == 0
+    assert "the warm-ups for p = 4, m = 8 are 4, 3, 2, 1 (ranks 0 to 3); 1F1B's differ: a rank runs forwards " \
+           "until the gradient of its first micro-batch can come back" in str(item.problems[0])
+    assert line.startswith("your prediction (predicted_warmup, p = 4, m = 8 and m = 2): differs from 1F1B (graded)")
+    stub, line = graded("def predicted_warmup():\n    raise NotImplementedError()\n")
+    assert "predicted_warmup() is still the stub" in stub.problems[0].message and "not read" in line
+    item, _ = graded("def predicted_warmup():\n    return {'m8_rank0': 3}\n")
+    assert "gives no 'm8_rank1', 'm8_rank2', 'm8_rank3' entry" in item.problems[0].message
+    computed, _ = graded("def predicted_warmup():\n    return {f'm8_rank{r}': 3 - r for r in range(4)}\n")
+    assert not computed.passed
+
+
+def test_the_bubble_study_draws_the_students_own_step_beside_the_ideal_view(monkeypatch):
+    """Issue 27: a run of the bubble study (compute dominates) drawn as a timeline, the ideal view with its
+    memory lane under it; no launch here: the study's view is made from the schedule model."""
+    from lab_src.checks.experiments import Runs
+    from lab_src.pipeline.config import DEMO
+    from lab_src.views.schedule_figure import with_in_flight
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")        # the static figure, not the widget
+    events = [replace(e, held=e.held * 1000) for e in with_in_flight(ideal_events(4, 8, schedule="1f1b"))]
+    runs = Runs(kind="bubble", config=DEMO)
+    runs.views["1f1b", 8] = {"events": events, "stages": 4, "microbatches": 8, "schedule": "1f1b",
+                             "stage_layers": None, "label": "4 stages, m = 8"}
+    titles = [ax.get_title(loc="left") for ax in runs.timeline(8).axes]
+    assert [t.split(":")[0] for t in titles] == ["measured", "measured", "ideal", "ideal"]
+    assert runs.timeline(4) is None
+
+
+@pytest.mark.slow
+def test_the_bridge_runs_torchs_schedule1f1b_on_the_same_stages(reference, in_tmp, capsys, no_leftovers, monkeypatch):
+    """Issue 27: torch.distributed.pipelining's Schedule1F1B on the stages the answers build, beside the step
+    (one launch of two cases), in the same order on every rank, and drawn one above the other."""
+    from lab_src.answers import answers_dir
+    from lab_src.checks.torch_bridge import torch_bridge
+    from lab_src.registry import EXERCISES
+    folder = answers_dir()
+    folder.mkdir()
+    for qid in ("q02", "q03", "q04", "q05", "q06", "q07", "q08", "q11", "q12"):
+        (folder / EXERCISES[qid].answer_file).write_text(open(reference[qid]).read())
+    monkeypatch.setattr("lab_src.checks.torch_bridge.check_not_passed", lambda qid: None)
+    bridge = torch_bridge()
+    out = capsys.readouterr().out
+    assert "the same order on every rank: your step is torch's Schedule1F1B" in out, out
+    assert bridge.order(0, "theirs") == "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7"
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    titles = [ax.get_title(loc="left") for ax in bridge.figure().axes]
+    assert titles[0].startswith("your one_f_one_b_step: step") and "torch Schedule1F1B: step" in titles[-1]
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    assert torch_bridge() is None

@@ -343,6 +343,7 @@ def test_validate_of_the_released_q15_skips_the_study(reference, tmp_path, no_le
     assert "Success! Your notebook passes all the tests." in out
     assert "Timeout waiting for execute reply" not in out and "Interrupting kernel" not in out
     assert not list((tmp_path / "runs").glob("q15-bubble-*")), "the bubble study launched under Validate"
+    assert not list((tmp_path / "runs").glob("q15-torch-*")), "the bridge to torch launched under Validate"
 
 
 def test_chunk_labels_are_drawn_only_where_they_fit():
@@ -407,3 +408,39 @@ def test_the_cut_points_say_they_are_an_ungraded_experiment(reference, in_tmp, m
     err = capsys.readouterr().err
     assert not report.ok
     assert err.startswith("q15 Part 2, the cut points in CUT_POINTS (an experiment: not graded): FAILED"), err
+
+
+def test_a_rank_left_waiting_is_labelled_with_its_chunk_and_the_way_its_message_goes():
+    """Issue 27: a failing interleaved timeline names the chunk each rank waited for (a micro-batch alone
+    does not say which message), and a send waits *to* its peer."""
+    from lab_src.pipeline.trace import Event
+    from lab_src.views import svg
+    from lab_src.views.ideal import ideal_events
+    from lab_src.views.static import figure
+    from lab_src.views.timeline import prepare
+    events = [e for e in ideal_events(2, 4, schedule="interleaved") if e.t_end < 0.004]
+    waits = [Event(0, "recv_forward", 2, 1, None, 0, 0.004, 0.006, 1), Event(1, "send_backward", 0, 0, None, 0, 0.004, 0.006, 0)]
+    tl = prepare(events, 2, 4, chunks=2, waits=waits, verdict="stopped by the check")
+    frame = svg.frame(tl)
+    assert "waits in recv_forward(mb=2, chunk 1) from rank 1" in frame
+    assert "waits in send_backward(mb=0, chunk 0) to rank 0" in frame
+    texts = [t.get_text() for ax in figure([tl]).axes for t in ax.texts]
+    assert any("waits in recv_forward(mb=2, chunk 1) from rank 1" in t for t in texts), texts
+
+
+@pytest.mark.slow
+def test_the_bridge_runs_torchs_interleaved_schedule_on_the_same_chunks(reference, in_tmp, capsys, no_leftovers,
+                                                                         monkeypatch):
+    """Issue 27: ScheduleInterleaved1F1B on the chunks the answers build, beside the step, in the same order."""
+    from lab_src.answers import answers_dir
+    from lab_src.checks.torch_bridge import interleaved_bridge
+    from lab_src.registry import EXERCISES
+    folder = answers_dir()
+    folder.mkdir()
+    for qid in ("q02", "q03", "q04", "q05", "q06", "q15"):
+        (folder / EXERCISES[qid].answer_file).write_text(open(reference[qid]).read())
+    monkeypatch.setattr("lab_src.checks.torch_bridge.check_not_passed", lambda qid: None)
+    bridge = interleaved_bridge(v=2, stages=2)
+    out = capsys.readouterr().out
+    assert "the same order on every rank: your step is torch's ScheduleInterleaved1F1B" in out, out
+    assert bridge.order(1, "theirs").startswith("F0c0 F1c0 F0c1 B0c1 F1c1 B1c1")

@@ -4,7 +4,9 @@ micro-batches through 4 stages, and the bubble against the number of micro-batch
     runs = memory_vs_microbatches()          # your AFAB (q08) and 1F1B (q12), m = 4 ... 64, 4 stages
     runs.figure()                            # peak activation memory per rank against m, side by side
     thousand_microbatches(runs)              # 1F1B with m = 1000: time, and memory against m = 8
-    bubble_vs_microbatches().figure()        # measured bubble against (p-1)/(m+p-1) on the DEMO model
+    bubbles = bubble_vs_microbatches()
+    bubbles.figure()                         # measured bubble against (p-1)/(m+p-1) on the DEMO model
+    bubbles.timeline(8)                      # your step with m = 8 there, beside the ideal view
 
 Nothing here is graded. Each experiment is one torchrun launch of pipeline cases (harness/kinds/pipeline.py),
 which count the bytes each rank holds for backward (harness/memory.py). Under Validate and while nbgrader
@@ -67,6 +69,7 @@ class Runs:
     wall_s: float = 0.0
     kind: str = "memory"                  # what figure() draws: "memory" or "bubble"
     config: LabConfig | None = None       # the configuration of a bubble experiment
+    views: dict = field(default_factory=dict, repr=False)    # (schedule, m) -> the run's view, for timeline()
 
     def add(self, sched: str, m: int, out, cfg: LabConfig) -> None:
         from lab_src.views.bubble import measured_bubble
@@ -75,6 +78,9 @@ class Runs:
             self.notes.append(f"{schedule(sched).title}, m = {m}: the run failed\n" + summary(problems, 3))
             return
         events = out.events()
+        if self.kind == "bubble":           # a run where compute dominates: worth drawing (timeline())
+            from lab_src.views.saved import case_view
+            self.views[sched, m] = case_view(out)
         span = max((e.t_end for e in events), default=0.0)
         self.rows.append({"schedule": sched, "m": m, "step_s": span, "bubble": measured_bubble(events, cfg.num_stages),
                           "peak": {r: out.obs[r].get("memory", {}).get("peak_saved_bytes", 0) for r in sorted(out.obs)},
@@ -96,6 +102,16 @@ class Runs:
     def figure(self):
         from lab_src.views.experiments import bubble_figure, memory_figure
         return bubble_figure(self) if self.kind == "bubble" else memory_figure(self)
+
+    def timeline(self, m: int = 8, sched: str = "1f1b"):
+        """Your step's timeline in the bubble experiment's run with `m` micro-batches, where compute dominates
+        (so the schedule shows, not the messages), with the ideal view of the same schedule under it."""
+        from lab_src.views.saved import draw
+        view = self.views.get((sched, m))
+        if view is None:
+            print(f"No run with m = {m} to draw (runs: {', '.join(str(k) for _, k in self.views) or 'none'}).")
+            return None
+        return draw(view, f"your {schedule(sched).title} step where compute dominates: {view['label']}")
 
 
 def _launch(plan: list[tuple[str, LabConfig]], srcs: dict, label: str, deadline_s: float) -> tuple[list, float]:

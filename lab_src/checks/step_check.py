@@ -14,8 +14,9 @@ from lab_src.views import bubble, text_grid
 from lab_src.views.memory import describe_peaks
 
 
-def pipeline_check(qid: str, configs: list[LabConfig], probes: list[str]) -> CheckReport:
-    """Run the step of `qid`'s schedule on `configs` and judge it as the hidden tests do."""
+def pipeline_check(qid: str, configs: list[LabConfig], probes: list[str], after=None) -> CheckReport:
+    """Run the step of `qid`'s schedule on `configs` and judge it as the hidden tests do; `after(srcs)`, if
+    given, is a last line (q12's prediction, read from the answer file)."""
     from lab_src.harness.baselines import baselines_for
     from lab_src.judge.compare import compare_run
     srcs = sources(qid)
@@ -47,6 +48,8 @@ def pipeline_check(qid: str, configs: list[LabConfig], probes: list[str]) -> Che
         lines.append(indent(text_grid.time_grid(events, cfg.num_stages)))
         lines.append("    " + bubble.describe(events, cfg.num_stages, cfg.num_microbatches) + why_above(events, cfg, qid))
         lines.append("    " + memory_line(events, cfg.num_stages))
+    if after is not None:
+        lines.append("\n  " + after(srcs))
     return finish(qid, run, problems, lines)
 
 

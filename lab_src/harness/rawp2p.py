@@ -31,6 +31,7 @@ import time
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from lab_src.harness.records import Q11_CALL
 from lab_src.pipeline import trace, waiting
 from lab_src.pipeline.ops import Op
 from lab_src.pipeline.p2p_calls import COMBINED
@@ -50,6 +51,13 @@ def p2p_call(operation=None, stage=None, tensor=None, microbatch=0, recv_microba
     _calls.append(call)
     try:
         yield
+    except BaseException as e:
+        # the call the rank was in when it stopped, for the deadlock's lines (judge/failures.py): the
+        # innermost q11 call, the one whose message it waited in
+        with contextlib.suppress(AttributeError, TypeError):
+            if not getattr(e, Q11_CALL, None):
+                setattr(e, Q11_CALL, _call_text(call))
+        raise
     finally:
         _calls.pop()
     unwaited = [record for record in call["open"] if record.posted_only]

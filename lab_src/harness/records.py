@@ -27,6 +27,10 @@ def gave_up_waiting(message: str, kind: str = "") -> str | None:
     return None
 
 
+# the attribute harness/rawp2p.py sets on an exception that left a call of q11's function: that call, in words
+Q11_CALL = "lab_q11_call"
+
+
 @dataclass
 class RankError:
     """Why a rank's part of a case ended early: an exception it raised (harness/worker.py), a case it did
@@ -39,6 +43,7 @@ class RankError:
     pending_since: float | None = None  # when it began (time.perf_counter)
     at: float | None = None             # when the rank gave up
     traceback: str | None = None        # the whole traceback, torch's frames included
+    call: str | None = None             # the q11 call it was in: "send_forward_recv_backward(mb=1, recv_mb=0)"
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

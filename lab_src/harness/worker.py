@@ -28,7 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-from lab_src.harness.records import RankError, gave_up_waiting
+from lab_src.harness.records import Q11_CALL, RankError, gave_up_waiting
 from lab_src.registry import exercise
 
 
@@ -89,7 +89,7 @@ def _describe(e: BaseException, tracer, case=None) -> RankError:
     return RankError(type(e).__name__, str(e)[:2000], [frame(f) for f in keep][-6:],
                      pending=tracer.pending if tracer is not None else None,
                      pending_since=tracer.pending_since if tracer is not None else None,
-                     at=time.perf_counter(), traceback=full[-20_000:])
+                     at=time.perf_counter(), traceback=full[-20_000:], call=getattr(e, Q11_CALL, None))
 
 
 LOAD_LIMIT_S = 60.0     # for a spec that does not say (runner.run_cases always does; scripts/train.py does not)

@@ -88,7 +88,8 @@ def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[in
                 lines.append(line)
                 continue
             towards = "to" if kind.startswith("send") else "from"
-            line = f"rank {r} waited in {op_text(kind, mb, chunk, chunked)}" + \
+            call = in_call(e, kind, mb)
+            line = f"rank {r}{f', in {call},' if call else ''} waited in {op_text(kind, mb, chunk, chunked)}" + \
                 (f" {towards} rank {peer}" if peer is not None else "")
             if peer in raised:
                 line += ", which had stopped with the error above"
@@ -107,6 +108,16 @@ def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[in
                 lines.append(f"rank {r} had done its part; its {', '.join(sent)} to rank "
                              f"{', '.join(map(str, dsts))} never got a matching receive")
     return lines
+
+
+def in_call(error: dict, kind: str, mb) -> str:
+    """'q11 send_forward_recv_backward(mb=1, recv_mb=0)': the call of q11's function the rank was in
+    when it stopped (harness/rawp2p.py), where it says more than the message it waited in (a combined
+    call, or a call whose message went another way than its name)."""
+    call = error.get("call")
+    if not call or call == f"{kind}(mb={mb})":
+        return ""
+    return f"q11 {call}"
 
 
 def _wait_kind(left: dict[int, dict]) -> Kind:

@@ -63,3 +63,38 @@ def _order(compute, limit: int = 12) -> str:
 
 def _few(mbs: list[int], n: int = 4) -> str:
     return ", ".join(map(str, mbs[:n])) + (f" and {len(mbs) - n} more" if len(mbs) > n else "")
+
+
+# ---- the prediction (graded: grader/hidden/q12_one_f_one_b_step.py) -----------------------------------
+PREDICTION_NAME = "predicted_warmup"       # a function of the answer cell: numbers only (judge/numeric.py)
+PREDICTION_STAGES, PREDICTION_MICROBATCHES = 4, (8, 2)     # the check's p and m, and the corner m < p
+
+
+def expected_prediction(p: int = PREDICTION_STAGES, ms=PREDICTION_MICROBATCHES) -> dict[str, int]:
+    """{"m8_rank0": 3, ...}: the warm-up forwards of each rank of 1F1B, for each m."""
+    return {f"m{m}_rank{r}": ONE_F_ONE_B.warmup(r, p, m) for m in ms for r in range(p)}
+
+
+def prediction_problems(got: dict) -> list[Problem]:
+    """One problem per m whose warm-ups differ from 1F1B's (what the student said, and the reasoning that
+    gives the count; never the counts themselves: they are graded)."""
+    p, want = PREDICTION_STAGES, expected_prediction()
+    problems = []
+    for m in PREDICTION_MICROBATCHES:
+        keys = [f"m{m}_rank{r}" for r in range(p)]
+        if all(k in got and got[k] == want[k] for k in keys):
+            continue
+        missing = [k for k in keys if k not in got]
+        if missing:
+            problems.append(Problem(f"{PREDICTION_NAME}() gives no {', '.join(map(repr, missing))} entry: it "
+                                    f"needs one per rank for each m, {keys[0]!r} to {keys[-1]!r}"))
+            continue
+        said = ", ".join(f"{got[k]:g}" for k in keys)
+        why = (f"with only {m} micro-batches there are only {m} forwards to run: a warm-up cannot run forwards "
+               f"for micro-batches that do not exist"
+               if any(got[k] > m for k in keys) else
+               f"a rank runs forwards until the gradient of its first micro-batch can come back, and the last "
+               f"stage needs none: it starts micro-batch 0's backward right after its forward")
+        problems.append(Problem(f"{PREDICTION_NAME}() says the warm-ups for p = {p}, m = {m} are {said} (ranks 0 to "
+                                f"{p - 1}); 1F1B's differ: {why}"))
+    return problems

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from lab_src.judge.failures import in_call
 from lab_src.judge.numeric import NotANumber, read_numbers
 from lab_src.judge.problems import Problem
 from lab_src.judge.realness import check_messages
@@ -147,9 +148,11 @@ def mutual_sends(errors: dict[int, dict]) -> list[Problem]:
         other_op = Op.of(other[1])
         if other_op is None or not other_op.is_send:
             continue
+        call, other_call = in_call(errors[r], kind, mb), in_call(errors[peer], other[1], other[2])
         problems.append(Problem(f"ranks {r} and {peer} each wait inside a send to the other (rank {r}: "
-                                f"{kind}(mb={mb}) to rank {peer}; rank {peer}: {other[1]}(mb={other[2]}) to "
-                                f"rank {r}), and neither has posted the receive the other's message needs: "
+                                f"{kind}(mb={mb}) to rank {peer}{f' in {call}' if call else ''}; rank {peer}: "
+                                f"{other[1]}(mb={other[2]}) to rank {r}{f' in {other_call}' if other_call else ''}"
+                                f"), and neither has posted the receive the other's message needs: "
                                 f"each sends before it receives, and a send waits for its receiver. Post the "
                                 f"send and the receive together (dist.batch_isend_irecv), then wait for both",
                                 rank=r, microbatch=mb))

@@ -11,6 +11,7 @@ the schedule pictures draw the micro-batches awaiting their backward).
     draw_lane(ax, tl)           matplotlib (static.py)
     svg_lane(tl, ...)           inline SVG (svg.py, the widget's frames)
     peak_by_rank(events, p)     the largest value each rank held
+    modelled(ideal, measured, p)  the ideal step's lane, from what one micro-batch cost each rank in the run
 """
 from __future__ import annotations
 
@@ -29,6 +30,35 @@ def series(events: list[Event], rank: int) -> list[tuple[float, int]]:
     for e in sorted((e for e in events if e.rank == rank), key=lambda e: e.t_end):
         points.append((e.t_end, e.held))
     return points
+
+
+def holding(events: list[Event]) -> list[Event]:
+    """The events with `held` set to the micro-batches (or chunk forwards) the rank holds awaiting their
+    backward after each (`Op.holds`: a forward adds one, a backward releases it)."""
+    from dataclasses import replace
+
+    from lab_src.pipeline.ops import Op
+    held: dict[int, int] = {}
+    out = []
+    for e in sorted(events, key=lambda e: (e.t_end, e.rank)):
+        op = Op.of(e.kind)
+        if op is not None and op.holds:
+            held[e.rank] = held.get(e.rank, 0) + op.holds
+        out.append(replace(e, held=held.get(e.rank, 0)))
+    return out
+
+
+def modelled(ideal: list[Event], measured: list[Event], p: int) -> list[Event]:
+    """The ideal step's events with `held` in bytes, for its memory lane: the micro-batches each rank holds
+    under the schedule times what one cost that rank in the measured run (its peak bytes over the most
+    micro-batches it held then). Unchanged when the run measured no memory."""
+    if not any(e.held for e in measured):
+        return ideal
+    from dataclasses import replace
+    peak_bytes = peak_by_rank(measured, p)
+    peak_count = peak_by_rank(holding([e for e in measured if e.is_compute]), p)
+    per = {r: peak_bytes[r] / peak_count[r] if peak_count[r] else 0 for r in range(p)}
+    return [replace(e, held=round(e.held * per.get(e.rank, 0))) for e in holding(ideal)]
 
 
 def peak_by_rank(events: list[Event], p: int) -> dict[int, int]:
@@ -96,6 +126,7 @@ def svg_lane(tl, x, top: float, left: float, width: float, cursor: float = float
             seg = [(x(t0), y(v)), (x(t1), y(v))]
             (done if t1 <= cursor else ghost).extend(seg)
         color = RANK_COLORS[r % len(RANK_COLORS)]
+        out.append(f'<text x="{left + 6 + 52 * r}" y="{top + 9}" fill="{color}" font-size="9">— rank {r}</text>')
         for pts, opacity in ((ghost, 0.2), (done, 1)):
             if pts:
                 path = " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lab_src.views.bubble import bytes_sent, measured_bubble, theoretical_bubble, theory_text
-from lab_src.pipeline.trace import SENDS, Event
+from lab_src.pipeline.trace import SENDS, Event, op_text
 from lab_src.views.clocks import clock_offsets, shift
 from lab_src.pipeline.matching import Matching, match
 
@@ -124,6 +124,13 @@ def prepare(events: list[Event], p: int, m: int, *, kind: str = "measured", note
         note = "; ".join(filter(None, [note, f"clocks aligned with the messages ({shifts})"]))
     return Timeline(events, p, m, match(events), offsets, kind, note, raw_bubble, chunks=chunks, waits=waits,
                     ends=list(ends), verdict=verdict)
+
+
+def wait_label(e: Event, chunks: int = 1) -> str:
+    """'waits in recv_forward(mb=2, chunk 1) from rank 0': what the figures write on a rank left waiting
+    (the chunk on an interleaved pipeline, where a micro-batch alone does not say which message)."""
+    peer = f" {'to' if e.kind in SENDS else 'from'} rank {e.peer}" if e.peer is not None else ""
+    return f"waits in {op_text(e.kind, e.microbatch, e.chunk, chunks > 1)}{peer}"
 
 
 def describe_wait(e: Event) -> str:

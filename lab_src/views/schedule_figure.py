@@ -10,9 +10,8 @@ the bubble and the memory are seen before they are measured.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
-from lab_src.pipeline.schedules import Op, schedule
+from lab_src.pipeline.schedules import schedule
 from lab_src.pipeline.trace import Event
 from lab_src.views.ideal import CostModel, ideal_events
 from lab_src.views.prepare import prepare
@@ -24,14 +23,8 @@ FREE_MESSAGES = CostModel(forward_s_per_layer=1e-3, backward_s_per_layer=2e-3, l
 
 def with_in_flight(events: list[Event]) -> list[Event]:
     """The events with `held` set to the micro-batches the rank holds awaiting their backward (`Op.holds`)."""
-    held: dict[int, int] = {}
-    out = []
-    for e in sorted(events, key=lambda e: (e.t_end, e.rank)):
-        op = Op.of(e.kind)
-        if op is not None and op.holds:
-            held[e.rank] = held.get(e.rank, 0) + op.holds
-        out.append(replace(e, held=held.get(e.rank, 0)))
-    return out
+    from lab_src.views.memory import holding
+    return holding(events)
 
 
 def schedule_figure(names=("afab", "1f1b"), p: int = 4, m: int = 8, cost: CostModel = FREE_MESSAGES,

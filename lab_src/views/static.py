@@ -12,7 +12,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from lab_src.views.prepare import COLLECTIVE_LABELS, COLORS, Timeline, box_color, box_label, collective_calls
+from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, Timeline, box_color, box_label, collective_calls,
+                                   wait_label)
 
 ROW = 0.7     # height of a compute box, in rows
 BAR = 0.22    # height of a send/receive bar
@@ -60,7 +61,8 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
                                     mutation_scale=8))
     _draw_unfinished(ax, tl, t_max)
     reduced = {r: sum(e.bytes for e in tl.events if e.rank == r and e.is_collective) for r in range(tl.p)}
-    for r, n in tl.bytes_sent().items():
+    sent = tl.bytes_sent()
+    for r, n in sent.items() if any(sent.values()) or any(reduced.values()) else ():   # a model's step: no bytes
         extra = f"\n+ {reduced[r]:,} B all-reduced" if reduced[r] else ""
         ax.text(1.005, r, f"sent {n:,} B{extra}", transform=ax.get_yaxis_transform(), va="center", fontsize=8)
     ax.set_yticks(range(tl.p), [f"rank {r}" for r in range(tl.p)])
@@ -82,8 +84,7 @@ def _draw_unfinished(ax, tl: Timeline, t_max: float) -> None:
         end = min(w.t_end, t_max)
         ax.barh(w.rank, (end - w.t_start) * ms, left=w.t_start * ms, height=ROW * 0.8, color=red, alpha=0.13,
                 edgecolor=red, lw=1.2, linestyle="--")
-        peer = f" from rank {w.peer}" if w.peer is not None else ""
-        label = f"waits in {w.kind}(mb={w.microbatch}){peer}"
+        label = wait_label(w, tl.chunks)
         until = f"until stopped at {w.t_end * ms:.0f} ms »" if w.t_end > t_max else ""
         if (t_max - w.t_start) > 0.007 * t_max * (len(label) + len(until) + 4):    # room for both in the bar
             ax.text((w.t_start + 0.004 * t_max) * ms, w.rank, label, va="center", ha="left", color=red,
@@ -141,6 +142,8 @@ def figure(timelines: list[Timeline], title: str = "", memory_unit: str = "bytes
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")
     unfinished = any(tl.unfinished for tl in timelines)
     kinds = tuple({e.kind for tl in timelines for e in tl.events if e.is_collective})
-    fig.legend(handles=legend_handles(kinds, timelines[0].chunks, unfinished), loc="outside lower center",
-               ncol=(7 if unfinished else 6) + len(kinds) // 2, fontsize=8, frameon=False)
+    handles = legend_handles(kinds, timelines[0].chunks, unfinished)
+    # one row while it fits the figure's width, else two (an interleaved run's chunk entries are long)
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles) if len(handles) <= 7 else
+               -(-len(handles) // 2), fontsize=8, frameon=False)
     return fig

@@ -12,7 +12,7 @@ from html import escape
 
 from lab_src.views import memory
 from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, Timeline, box_color, box_label, collective_calls,
-                                   describe, describe_wait)
+                                   describe, describe_wait, wait_label)
 
 LEFT, RIGHT, TOP, ROW_H, BOX_H, BAR_H, AXIS_H, LEGEND_H = 62, 118, 10, 46, 28, 10, 36, 22
 GHOST = 0.16
@@ -162,7 +162,7 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
                        f'stroke-dasharray="3,2"/>')
     out += _unfinished(tl, x, mid, cursor, t_max)
     # bytes each rank has sent so far
-    for r in range(tl.p):
+    for r in range(tl.p) if any(e.bytes for e in tl.events if e.is_send) else ():   # a model's step: no bytes
         sent = sum(e.bytes for e in tl.events if e.rank == r and e.is_send and e.t_end <= cursor)
         out.append(f'<text x="{width - RIGHT + 8}" y="{mid(r) + 4}" fill="#444">sent {sent:,} B</text>')
     if lane_h:
@@ -199,8 +199,7 @@ def _unfinished(tl: Timeline, x, mid, cursor: float, t_max: float) -> list[str]:
         out.append(f'<rect class="pp-wait" x="{x0:.1f}" y="{y:.1f}" width="{max(x1 - x0, 3):.1f}" height="{BOX_H - 4}" '
                    f'fill="{red}" fill-opacity="0.13" stroke="{red}" stroke-width="1.4" stroke-dasharray="4,2">'
                    f'<title>{escape(describe_wait(w))}</title></rect>')
-        peer = f" from rank {w.peer}" if w.peer is not None else ""
-        label = escape(f"waits in {w.kind}(mb={w.microbatch}){peer}")
+        label = escape(wait_label(w, tl.chunks))
         edge = x(t_max)
         fits = x0 + 4 + 5.6 * len(label) < edge
         out.append(f'<text x="{x0 + 4 if fits else edge - 2:.1f}" y="{mid(w.rank) - BOX_H / 2 - 3:.1f}" '

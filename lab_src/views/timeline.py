@@ -45,8 +45,9 @@ def timelines(events: list[Event], p: int, m: int, *, schedule: str = "afab", ac
         cost = calibrate(events, p, stage_layers)
         source = " (averages of the measured run)" if any(e.is_compute for e in events) else ""
     note = cost.describe(p, sum(stage_layers) if stage_layers else None, source)
-    ideal = ideal_events(p, m, cost, schedule=schedule, stage_layers=stage_layers,
-                         activation_bytes=activation_bytes, shape=shape)
+    from lab_src.views.memory import modelled
+    ideal = modelled(ideal_events(p, m, cost, schedule=schedule, stage_layers=stage_layers,
+                                  activation_bytes=activation_bytes, shape=shape), events, p)
     v = schedules.schedule(schedule).chunks_per_rank if isinstance(schedule, str) else schedule.chunks_per_rank
     return (prepare(events, p, m, chunks=v, waits=waits, ends=ends, verdict=verdict),
             prepare(ideal, p, m, kind="ideal", note=note, align=False, chunks=v))

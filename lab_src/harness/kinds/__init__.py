@@ -47,6 +47,9 @@ KINDS = {
                         what="an interleaved step (q15) on ranks holding several model chunks each"),
     "train": Kind("train", LAYOUT, step=True,
                   what="the student's training loop around the step, on the digits (q13)"),
+    "torch": Kind("torch_schedule", LAYOUT,
+                  what="torch.distributed.pipelining's Schedule1F1B on the case's stages (the notebooks' bridge, "
+                       "ungraded)"),
 }
 
 
