@@ -101,17 +101,18 @@ class SlowToLoad(Exception):
                          f"as the answer loads, and should only define it")
 
 
-def load_answers_under_test(cases: list, rank: int, limit_s: float, journal=None) -> None:
+def load_answers_under_test(cases: list, rank: int, limit_s: float, journal=None, chain=()) -> None:
     """Run the answer cell under test of every case this rank takes part in, once, before any case
     starts. What a cell does as it loads (a slow import, a walk of the disk, a burst of forks that
     fills the launch's process limit for a moment) then makes no rank late for another's message and
     counts against no case's deadline. A cell that fails to load, or runs past `limit_s`, is
     not run again: each of its cases reports why (lab_src.answers keeps the reason). The `journal` marks
     which case's answer is loading, so that a cell that kills the sandbox as it loads costs only its own
-    exercise (harness/runner.py, `blame_loading`)."""
+    exercise (harness/runner.py, `blame_loading`): when, after a load, a process of `chain` (the rank's
+    ancestors, harness/lineage.py) is being killed, the rank marks that answer `died` and waits for its end."""
     from lab_src import answers
     from lab_src.exercises import running_for
-    from lab_src.harness import runfolder
+    from lab_src.harness import lineage, runfolder
 
     def too_slow(signum, frame):
         raise SlowToLoad(limit_s)
@@ -129,6 +130,10 @@ def load_answers_under_test(cases: list, rank: int, limit_s: float, journal=None
                         pass
                     finally:
                         signal.setitimer(signal.ITIMER_REAL, 0)
+                if lineage.dying(list(chain)):
+                    if journal is not None:
+                        journal.write(runfolder.case_line("died", case.index))
+                    lineage.await_end()
                 if journal is not None:
                     journal.write(runfolder.case_line("loaded", case.index))
     finally:
@@ -157,6 +162,8 @@ def main(spec_path: str) -> int:
     from lab_src.harness.runfolder import rank_log_path
     _redirect_output(rank_log_path(run_dir, rank), spec.get("log_limit", 200_000))
     _die_with_parent()
+    from lab_src.harness import lineage
+    chain = lineage.ancestors()     # the agent (or torchrun) and the process that started it
 
     import torch
     import torch.distributed as dist
@@ -182,7 +189,7 @@ def main(spec_path: str) -> int:
     sync = torch.cuda.synchronize if ctx.device.type == "cuda" else None
 
     cases = [Case.from_dict(d) for d in spec["cases"]]
-    load_answers_under_test(cases, rank, spec.get("load_limit_s", LOAD_LIMIT_S), journal)
+    load_answers_under_test(cases, rank, spec.get("load_limit_s", LOAD_LIMIT_S), journal, chain)
     wait_for_every_rank(ctx.world_size, rank)
 
     timeouts: dict[str, int] = {}
@@ -219,6 +226,8 @@ def main(spec_path: str) -> int:
                                      f"{e}); an answer must return, not end the process")
                     obs["error"] = error.to_dict()
                     failed = 1
+            if lineage.dying(chain):     # the case's answer killed the agent or the sandbox: it observed nothing
+                lineage.await_end()
             final = runfolder.obs_path(run_dir, index, rank)
             tmp = final.with_name(f".{final.name}.tmp")
             torch.save(obs, tmp)
