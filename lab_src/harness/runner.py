@@ -105,19 +105,18 @@ class _CaseWatch:
             [payload[1], payload[2], chunk, round(time.monotonic(), 4)])
 
     def _over_disk_limit(self, now: float) -> str | None:
-        """Checked 4 times a second: the run folder over `disk_limit` stops the launch (sandbox.disk_usage)."""
+        """Checked 4 times a second: the run folder over `disk_stop_factor` times `disk_limit` stops the launch
+        (sandbox.disk_usage). A case that ends over the limit itself fails on its ranks (worker.py), which is
+        what decides whose cases fail; this stops one still writing, and names the case that ran when seen."""
         if self.disk_limit is None or now - self.disk_checked < 0.25:
             return None
         self.disk_checked = now
         used = sandbox.disk_usage(self.run_dir)
-        if used <= self.disk_limit:
+        if used <= self.disk_limit * sandbox.Limits().disk_stop_factor:
             return None
         sandbox.remove_large_files(self.run_dir, OBS_LIMIT_BYTES)
-        who = f"the answer to {self.qids.get(self.current, 'an exercise')}" if self.current is not None else \
-            "an answer loading"
-        return (f"disk limit: {who} wrote {sandbox.describe_bytes(used)} into the grading folder; the limit "
-                f"is {sandbox.describe_bytes(self.disk_limit)} for all of a submission's files together "
-                f"(what it wrote was deleted)")
+        qid = self.qids.get(self.current, "an exercise") if self.current is not None else None
+        return sandbox.disk_limit_message(qid, used, self.disk_limit)
 
     def __call__(self) -> str | None:
         self._read()
@@ -408,7 +407,8 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
             shutil.rmtree(folders[i])
         folders[i].mkdir()
         spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "log_limit": log_limit, "load_limit_s": load_limit_s,
-                "cases": stage_inputs(groups[i], run_dir, folders[i])}
+                "cases": stage_inputs(groups[i], run_dir, folders[i]),
+                "disk_limit": [sandbox.Limits().disk_bytes, OBS_LIMIT_BYTES]}     # worker.over_disk_limit
         specs[i][0].write_text(json.dumps(spec))
         for r in range(specs[i][1]):
             runfolder.journal_path(run_dir, r).unlink(missing_ok=True)

@@ -150,6 +150,21 @@ def wait_for_every_rank(world_size: int, rank: int, timeout_s: float = 3600) -> 
     store.wait([f"loaded/{r}" for r in range(world_size)], datetime.timedelta(seconds=timeout_s))
 
 
+def over_disk_limit(run_dir: Path, disk_limit: list | None, qid: str, before: int) -> RankError | None:
+    """After a case: when the run folder holds more than the sandbox's limit (`disk_limit`: [limit, the size
+    above which a file is not the lab's]) and grew during the case, the case's answer wrote it: delete the large
+    files and fail the case. Every rank of the case checks, so the rank that wrote the files sees them,
+    whenever the launching process's watch polls (harness/runner.py stops only a case still writing)."""
+    if not disk_limit:
+        return None
+    from lab_src.harness import sandbox
+    used = sandbox.disk_usage(run_dir)
+    if used <= disk_limit[0] or used <= before:
+        return None
+    sandbox.remove_large_files(run_dir, disk_limit[1])
+    return RankError("DiskLimit", sandbox.disk_limit_message(qid, used, disk_limit[0]))
+
+
 SKIP_AFTER_TIMEOUTS = 2
 STOP_REASON = ("stopped by the check: every rank of this run was waiting for a message that no rank was "
                "going to send")
@@ -172,7 +187,7 @@ def main(spec_path: str) -> int:
     from lab_src.exercises import running_for
     from lab_src.harness import groups as process_groups
     from lab_src.harness import runfolder
-    from lab_src.harness import kinds, rawp2p
+    from lab_src.harness import kinds, rawp2p, sandbox
     from lab_src.harness.case import Case
     from lab_src.pipeline import data, model, trace, waiting
 
@@ -203,6 +218,7 @@ def main(spec_path: str) -> int:
 
             def asked_to_stop(stop_file=stop_file) -> str | None:
                 return STOP_REASON if stop_file.exists() else None
+            used_before = sandbox.disk_usage(run_dir) if spec.get("disk_limit") else 0
             model.reset_instrumentation()
             data.CREATED["dataloaders"] = 0
             tracer = trace.Tracer(rank, write_op, sync, label=str(index))
@@ -226,6 +242,9 @@ def main(spec_path: str) -> int:
                                      f"{e}); an answer must return, not end the process")
                     obs["error"] = error.to_dict()
                     failed = 1
+            full = over_disk_limit(run_dir, spec.get("disk_limit"), qid, used_before)
+            if full:
+                obs["error"], failed = full.to_dict(), max(failed, 1)
             if lineage.dying(chain):     # the case's answer killed the agent or the sandbox: it observed nothing
                 lineage.await_end()
             final = runfolder.obs_path(run_dir, index, rank)
