@@ -150,19 +150,20 @@ def wait_for_every_rank(world_size: int, rank: int, timeout_s: float = 3600) -> 
     store.wait([f"loaded/{r}" for r in range(world_size)], datetime.timedelta(seconds=timeout_s))
 
 
-def over_disk_limit(run_dir: Path, disk_limit: list | None, qid: str, before: int) -> RankError | None:
+def over_disk_limit(run_dir: Path, disk_limit: list | None, qid: str, before: int) -> tuple[RankError | None, int]:
     """After a case: when the run folder holds more than the sandbox's limit (`disk_limit`: [limit, the size
-    above which a file is not the lab's]) and grew during the case, the case's answer wrote it: delete the large
-    files and fail the case. Every rank of the case checks, so the rank that wrote the files sees them,
-    whenever the launching process's watch polls (harness/runner.py stops only a case still writing)."""
+    above which a file is not the lab's]) and more than `before` (what this rank measured after its last
+    case), the case's answer wrote it: delete the large files and fail the case. Every rank of the case
+    checks, so the rank that wrote the files sees them, whenever the launching process's watch polls
+    (harness/runner.py stops only a case still writing). Returns (the failure or None, the bytes there now)."""
     if not disk_limit:
-        return None
+        return None, 0
     from lab_src.harness import sandbox
     used = sandbox.disk_usage(run_dir)
     if used <= disk_limit[0] or used <= before:
-        return None
-    sandbox.remove_large_files(run_dir, disk_limit[1])
-    return RankError("DiskLimit", sandbox.disk_limit_message(qid, used, disk_limit[0]))
+        return None, used
+    freed = sandbox.remove_large_files(run_dir, disk_limit[1])
+    return RankError("DiskLimit", sandbox.disk_limit_message(qid, used, disk_limit[0])), used - freed
 
 
 SKIP_AFTER_TIMEOUTS = 2
@@ -208,6 +209,7 @@ def main(spec_path: str) -> int:
     wait_for_every_rank(ctx.world_size, rank)
 
     timeouts: dict[str, int] = {}
+    disk_used = sandbox.disk_usage(run_dir) if spec.get("disk_limit") else 0      # see over_disk_limit
     for case in cases:
         index, stages, qid = case.index, case.stages, case.qid
         group = groups.get(stages)
@@ -218,7 +220,6 @@ def main(spec_path: str) -> int:
 
             def asked_to_stop(stop_file=stop_file) -> str | None:
                 return STOP_REASON if stop_file.exists() else None
-            used_before = sandbox.disk_usage(run_dir) if spec.get("disk_limit") else 0
             model.reset_instrumentation()
             data.CREATED["dataloaders"] = 0
             tracer = trace.Tracer(rank, write_op, sync, label=str(index))
@@ -242,7 +243,7 @@ def main(spec_path: str) -> int:
                                      f"{e}); an answer must return, not end the process")
                     obs["error"] = error.to_dict()
                     failed = 1
-            full = over_disk_limit(run_dir, spec.get("disk_limit"), qid, used_before)
+            full, disk_used = over_disk_limit(run_dir, spec.get("disk_limit"), qid, disk_used)
             if full:
                 obs["error"], failed = full.to_dict(), max(failed, 1)
             if lineage.dying(chain):     # the case's answer killed the agent or the sandbox: it observed nothing
