@@ -129,6 +129,14 @@ COHORT = [
             answers={"q15": answer("q15_contiguous")},
             expect={"q15": 0.0}),   # runs to the end everywhere, but the layers run in the wrong order: 0 of 5
     # ---- the grader's last holes (issue 26): one bad answer each, every other exercise the reference
+    Student("dora", "q05 'caches' its plan in three files of 500 MB each: over the sandbox's disk limit",
+            # the first call writes 1.5 GB: every case of q05 ends over the 1 GB limit and fails, named, on the
+            # rank that wrote the files (harness/worker.py, `over_disk_limit`), never another exercise's case
+            answers={"q05": answer("q05_fill_disk")}, expect={"q05": 0.0}),
+    Student("kim", "q02 kills the process that started it (the elastic agent every rank comes from) as it loads",
+            # every q02 case fails, named, whichever rank loaded it first (harness/lineage.py); the other exercises
+            # are graded in a sandbox of their own and keep their points
+            answers={"q02": answer("q02_kill_fork_server")}, expect={"q02": 0.0}),
     Student("seth", "q08's last stage ignores what it receives, rebuilds the earlier stages from the seed and puts "
                     "the model's records back", answers={"q08": answer("q08_rebuilt_from_seed")},
             # only the single stage passes: in every other case rank 0's weights were changed once built

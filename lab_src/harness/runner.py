@@ -42,6 +42,7 @@ class _CaseWatch:
         self.current, self.current_since = None, None
         self.ended: set[int] = set()
         self.loading: dict[int, int] = {}               # rank -> the case whose answer it is loading now
+        self.died: set[int] = set()                     # cases whose answer, as it loaded, killed the ranks' parents
         self.progress = deadlock.Progress()
         self.stuck: dict[int, deadlock.Stuck] = {}      # case -> its state when the watch stopped it
         self.stopped_at: dict[int, float] = {}          # case -> when (time.monotonic)
@@ -84,6 +85,8 @@ class _CaseWatch:
                     self.loading[i] = index
                 elif what == "loaded":
                     self.loading.pop(i, None)
+                elif what == "died":
+                    self.died.add(index)
                 elif what == "start" and index != self.current and index not in self.ended:
                     self.current, self.current_since = index, time.monotonic()
                 elif what == "end":
@@ -102,19 +105,18 @@ class _CaseWatch:
             [payload[1], payload[2], chunk, round(time.monotonic(), 4)])
 
     def _over_disk_limit(self, now: float) -> str | None:
-        """Checked 4 times a second: the run folder over `disk_limit` stops the launch (sandbox.disk_usage)."""
+        """Checked 4 times a second: the run folder over `disk_stop_factor` times `disk_limit` stops the launch
+        (sandbox.disk_usage). A case that ends over the limit itself fails on its ranks (worker.py), which is
+        what decides whose cases fail; this stops one still writing, and names the case that ran when seen."""
         if self.disk_limit is None or now - self.disk_checked < 0.25:
             return None
         self.disk_checked = now
         used = sandbox.disk_usage(self.run_dir)
-        if used <= self.disk_limit:
+        if used <= self.disk_limit * sandbox.Limits().disk_stop_factor:
             return None
         sandbox.remove_large_files(self.run_dir, OBS_LIMIT_BYTES)
-        who = f"the answer to {self.qids.get(self.current, 'an exercise')}" if self.current is not None else \
-            "an answer loading"
-        return (f"disk limit: {who} wrote {sandbox.describe_bytes(used)} into the grading folder; the limit "
-                f"is {sandbox.describe_bytes(self.disk_limit)} for all of a submission's files together "
-                f"(what it wrote was deleted)")
+        qid = self.qids.get(self.current, "an exercise") if self.current is not None else None
+        return sandbox.disk_limit_message(qid, used, self.disk_limit)
 
     def __call__(self) -> str | None:
         self._read()
@@ -286,7 +288,6 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
             remaining = [c for g in groups for c in g]      # the order they run in
             result, watches = _launch_grouped(groups, run_dir, len(launches), timeout_s, log_limit, deadline,
                                               case_deadline_s, startup_s, env, stop_deadlocks, load_limit_s)
-            started = any(w.current is not None for w in watches)
         else:
             nproc = max(c.stages for c in remaining)
             spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "cases": stage_inputs(remaining, run_dir),
@@ -304,10 +305,12 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
             else:
                 result = launch(nproc, "lab_src.harness.worker", [str(spec_path)], run_dir=run_dir,
                                 deadline_s=deadline, watchdog=watch, env=worker_env(env))
-            started = watch.current is not None
         launches.append(result)
         if watches:
-            watches[-1]._read()     # the lines written since its last poll (earlier groups': in `after`)
+            # the lines written since its last poll (earlier groups': in `after`), before anything is decided
+            # from them: a sandbox killed mid-case may end before the watch's next poll saw the case start
+            watches[-1]._read()
+        started = any(w.current is not None for w in watches)
         for w in watches:
             for index, by_rank in w.observed.items():
                 if index in outcomes:
@@ -362,13 +365,21 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
 def blame_loading(watches: list[_CaseWatch], remaining: list[Case], result: Launch) -> list[Case]:
     """The cases to blame when a launch ended while its last group's ranks were still loading the answers
     under test: those of the exercise whose answer some rank was loading (the journals mark each load),
-    graded with that same answer file. Ranks load the same answers in the same order, so when several
-    loads were open, the one open on most ranks (the earliest case on a tie) is blamed. Empty when no
+    graded with that same answer file. A rank that saw the kill right after a load marks it `died` (the
+    latest such mark is blamed); otherwise, as ranks load the same answers in the same order, the load
+    open on most ranks (the earliest case on a tie) is blamed. Empty when no
     load was under way (then the launch itself is broken, or a case was running)."""
-    if result.ok or not watches or watches[-1].current is not None or not watches[-1].loading:
+    if result.ok or not watches or watches[-1].current is not None:
         return []
-    open_loads = list(watches[-1].loading.values())
-    index = min(set(open_loads), key=lambda i: (-open_loads.count(i), i))
+    if watches[-1].died:
+        # a rank saw its ancestors being killed just after loading this answer (harness/lineage.py); the ranks
+        # load in case order, and a rank that had not reached it yet may have seen the kill after an earlier one
+        index = max(watches[-1].died)
+    elif watches[-1].loading:
+        open_loads = list(watches[-1].loading.values())
+        index = min(set(open_loads), key=lambda i: (-open_loads.count(i), i))
+    else:
+        return []
     culprit = next((c for c in remaining if c.index == index), None)
     if culprit is None:
         return []
@@ -396,7 +407,8 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
             shutil.rmtree(folders[i])
         folders[i].mkdir()
         spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "log_limit": log_limit, "load_limit_s": load_limit_s,
-                "cases": stage_inputs(groups[i], run_dir, folders[i])}
+                "cases": stage_inputs(groups[i], run_dir, folders[i]),
+                "disk_limit": [sandbox.Limits().disk_bytes, OBS_LIMIT_BYTES]}     # worker.over_disk_limit
         specs[i][0].write_text(json.dumps(spec))
         for r in range(specs[i][1]):
             runfolder.journal_path(run_dir, r).unlink(missing_ok=True)

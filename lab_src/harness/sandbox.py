@@ -41,7 +41,9 @@ class Limits:
     cpu_s: int = 1800                  # CPU seconds per process
     open_files: int = 4096
     tmp_bytes: int = 256 << 20         # the private /tmp: a tmpfs of this size (bwrap --size), a hard cap
-    disk_bytes: int = 1 << 30          # all files in the writable folder together (watched: `disk_usage`)
+    disk_bytes: int = 1 << 30          # all files in the writable folder together (`disk_usage`): a case that
+                                       # leaves more fails (harness/worker.py, `over_disk_limit`); the runner's
+    disk_stop_factor: int = 2          # watch stops a launch still writing at this many times the limit
 
 
 class SandboxUnavailable(RuntimeError):
@@ -167,6 +169,12 @@ def remove_large_files(folder: Path, above: int) -> int:
             except OSError:
                 pass
     return freed
+
+
+def disk_limit_message(qid: str | None, used: int, limit: int) -> str:
+    who = f"the answer to {qid}" if qid else "an answer loading"
+    return (f"disk limit: {who} wrote {describe_bytes(used)} into the grading folder; the limit is "
+            f"{describe_bytes(limit)} for all of a submission's files together (what it wrote was deleted)")
 
 
 def describe_bytes(n: int) -> str:

@@ -101,17 +101,18 @@ class SlowToLoad(Exception):
                          f"as the answer loads, and should only define it")
 
 
-def load_answers_under_test(cases: list, rank: int, limit_s: float, journal=None) -> None:
+def load_answers_under_test(cases: list, rank: int, limit_s: float, journal=None, chain=()) -> None:
     """Run the answer cell under test of every case this rank takes part in, once, before any case
     starts. What a cell does as it loads (a slow import, a walk of the disk, a burst of forks that
     fills the launch's process limit for a moment) then makes no rank late for another's message and
     counts against no case's deadline. A cell that fails to load, or runs past `limit_s`, is
     not run again: each of its cases reports why (lab_src.answers keeps the reason). The `journal` marks
     which case's answer is loading, so that a cell that kills the sandbox as it loads costs only its own
-    exercise (harness/runner.py, `blame_loading`)."""
+    exercise (harness/runner.py, `blame_loading`): when, after a load, a process of `chain` (the rank's
+    ancestors, harness/lineage.py) is being killed, the rank marks that answer `died` and waits for its end."""
     from lab_src import answers
     from lab_src.exercises import running_for
-    from lab_src.harness import runfolder
+    from lab_src.harness import lineage, runfolder
 
     def too_slow(signum, frame):
         raise SlowToLoad(limit_s)
@@ -129,6 +130,10 @@ def load_answers_under_test(cases: list, rank: int, limit_s: float, journal=None
                         pass
                     finally:
                         signal.setitimer(signal.ITIMER_REAL, 0)
+                if lineage.dying(list(chain)):
+                    if journal is not None:
+                        journal.write(runfolder.case_line("died", case.index))
+                    lineage.await_end()
                 if journal is not None:
                     journal.write(runfolder.case_line("loaded", case.index))
     finally:
@@ -145,6 +150,22 @@ def wait_for_every_rank(world_size: int, rank: int, timeout_s: float = 3600) -> 
     store.wait([f"loaded/{r}" for r in range(world_size)], datetime.timedelta(seconds=timeout_s))
 
 
+def over_disk_limit(run_dir: Path, disk_limit: list | None, qid: str, before: int) -> tuple[RankError | None, int]:
+    """After a case: when the run folder holds more than the sandbox's limit (`disk_limit`: [limit, the size
+    above which a file is not the lab's]) and more than `before` (what this rank measured after its last
+    case), the case's answer wrote it: delete the large files and fail the case. Every rank of the case
+    checks, so the rank that wrote the files sees them, whenever the launching process's watch polls
+    (harness/runner.py stops only a case still writing). Returns (the failure or None, the bytes there now)."""
+    if not disk_limit:
+        return None, 0
+    from lab_src.harness import sandbox
+    used = sandbox.disk_usage(run_dir)
+    if used <= disk_limit[0] or used <= before:
+        return None, used
+    freed = sandbox.remove_large_files(run_dir, disk_limit[1])
+    return RankError("DiskLimit", sandbox.disk_limit_message(qid, used, disk_limit[0])), used - freed
+
+
 SKIP_AFTER_TIMEOUTS = 2
 STOP_REASON = ("stopped by the check: every rank of this run was waiting for a message that no rank was "
                "going to send")
@@ -157,6 +178,8 @@ def main(spec_path: str) -> int:
     from lab_src.harness.runfolder import rank_log_path
     _redirect_output(rank_log_path(run_dir, rank), spec.get("log_limit", 200_000))
     _die_with_parent()
+    from lab_src.harness import lineage
+    chain = lineage.ancestors()     # the agent (or torchrun) and the process that started it
 
     import torch
     import torch.distributed as dist
@@ -165,7 +188,7 @@ def main(spec_path: str) -> int:
     from lab_src.exercises import running_for
     from lab_src.harness import groups as process_groups
     from lab_src.harness import runfolder
-    from lab_src.harness import kinds, rawp2p
+    from lab_src.harness import kinds, rawp2p, sandbox
     from lab_src.harness.case import Case
     from lab_src.pipeline import data, model, trace, waiting
 
@@ -182,10 +205,11 @@ def main(spec_path: str) -> int:
     sync = torch.cuda.synchronize if ctx.device.type == "cuda" else None
 
     cases = [Case.from_dict(d) for d in spec["cases"]]
-    load_answers_under_test(cases, rank, spec.get("load_limit_s", LOAD_LIMIT_S), journal)
+    load_answers_under_test(cases, rank, spec.get("load_limit_s", LOAD_LIMIT_S), journal, chain)
     wait_for_every_rank(ctx.world_size, rank)
 
     timeouts: dict[str, int] = {}
+    disk_used = sandbox.disk_usage(run_dir) if spec.get("disk_limit") else 0      # see over_disk_limit
     for case in cases:
         index, stages, qid = case.index, case.stages, case.qid
         group = groups.get(stages)
@@ -219,6 +243,11 @@ def main(spec_path: str) -> int:
                                      f"{e}); an answer must return, not end the process")
                     obs["error"] = error.to_dict()
                     failed = 1
+            full, disk_used = over_disk_limit(run_dir, spec.get("disk_limit"), qid, disk_used)
+            if full:
+                obs["error"], failed = full.to_dict(), max(failed, 1)
+            if lineage.dying(chain):     # the case's answer killed the agent or the sandbox: it observed nothing
+                lineage.await_end()
             final = runfolder.obs_path(run_dir, index, rank)
             tmp = final.with_name(f".{final.name}.tmp")
             torch.save(obs, tmp)
