@@ -31,6 +31,14 @@ def _mean(events, kind: str) -> float:
     return sum(boxes) / len(boxes) if boxes else 0.0
 
 
+def ideal_bubbles(p: int, m: int) -> dict[str, float]:
+    """The idle share of 1F1B and ZB-H1 in the schedule model with F, I and W boxes of one length each."""
+    from lab_src.views.ideal import CostModel, ideal_events
+    equal = CostModel(forward_s_per_layer=1.0, backward_s_per_layer=2.0, latency_s=0.0, bandwidth_bytes_per_s=1e30)
+    return {name: round(bubble.measured_bubble(ideal_events(p, m, equal, schedule=name), p), 4)
+            for name in ("1f1b", "zbh1")}
+
+
 def zero_bubble_study(ms=(4, 8, 16), stages: int | None = None, cfg: LabConfig = STUDY) -> ZeroBubbleStudy | None:
     """Run your q12 and q16 steps for each m in `ms` on `cfg` and print the bubbles and the memory.
     `stages`: ranks (default 4, or 2 on a machine with fewer than 4 cores, so that ranks do not share one)."""

@@ -37,12 +37,10 @@ schedule_figure(("1f1b", "zbh1"), p=4, m=8)
 # **Predict, then run.** Before you read on: with p = 4, m = 8 and every F, I and W box the same length,
 # what share of the step is idle in 1F1B (a backward is I + W, two boxes), and in the ZB-H1 picture above?
 # Write your two numbers (arithmetic is fine) in the cell below; the study at the end of the notebook
-# prints them beside what your steps do. Not graded.
+# prints them beside what your steps do, and the schedule model's answer. Not graded.
 
-# %% nbgrader={"grade": false, "grade_id": "q16_prediction", "locked": false, "schema_version": 3, "solution": true, "task": false}
-### BEGIN SOLUTION
-PREDICTED_BUBBLE = {"1f1b": 3 / 11, "zbh1": 3 / 27}
-### END SOLUTION
+# %%
+PREDICTED_BUBBLE = {"1f1b": None, "zbh1": None}    # your two idle shares, e.g. 1 / 2
 
 # %% [markdown]
 # **ZB-H1** (torch's ZB1P with one stage per rank) is 1F1B's order with each backward replaced by its I,
@@ -288,10 +286,10 @@ report.timeline()
 # 1F1B 0.243, ZB-H1 0.159), and the two peaks close.
 
 # %%
-from lab_src.checks.zero_bubble_study import zero_bubble_study
+from lab_src.checks.zero_bubble_study import ideal_bubbles, zero_bubble_study
 
 study = zero_bubble_study()
-print("your prediction for p = 4, m = 8, equal boxes:", PREDICTED_BUBBLE)
+print("p = 4, m = 8, equal boxes: you predicted", PREDICTED_BUBBLE, "; the schedule model:", ideal_bubbles(4, 8))
 
 # %% [markdown]
 # ## Written question (graded by hand)
