@@ -126,3 +126,52 @@ def test_w_before_its_i_is_named_where_it_runs(reference, tmp_path, no_leftovers
     text = " ".join("\n".join(verdict["messages"]).split())
     assert "backward_weight (W0) runs before backward_input (I0) of the same micro-batch" in text
     assert verdict["fraction"] == pytest.approx(0.5, abs=1e-4)              # the split itself is right
+
+
+# ---- Validate: the study is skipped ------------------------------------------------------------------------
+def test_the_study_launches_nothing_under_validate_or_after_a_failed_check(monkeypatch, capsys):
+    from lab_src import grading
+    from lab_src.checks import zero_bubble_study as study
+    monkeypatch.setattr(study, "run_cases", lambda *a, **k: pytest.fail("the study launched"))
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    assert study.zero_bubble_study() is None
+    assert "skipped under Validate" in capsys.readouterr().out
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    monkeypatch.setitem(grading._checked, "q16", "CheckFailed: q16: FAILED, 1 problem\n[q16]: still the stub")
+    assert study.zero_bubble_study() is None
+    assert "the check above did not pass: make it pass first" in capsys.readouterr().err
+    assert study.ideal_bubbles(4, 8) == {"1f1b": pytest.approx(3 / 11, abs=1e-4), "zbh1": pytest.approx(3 / 27, abs=1e-4)}
+
+
+@pytest.mark.slow
+def test_validate_of_the_released_q16_runs_the_check_and_skips_the_study(reference, tmp_path, no_leftovers):
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from lab_src.registry import EXERCISES
+    from tests.test_validate import ROOT
+    notebook = ROOT / "notebooks" / "pipeline_lab" / EXERCISES["q16"].notebook
+    nb = json.loads(notebook.read_text())
+    for cell in nb["cells"]:
+        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if grade_id == "q16_answer":
+            cell["source"] = "%%answer q16\n" + open(reference["q16"]).read()
+        if grade_id == "q16_why":
+            cell["source"] = "The last stage starts the chain of I's that everybody upstream waits for."
+    (tmp_path / notebook.name).write_text(json.dumps(nb, indent=1))
+    (tmp_path / "answers").mkdir()
+    for qid in EXERCISES["q16"].needs:
+        shutil.copyfile(reference[qid], tmp_path / "answers" / EXERCISES[qid].answer_file)
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()\nc.Execute.timeout = 60\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("NBGRADER_EXECUTION", "LAB_ANSWERS", "LAB_ANSWERS_DIR")}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "validate", notebook.name], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    print(f"nbgrader validate q16: {time.monotonic() - started:.1f} s\n{out}")
+    assert "Success! Your notebook passes all the tests." in out
+    assert not list((tmp_path / "runs").glob("q16-study-*")), "the study launched under Validate"
