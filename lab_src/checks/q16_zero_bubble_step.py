@@ -21,6 +21,19 @@ SPLIT = VISIBLE.replace(num_stages=3, num_layers=4, num_microbatches=1, global_b
 SPLIT_LABEL = "the split alone, each stage of 3, float64"
 
 
+def zero_bubble_line(events, cfg) -> str:
+    """'; ZB-H1 with your boxes (T_F 1.2 ms, T_B 0.9 ms, T_W 1.1 ms): 13.0%': its theory from the run's own boxes."""
+    def mean(kind):
+        boxes = [e.t_end - e.t_start for e in events if e.kind == kind]
+        return sum(boxes) / len(boxes) if boxes else 0.0
+    t_f, t_b, t_w = mean("forward"), mean("backward_input"), mean("backward_weight")
+    if not (t_f and t_b and t_w):
+        return ""
+    theory = bubble.zero_bubble_theory(cfg.num_stages, cfg.num_microbatches, t_f, t_b, t_w)
+    return (f"; ZB-H1's (p-1)(T_F+T_B-T_W)/step with your boxes (T_F {t_f * 1e3:.1f} ms, T_B {t_b * 1e3:.1f} ms, "
+            f"T_W {t_w * 1e3:.1f} ms) = {theory:.1%}")
+
+
 def check() -> CheckReport:
     from lab_src.harness.baselines import baselines_for
     from lab_src.judge.compare import compare_run
@@ -54,6 +67,7 @@ def check() -> CheckReport:
                      + (", but see the problems below" if found and not numbers else ""))
         events = out.events()
         lines.append(indent(text_grid.time_grid(events, cfg.num_stages)))
-        lines.append("    " + bubble.describe(events, cfg.num_stages, cfg.num_microbatches) + why_above(events, cfg, QID))
+        lines.append("    " + bubble.describe(events, cfg.num_stages, cfg.num_microbatches) + zero_bubble_line(events, cfg)
+                     + why_above(events, cfg, QID))
         lines.append("    " + memory_line(events, cfg.num_stages))
     return finish(QID, run, problems, lines)

@@ -31,23 +31,23 @@ def numbers(obs: dict, dtype: str) -> list[Problem]:
             continue
         if r == 0 and o["input_grad_returned"]:
             problems.append(Problem(f"{where}: backward_input returned an input gradient, but token ids have none: "
-                                    f"return None as the gradient on the first stage", rank=r))
+                                    f"return None as the gradient on the first stage"))
         diff = o.get("input_grad_diff")
         if diff is not None and not diff <= tol:
             problems.append(Problem(f"{where}: the input gradient backward_input returned differs from one backward()'s "
-                                    f"by {diff:.3g} (at most {tol:g} allowed)", rank=r))
+                                    f"by {diff:.3g} (at most {tol:g} allowed)"))
         if o["missing_weights"]:
             problems.append(Problem(f"{where}: after backward_weight, {o['missing_weights'][0]} has no gradient at all"
                                     + (f" (nor {len(o['missing_weights']) - 1} other weights)"
-                                       if len(o["missing_weights"]) > 1 else ""), rank=r))
+                                       if len(o["missing_weights"]) > 1 else "")))
         elif o["overwritten"]:
             problems.append(Problem(f"{where}: backward_weight replaced what .grad held with this micro-batch's "
                                     f"gradient: backward() adds to .grad, and the step needs the sum over its "
-                                    f"micro-batches (.grad += g, or .grad = g only where .grad is None)", rank=r))
+                                    f"micro-batches (.grad += g, or .grad = g only where .grad is None)"))
         elif not o["weight_grad_diff"] <= tol:
             problems.append(Problem(f"{where}: the gradient of {o['worst_weight']} after backward_input and "
                                     f"backward_weight differs from one backward()'s by {o['weight_grad_diff']:.3g} "
-                                    f"(at most {tol:g} allowed)", rank=r))
+                                    f"(at most {tol:g} allowed)"))
     return problems
 
 
@@ -66,7 +66,7 @@ def once(obs: dict) -> list[Problem]:
                                     f"the floating-point work of one backward: W goes over the input's path a "
                                     f"second time. Keep, in I, the gradients that reach the nodes where the path "
                                     f"branches off towards the weights, and start W there "
-                                    f"(torch.autograd.graph.GradientEdge)", rank=r))
+                                    f"(torch.autograd.graph.GradientEdge)"))
     return problems
 
 
@@ -82,7 +82,7 @@ def freed(obs: dict) -> list[Problem]:
             problems.append(Problem(f"{_where(r, p)}: after backward_weight, autograd still holds {left} bytes saved for "
                                     f"this micro-batch's backward (of {o['held_before']} after its forward): "
                                     f"something W never runs keeps the graph (the last pass over it without "
-                                    f"retain_graph=True frees it; what you keep should be dropped after W)", rank=r))
+                                    f"retain_graph=True frees it; what you keep should be dropped after W)"))
     return problems
 
 
@@ -105,4 +105,4 @@ def _stages(obs: dict) -> dict:
 
 
 def _raised(o: dict, r: int, p: int) -> Problem:
-    return Problem(f"{_where(r, p)}: {o.get('type')}: {o.get('message')}", rank=r, microbatch=0)
+    return Problem(f"{_where(r, p)}: {o.get('type')}: {o.get('message')}")
