@@ -25,6 +25,8 @@ benchmark: setup
 	.venv/bin/python benchmarks/one_f_one_b_vs_schedule1f1b.py
 	.venv/bin/python benchmarks/memory_microbatches.py
 	.venv/bin/python benchmarks/interleaved_vs_torch.py
+	.venv/bin/python benchmarks/zero_bubble_vs_torch.py
+	.venv/bin/python benchmarks/zero_bubble_bubbles.py
 	.venv/bin/python benchmarks/q13_curve_agreement.py
 	.venv/bin/python benchmarks/autograde_time.py
 	.venv/bin/python benchmarks/failure_report.py

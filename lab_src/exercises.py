@@ -270,6 +270,26 @@ def train_pipeline(stage, data, step_fn, num_steps, lr):
     """
 
 
+@_exercise_api("q16")
+def zero_bubble_step(stage, data_iter, num_microbatches):
+    """One ZB-H1 (zero bubble) training step of `stage` over `num_microbatches` micro-batches.
+
+    Each backward is split in two: `stage.backward_input(x, y, grad, microbatch=mb)` (I) returns the gradient
+    of the stage's input, which goes to the previous stage at once; `stage.backward_weight(microbatch=mb)`
+    (W), after it, accumulates the weights' gradients. The stage runs the two functions the same answer
+    cell defines: `backward_input(stage, input_tensor, output_tensor, output_grad)`, returning `(input_grad,
+    kept)` with `kept` only what W needs (input_grad None on the first stage, whose input is tokens), and
+    `backward_weight(stage, kept)`, which adds each weight's gradient into its `.grad` as `backward()` does.
+
+    Order (the "zbh1" schedule of lab_src/pipeline/schedules.py): 1F1B's warm-up of min(p - r - 1, m)
+    forwards, then one forward and one I in turn, then the remaining I's; on rank r the W of backward
+    number k runs right after the I of backward number k + r, and the last r W's at the end, so that a rank
+    holds at most min(p, m) micro-batches between their forward and their W. Messages with `stage.send`,
+    `stage.recv` (or `post_recv`); loss, scaling and return value are those of `afab_step` (q08): on the
+    last stage `(outputs, loss)`, on other stages `([], None)`.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

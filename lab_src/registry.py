@@ -103,6 +103,9 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              ("q02", "q03", "q04", "q05", "q06", "q07", "q08"), schedule="afab"),
     Exercise("q15", "interleaved_step", "Interleaved 1F1B with virtual stages", ("q02", "q03", "q04", "q05", "q06"),
              schedule="interleaved", timeline="4 ranks, 2 chunks, 8 micro-batches", other_schedule_credit=0.5),
+    # its answer cell also defines the two halves of the split backward the stage calls (pipeline/split.py)
+    Exercise("q16", "zero_bubble_step", "Zero bubble: split the backward, fill the bubble", ("q02", "q03", "q04", "q05", "q06"),
+             schedule="zbh1", timeline="more micro-batches than stages", other_schedule_credit=0.5),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]

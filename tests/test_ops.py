@@ -46,7 +46,8 @@ def test_a_split_backward_prints_in_every_view():
     assert timed.splitlines()[-1].endswith(". idle, i backward_input, w backward_weight")
     w1 = SPLIT[-1]
     assert w1.label() == "W1" and box_label(w1) == "W1" and box_label(w1, 2) == "W1c0"
-    assert box_color(w1) == box_color(Event(1, "backward", 1, None, None, 0, 0.0, 1.0))
+    full, i0 = Event(1, "backward", 1, None, None, 0, 0.0, 1.0), SPLIT[2]
+    assert len({box_color(w1), box_color(i0), box_color(full), box_color(SPLIT[0])}) == 4   # F, I, W, B: four colours
     assert describe_op("backward_input", 3, None) == "I3" and describe_op("backward_weight", 3, None, 1) == "W3c1"
     assert letters([(F, 0), ("backward_input", 0), (W, 0)]) == "F0 I0 W0"
 

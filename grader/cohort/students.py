@@ -128,6 +128,11 @@ COHORT = [
                     "and hands activations from one chunk to the next on the same rank",
             answers={"q15": answer("q15_contiguous")},
             expect={"q15": 0.0}),   # runs to the end everywhere, but the layers run in the wrong order: 0 of 5
+    Student("zeno", "q16 sends each input gradient to the previous stage only after the W it runs next",
+            answers={"q16": answer("q16_send_after_w")},
+            # the split is right (6 of 6); of the 6 pipelines only the single stage and the single micro-batch,
+            # where nothing is sent after a W, keep ZB-H1's rules: (1 + 2/6) / 2
+            expect={"q16": 0.6667}),
     # ---- the grader's last holes (issue 26): one bad answer each, every other exercise the reference
     Student("dora", "q05 'caches' its plan in three files of 500 MB each: over the sandbox's disk limit",
             # the first call writes 1.5 GB: every case of q05 ends over the 1 GB limit and fails, named, on the

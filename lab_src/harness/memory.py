@@ -41,7 +41,10 @@ class SavedBytes:
             self.now += entry[0]
             self.peak = max(self.peak, self.now)
         entry[1] += 1
-        return _Held(t, key, self)
+        # detached (the same storage, no grad_fn): a saved output kept with its grad_fn would hold its own
+        # node alive (node -> saved -> tensor -> grad_fn -> node), which autograd only breaks by running that
+        # node without retain_graph; a split backward (q16) runs some nodes once with retain_graph=True
+        return _Held(t.detach(), key, self)
 
     @staticmethod
     def unpack(h):

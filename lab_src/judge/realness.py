@@ -112,12 +112,37 @@ def check_messages(events: list[Event], p: int, m: int, shape: tuple, sched: Sch
             continue
         mine = Counter(e.kind for e in events if e.rank == r)
         want = sched.counts(r, p, m)
+        problems += _split_counts(events, r, mine)
+        mine, want = _fused(mine), _fused(want)
         for op in Op:
-            n = want.get(op, 0)
+            n = want.get(op.value, 0)
             if mine.get(op.value, 0) != n:
                 problems.append(Problem(f"{mine.get(op.value, 0)} {op} operations; a {p}-stage pipeline "
                                         f"with {m} micro-batches needs {n} on this rank", rank=r))
     return _dedupe(problems)
+
+
+def _fused(counts: Counter) -> Counter:
+    """Counts with each split backward (I and W, zero bubble) counted as the one backward it splits: a run
+    is judged on the order of its schedule (check_order), not on whether it splits its backwards."""
+    out = Counter({Op.of(k) or k: n for k, n in counts.items()})
+    out[Op.BACKWARD] += out.pop(Op.BACKWARD_INPUT, 0)
+    out.pop(Op.BACKWARD_WEIGHT, None)
+    return Counter({k.value if isinstance(k, Op) else k: n for k, n in out.items() if n})
+
+
+def _split_counts(events, rank: int, mine: Counter) -> list[Problem]:
+    """A split backward's W missing (or extra) for some micro-batch: the weights' gradients of that
+    micro-batch never computed."""
+    inputs = sorted(e.microbatch for e in events if e.rank == rank and e.kind == Op.BACKWARD_INPUT)
+    weights = sorted(e.microbatch for e in events if e.rank == rank and e.kind == Op.BACKWARD_WEIGHT)
+    never = sorted(set(inputs) - set(weights))
+    if not never:
+        return []
+    return [Problem(f"backward_weight (W) never ran for micro-batch{'es' if len(never) > 1 else ''} "
+                    f"{', '.join(map(str, never))} after its backward_input (I): those micro-batches add nothing "
+                    f"to the weights' gradients. Every I needs its W before the step returns", rank=rank,
+                    microbatch=never[0])]
 
 
 def check_order(events: list[Event], p: int, m: int, sched: Schedule) -> list[Problem]:

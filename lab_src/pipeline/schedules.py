@@ -210,6 +210,97 @@ class Interleaved1F1B(Schedule):
         return found
 
 
+class ZeroBubbleH1(Schedule):
+    """ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2024; torch's ScheduleInterleavedZeroBubble with
+    one stage per rank): 1F1B's warm-up and steady state with each backward split in two, I (the input's
+    gradient, sent to the previous stage as soon as it is computed) and W (the weights' gradients, which
+    nobody waits for). Rank r runs backward number k's W right after backward number k + r's I, and its
+    last r W's at the end of the step, where 1F1B would wait: the last rank defers the most, the first
+    none. A micro-batch counts as held from its forward until its W, so every rank holds at most
+    min(p, m), the first stage's bound in 1F1B (whose peak memory ZB-H1 keeps). Its rules: that bound,
+    1F1B's order of forwards and input gradients, every W after its I, and each gradient sent before
+    the rank computes anything else."""
+    name = "zbh1"
+    title = "ZB-H1 (zero bubble)"
+    summary = ("ZB-H1 splits each backward into I (the input's gradient, which the previous stage waits for: sent "
+               "as soon as I ends) and W (the weights' gradients, which nobody waits for), and moves rank r's W's "
+               "r slots later, into the time 1F1B spends waiting at the end of the step.")
+
+    def warmup(self, rank: int, p: int, m: int) -> int:
+        return min(p - rank - 1, m)
+
+    def program(self, rank, p, m, noops=False):
+        warm = self.warmup(rank, p, m)
+        w = lambda k: [Step(rank, Op.BACKWARD_WEIGHT, k)]       # noqa: E731
+        steps, done_i = [], 0
+
+        def backward(mb):
+            nonlocal done_i
+            out = [s for s in _backward(rank, p, mb, noops=noops)]
+            out = [Step(s.stage, Op.BACKWARD_INPUT, mb) if s.op is Op.BACKWARD else s for s in out]
+            done_i += 1
+            return out + (w(done_i - 1 - rank) if done_i - 1 >= rank else [])
+
+        for mb in range(warm):
+            steps += _forward(rank, p, mb, noops=noops)
+        for i in range(m - warm):
+            steps += _forward(rank, p, warm + i, noops=noops) + backward(i)
+        for mb in range(m - warm, m):
+            steps += backward(mb)
+        for k in range(max(0, m - rank), m):
+            steps += w(k)
+        return steps
+
+    def max_in_flight(self, rank, p, m):
+        return min(p, m)
+
+    def violations(self, events, p, m):
+        found = in_flight_violations(self, events, p, m)
+        for r in range(p):
+            if any(f[0] == r for f in found):
+                continue
+            compute = compute_order(events, r)
+            got = [(e.kind, e.microbatch) for e in compute if e.kind != Op.BACKWARD_WEIGHT]
+            want = [(s.op.value, s.microbatch) for s in self.program(r, p, m)
+                    if s.op.is_compute and s.op is not Op.BACKWARD_WEIGHT]
+            if got != want:
+                at = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+                mb = (got[at] if at < len(got) else want[at])[1]
+                found.append((r, mb, f"rank {r} runs {letters(got)} (W left out); {self.title} runs "
+                                     f"{letters(want)}: 1F1B's order, each backward's input half (I) in the "
+                                     f"place of its backward"))
+                continue
+            found += split_violations(events, r)
+        return sorted(found, key=lambda f: f[0])
+
+
+def split_violations(events, rank: int) -> list[tuple[int, int | None, str]]:
+    """A split backward's rules on one rank: each W after the I of its micro-batch, and the gradient I
+    computed sent to the previous stage before the rank computes anything else (the first rules of
+    every zero-bubble schedule)."""
+    found, seen_i = [], set()
+    compute = compute_order(events, rank)
+    for e in compute:
+        if e.kind == Op.BACKWARD_INPUT:
+            seen_i.add(e.microbatch)
+        elif e.kind == Op.BACKWARD_WEIGHT and e.microbatch not in seen_i:
+            return [(rank, e.microbatch, f"W{e.microbatch} (the weights' gradients) runs before I{e.microbatch}, "
+                                         f"the input's gradient of the same micro-batch: W continues what I began")]
+    sends = {e.microbatch: e for e in events if e.rank == rank and e.kind == Op.SEND_BACKWARD}
+    for i, e in enumerate(compute):
+        send = sends.get(e.microbatch)
+        if e.kind != Op.BACKWARD_INPUT or send is None:
+            continue
+        late = [c for c in compute[i + 1:] if c.t_start < send.t_start]
+        if late:
+            found.append((rank, e.microbatch, f"the gradient of micro-batch {e.microbatch} goes to the previous stage "
+                                              f"only after {letters([(c.kind, c.microbatch) for c in late])}: send "
+                                              f"it as soon as I{e.microbatch} ends, the previous stage waits for it "
+                                              f"(the bubble comes back)"))
+            break
+    return found
+
+
 def compute_order(events, rank: int) -> list:
     """The compute events (forwards, backwards, ...) of one rank, in the order they ran."""
     return sorted((e for e in events if e.rank == rank and _computes(e.kind)), key=lambda e: e.t_start)
@@ -243,7 +334,7 @@ def in_flight_violations(schedule: Schedule, events, p: int, m: int) -> list[tup
 
 
 SCHEDULES: dict[str, Schedule] = {s.name: s for s in (AllForwardAllBackward(), OneForwardOneBackward(),
-                                                      Interleaved1F1B(2))}
+                                                      Interleaved1F1B(2), ZeroBubbleH1())}
 
 
 def schedule(name: str) -> Schedule:

@@ -26,10 +26,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lab_src.pipeline import trace, waiting
+from lab_src.pipeline import split, trace, waiting
 from lab_src.pipeline.config import LabConfig
 from lab_src.exercises import activation_shape, distribute_layers
 from lab_src.pipeline.model import build_piece
+from lab_src.pipeline.ops import Op
 
 
 class PipelineStage(nn.Module):
@@ -45,6 +46,7 @@ class PipelineStage(nn.Module):
         self._sends = []          # sends posted and not yet known to be delivered (see send and flush)
         self._posted = []         # receives posted with post_recv and not yet waited for
         self.waiting = None       # [operation, micro-batch, chunk] of the receive it waits in (for a stopped run)
+        self._kept_for_w = {}     # micro-batch -> what backward_input kept for its backward_weight (q16)
         self.is_first_stage = pp_rank == 0
         self.is_last_stage = pp_rank == pp_size - 1
         self.layer_ids = _checked_layers(distribute_layers(cfg.num_layers, pp_rank, pp_size), cfg, pp_rank)
@@ -95,6 +97,37 @@ class PipelineStage(nn.Module):
                 backward_from(output_tensor, output_grad)
         receives_grad = input_tensor is not None and input_tensor.is_floating_point()
         return input_tensor.grad if receives_grad else None
+
+    def backward_input(self, input_tensor, output_tensor, output_grad, microbatch: int = 0):
+        """The first half of a split backward (zero bubble, q16), I: the gradient of `input_tensor` only,
+        returned to send to the previous stage (None on the first stage). It runs your q16
+        `backward_input(stage, input_tensor, output_tensor, output_grad)`, which returns `(input_grad,
+        kept)`; the stage keeps `kept` for `backward_weight(microbatch)`, the second half."""
+        self._check_backward(input_tensor, output_tensor, output_grad, microbatch)
+        if microbatch in self._kept_for_w:
+            raise RuntimeError(f"stage {self.pp_rank}, micro-batch {microbatch}: backward_input ran twice for this "
+                               f"micro-batch before its backward_weight: pass each call the micro-batch it works on")
+        fn = split.half("backward_input")
+        with trace.span(Op.BACKWARD_INPUT.value, microbatch, None, tuple(output_tensor.shape)):
+            result = fn(self, input_tensor, output_tensor, output_grad)
+        input_grad, kept = split.unpack_input_half(result, self.pp_rank, microbatch)
+        self._kept_for_w[microbatch] = (kept, split.graph_freed(output_tensor))
+        return input_grad
+
+    def backward_weight(self, microbatch: int = 0) -> None:
+        """The second half of a split backward, W: the gradients of this stage's weights for
+        `microbatch`, accumulated into their .grad, from what `backward_input` kept for it. It runs your
+        q16 `backward_weight(stage, kept)`; afterwards the stage lets go of what was kept."""
+        where = f"stage {self.pp_rank}, micro-batch {microbatch}"
+        if microbatch not in self._kept_for_w:
+            raise RuntimeError(split.before_input_message(where, microbatch))
+        kept, freed = self._kept_for_w.pop(microbatch)
+        if freed:
+            raise RuntimeError(split.graph_freed_message(where, microbatch))
+        fn = split.half("backward_weight")
+        with trace.span(Op.BACKWARD_WEIGHT.value, microbatch, None, None):
+            fn(self, kept)
+        del kept
 
     # ---- messaging -------------------------------------------------------------------------
     def send(self, tensor: torch.Tensor, dst: int, operation: str, microbatch: int = 0, chunk: int = 0) -> None:

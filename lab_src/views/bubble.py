@@ -44,3 +44,11 @@ def describe(events: list[Event], p: int, m: int, v: int = 1) -> str:
     measured = measured_bubble(events, p)
     got = f"{measured:.1%}" if measured is not None else "n/a"
     return f"bubble: measured {got}, {theory_text(p, m, v)}"
+
+
+def zero_bubble_theory(p: int, m: int, t_f: float, t_b: float, t_w: float) -> float:
+    """ZB-H1's bubble as a share of the step (Qi et al. 2024, Table 2): each rank idles (p - 1)(T_F + T_B - T_W)
+    of a step that computes m (T_F + T_B + T_W), with T_B the input's half of a backward (I) and T_W the
+    weights' (W). With equal times, (p - 1) / (3m + p - 1); 1F1B's is (p - 1)(T_F + T_B + T_W) idle."""
+    idle = (p - 1) * max(t_f + t_b - t_w, 0.0)
+    return idle / (m * (t_f + t_b + t_w) + idle)

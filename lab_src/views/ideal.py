@@ -24,6 +24,7 @@ class CostModel:
     backward_s_per_layer: float = 1.0e-3    # backward costs about twice the forward
     latency_s: float = 100e-6               # gloo over loopback TCP: a message takes ~0.1 ms
     bandwidth_bytes_per_s: float = 1e9      # ~1 GB/s between processes on one machine
+    input_share: float = 0.5                # of a split backward (zero bubble), the part I takes; W the rest
 
     def transfer_s(self, nbytes: int) -> float:
         return nbytes / self.bandwidth_bytes_per_s
@@ -95,6 +96,10 @@ def ideal_events(p: int, m: int, cost: CostModel | None = None, *, schedule: str
                     events.append(Event(r, op.value, mb, peer, shape, activation_bytes, t, end, chunk))
                 else:
                     per_layer = cost.forward_s_per_layer if op.phase == "forward" else cost.backward_s_per_layer
+                    if op.after is not None and op.after.phase == "backward":      # W, the rest of what I began
+                        per_layer *= 1 - cost.input_share
+                    elif op.holds == 0 and op.phase == "backward":                  # I, its first part
+                        per_layer *= cost.input_share
                     end = t + per_layer * layers[r] / v
                     if end > t:                 # a cost model without compute draws the messages alone
                         events.append(Event(r, op.value, mb, None, None, 0, t, end, chunk))

@@ -10,14 +10,21 @@ from lab_src.pipeline.matching import Matching, match
 
 COLORS = {"forward": "#4c78a8", "backward": "#f58518", "send": "#54a24b", "recv": "#9e9e9e",
           "idle": "#f1f1f1", "cursor": "#d62728", "wait": "#d62728", "allreduce_dp": "#9467bd",
-          "allreduce_tied": "#e377c2"}
+          "allreduce_tied": "#e377c2", "backward_input": "#d4621b", "backward_weight": "#eeca3b"}
 COLLECTIVE_LABELS = {"allreduce_dp": "data-parallel all-reduce", "allreduce_tied": "tied-embedding all-reduce"}
+# a backward split in two (zero bubble, q16): each half in its own colour, named in the legend when drawn
+SPLIT_LABELS = {"backward_input": "I: input's gradient", "backward_weight": "W: weights' gradients"}
+
+
+def legend_kinds(events) -> tuple:
+    """The kinds of a run's events that the legend names only when they are drawn: collectives, split backwards."""
+    return tuple(sorted({e.kind for e in events if e.is_collective or e.kind in SPLIT_LABELS}))
 
 
 def box_color(e: Event, chunks: int = 1) -> str:
-    """A compute box's colour: forward blue, backward orange; with several chunks per rank, chunk 0 in
+    """A compute box's colour: forward blue, backward orange (split: I dark orange, W gold); with several chunks per rank, chunk 0 in
     the full colour and each later chunk paler, so that the chunks can be told apart."""
-    base = COLORS.get(e.kind) or COLORS[e.phase]      # a split backward's parts in the backward's colour
+    base = COLORS.get(e.kind) or COLORS[e.phase]
     if chunks <= 1 or not e.chunk:
         return base
     mix = 0.6 * e.chunk / (chunks - 1)          # the last chunk 60 % of the way to white

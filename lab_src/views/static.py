@@ -12,8 +12,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, Timeline, box_color, box_label, collective_calls,
-                                   wait_label)
+from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, SPLIT_LABELS, Timeline, box_color, box_label,
+                                   collective_calls, legend_kinds, wait_label)
 
 ROW = 0.7     # height of a compute box, in rows
 BAR = 0.22    # height of a send/receive bar
@@ -122,7 +122,8 @@ def legend_handles(collectives: tuple = (), chunks: int = 1, unfinished: bool = 
                     Patch(color=COLORS["send"], label="send"), Patch(color=COLORS["recv"], label="receive (waiting)"),
                     Patch(facecolor=COLORS["idle"], hatch="///", edgecolor="#c8c8c8", label="idle (bubble)"),
                     Line2D([], [], color="#555", marker=">", markersize=5, lw=1, label="message: send → receive")] + \
-        [Patch(color=COLORS[k], label=COLLECTIVE_LABELS[k]) for k in COLLECTIVE_LABELS if k in collectives]
+        [Patch(color=COLORS[k], label=COLLECTIVE_LABELS[k]) for k in COLLECTIVE_LABELS if k in collectives] + \
+        [Patch(color=COLORS[k], label=SPLIT_LABELS[k]) for k in SPLIT_LABELS if k in collectives]
 
 
 def figure(timelines: list[Timeline], title: str = "", memory_unit: str = "bytes") -> TimelineFigure:
@@ -141,7 +142,7 @@ def figure(timelines: list[Timeline], title: str = "", memory_unit: str = "bytes
     if title:
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")
     unfinished = any(tl.unfinished for tl in timelines)
-    kinds = tuple({e.kind for tl in timelines for e in tl.events if e.is_collective})
+    kinds = legend_kinds(e for tl in timelines for e in tl.events)
     handles = legend_handles(kinds, timelines[0].chunks, unfinished)
     # one row while it fits the figure's width, else two (an interleaved run's chunk entries are long)
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles) if len(handles) <= 7 else

@@ -11,8 +11,8 @@ import math
 from html import escape
 
 from lab_src.views import memory
-from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, Timeline, box_color, box_label, collective_calls,
-                                   describe, describe_wait, wait_label)
+from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, SPLIT_LABELS, Timeline, box_color, box_label,
+                                   collective_calls, describe, describe_wait, legend_kinds, wait_label)
 
 LEFT, RIGHT, TOP, ROW_H, BOX_H, BAR_H, AXIS_H, LEGEND_H = 62, 118, 10, 46, 28, 10, 36, 22
 GHOST = 0.16
@@ -83,6 +83,7 @@ def _legend_items(collectives: tuple, chunks: int, unfinished: bool) -> list[tup
              ("box", "url(#pp-idle)", "idle (bubble)", BOX_H)]
     items += [("box", COLORS[k], COLLECTIVE_LABELS[k].replace("-embedding", ""), BAR_H) for k in COLLECTIVE_LABELS
               if k in collectives]
+    items[2:2] = [("box", COLORS[k], SPLIT_LABELS[k], BOX_H) for k in SPLIT_LABELS if k in collectives]
     if unfinished:
         items = [("wait", None, "left waiting", BOX_H)] + [i for i in items if i[2] != "idle (bubble)"]
     return items + [("arrow", None, "message: send → receive", BAR_H)]
@@ -93,7 +94,7 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
     t_max = t_max or tl.drawn_until or 1e-3
     plot_w = width - LEFT - RIGHT
     lane_h = memory.LANE_H if memory.has_memory(tl) else 0      # the memory lane, when the run counted it
-    collectives = tuple({e.kind for e in tl.events if e.is_collective})
+    collectives = legend_kinds(tl.events)
     extra = (legend_lines(LEFT, width - 8, collectives, tl.chunks, tl.unfinished) - 1) * LEGEND_LINE
     height = TOP + tl.p * ROW_H + lane_h + AXIS_H + LEGEND_H + extra
     current = tl.events[step] if step is not None and tl.events else None

@@ -45,6 +45,9 @@ KINDS = {
                 what="q11's raw torch.distributed operations in the order of the case's schedule"),
     "interleaved": Kind("interleaved", LAYOUT + ("needs_dataloader",), step=True,
                         what="an interleaved step (q15) on ranks holding several model chunks each"),
+    "split": Kind("split", LAYOUT, step=True,
+                  what="q16's split backward on every stage of the configuration, on one rank: the two halves "
+                       "against one backward (gradients, floating-point operations, memory left)"),
     "train": Kind("train", LAYOUT, step=True,
                   what="the student's training loop around the step, on the digits (q13)"),
     "torch": Kind("torch_schedule", LAYOUT,

@@ -12,6 +12,7 @@ launch).
 from __future__ import annotations
 
 from lab_src import exercises
+from lab_src.pipeline import split
 from lab_src.harness import observe
 from lab_src.harness.case import Case
 from lab_src.harness.kinds import probes as probe
@@ -35,6 +36,8 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         needs = exercises.needs_dataloader(rank, cfg.num_stages)
         obs["needs_dataloader"] = observe.plain(needs)
         loader = data.make_dataloader(cfg, obs["micro_batch_size"]) if needs else None
+        if case.step == split.exercise_id():
+            split.warm_up()     # outside the traced step: torch's first autograd.grad imports sympy
         observe.barrier(group)
         step = exercises.API[case.step]
         with counting(stage, tracer) as saved:

@@ -1,0 +1,177 @@
+"""q16 (zero_bubble_step with its backward_input and backward_weight): ZB-H1's program and rules, the split
+judged on one process (the reference, the naive second pass and the cohort's split mistakes, without a
+launch), and wrong steps graded through the hidden tests (one launch each)."""
+from __future__ import annotations
+
+import pytest
+
+from grader.cohort.answers import answer
+from hidden_grading import grade_answer
+from lab_src.judge import split as split_judge
+from lab_src.pipeline.config import LabConfig
+from lab_src.pipeline.schedules import schedule
+from lab_src.pipeline.trace import Event
+from lab_src.views.bubble import measured_bubble, zero_bubble_theory
+from lab_src.views.ideal import CostModel, ideal_events
+
+pytestmark = pytest.mark.q16
+
+ZB = schedule("zbh1")
+EQUAL = CostModel(forward_s_per_layer=1.0, backward_s_per_layer=2.0, latency_s=0.0, bandwidth_bytes_per_s=1e30)
+
+
+def compute(p: int, m: int, rank: int) -> str:
+    return " ".join(str(s) for s in ZB.program(rank, p, m) if s.op.is_compute)
+
+
+# ---- the schedule -------------------------------------------------------------------------------------
+def test_zbh1_is_torchs_zb1p_with_one_stage_per_rank():
+    # torch.distributed.pipelining's ScheduleInterleavedZeroBubble, one stage per rank: rank r's W lags its I by r
+    assert compute(4, 8, 0).startswith("0F0 0F1 0F2 0F3 0I0 0W0 0F4 0I1 0W1")
+    assert compute(4, 8, 3) == ("3F0 3I0 3F1 3I1 3F2 3I2 3F3 3I3 3W0 3F4 3I4 3W1 3F5 3I5 3W2 3F6 3I6 3W3 3F7 3I7 "
+                                "3W4 3W5 3W6 3W7")
+    assert compute(4, 2, 1) == "1F0 1F1 1I0 1I1 1W0 1W1"            # m < p
+    assert [ZB.max_in_flight(r, 4, 8) for r in range(4)] == [4, 4, 4, 4]
+
+
+@pytest.mark.parametrize("m", [4, 8, 16])
+def test_the_ideal_run_keeps_its_rules_and_its_bubble_is_the_papers(m):
+    events = ideal_events(4, m, EQUAL, schedule="zbh1")
+    assert ZB.violations(events, 4, m) == []
+    assert measured_bubble(events, 4) == pytest.approx(3 / (3 * m + 3)) == pytest.approx(
+        zero_bubble_theory(4, m, 1.0, 1.0, 1.0))
+    assert measured_bubble(ideal_events(4, m, EQUAL, schedule="1f1b"), 4) == pytest.approx(3 / (m + 3))
+
+
+def test_w_before_its_i_and_a_late_gradient_break_the_rules():
+    def ev(rank, kind, mb, t, peer=None):
+        return Event(rank, kind, mb, peer, None, 0, t, t + 0.5)
+    w_first = [ev(0, "forward", 0, 0), ev(0, "backward_weight", 0, 1), ev(0, "backward_input", 0, 2)]
+    assert "W0 (the weights' gradients) runs before I0" in ZB.violations(w_first, 1, 1)[0][2]
+    late = [ev(0, "forward", 0, 0), ev(1, "forward", 0, 1), ev(1, "backward_input", 0, 2), ev(1, "backward_weight", 0, 3),
+            ev(1, "send_backward", 0, 4, 0), ev(0, "recv_backward", 0, 4.6, 1), ev(0, "backward_input", 0, 5),
+            ev(0, "backward_weight", 0, 6)]
+    found = ZB.violations(late, 2, 1)
+    assert [(r, mb) for r, mb, _ in found] == [(1, 0)] and "only after W0: send it as soon as I0 ends" in found[0][2]
+
+
+# ---- the split, on one process --------------------------------------------------------------------------
+def split_obs(reference, tmp_path, text=None):
+    """What a "split" case observes of the reference (or `text` as the q16 answer), run here, in this process."""
+    from lab_src import answers
+    from lab_src.harness.case import Case
+    from lab_src.harness.kinds import split as kind
+    mapping = dict(reference)
+    if text is not None:
+        (tmp_path / "q16.py").write_text(text)
+        mapping["q16"] = str(tmp_path / "q16.py")
+    cfg = LabConfig(num_stages=3, num_layers=4, num_microbatches=1, global_batch_size=2, dtype="float64", seed=5)
+    obs = {}
+
+    class Ctx:
+        device = "cpu"
+    with answers.use_answers(mapping):
+        kind.run(Case(kind="split", qid="q16", config=cfg, answers=mapping, stages=1), Ctx, None, None, obs)
+    return obs
+
+
+def messages(problems) -> str:
+    return " ".join(" ".join(p.message.split()) for p in problems)
+
+
+def test_the_reference_split_equals_one_backward_does_its_work_once_and_frees_it(reference, tmp_path):
+    obs = split_obs(reference, tmp_path)
+    assert split_judge.numbers(obs, "float64") == split_judge.once(obs) == split_judge.freed(obs) == []
+    stages = obs["split_stages"]
+    assert [o["input_grad_diff"] for o in stages.values()] == [None, 0.0, 0.0]
+    assert all(o["held_after_weight"] == 0 < o["held_before"] for o in stages.values())
+
+
+def test_the_split_mistakes_on_one_process(reference, tmp_path):
+    # the first way: W's second pass from the output goes over the input's path again
+    obs = split_obs(reference, tmp_path, answer("q16_two_passes"))
+    assert split_judge.numbers(obs, "float64") == [] and split_judge.freed(obs) == []
+    assert "together do 1.50 times the floating-point work of one backward" in messages(split_judge.once(obs))
+    obs = split_obs(reference, tmp_path, answer("q16_w_overwrites"))
+    assert "backward_weight replaced what .grad held" in messages(split_judge.numbers(obs, "float64"))
+    obs = split_obs(reference, tmp_path, answer("q16_b_frees_graph"))
+    said = messages(split_judge.numbers(obs, "float64"))
+    assert "stage 1 of 3 (a middle stage): RuntimeError: stage 1, micro-batch 0: backward_weight (W0) has nothing " \
+           "left to work on: your backward_input let autograd free the graph" in said and "retain_graph=True" in said
+    assert "stage 0" not in said              # the first stage's W does the whole backward: nothing was freed
+
+
+# ---- wrong steps, graded (one launch each) ----------------------------------------------------------------
+def test_1f1b_handed_in_keeps_half_and_is_told_what_zero_bubble_moves(reference, tmp_path, no_leftovers):
+    verdict = grade_answer("q16", answer("q16_one_f_one_b"), reference, tmp_path)
+    assert verdict["fraction"] == pytest.approx((1 + 0.5) / 2, abs=1e-4)      # the split right, half of each pipeline
+    text = " ".join("\n".join(verdict["messages"]).split())
+    assert "your step is a valid One-Forward-One-Backward schedule, but this exercise asks for ZB-H1" in text
+    assert "moves rank r's W's r slots later, into the time 1F1B spends waiting" in text
+
+
+def test_a_gradient_sent_after_w_and_missing_ws(reference, tmp_path, no_leftovers):
+    late = grade_answer("q16", answer("q16_send_after_w"), reference, tmp_path / "late")
+    text = " ".join("\n".join(late["messages"]).split())
+    assert "goes to the previous stage only after W0: send it as soon as I" in text and "differ" not in text
+    assert late["fraction"] == pytest.approx((1 + 2 / 6) / 2, abs=1e-4)   # 1 stage and 1 micro-batch: nothing sent late
+    missing = grade_answer("q16", answer("q16_no_last_w"), reference, tmp_path / "missing")
+    text = " ".join("\n".join(missing["messages"]).split())
+    assert "backward_weight (W) never ran for micro-batches 3, 4, 5 after its backward_input (I)" in text
+    assert missing["fraction"] == pytest.approx((1 + 1 / 6) / 2, abs=1e-4)
+
+
+def test_w_before_its_i_is_named_where_it_runs(reference, tmp_path, no_leftovers):
+    verdict = grade_answer("q16", answer("q16_w_before_b"), reference, tmp_path)
+    text = " ".join("\n".join(verdict["messages"]).split())
+    assert "backward_weight (W0) runs before backward_input (I0) of the same micro-batch" in text
+    assert verdict["fraction"] == pytest.approx(0.5, abs=1e-4)              # the split itself is right
+
+
+# ---- Validate: the study is skipped ------------------------------------------------------------------------
+def test_the_study_launches_nothing_under_validate_or_after_a_failed_check(monkeypatch, capsys):
+    from lab_src import grading
+    from lab_src.checks import zero_bubble_study as study
+    monkeypatch.setattr(study, "run_cases", lambda *a, **k: pytest.fail("the study launched"))
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    assert study.zero_bubble_study() is None
+    assert "skipped under Validate" in capsys.readouterr().out
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    monkeypatch.setitem(grading._checked, "q16", "CheckFailed: q16: FAILED, 1 problem\n[q16]: still the stub")
+    assert study.zero_bubble_study() is None
+    assert "the check above did not pass: make it pass first" in capsys.readouterr().err
+    assert study.ideal_bubbles(4, 8) == {"1f1b": pytest.approx(3 / 11, abs=1e-4), "zbh1": pytest.approx(3 / 27, abs=1e-4)}
+
+
+@pytest.mark.slow
+def test_validate_of_the_released_q16_runs_the_check_and_skips_the_study(reference, tmp_path, no_leftovers):
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from lab_src.registry import EXERCISES
+    from tests.test_validate import ROOT
+    notebook = ROOT / "notebooks" / "pipeline_lab" / EXERCISES["q16"].notebook
+    nb = json.loads(notebook.read_text())
+    for cell in nb["cells"]:
+        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if grade_id == "q16_answer":
+            cell["source"] = "%%answer q16\n" + open(reference["q16"]).read()
+        if grade_id == "q16_why":
+            cell["source"] = "The last stage starts the chain of I's that everybody upstream waits for."
+    (tmp_path / notebook.name).write_text(json.dumps(nb, indent=1))
+    (tmp_path / "answers").mkdir()
+    for qid in EXERCISES["q16"].needs:
+        shutil.copyfile(reference[qid], tmp_path / "answers" / EXERCISES[qid].answer_file)
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()\nc.Execute.timeout = 60\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("NBGRADER_EXECUTION", "LAB_ANSWERS", "LAB_ANSWERS_DIR")}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "validate", notebook.name], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    print(f"nbgrader validate q16: {time.monotonic() - started:.1f} s\n{out}")
+    assert "Success! Your notebook passes all the tests." in out
+    assert not list((tmp_path / "runs").glob("q16-study-*")), "the study launched under Validate"
