@@ -29,13 +29,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lab_src.grading import GRADER_TIMELINES
-from lab_src.registry import ASSIGNMENT
 
 from . import verdicts
 from .course import COURSE_ID, Course, tool_env
 from .execute import RETRY_MARK
 from .kernel_sandbox import UNSAFE
-from .staging import STAGED, stage_submission
+from .staging import stage_submission
 
 # Students graded at once by default (`grader autograde --jobs`): one per core, at most 4. Measured on 2
 # cores (benchmarks/kernel_start.py, README "Kernel start under load"): no kernel start failed at 2 or 4.
@@ -46,7 +45,7 @@ VERDICTS_LIMIT_BYTES = 8 << 20
 
 
 def status_path(course: Course, student: str) -> Path:
-    return course.root / "grader" / student / "status.json"
+    return course.grading_dir(student) / "status.json"
 
 
 def write_status(course: Course, student: str, **fields) -> None:
@@ -60,13 +59,13 @@ def write_status(course: Course, student: str, **fields) -> None:
 def run_trusted(course: Course, student: str, unsafe_no_sandbox: bool = False) -> dict:
     """The hidden tests of one submission, in a fresh `python -P` process run outside the submission.
     Its verdicts come back through a pipe only it holds (never parsed out of anybody's output)."""
-    work = course.root / "grader" / student / "work"
+    work = course.grading_dir(student) / "work"
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
     read_end, write_end = os.pipe()
     cmd = [sys.executable, "-P", "-m", "grader.trusted", str(course.submitted(student)), "--work", str(work),
-           "--verdicts-fd", str(write_end)] + (["--unsafe-no-sandbox"] if unsafe_no_sandbox else [])
+           "--verdicts-fd", str(write_end), "--only", *[e.id for e in course.exercises]] + (["--unsafe-no-sandbox"] if unsafe_no_sandbox else [])
     with tempfile.TemporaryDirectory(prefix="pp-lab-grade-") as cwd, open(work.parent / "trusted.log", "wb") as log:
         try:
             proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **tool_env(), "PYTHONSAFEPATH": "1"},
@@ -107,7 +106,7 @@ def nbgrader_failure(course: Course, student: str, proc: subprocess.CompletedPro
         return "nbgrader autograde wrote no autograded folder"
     with Gradebook(f"sqlite:///{course.db_path}", COURSE_ID) as gb:
         try:
-            gb.find_submission(ASSIGNMENT, student)
+            gb.find_submission(course.assignment, student)
         except MissingEntry:
             return "nbgrader autograde recorded no submission in the gradebook"
     return None
@@ -123,12 +122,12 @@ def grade_student(course: Course, student: str, unsafe_no_sandbox: bool = False)
         result = run_trusted(course, student, unsafe_no_sandbox)
         t_hidden = time.monotonic()
         unreadable = stage_submission(course, student)
-        timelines = course.root / "grader" / student / "work" / "timeline"
-        nb = course.nbgrader("autograde", ASSIGNMENT, "--student", student, "--force",
-                             f"--CourseDirectory.submitted_directory={STAGED}", check=False,
+        timelines = course.grading_dir(student) / "work" / "timeline"
+        nb = course.nbgrader("autograde", course.assignment, "--student", student, "--force",
+                             f"--CourseDirectory.submitted_directory={course.grading_root.name}", check=False,
                              timeout=NBGRADER_TIMEOUT_S,
                              env={GRADER_TIMELINES: str(timelines), **({UNSAFE: "1"} if unsafe_no_sandbox else {})})
-        log = course.root / "grader" / student / "nbgrader.log"
+        log = course.grading_dir(student) / "nbgrader.log"
         log.write_text(nb.stdout[-50000:] + "\n" + nb.stderr[-50000:])
         t_nbgrader = time.monotonic()
         failure = nbgrader_failure(course, student, nb)
@@ -167,3 +166,22 @@ def grade_all(course: Course, students: list[str], jobs: int = 1, on_done=None,
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return dict(pool.map(one, students))
+
+
+def grade_course(course: Course, students: list[str] | None = None, jobs: int = 1, on_done=None,
+                 unsafe_no_sandbox: bool = False, assignment: str | None = None) -> dict[str, dict]:
+    """Grade every assignment of the course (or `assignment`) that `students` (default: each one who
+    returned it) returned. Returns {student: the core assignment's summary, or the first graded one's, with
+    "state" the worst of all and "assignments": {assignment: its summary}}."""
+    merged: dict[str, dict] = {}
+    for one in course.each(assignment):
+        chosen = [s for s in (students or one.students()) if one.submitted(s).is_dir()]
+        if not chosen:
+            continue
+        done = (lambda s, out, a=one.assignment: on_done(s, {**out, "assignment": a})) if on_done else None
+        for student, out in grade_all(one, chosen, jobs, done, unsafe_no_sandbox).items():
+            row = merged.setdefault(student, {**out, "assignments": {}})
+            row["assignments"][one.assignment] = out
+            if out["state"] != "graded" and row["state"] == "graded":
+                row.update(state=out["state"], error=f"{one.assignment}: {out.get('error', '')}")
+    return merged

@@ -106,7 +106,6 @@ def grade_submission(submission: Path, work: Path, only: list[str] | None = None
     student = write_answer_files(submission, work / "answers")
     reasons = dict(write_answer_files.reasons)
     ctx = Context(student=student, reference=reference_sources(), folder=work / "baselines")
-    ctx.baselines.add(CONFIGS.values())
 
     verdicts, cases_of, all_cases = {}, {}, []
     for ex in CODED:
@@ -117,6 +116,8 @@ def grade_submission(submission: Path, work: Path, only: list[str] | None = None
             continue
         cases_of[ex.id] = hidden_tests(ex.id).cases(ctx)
         all_cases += cases_of[ex.id]
+    if all_cases:   # an assignment with no answer to grade (returned untouched) needs no baseline
+        ctx.baselines.add(CONFIGS.values())
     run = run_cases(all_cases, work / "run", case_deadline_s=DEADLINE_S, timeout_s=TIMEOUT_S,
                     sandboxed=sandboxed) if all_cases else None
     for qid, cases in cases_of.items():
