@@ -104,27 +104,34 @@ def returned(course: Course, args) -> list[str]:
 
 
 def cmd_autograde(course: Course, args) -> int:
-    from .autograde import grade_all
+    """Every assignment of the course (or --assignment), each student's returned assignments graded
+    together (grader/autograde.py grade_course), then a table per assignment."""
+    from .autograde import grade_course
     from .report import format_table, grade_rows
-    students = returned(course, args)
+    parts = course.each(args.assignment)
+    students = sorted({s for p in parts for s in returned(p, args)})
     if not students:
-        print(f"{course.assignment}: no submissions in {course.submitted()} (run `python -m grader collect` first)")
+        for p in parts:
+            print(f"{p.assignment}: no submissions in {p.submitted()} (run `python -m grader collect` first)")
         return 1 if args.assignment else 0      # a later assignment nobody returned yet is no error
 
     def done(student, out):
         if out["state"] == "graded":
-            print(f"  {student:<12} graded in {out['wall_s']:.0f} s ({out['cases']} cases, "
+            print(f"  {student:<12} {out['assignment']}: graded in {out['wall_s']:.0f} s ({out['cases']} cases, "
                   f"{out['launches']} torchrun launch{'es' if out['launches'] != 1 else ''})", flush=True)
         else:
-            print(f"  {student:<12} FAILED: {out['error'][:300]}", flush=True)
+            print(f"  {student:<12} {out['assignment']}: FAILED: {out['error'][:300]}", flush=True)
 
-    print(f"{course.assignment}: autograding {len(students)} submission(s), {args.jobs} at a time ...", flush=True)
+    print(f"{', '.join(p.assignment for p in parts)}: autograding {len(students)} student(s), {args.jobs} at a "
+          f"time ...", flush=True)
     if args.unsafe_no_sandbox:
         print("WARNING: grading without a sandbox: students' code runs as you, beside the reference answers; "
               "every report will say so.", flush=True)
-    results = grade_all(course, students, jobs=args.jobs, on_done=done, unsafe_no_sandbox=args.unsafe_no_sandbox)
-    print()
-    print(format_table(grade_rows(course), [e.id for e in course.exercises if e.function]))
+    results = grade_course(course, students, jobs=args.jobs, on_done=done, unsafe_no_sandbox=args.unsafe_no_sandbox,
+                           assignment=args.assignment)
+    for p in parts:
+        print(f"\n{p.assignment}:")
+        print(format_table(grade_rows(p), [e.id for e in p.exercises if e.function]))
     return 1 if any(r["state"] != "graded" for r in results.values()) else 0
 
 
@@ -256,7 +263,7 @@ def main(argv=None) -> int:
 
 
 # the commands run once per assignment (the others act on the whole course at once)
-PER_ASSIGNMENT = {"release", "collect", "autograde", "feedback", "status"}
+PER_ASSIGNMENT = {"release", "collect", "feedback", "status"}   # autograde: all at once, grade_course
 
 
 if __name__ == "__main__":

@@ -33,10 +33,10 @@ def note_cell(problem: str) -> dict:
                       f"(open it in a text editor, or restore it from a checkpoint) and submit again."}
 
 
-def stage_submission(course: Course, student: str) -> dict[str, str]:
-    """Copy the submission for nbgrader, replacing each unreadable notebook of the assignment.
-    Returns {notebook file name: what is wrong with it} for the replaced ones."""
-    src, dest = course.submitted(student), staged(course, student)
+def stage_submission(course: Course, student: str, dest: Path | None = None) -> dict[str, str]:
+    """Copy the submission for nbgrader (to `dest`, default staged()), replacing each unreadable notebook
+    of the assignment. Returns {notebook file name: what is wrong with it} for the replaced ones."""
+    src, dest = course.submitted(student), dest or staged(course, student)
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(src, dest, symlinks=True)

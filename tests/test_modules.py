@@ -8,7 +8,7 @@ import pytest
 from grader import plan
 from lab_src import answers
 from lab_src.checks.common import sources
-from lab_src.registry import EXERCISES, MODULES
+from lab_src.registry import EXERCISES, MODULES, module_of
 
 
 @pytest.fixture
@@ -68,3 +68,38 @@ def test_a_core_only_course_grades_the_core_out_of_its_total(tmp_path):
         assert rows[s.name]["autograded_max"] == sum(points[q] for q in core)
     assert sorted(p.name for p in course.autograded("ada").glob("*.ipynb")) == \
         sorted(EXERCISES[q].notebook for q in MODULES["pipeline_lab"])
+
+
+@pytest.mark.slow
+def test_a_two_module_course_grades_each_assignment_and_a_student_who_returned_only_the_second(tmp_path):
+    """pipeline_lab and pipeline_schedules: wren returns both (graded together: one run of the hidden tests,
+    one nbgrader autograde), ada only the second; each assignment has its own gradebook entries and points."""
+    from grader.autograde import grade_course
+    from grader.cli import collect_folder
+    from grader.cohort import BY_NAME, build_cohort
+    from grader.course import Course
+    from grader.report import course_rows, grade_rows
+    two = ["pipeline_lab", "pipeline_schedules"]
+    plan.write(tmp_path / "course", two)
+    build_cohort(tmp_path / "submissions", [BY_NAME["wren"], BY_NAME["ada"]])
+    for q in MODULES["pipeline_lab"]:
+        (tmp_path / "submissions" / "ada" / EXERCISES[q].notebook).unlink()
+    course = Course(tmp_path / "course")
+    for one in course.each():
+        collect_folder(one, tmp_path / "submissions")
+    assert course.for_assignment("pipeline_lab").students() == ["wren"]
+    results = grade_course(course, jobs=2)
+    assert {s: {a: o["state"] for a, o in r["assignments"].items()} for s, r in results.items()} == \
+        {"wren": {a: "graded" for a in two}, "ada": {"pipeline_schedules": "graded"}}
+    assert results["wren"]["assignments"]["pipeline_schedules"]["graded_with"] == two
+    points = course.hidden_points()
+    rows = {r["student"]: r for r in course_rows(course)}
+    for name, modules in (("wren", two), ("ada", ["pipeline_schedules"])):
+        want = BY_NAME[name].expected_points(points)
+        graded = [q for m in modules for q in MODULES[m] if EXERCISES[q].function]
+        assert {q: rows[name][q] for q in graded} == {q: want[q] for q in graded}, name
+        assert not any(q in rows[name] for q in EXERCISES if module_of(q) not in modules)
+    schedules = course.for_assignment("pipeline_schedules")
+    assert sorted(r["student"] for r in grade_rows(schedules)) == ["ada", "wren"]
+    assert sorted(p.name for p in schedules.autograded("wren").glob("*.ipynb")) == \
+        sorted(EXERCISES[q].notebook for q in MODULES["pipeline_schedules"])
