@@ -14,7 +14,9 @@ the gradebook last, after nbgrader has written its own scores. A status file per
 (course/grader/<student>/status.json) says whether grading is running, done or failed; a student is
 graded only when both halves succeeded (the hidden tests, and nbgrader's autograde as nbgrader's own
 formgrader sees it); `grader status` counts them. Grading several students at once is safe: each has its own
-work folder, torchrun picks free ports, and gradebook writes take a lock.
+work folder, torchrun picks free ports, and gradebook writes take a lock. A course of several assignments
+grades each student's returned assignments together (grade_course, grade_student_course): steps 1 and 2
+once over all of them, step 3 per assignment, so that modules cost no more than one assignment did.
 """
 from __future__ import annotations
 
