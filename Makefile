@@ -1,5 +1,6 @@
 # The two commands of README.md:
-#   make demo   set up .venv, then the reference pipeline on 4 CPU processes, the release, the sample cohort graded
+#   make demo   set up .venv, then the reference pipeline on 4 CPU processes, the release, 6 sample students graded
+#               (make demo COHORT=all: the whole sample cohort)
 #   make test   set up .venv and the system packages the end-to-end tests need, then the whole test suite
 #   make train  (not graded) the digits trained for longer in a 4-stage pipeline and in one process:
 #               a progress bar, out/train/curves.png and out/train/metrics.json
@@ -10,7 +11,7 @@ setup:
 	@scripts/setup.sh
 
 demo: setup
-	.venv/bin/python -m grader.demo
+	.venv/bin/python -m grader.demo $(if $(COHORT),--cohort $(COHORT))
 
 test: setup
 	@scripts/system_deps.sh

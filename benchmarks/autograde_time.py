@@ -34,11 +34,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--student", default="ada")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--assignment", default="pipeline_lab", help="the assignment graded (a course module)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="pp-lab-bench-") as tmp:
         tmp = Path(tmp)
         build_cohort(tmp / "submissions", [BY_NAME[args.student]])
-        course = Course(tmp / "course")
+        course = Course(tmp / "course", assignment=args.assignment)
         collect_folder(course, tmp / "submissions")
         t = time.monotonic()
         course.ensure_assignment()
@@ -48,8 +49,8 @@ def main() -> int:
         phases = {mode: {"hidden_tests": [], "nbgrader": [], "wall": []} for mode, _, _ in modes}
         for i in range(args.repeat):
             for mode, unsafe, no_fork_server in modes:
-                for sub in ("autograded", "grader"):
-                    shutil.rmtree(course.root / sub, ignore_errors=True)
+                for sub in (course.root / "autograded", course.grading_root):
+                    shutil.rmtree(sub, ignore_errors=True)
                 os.environ[NO_ZYGOTE] = no_fork_server
                 out = grade_student(course, args.student, unsafe_no_sandbox=unsafe)
                 ph = out["phases_s"]

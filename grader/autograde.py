@@ -14,7 +14,9 @@ the gradebook last, after nbgrader has written its own scores. A status file per
 (course/grader/<student>/status.json) says whether grading is running, done or failed; a student is
 graded only when both halves succeeded (the hidden tests, and nbgrader's autograde as nbgrader's own
 formgrader sees it); `grader status` counts them. Grading several students at once is safe: each has its own
-work folder, torchrun picks free ports, and gradebook writes take a lock.
+work folder, torchrun picks free ports, and gradebook writes take a lock. A course of several assignments
+grades each student's returned assignments together (grade_course, grade_student_course): steps 1 and 2
+once over all of them, step 3 per assignment, so that modules cost no more than one assignment did.
 """
 from __future__ import annotations
 
@@ -29,13 +31,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lab_src.grading import GRADER_TIMELINES
-from lab_src.registry import ASSIGNMENT
+from lab_src.registry import MODULES
 
 from . import verdicts
 from .course import COURSE_ID, Course, tool_env
 from .execute import RETRY_MARK
 from .kernel_sandbox import UNSAFE
-from .staging import STAGED, stage_submission
+from .staging import stage_submission
 
 # Students graded at once by default (`grader autograde --jobs`): one per core, at most 4. Measured on 2
 # cores (benchmarks/kernel_start.py, README "Kernel start under load"): no kernel start failed at 2 or 4.
@@ -46,7 +48,7 @@ VERDICTS_LIMIT_BYTES = 8 << 20
 
 
 def status_path(course: Course, student: str) -> Path:
-    return course.root / "grader" / student / "status.json"
+    return course.grading_dir(student) / "status.json"
 
 
 def write_status(course: Course, student: str, **fields) -> None:
@@ -57,17 +59,22 @@ def write_status(course: Course, student: str, **fields) -> None:
     os.replace(tmp, path)
 
 
-def run_trusted(course: Course, student: str, unsafe_no_sandbox: bool = False) -> dict:
-    """The hidden tests of one submission, in a fresh `python -P` process run outside the submission.
+def run_trusted(course: Course, student: str, unsafe_no_sandbox: bool = False,
+                parts: list[Course] | None = None, folder: Path | None = None) -> dict:
+    """The hidden tests of one submission (or of one student's several assignments, `parts`, graded in
+    one launch with one set of baselines), in a fresh `python -P` process run outside the submission.
     Its verdicts come back through a pipe only it holds (never parsed out of anybody's output)."""
-    work = course.root / "grader" / student / "work"
+    parts = parts or [course]
+    folder = folder or course.grading_dir(student)
+    work = folder / "work"
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
     read_end, write_end = os.pipe()
-    cmd = [sys.executable, "-P", "-m", "grader.trusted", str(course.submitted(student)), "--work", str(work),
-           "--verdicts-fd", str(write_end)] + (["--unsafe-no-sandbox"] if unsafe_no_sandbox else [])
-    with tempfile.TemporaryDirectory(prefix="pp-lab-grade-") as cwd, open(work.parent / "trusted.log", "wb") as log:
+    cmd = [sys.executable, "-P", "-m", "grader.trusted", *[str(p.submitted(student)) for p in parts],
+           "--work", str(work), "--verdicts-fd", str(write_end),
+           "--only", *[e.id for p in parts for e in p.exercises]] + (["--unsafe-no-sandbox"] if unsafe_no_sandbox else [])
+    with tempfile.TemporaryDirectory(prefix="pp-lab-grade-") as cwd, open(folder / "trusted.log", "wb") as log:
         try:
             proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **tool_env(), "PYTHONSAFEPATH": "1"},
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -82,10 +89,10 @@ def run_trusted(course: Course, student: str, unsafe_no_sandbox: bool = False) -
             proc.kill()
             code = proc.wait()
     if code != 0 or not text:
-        tail = (work.parent / "trusted.log").read_text(errors="replace")[-3000:]
+        tail = (folder / "trusted.log").read_text(errors="replace")[-3000:]
         raise RuntimeError(f"the hidden tests of {student} did not run (exit {code}):\n{tail}")
     result = json.loads(text)
-    (work.parent / "verdicts.json").write_text(json.dumps(result, indent=1))
+    (folder / "verdicts.json").write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -107,7 +114,7 @@ def nbgrader_failure(course: Course, student: str, proc: subprocess.CompletedPro
         return "nbgrader autograde wrote no autograded folder"
     with Gradebook(f"sqlite:///{course.db_path}", COURSE_ID) as gb:
         try:
-            gb.find_submission(ASSIGNMENT, student)
+            gb.find_submission(course.assignment, student)
         except MissingEntry:
             return "nbgrader autograde recorded no submission in the gradebook"
     return None
@@ -123,12 +130,12 @@ def grade_student(course: Course, student: str, unsafe_no_sandbox: bool = False)
         result = run_trusted(course, student, unsafe_no_sandbox)
         t_hidden = time.monotonic()
         unreadable = stage_submission(course, student)
-        timelines = course.root / "grader" / student / "work" / "timeline"
-        nb = course.nbgrader("autograde", ASSIGNMENT, "--student", student, "--force",
-                             f"--CourseDirectory.submitted_directory={STAGED}", check=False,
+        timelines = course.grading_dir(student) / "work" / "timeline"
+        nb = course.nbgrader("autograde", course.assignment, "--student", student, "--force",
+                             f"--CourseDirectory.submitted_directory={course.grading_root.name}", check=False,
                              timeout=NBGRADER_TIMEOUT_S,
                              env={GRADER_TIMELINES: str(timelines), **({UNSAFE: "1"} if unsafe_no_sandbox else {})})
-        log = course.root / "grader" / student / "nbgrader.log"
+        log = course.grading_dir(student) / "nbgrader.log"
         log.write_text(nb.stdout[-50000:] + "\n" + nb.stderr[-50000:])
         t_nbgrader = time.monotonic()
         failure = nbgrader_failure(course, student, nb)
@@ -167,3 +174,99 @@ def grade_all(course: Course, students: list[str], jobs: int = 1, on_done=None,
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return dict(pool.map(one, students))
+
+
+def grade_student_course(course: Course, student: str, parts: list[Course],
+                         unsafe_no_sandbox: bool = False) -> dict[str, dict]:
+    """Every assignment of `parts` that `student` returned, graded as one: one run of the hidden tests over
+    all of them (one sandbox, one set of baselines, as when the lab was one assignment), one `nbgrader
+    autograde` over their copies staged side by side in <course>/grader/<student>/<assignment>/, then each
+    assignment's verdicts and status. Returns {assignment: its summary, as grade_student's}."""
+    if len(parts) == 1:
+        return {parts[0].assignment: grade_student(parts[0], student, unsafe_no_sandbox)}
+    started = time.monotonic()
+    home = course.root / "grader" / student        # the core assignment's grading folder (Course.grading_root)
+    home.mkdir(parents=True, exist_ok=True)
+    for part in parts:
+        write_status(part, student, state="running", host=os.uname().nodename)
+    try:
+        result = run_trusted(course, student, unsafe_no_sandbox, parts=parts, folder=home)
+        t_hidden = time.monotonic()
+        for stale in home.iterdir():    # an assignment staged earlier and not returned now is not regraded
+            if stale.name in MODULES and stale.name not in {p.assignment for p in parts}:
+                shutil.rmtree(stale)
+        unreadable = {p.assignment: stage_submission(p, student, home / p.assignment) for p in parts}
+        # nbgrader takes the assignment as a glob: "*" autogrades every one staged in grader/<student>/
+        nb = course.nbgrader("autograde", "*", "--student", student, "--force",
+                             "--CourseDirectory.submitted_directory=grader", check=False, timeout=NBGRADER_TIMEOUT_S,
+                             env={GRADER_TIMELINES: str(home / "work" / "timeline"),
+                                  **({UNSAFE: "1"} if unsafe_no_sandbox else {})})
+        (home / "nbgrader.log").write_text(nb.stdout[-50000:] + "\n" + nb.stderr[-50000:])
+        t_nbgrader = time.monotonic()
+    except Exception as e:  # noqa: BLE001 - one student's failure is recorded, the others go on
+        for part in parts:
+            write_status(part, student, state="failed", error=f"{type(e).__name__}: {e}"[:4000],
+                         wall_s=round(time.monotonic() - started, 1))
+        raise
+    summaries = {}
+    for part in parts:
+        mine = {q: v for q, v in result["exercises"].items() if q in {e.id for e in part.exercises}}
+        t0 = time.monotonic()
+        try:
+            failure = nbgrader_failure(part, student, nb)
+            given = verdicts.apply(part, student, {**result, "exercises": mine})
+            if part.grading_dir(student) != home:
+                (part.grading_dir(student) / "verdicts.json").write_text(json.dumps({**result, "exercises": mine}, indent=1))
+        except Exception as e:  # noqa: BLE001
+            write_status(part, student, state="failed", error=f"{type(e).__name__}: {e}"[:4000],
+                         wall_s=round(time.monotonic() - started, 1))
+            summaries[part.assignment] = {"state": "failed", "error": f"{type(e).__name__}: {e}"[:2000]}
+            continue
+        summary = {"state": "failed" if failure else "graded", "scores": given, "nbgrader_exit": nb.returncode,
+                   "unreadable": unreadable[part.assignment], "cases": result["cases"],
+                   "launches": result["launches"], "wall_s": round(time.monotonic() - started, 1),
+                   "kernel_start_retries": nb.stdout.count(RETRY_MARK) + nb.stderr.count(RETRY_MARK),
+                   "phases_s": {"hidden_tests": round(t_hidden - started, 1), "nbgrader": round(t_nbgrader - t_hidden, 1),
+                                "gradebook": round(time.monotonic() - t0, 1)},
+                   "graded_with": [p.assignment for p in parts]}
+        if failure:
+            summary["error"] = failure
+        write_status(part, student, **summary)
+        summaries[part.assignment] = summary
+    return summaries
+
+
+def grade_course(course: Course, students: list[str] | None = None, jobs: int = 1, on_done=None,
+                 unsafe_no_sandbox: bool = False, assignment: str | None = None) -> dict[str, dict]:
+    """Grade every assignment of the course (or `assignment`) that `students` (default: each one who
+    returned one) returned, each student's assignments together (grade_student_course), `jobs` students at
+    a time. Returns {student: the core assignment's summary, or the first graded one's, with "state" the
+    worst of all and "assignments": {assignment: its summary}}."""
+    parts = course.each(assignment)
+    for part in parts:
+        part.ensure_assignment()
+    students = students or sorted({s for p in parts for s in p.students()})
+    course.add_students(students)
+
+    def one(student):
+        mine = [p for p in parts if p.submitted(student).is_dir()]
+        if not mine:
+            return student, {}
+        try:
+            outs = grade_student_course(course, student, mine, unsafe_no_sandbox)
+        except Exception as e:  # noqa: BLE001
+            outs = {p.assignment: {"state": "failed", "error": f"{type(e).__name__}: {e}"[:2000]} for p in mine}
+        if on_done:
+            for a, out in outs.items():
+                on_done(student, {**out, "assignment": a})
+        return student, outs
+
+    merged: dict[str, dict] = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for student, outs in pool.map(one, students):
+            for a, out in outs.items():
+                row = merged.setdefault(student, {**out, "assignments": {}})
+                row["assignments"][a] = out
+                if out["state"] != "graded" and row["state"] == "graded":
+                    row.update(state=out["state"], error=f"{a}: {out.get('error', '')}")
+    return merged

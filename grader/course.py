@@ -1,21 +1,25 @@
 """An nbgrader course folder for this lab, and running nbgrader in it.
 
 The course folder (default: ./course, or --course DIR) holds what nbgrader accumulates: submitted/,
-autograded/, feedback/, gradebook.db, and the nbgrader_config.py written here. The source notebooks
+autograded/, feedback/, gradebook.db, and the nbgrader_config.py written here; its course.toml (grader/plan.py)
+says which modules the course hands out, each one nbgrader assignment. A `Course` acts on one assignment
+at a time (`course.assignment`; `course.for_assignment(name)` for another). The source notebooks
 stay in the repository's solutions/ and the release in notebooks/; the config points nbgrader at them
 with absolute paths, so one checkout can serve several course folders (one per Slurm task, say).
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-from lab_src.registry import ASSIGNMENT, EXERCISES, notebook_pattern
+from lab_src.registry import ASSIGNMENT, EXERCISES
 
-from . import RELEASE, ROOT, SOURCE
+from . import RELEASE, ROOT, SOURCE, plan as course_plan
 
 COURSE_ID = "pipeline-lab"
 # nbgrader's kernel must answer within this (nbgrader's own default: 60 s), else one fresh start
@@ -90,8 +94,10 @@ c.Exchange.root = {exchange!r}
 class Course:
     def __init__(self, root: Path | str = "course", cell_timeout: int = 120, release: Path = RELEASE,
                  source: Path = SOURCE, startup_timeout: int = STARTUP_TIMEOUT_S, startup_retries: int = 1,
-                 exchange: Path | str | None = None):
+                 exchange: Path | str | None = None, assignment: str | None = None):
         self.root = Path(root).resolve()
+        self.plan = course_plan.load(self.root)
+        self.assignment = self.plan.choose(assignment)[0]
         if exchange is None and (self.root / "exchange").is_dir():
             exchange = self.root / "exchange"   # a course folder with an exchange/ of its own keeps using it
         self.exchange = Path(exchange).resolve() if exchange else None
@@ -101,37 +107,100 @@ class Course:
         self.release = Path(release).resolve()
         self.source = Path(source).resolve()
 
+    def for_assignment(self, assignment: str) -> "Course":
+        """This course, acting on `assignment` (one of its plan's)."""
+        other = copy.copy(self)
+        other.assignment = self.plan.choose(assignment)[0]
+        return other
+
+    def of(self, qid: str) -> "Course":
+        """This course, acting on the assignment that holds exercise `qid`."""
+        return self.for_assignment(EXERCISES[qid].assignment)
+
+    def each(self, assignment: str | None = None) -> list["Course"]:
+        """This course once per assignment it acts on: `assignment`, or every one of the plan."""
+        return [self.for_assignment(a) for a in self.plan.choose(assignment)]
+
+    @property
+    def exercises(self) -> list:
+        return self.plan.exercises(self.assignment)
+
     # ---- layout --------------------------------------------------------------------------
     @property
     def db_path(self) -> Path:
         return self.root / "gradebook.db"
 
     def submitted(self, student: str = "") -> Path:
-        return self.root / "submitted" / student / ASSIGNMENT if student else self.root / "submitted"
+        return self.root / "submitted" / student / self.assignment if student else self.root / "submitted"
 
     def autograded(self, student: str) -> Path:
-        return self.root / "autograded" / student / ASSIGNMENT
+        return self.root / "autograded" / student / self.assignment
 
     def feedback(self, student: str) -> Path:
-        return self.root / "feedback" / student / ASSIGNMENT
+        return self.root / "feedback" / student / self.assignment
+
+    @property
+    def grading_root(self) -> Path:
+        """course/grader/ for the core assignment (as when it was the only one), course/grader.<assignment>/
+        for another: each assignment's grading kept apart, so that grading one never touches another's."""
+        return self.root / ("grader" if self.assignment == ASSIGNMENT else f"grader.{self.assignment}")
+
+    def grading_dir(self, student: str) -> Path:
+        """Where grading `student`'s submission keeps its status, logs and verdicts (and, in <assignment>/,
+        the copy nbgrader autogrades: staging.py)."""
+        return self.grading_root / student
 
     def students(self) -> list[str]:
         base = self.root / "submitted"
-        return sorted(p.name for p in base.iterdir() if (p / ASSIGNMENT).is_dir()) if base.exists() else []
+        return sorted(p.name for p in base.iterdir() if (p / self.assignment).is_dir()) if base.exists() else []
 
     # ---- nbgrader ------------------------------------------------------------------------
     def write_config(self) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / "nbgrader_config.py"
-        path.write_text(CONFIG.format(course_id=COURSE_ID, root=str(self.root), source=str(self.source),
+        source = self._patched_source() if self.plan.points else self.source
+        path.write_text(CONFIG.format(course_id=COURSE_ID, root=str(self.root), source=str(source),
                                       release=str(self.release), db_url=f"sqlite:///{self.db_path}",
-                                      ignore=IGNORE, cell_timeout=self.cell_timeout, notebooks=notebook_pattern(),
+                                      ignore=IGNORE, cell_timeout=self.cell_timeout, notebooks=self.notebook_pattern(),
                                       startup_timeout=self.startup_timeout, startup_retries=self.startup_retries)
                         + (EXCHANGE.format(exchange=str(self.exchange)) if self.exchange else ""))
         if self.exchange and not self.exchange.is_dir():
             self.exchange.mkdir(parents=True)
             self.exchange.chmod(0o777)   # what nbgrader asks of an exchange: every user writes there
         return path
+
+    def notebook_pattern(self) -> str:
+        """A regular expression matching exactly this assignment's notebook names (for nbgrader zip_collect)."""
+        return "(?:" + "|".join(re.escape(e.notebook) for e in self.exercises) + ")"
+
+    def _patched_source(self) -> Path:
+        """course.toml gives other points: the source notebooks with those points, in the course folder
+        (each file written only when it changes: several gradings at once call nbgrader here)."""
+        out = self.root / "source"
+        for a in self.plan.modules:
+            (out / a).mkdir(parents=True, exist_ok=True)
+            points = {ex.hidden_cell: self.plan.points[ex.id] for ex in self.plan.exercises(a) if ex.id in self.plan.points}
+            for src in (self.source / a).iterdir():
+                if not src.is_file():
+                    continue
+                text = src.read_text()
+                if src.suffix == ".ipynb" and points:
+                    nb = json.loads(text)
+                    for cell in nb["cells"]:
+                        meta = cell.get("metadata", {}).get("nbgrader", {})
+                        if meta.get("grade_id") in points:
+                            meta["points"] = points[meta["grade_id"]]
+                    text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+                dest = out / a / src.name
+                if not dest.exists() or dest.read_text() != text:
+                    tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
+                    tmp.write_text(text)
+                    os.replace(tmp, dest)
+        return out
+
+    def hidden_points(self) -> dict[str, float]:
+        """{qid: autograded points} of this course: its course.toml's, else the source notebooks'."""
+        return {**hidden_points(), **self.plan.points}
 
     def nbgrader(self, *args: str, timeout: float | None = None, check: bool = True,
                  env: dict | None = None) -> subprocess.CompletedProcess:
@@ -150,23 +219,31 @@ class Course:
         from nbgrader.api import Gradebook
         with Gradebook(f"sqlite:///{self.db_path}", COURSE_ID) as gb:
             known = {a.name for a in gb.assignments}
-        if ASSIGNMENT not in known or not self._release_matches_db():
+        if self.assignment not in known or not self._release_matches_db():
             # generate_assignment records the notebooks and grade cells; its release goes into the course
             # folder, so that grading never rewrites the repository's notebooks/
             Course(self.root, self.cell_timeout, release=self.root / "release", source=self.source,
                    startup_timeout=self.startup_timeout, startup_retries=self.startup_retries,
-                   exchange=self.exchange).generate_release()
+                   exchange=self.exchange, assignment=self.assignment).generate_release()
+        due = self.plan.due.get(self.assignment)
+        if due:   # course.toml's due date: nbgrader marks later submissions late
+            from nbgrader.utils import parse_utc
+            with Gradebook(f"sqlite:///{self.db_path}", COURSE_ID) as gb:
+                gb.update_or_create_assignment(self.assignment, duedate=parse_utc(due))
 
     def _release_matches_db(self) -> bool:
         from nbgrader.api import Gradebook
         with Gradebook(f"sqlite:///{self.db_path}", COURSE_ID) as gb:
-            names = {nb.name for nb in gb.find_assignment(ASSIGNMENT).notebooks}
-        return names == {Path(e.notebook).stem for e in EXERCISES.values()}
+            names = {nb.name for nb in gb.find_assignment(self.assignment).notebooks}
+        return names == {Path(e.notebook).stem for e in self.exercises}
 
     def generate_release(self) -> Path:
-        """nbgrader generate_assignment: solutions/ -> notebooks/ (and the gradebook's record of it)."""
-        self.nbgrader("generate_assignment", ASSIGNMENT, "--force")
-        return self.release / ASSIGNMENT
+        """nbgrader generate_assignment: solutions/<assignment>/ -> notebooks/<assignment>/ (and the gradebook's
+        record of it), opened by the assignment's index (grader/index.py)."""
+        from .index import write_index
+        self.nbgrader("generate_assignment", self.assignment, "--force")
+        write_index(self)
+        return self.release / self.assignment
 
     def import_roster(self, path: Path) -> int:
         """Names and emails from a CSV (columns id, first_name, last_name, email) into the gradebook, with
@@ -187,7 +264,7 @@ def hidden_points() -> dict[str, float]:
     """{qid: points of its hidden-test cell}, read from the source notebooks (their nbgrader metadata)."""
     points = {}
     for ex in EXERCISES.values():
-        nb = json.loads((SOURCE / ASSIGNMENT / ex.notebook).read_text())
+        nb = json.loads((SOURCE / ex.assignment / ex.notebook).read_text())
         for cell in nb["cells"]:
             meta = cell.get("metadata", {}).get("nbgrader", {})
             if meta.get("grade_id") == ex.hidden_cell:

@@ -3,11 +3,14 @@
 1. The reference All-Forward-All-Backward step on 4 torchrun processes (gloo), compared rank by rank
    with the unsharded baseline; the measured schedule, the bubble beside (p-1)/(m+p-1), and a
    Chrome-trace JSON to open in Perfetto.
-2. The student release regenerated from solutions/ with nbgrader (and compared with notebooks/).
-3. The sample cohort autograded (nbgrader + the out-of-process hidden tests), the grade table, the
-   feedback, and what nbgrader's own formgrader shows for every student.
+2. The student release regenerated from solutions/ with nbgrader, one assignment per course module
+   (and compared with notebooks/).
+3. A handful of sample students autograded in every assignment (nbgrader + the out-of-process hidden
+   tests): a complete one, an untouched one, mistakes of different kinds, a cheat; the grade table, the
+   feedback, what nbgrader's own formgrader shows, and where to open it. `--cohort all` (`make demo
+   COHORT=all`): the whole sample cohort, as `make test` grades it.
 
-    python -m grader.demo [--out out/demo] [--students ada ivo ...] [--jobs N] [--skip-cohort]
+    python -m grader.demo [--out out/demo] [--cohort all | --cohort ada,ivo,...] [--jobs N] [--skip-cohort]
 """
 from __future__ import annotations
 
@@ -23,13 +26,19 @@ from lab_src.harness.case import Case
 from lab_src.harness.runner import run_cases
 from lab_src.judge.compare import close
 from lab_src.pipeline.config import DEMO
-from lab_src.registry import ASSIGNMENT
 from lab_src.views import bubble, text_grid
+from lab_src.registry import EXERCISES
 from lab_src.views.chrome_trace import write_chrome_trace
 
 from . import RELEASE
 from .autograde import DEFAULT_JOBS
 from .reference import reference_sources
+
+# the demo's students: a complete one, an untouched one, a numbers mistake (q08's loss not divided), a deadlock
+# (q07), a mistake in a later assignment (wren: q11 and q12 of pipeline_schedules), and a cheat (pia); and the
+# assignments each returned (None: every one of the course), as in the course's second week
+DEMO_STUDENTS = {"ada": None, "untouched": ["pipeline_lab"], "ivo": ["pipeline_lab"], "hana": ["pipeline_lab"],
+                 "wren": ["pipeline_lab", "pipeline_schedules"], "pia": ["pipeline_lab"]}
 
 
 def banner(text: str) -> None:
@@ -85,64 +94,75 @@ def pipeline_demo(out: Path) -> bool:
     return ok
 
 
-def release_demo(out: Path) -> bool:
-    from .course import Course
-    banner("2. The student release: nbgrader generate_assignment, solutions/ -> notebooks/")
-    fresh = out / "release"
-    if fresh.exists():
-        shutil.rmtree(fresh)
-    Course(out / "release-course", release=fresh).generate_release()
-    committed = RELEASE / ASSIGNMENT
-    names = sorted(p.name for p in (fresh / ASSIGNMENT).glob("*.ipynb"))
-    same = names == sorted(p.name for p in committed.glob("*.ipynb")) and \
-        all(filecmp.cmp(fresh / ASSIGNMENT / n, committed / n, shallow=False) for n in names)
-    print(f"{len(names)} notebooks generated: " + ("identical to the committed release in notebooks/" if same
-          else "DIFFERENT from notebooks/: run `python -m grader release` and commit"))
+def release_demo(course) -> bool:
+    banner("2. The student release: nbgrader generate_assignment, solutions/<assignment>/ -> notebooks/<assignment>/")
+    same = True
+    for one in course.each():
+        fresh = one.generate_release()
+        committed = RELEASE / one.assignment
+        names = sorted(p.name for p in fresh.iterdir())
+        ok = names == sorted(p.name for p in committed.iterdir()) and \
+            all(filecmp.cmp(fresh / n, committed / n, shallow=False) for n in names)
+        same &= ok
+        print(f"{one.assignment:<20} {len(one.exercises):>2} notebooks and README.md: " +
+              ("identical to the committed release in notebooks/" if ok
+               else "DIFFERENT from notebooks/: run `python -m grader release` and commit"))
+    print(f"(the course's assignments: {', '.join(course.plan.modules)}; course.toml chooses them)")
     return same
 
 
-def cohort_demo(out: Path, students: list[str] | None, jobs: int) -> bool:
-    from .autograde import grade_all
+def cohort_demo(course, students: dict[str, list[str] | None], jobs: int) -> bool:
+    from .autograde import grade_course
     from .cli import collect_folder
-    from .cohort import BY_NAME, COHORT, ROSTER, build_cohort
-    from .course import Course, hidden_points
+    from .cohort import BY_NAME, ROSTER, build_cohort
     from .feedback import generate_feedback
     from .formgrader_view import describe, problems
-    from .report import format_table, grade_rows
-    chosen = [BY_NAME[s] for s in students] if students else COHORT
-    banner(f"3. Autograding the sample cohort: {len(chosen)} students, {jobs} at a time")
+    from .report import course_rows, format_table
+    chosen = [BY_NAME[s] for s in students]
+    banner(f"3. Autograding {len(chosen)} sample students, each assignment, {jobs} students at a time")
+    returned = {s.name: [a for a in course.plan.modules if students[s.name] is None or a in students[s.name]]
+                for s in chosen}
     for s in chosen:
-        print(f"  {s.name:<10} {s.story}")
-    # a course without JupyterHub: its own exchange folder, so that the formgrader's Manage Assignments
-    # page works (release and collect through it) instead of warning that the exchange is missing
-    course = Course(out / "course", exchange=out / "course" / "exchange")
-    for sub in ("submitted", "autograded", "feedback", "grader"):
+        print(f"  {s.name:<10} {s.story}" + ("" if students[s.name] is None else
+                                            f" (returned {', '.join(returned[s.name])})"))
+    out = course.root.parent
+    for sub in ("submitted", "autograded", "feedback", "grader", *(f"grader.{a}" for a in course.plan.modules)):
         if (course.root / sub).exists():
             shutil.rmtree(course.root / sub)
     build_cohort(out / "cohort", chosen)
-    collect_folder(course, out / "cohort")
-    course.ensure_assignment()
+    for s in chosen:   # the notebooks of the assignments a student has not returned are not in their folder
+        for ex in EXERCISES.values():
+            if ex.assignment not in returned[s.name]:
+                (out / "cohort" / s.name / ex.notebook).unlink(missing_ok=True)
+    for one in course.each():
+        collect_folder(one, out / "cohort")
+        one.ensure_assignment()
     course.import_roster(out / "cohort" / ROSTER)
     started = time.monotonic()
     print(flush=True)
-    results = grade_all(course, [s.name for s in chosen], jobs=jobs,
-                        on_done=lambda s, r: print(f"  graded {s:<10} {r.get('wall_s', 0):5.0f} s  {r['state']}"
-                                                   + (f": {r['error'][:200]}" if r.get("error") else ""), flush=True))
-    print(f"\n{len(chosen)} submissions in {time.monotonic() - started:.0f} s\n")
-    rows = {r["student"]: r for r in grade_rows(course)}
+    results = grade_course(course, [s.name for s in chosen], jobs=jobs,
+                           on_done=lambda s, r: print(f"  graded {s:<10} {r['assignment']:<20} {r.get('wall_s', 0):5.0f} s  "
+                                                      f"{r['state']}" + (f": {r['error'][:200]}" if r.get("error") else ""),
+                                                      flush=True))
+    print(f"\n{len(chosen)} students, {len(course.plan.modules)} assignments, in {time.monotonic() - started:.0f} s\n")
+    rows = {r["student"]: r for r in course_rows(course)}
     print(format_table(list(rows.values())))
     started = time.monotonic()
-    no_feedback = generate_feedback(course)
-    print(f"\nfeedback (nbgrader generate_feedback) in {time.monotonic() - started:.0f} s, "
-          f"under {course.root / 'feedback'}")
-    # what nbgrader's own views show: the formgrader's Manage Submissions page, and the feedback
-    print("\nnbgrader's formgrader, Manage Submissions:")
-    print(describe(course, [s.name for s in chosen]))
-    points = hidden_points()
+    unseen = {}
+    print("\nnbgrader's formgrader, Manage Submissions, per assignment:")
+    for one in course.each():
+        names = [s.name for s in chosen if one.assignment in returned[s.name]]
+        if not names:
+            continue
+        missing = generate_feedback(one)
+        unseen.update({f"{s} ({one.assignment})": why for s, why in {**problems(one, names), **missing}.items()})
+        print(f" {one.assignment}")
+        print(describe(one, names))
+    print(f"\nfeedback (nbgrader generate_feedback) in {time.monotonic() - started:.0f} s, under {course.root / 'feedback'}")
+    points = course.hidden_points()
     wrong = [f"{s.name} {qid}" for s in chosen for qid, want in s.expected_points(points).items()
-             if abs(rows.get(s.name, {}).get(qid, -1) - want) > 1e-6]
+             if EXERCISES[qid].assignment in returned[s.name] and abs(rows.get(s.name, {}).get(qid, -1) - want) > 1e-6]
     failed = {s: r.get("error", "") for s, r in results.items() if r["state"] != "graded"}
-    unseen = {**problems(course, [s.name for s in chosen]), **no_feedback}
     for student, why in sorted(failed.items()):
         print(f"FAILED {student}: {why}")
     for student, why in sorted(unseen.items()):
@@ -150,7 +170,8 @@ def cohort_demo(out: Path, students: list[str] | None, jobs: int) -> bool:
     if wrong:
         print(f"UNEXPECTED POINTS: {wrong}")
     ok = not wrong and not failed and not unseen
-    print(f"\nformgrader: cd {course.root} && {Path(sys.executable).parent / 'jupyter'} lab   (Nbgrader > Formgrader)")
+    print(f"\nformgrader: cd {course.root} && {Path(sys.executable).parent / 'jupyter'} lab   "
+          f"(Nbgrader > Formgrader: one row per assignment)")
     print(f"\nevery student got exactly the expected points, and nbgrader's formgrader shows all {len(chosen)} "
           f"autograded with their feedback" if ok else
           f"\n{len(failed)} failed, {len(unseen)} not autograded or without feedback in nbgrader's view, "
@@ -161,16 +182,25 @@ def cohort_demo(out: Path, students: list[str] | None, jobs: int) -> bool:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/demo"))
-    ap.add_argument("--students", nargs="*", help="grade only these cohort students (default: all)")
+    ap.add_argument("--cohort", default="",
+                    help=f"the sample students to grade: all (every assignment), or names with commas (default: "
+                         f"{','.join(DEMO_STUDENTS)}, each with the assignments they returned)")
     ap.add_argument("--jobs", type=int, default=DEFAULT_JOBS)
     ap.add_argument("--skip-cohort", action="store_true")
     args = ap.parse_args(argv)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    from .cohort import COHORT
+    from .course import Course
     ok = pipeline_demo(out)
-    ok &= release_demo(out)
+    # a course without JupyterHub: its own exchange folder, so that the formgrader's Manage Assignments page
+    # works (release and collect through it) instead of warning that the exchange is missing
+    course = Course(out / "course", release=out / "release", exchange=out / "course" / "exchange")
+    ok &= release_demo(course)
     if not args.skip_cohort:
-        ok &= cohort_demo(out, args.students, args.jobs)
+        students = DEMO_STUDENTS if not args.cohort else dict.fromkeys(
+            [s.name for s in COHORT] if args.cohort == "all" else args.cohort.split(","))
+        ok &= cohort_demo(course, students, args.jobs)
     print("\ndemo finished" + ("" if ok else " WITH PROBLEMS (see above)"))
     return 0 if ok else 1
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lab_src.registry import ASSIGNMENT, EXERCISES
 
 from .course import COURSE_ID, Course
 
@@ -29,24 +28,24 @@ def exchange_args(root: str | None) -> list[str]:
 def release(course: Course, root: str | None = None) -> str:
     """solutions/ -> notebooks/ (recording the assignment in the gradebook), then into the exchange."""
     course.generate_release()
-    proc = course.nbgrader("release_assignment", ASSIGNMENT, "--force", *exchange_args(root))
+    proc = course.nbgrader("release_assignment", course.assignment, "--force", *exchange_args(root))
     return proc.stdout + proc.stderr
 
 
 def inbound(course: Course, root: str | None = None) -> dict[str, list[str]]:
     """{student: [timestamps of their submissions, oldest first]} in the exchange's inbound folder,
     as `nbgrader list --inbound` reports them (it logs one line per submission)."""
-    proc = course.nbgrader("list", "--inbound", ASSIGNMENT, *exchange_args(root))
-    line = re.compile(rf"\] {re.escape(COURSE_ID)} (\S+) {re.escape(ASSIGNMENT)} (\d{{4}}-\d\d-\d\d [\d:.]+ ?\S*)")
+    proc = course.nbgrader("list", "--inbound", course.assignment, *exchange_args(root))
+    line = re.compile(rf"\] {re.escape(COURSE_ID)} (\S+) {re.escape(course.assignment)} (\d{{4}}-\d\d-\d\d [\d:.]+ ?\S*)")
     out: dict[str, list[str]] = {}
     for m in line.finditer(proc.stdout + "\n" + proc.stderr):
         out.setdefault(m.group(1), []).append(m.group(2).replace(" (no", "").strip())
     return {s: sorted(t) for s, t in out.items()}
 
 
-def notebook_problems(folder: Path) -> list[str]:
+def notebook_problems(course: Course, folder: Path) -> list[str]:
     """What differs from the release in one submission: missing, renamed or extra notebooks."""
-    expected = {e.notebook for e in EXERCISES.values()}
+    expected = {e.notebook for e in course.exercises}
     present = {p.name for p in folder.glob("*.ipynb")}
     problems = []
     for name in sorted(expected - present):
@@ -60,7 +59,10 @@ def collect(course: Course, root: str | None = None) -> list[str]:
     """nbgrader collect --update: each student's latest submission into course/submitted/; the earlier
     ones stay in the exchange. Returns the students collected; prints what the instructor should know."""
     history = inbound(course, root)
-    proc = course.nbgrader("collect", ASSIGNMENT, "--update", *exchange_args(root))
+    if not history and not course.students():   # nobody submitted this assignment (yet): nothing to collect
+        print(f"  {course.assignment}: no submissions in the exchange")
+        return []
+    proc = course.nbgrader("collect", course.assignment, "--update", *exchange_args(root))
     for line in (proc.stdout + proc.stderr).splitlines():
         if "cheating attempt" in line or "claims to be submitted" in line:
             print(f"  WARNING (nbgrader): {line.strip()}")
@@ -74,11 +76,11 @@ def collect(course: Course, root: str | None = None) -> list[str]:
         note = f"{len(times)} submission{'s' if len(times) != 1 else ''} in the exchange" + \
                (", the latest counts" if len(times) > 1 else "")
         print(f"  {student:<14} submitted {stamp} ({note})")
-        for problem in notebook_problems(folder):
+        for problem in notebook_problems(course, folder):
             print(f"      {problem}")
     return students
 
 
 def release_feedback(course: Course, root: str | None = None) -> str:
-    proc = course.nbgrader("release_feedback", ASSIGNMENT, *exchange_args(root))
+    proc = course.nbgrader("release_feedback", course.assignment, *exchange_args(root))
     return proc.stdout + proc.stderr

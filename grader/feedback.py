@@ -7,7 +7,6 @@ and each student without feedback for every autograded notebook is returned with
 """
 from __future__ import annotations
 
-from lab_src.registry import ASSIGNMENT
 
 from .course import Course
 from .formgrader_view import problems
@@ -19,7 +18,7 @@ def generate_feedback(course: Course, students: list[str] | None = None) -> dict
     errors = {}
     runs = [["--student", s] for s in students] if students else [[]]
     for extra in runs:
-        proc = course.nbgrader("generate_feedback", ASSIGNMENT, "--force", *extra, check=False)
+        proc = course.nbgrader("generate_feedback", course.assignment, "--force", *extra, check=False)
         if proc.returncode != 0:
             lines = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if "ERROR" in ln]
             errors[extra[1] if extra else ""] = lines[-1][:300] if lines else f"exit {proc.returncode}"

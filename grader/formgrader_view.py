@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 
-from lab_src.registry import ASSIGNMENT
 
 from .course import COURSE_ID, Course
 
@@ -31,7 +30,7 @@ def submissions(course: Course) -> dict[str, dict]:
     """{student: what Manage Submissions shows}: autograded, score, max_score, first_name, last_name,
     needs_manual_grade, plus `feedback` (the notebooks with an HTML feedback file) and `notebooks`
     (the notebooks nbgrader autograded)."""
-    shown = {s["student"]: s for s in api(course).get_submissions(ASSIGNMENT)}
+    shown = {s["student"]: s for s in api(course).get_submissions(course.assignment)}
     for student, sub in shown.items():
         sub["notebooks"] = sorted(p.stem for p in course.autograded(student).glob("*.ipynb"))
         sub["feedback"] = sorted(p.stem for p in course.feedback(student).glob("*.html"))
@@ -39,7 +38,7 @@ def submissions(course: Course) -> dict[str, dict]:
 
 
 def status_of(course: Course, student: str) -> dict:
-    path = course.root / "grader" / student / "status.json"
+    path = course.grading_dir(student) / "status.json"
     return json.loads(path.read_text()) if path.exists() else {}
 
 
@@ -48,7 +47,7 @@ def problems(course: Course, students: list[str] | None = None, feedback: bool =
     not autograded in nbgrader's eyes, no score, a notebook without an autograded copy, no feedback."""
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{course.db_path}", COURSE_ID) as gb:
-        expected = sorted(nb.name for nb in gb.find_assignment(ASSIGNMENT).notebooks)
+        expected = sorted(nb.name for nb in gb.find_assignment(course.assignment).notebooks)
     shown = submissions(course)
     found = {}
     for student in students or course.students():

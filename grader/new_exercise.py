@@ -23,7 +23,7 @@ from pathlib import Path
 
 import jupytext
 
-from lab_src.registry import ASSIGNMENT, DEFAULT_STEP, EXERCISES
+from lab_src.registry import ASSIGNMENT, DEFAULT_STEP, EXERCISES, MODULES
 
 from . import ROOT, SOURCE
 from .notebook_text import as_text
@@ -150,7 +150,7 @@ def {function}(stage, data_iter, num_microbatches):
 
 
 def create(qid: str, function: str, title: str = "TODO title", points: int = 10, schedule: str = "",
-           needs: tuple[str, ...] | None = None) -> list[Path]:
+           needs: tuple[str, ...] | None = None, module: str = ASSIGNMENT) -> list[Path]:
     """Write the skeleton of exercise `qid`; with `schedule`, a pipelined step judged against that schedule,
     whose answers `needs` by default those of the lab's first step (q08)."""
     if not re.fullmatch(r"q\d\d", qid) or not re.fullmatch(r"[a-z][a-z0-9_]*", function):
@@ -163,7 +163,9 @@ def create(qid: str, function: str, title: str = "TODO title", points: int = 10,
     unknown = [q for q in needs or () if q not in EXERCISES]
     if unknown:
         raise SystemExit(f"--needs: no exercise {', '.join(unknown)}")
-    module = f"{qid}_{function}"
+    if module not in MODULES:
+        raise SystemExit(f"--module: no module {module!r}; the modules are {', '.join(MODULES)} (lab_src/registry.py)")
+    course_module, module = module, f"{qid}_{function}"
     written = []
 
     def put(path: Path, text: str) -> None:
@@ -172,7 +174,8 @@ def create(qid: str, function: str, title: str = "TODO title", points: int = 10,
         path.write_text(text)
         written.append(path)
 
-    nb_path = SOURCE / ASSIGNMENT / f"{module}.ipynb"
+    (SOURCE / course_module).mkdir(exist_ok=True)
+    nb_path = SOURCE / course_module / f"{module}.ipynb"
     nb = jupytext.reads(json.dumps(notebook(qid, function, title, points, schedule)), fmt="ipynb")
     if nb_path.exists():
         raise SystemExit(f"{nb_path} exists already")
@@ -190,7 +193,12 @@ def create(qid: str, function: str, title: str = "TODO title", points: int = 10,
     if schedule:   # drawn and credited as the lab's other steps are (q08, q12)
         entry += (f',\n             schedule="{schedule}", timeline="more micro-batches than stages", '
                   f'other_schedule_credit=0.5')
-    registry.write_text(text.replace("\n]}", "\n" + entry + "),\n]}", 1))
+    text = text.replace("\n]}", "\n" + entry + "),\n]}", 1)
+    # ... and into its module's tuple of MODULES (the line `    "<module>": (...),`; the core's key is ASSIGNMENT)
+    key = "ASSIGNMENT" if course_module == ASSIGNMENT else re.escape(f'"{course_module}"')
+    text = re.sub(rf"(\n    {key}: \()([^)]*)\)",
+                  lambda m: m.group(1) + (m.group(2) + ", " if m.group(2).strip() else "") + f'"{qid}")', text, count=1)
+    registry.write_text(text)
     written.append(registry)
     exercises = ROOT / "lab_src" / "exercises.py"
     text = exercises.read_text()

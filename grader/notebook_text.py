@@ -14,7 +14,6 @@ from pathlib import Path
 
 import jupytext
 
-from lab_src.registry import ASSIGNMENT
 
 from . import SOURCE
 
@@ -22,7 +21,7 @@ FORMAT = "py:percent"
 
 
 def pairs(source: Path = SOURCE) -> list[tuple[Path, Path]]:
-    return [(nb, nb.with_suffix(".py")) for nb in sorted((source / ASSIGNMENT).glob("q*.ipynb"))]
+    return [(nb, nb.with_suffix(".py")) for nb in sorted(source.glob("*/q*.ipynb"))]
 
 
 def as_text(notebook: Path) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lab_src.registry import ASSIGNMENT, EXERCISES
+from lab_src.registry import EXERCISES
 
 from . import ROOT, SOURCE
 
@@ -18,7 +18,7 @@ BEGIN, END = "<!-- exercises: written by `python -m grader readme` -->", "<!-- e
 
 def points(ex) -> tuple[float, float]:
     """(autograded points, hand-graded points) of an exercise, from its source notebook's nbgrader cells."""
-    nb = json.loads((SOURCE / ASSIGNMENT / ex.notebook).read_text())
+    nb = json.loads((SOURCE / ex.assignment / ex.notebook).read_text())
     auto = manual = 0.0
     for cell in nb["cells"]:
         meta = cell.get("metadata", {}).get("nbgrader", {})

@@ -19,8 +19,13 @@ from . import SOURCE
 from .answer_cells import answer_source, read_notebook
 
 
-def source_dir() -> Path:
-    return SOURCE / ASSIGNMENT
+def source_path(ex) -> Path:
+    return SOURCE / ex.assignment / ex.notebook
+
+
+def source_dir(assignment: str = ASSIGNMENT) -> Path:
+    """The source notebooks of one assignment (the core's by default)."""
+    return SOURCE / assignment
 
 
 def cache_root() -> Path:
@@ -35,7 +40,7 @@ def reference_texts() -> dict[str, str]:
     """{qid: the reference answer's source}, read from the source notebooks now."""
     texts = {}
     for ex in CODED:
-        text = answer_source(read_notebook(source_dir() / ex.notebook), ex.id)
+        text = answer_source(read_notebook(source_path(ex)), ex.id)
         if text is None:
             raise RuntimeError(f"solutions/ has no reference answer for {ex.id} ({ex.notebook})")
         texts[ex.id] = text

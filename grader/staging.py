@@ -15,17 +15,14 @@ import json
 import shutil
 from pathlib import Path
 
-from lab_src.registry import ASSIGNMENT, EXERCISES
 
 from .answer_cells import notebook_problem
 from .course import Course
 
-# nbgrader reads the submission to autograde from <course>/<STAGED>/<student>/<assignment>/
-STAGED = "grader"
-
-
 def staged(course: Course, student: str) -> Path:
-    return course.root / STAGED / student / ASSIGNMENT
+    """nbgrader reads the submission to autograde from here: <course>/grader/<student>/<assignment>/ (for
+    another assignment than the core one, grader.<assignment>/: Course.grading_root)."""
+    return course.grading_dir(student) / course.assignment
 
 
 def note_cell(problem: str) -> dict:
@@ -36,15 +33,15 @@ def note_cell(problem: str) -> dict:
                       f"(open it in a text editor, or restore it from a checkpoint) and submit again."}
 
 
-def stage_submission(course: Course, student: str) -> dict[str, str]:
-    """Copy the submission for nbgrader, replacing each unreadable notebook of the assignment.
-    Returns {notebook file name: what is wrong with it} for the replaced ones."""
-    src, dest = course.submitted(student), staged(course, student)
+def stage_submission(course: Course, student: str, dest: Path | None = None) -> dict[str, str]:
+    """Copy the submission for nbgrader (to `dest`, default staged()), replacing each unreadable notebook
+    of the assignment. Returns {notebook file name: what is wrong with it} for the replaced ones."""
+    src, dest = course.submitted(student), dest or staged(course, student)
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(src, dest, symlinks=True)
     problems = {}
-    for ex in EXERCISES.values():
+    for ex in course.exercises:
         path = dest / ex.notebook
         if not path.exists() and not path.is_symlink():
             continue   # a missing notebook: nbgrader scores it zero itself
@@ -52,7 +49,7 @@ def stage_submission(course: Course, student: str) -> dict[str, str]:
         if problem is None:
             continue
         problems[ex.notebook] = problem
-        nb = json.loads((course.release / ASSIGNMENT / ex.notebook).read_text())
+        nb = json.loads((course.release / course.assignment / ex.notebook).read_text())
         nb["cells"].insert(0, note_cell(problem))
         path.unlink()
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False))

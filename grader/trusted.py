@@ -93,9 +93,36 @@ UNSAFE = ("graded WITHOUT a sandbox (--unsafe-no-sandbox): the student's code ra
           "could have read the reference answers or changed the grader's files")
 
 
-def grade_submission(submission: Path, work: Path, only: list[str] | None = None, sandboxed: bool = True) -> dict:
-    """Every hidden test of `submission`'s answers; `sandboxed` (the default) runs each launch in
-    bubblewrap (lab_src/harness/sandbox.py) and refuses to grade where none can start."""
+def read_answers(submissions: list[Path], out: Path) -> tuple[dict, dict]:
+    """The answers of one student's submitted assignments (one folder each, named for its assignment) in
+    `out`: each exercise's from the folder of its own assignment, else from the first folder that has it.
+    Returns ({qid: path or None}, {qid: why None})."""
+    found = []
+    for n, folder in enumerate(submissions):
+        paths = write_answer_files(folder, out.parent / f"{out.name}.{n}" if len(submissions) > 1 else out)
+        found.append((folder.name, paths, dict(write_answer_files.reasons)))
+    if len(found) == 1:
+        return found[0][1], found[0][2]
+    out.mkdir(parents=True, exist_ok=True)
+    student, reasons = {}, {}
+    for ex in CODED:
+        ranked = sorted(found, key=lambda f: f[0] != ex.assignment)   # its own assignment's folder first
+        chosen = next((f for f in ranked if f[1].get(ex.id)), ranked[0])
+        if chosen[1].get(ex.id):
+            path = out / ex.answer_file
+            path.write_text(Path(chosen[1][ex.id]).read_text())
+            student[ex.id] = str(path)
+        else:
+            student[ex.id] = None
+            reasons[ex.id] = chosen[2].get(ex.id, "no answer")
+    return student, reasons
+
+
+def grade_submission(submission: Path | list[Path], work: Path, only: list[str] | None = None,
+                     sandboxed: bool = True) -> dict:
+    """Every hidden test of `submission`'s answers (a folder of notebooks, or a student's several
+    assignments, graded together in one sandboxed launch with one set of baselines); `sandboxed` (the
+    default) runs each launch in bubblewrap (lab_src/harness/sandbox.py) and refuses to grade where none can start."""
     if sandboxed:
         from lab_src.harness import sandbox
         if not sandbox.available():
@@ -103,10 +130,9 @@ def grade_submission(submission: Path, work: Path, only: list[str] | None = None
                                              f"--unsafe-no-sandbox to grade anyway (every report will say so).")
     started = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
-    student = write_answer_files(submission, work / "answers")
-    reasons = dict(write_answer_files.reasons)
+    student, reasons = read_answers([submission] if isinstance(submission, Path) else list(submission),
+                                    work / "answers")
     ctx = Context(student=student, reference=reference_sources(), folder=work / "baselines")
-    ctx.baselines.add(CONFIGS.values())
 
     verdicts, cases_of, all_cases = {}, {}, []
     for ex in CODED:
@@ -117,6 +143,8 @@ def grade_submission(submission: Path, work: Path, only: list[str] | None = None
             continue
         cases_of[ex.id] = hidden_tests(ex.id).cases(ctx)
         all_cases += cases_of[ex.id]
+    if all_cases:   # an assignment with no answer to grade (returned untouched) needs no baseline
+        ctx.baselines.add(CONFIGS.values())
     run = run_cases(all_cases, work / "run", case_deadline_s=DEADLINE_S, timeout_s=TIMEOUT_S,
                     sandboxed=sandboxed) if all_cases else None
     for qid, cases in cases_of.items():
@@ -138,13 +166,13 @@ def grade_submission(submission: Path, work: Path, only: list[str] | None = None
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("submission", type=Path)
+    ap.add_argument("submission", type=Path, nargs="+", help="a submitted assignment's folder (or several of one student's)")
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--verdicts-fd", type=int, help="write the verdicts (JSON) to this inherited pipe, not stdout")
     ap.add_argument("--unsafe-no-sandbox", action="store_true", help="grade without bubblewrap (every report says so)")
     args = ap.parse_args(argv)
-    result = grade_submission(args.submission.resolve(), args.work.resolve(), args.only,
+    result = grade_submission([p.resolve() for p in args.submission], args.work.resolve(), args.only,
                               sandboxed=not args.unsafe_no_sandbox)
     text = json.dumps(result)
     if args.verdicts_fd is None:

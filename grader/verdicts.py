@@ -12,9 +12,9 @@ import fcntl
 import json
 from pathlib import Path
 
-from lab_src.registry import ASSIGNMENT, exercise
+from lab_src.registry import exercise
 
-from .course import COURSE_ID, Course, hidden_points
+from .course import COURSE_ID, Course
 
 
 @contextlib.contextmanager
@@ -37,14 +37,14 @@ def verdict_text(qid: str, verdict: dict, points: float) -> str:
 def apply(course: Course, student: str, result: dict) -> dict[str, float]:
     """Write the scores (and the messages) for `student`; returns {qid: points given}."""
     from nbgrader.api import Gradebook, MissingEntry
-    points = hidden_points()
+    points = course.hidden_points()
     given = {}
     with gradebook_lock(course), Gradebook(f"sqlite:///{course.db_path}", COURSE_ID) as gb:
         for qid, verdict in result["exercises"].items():
             ex = exercise(qid)
             score = round(verdict["fraction"] * points[qid], 2)
             try:
-                grade = gb.find_grade(ex.hidden_cell, Path(ex.notebook).stem, ASSIGNMENT, student)
+                grade = gb.find_grade(ex.hidden_cell, Path(ex.notebook).stem, course.assignment, student)
             except MissingEntry:
                 continue  # nbgrader made no record of this notebook for this student (see autograde.py)
             grade.auto_score = score

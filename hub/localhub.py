@@ -33,7 +33,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from grader.course import COURSE_ID, IGNORE  # noqa: E402
-from lab_src.registry import ASSIGNMENT  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -241,8 +240,14 @@ class LocalHub:
         return self.as_user(self.instructor, [str(self.venv / "bin" / "python"), "-m", "grader", "--course",
                                               str(self.course), *args], cwd=self.checkout, timeout=timeout, check=check)
 
+    def assignments(self) -> list[str]:
+        """The assignments the instructor's course hands out (its course.toml, else every module)."""
+        from grader.plan import load
+        return list(load(self.course).modules)
+
     def release(self) -> str:
-        """The instructor releases the assignment into the exchange (generate_assignment, release_assignment)."""
+        """The instructor releases every assignment of the course into the exchange (generate_assignment,
+        release_assignment, once per assignment)."""
         return self.grader("release", "--exchange").stdout
 
     # ---- the hub -------------------------------------------------------------------------------
@@ -352,13 +357,14 @@ def main(argv=None) -> int:
     hub.create_accounts()
     hub.prepare()
     if not args.no_release:
-        print("releasing pipeline_lab into the exchange as the instructor ...", flush=True)
+        print(f"releasing {', '.join(hub.assignments())} into the exchange as the instructor ...", flush=True)
         hub.release()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     try:
         hub.start()
-        print(f"\nThe course hub runs at {hub.url}/  (course {COURSE_ID}, assignment {ASSIGNMENT})")
+        print(f"\nThe course hub runs at {hub.url}/  (course {COURSE_ID}, assignments {', '.join(hub.assignments())}: "
+              f"students fetch each in the Assignments panel; {hub.course}/course.toml chooses them)")
         for a in hub.accounts:
             print(f"  {a.role:<10}  user {a.name:<14}  password {a.password}")
         py = hub.venv / "bin" / "python"

@@ -6,7 +6,9 @@ in order of precedence:
 1. a mapping installed with `use_answers({...})` (the torchrun worker installs one per check case;
    the grader maps the graded exercise to the student's file and every other one to the reference);
 2. the JSON mapping file named by the environment variable ``LAB_ANSWERS``;
-3. ``<LAB_ANSWERS_DIR or ./answers>/qNN_<function>.py``, written by the notebook's ``%%answer`` cell.
+3. ``<LAB_ANSWERS_DIR or ./answers>/qNN_<function>.py``, written by the notebook's ``%%answer`` cell;
+   for an exercise of an earlier assignment, ``../<its assignment>/answers/qNN_<function>.py`` when the
+   answers folder has none (the assignments' folders side by side, as a student fetches them).
 
 An exercise with no source resolves to its stub, which raises `NotImplementedError` naming the
 notebook to finish. Modules are loaded by path (never from `sys.path`), and reloaded when the file
@@ -22,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from lab_src.registry import exercise
+from lab_src.registry import MODULES, exercise
 
 _installed: list[dict[str, str | None]] = []
 _cache: dict[tuple, object] = {}
@@ -60,7 +62,23 @@ def source_of(qid: str) -> str | None:
     if mapping_file:
         return json.loads(Path(mapping_file).read_text()).get(ex.id)
     path = answers_dir() / ex.answer_file
+    if not path.exists():
+        path = earlier_answers_dir(ex.assignment) / ex.answer_file
     return str(path) if path.exists() else None
+
+
+def earlier_answers_dir(assignment: str) -> Path:
+    """Where the answers of `assignment` are when the student works in another assignment's folder beside it."""
+    return answers_dir().parent.parent / assignment / "answers"
+
+
+def elsewhere(qid: str) -> str:
+    """' of the assignment A (../A/)' when qid's notebook is in another assignment than the one worked in."""
+    ex = exercise(qid)
+    here = answers_dir().parent.name
+    if here in MODULES and here != ex.assignment:
+        return f" of the assignment {ex.assignment} (../{ex.assignment}/, finish it first)"
+    return ""
 
 
 def sources(qids) -> dict[str, str | None]:
@@ -71,7 +89,7 @@ def stub_message(qid: str, caller: str | None = None) -> str:
     ex = exercise(qid)
     who = f"{caller} needs your answer to {ex.id} ({ex.function})" if caller and caller != ex.id \
         else f"{ex.id} {ex.function}() has no answer yet"
-    return (f"{who}: open {ex.notebook}, write the function in its answer cell (the one starting "
+    return (f"{who}: open {ex.notebook}{elsewhere(qid)}, write the function in its answer cell (the one starting "
             f"with %%answer {ex.id}) and run that cell.")
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-ASSIGNMENT = "pipeline_lab"
+ASSIGNMENT = "pipeline_lab"   # the core module: the default course's first assignment (its name kept for its files)
 DEFAULT_STEP = "q08"     # the step that runs the pipeline cases of exercises that are not about a step
 BASELINE_EXERCISE = "q04"  # the unsharded forward and backward every pipeline is compared with
 
@@ -33,6 +33,12 @@ class Exercise:
     timeline: str = ""       # the hidden-test configuration whose run is drawn in the notebook's timeline cell
     # the share of a pipeline case's points a run keeps when it is a valid schedule, but not `schedule`
     other_schedule_credit: float = 0.0
+
+    @property
+    def assignment(self) -> str:
+        """The course module (one nbgrader assignment, one folder solutions/<it>/, notebooks/<it>/) this
+        exercise belongs to: MODULES says. (`module` below is older and names the exercise's files.)"""
+        return module_of(self.id)
 
     @property
     def module(self) -> str:
@@ -109,6 +115,40 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]
+
+# The course modules, in course order: each is one nbgrader assignment (a course chooses which it hands out,
+# course.toml: grader/plan.py). A module's exercises need only exercises of earlier modules or its own.
+MODULES: dict[str, tuple[str, ...]] = {
+    ASSIGNMENT: ("q01", "q02", "q03", "q04", "q05", "q06", "q07", "q08", "q09", "q10"),
+    "pipeline_schedules": ("q11", "q12", "q15", "q16"),
+    "pipeline_training": ("q13", "q14"),
+}
+
+
+def module_of(qid: str) -> str:
+    for name, qids in MODULES.items():
+        if qid in qids:
+            return name
+    raise KeyError(f"{qid} belongs to no module: add it to MODULES in lab_src/registry.py")
+
+
+def module_exercises(name: str) -> list[Exercise]:
+    try:
+        return [EXERCISES[q] for q in MODULES[name]]
+    except KeyError:
+        raise KeyError(f"no module {name!r}; the modules are {', '.join(MODULES)}") from None
+
+
+def module_order_problems() -> list[str]:
+    """What breaks the rule that a module's exercises need only exercises of earlier modules or its own."""
+    order = list(MODULES)
+    out = []
+    for name, qids in MODULES.items():
+        for q in qids:
+            for need in EXERCISES[q].needs:
+                if order.index(module_of(need)) > order.index(name):
+                    out.append(f"{q} ({name}) needs {need} of the later module {module_of(need)}")
+    return out
 
 
 def exercise(qid: str) -> Exercise:

@@ -16,7 +16,9 @@ from grader.cli import collect_folder
 from grader.cohort import BY_NAME, build_student
 from grader.course import Course
 from grader.staging import stage_submission, staged
-from lab_src.registry import ASSIGNMENT, EXERCISES
+from lab_src.registry import ASSIGNMENT, EXERCISES, MODULES
+
+CORE = [EXERCISES[q] for q in MODULES[ASSIGNMENT]]   # the assignment graded here
 
 
 def cut_off(path: Path) -> None:
@@ -75,7 +77,7 @@ def test_nbgrader_grades_a_copy_with_each_broken_notebook_replaced_by_a_note(bro
         assert notebook_problem(staged(broken, "ada") / EXERCISES[qid].notebook) is None
         note = nb["cells"][0]["source"]
         assert note.startswith("**The grader could not read this notebook") and problems[EXERCISES[qid].notebook] in note
-    for qid in set(EXERCISES) - set(BREAKAGES):
+    for qid in {e.id for e in CORE} - set(BREAKAGES):
         name = EXERCISES[qid].notebook
         assert (staged(broken, "ada") / name).read_bytes() == original[name]
     assert {p.name: p.read_bytes() for p in broken.submitted("ada").iterdir()} == original, "submitted/ changed"
@@ -92,10 +94,10 @@ def test_nbgrader_autogrades_the_rest_and_writes_feedback_for_every_notebook(bro
     proc = broken.nbgrader("autograde", ASSIGNMENT, "--student", "ada", "--force",
                            "--CourseDirectory.submitted_directory=grader", check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(p.name for p in broken.autograded("ada").glob("*.ipynb")) == sorted(e.notebook for e in EXERCISES.values())
+    assert sorted(p.name for p in broken.autograded("ada").glob("*.ipynb")) == sorted(e.notebook for e in CORE)
     broken.nbgrader("generate_feedback", ASSIGNMENT, "--force", "--student", "ada")
     feedback = {p.stem: p.read_text() for p in broken.feedback("ada").glob("*.html")}
-    assert sorted(feedback) == sorted(Path(e.notebook).stem for e in EXERCISES.values())
+    assert sorted(feedback) == sorted(Path(e.notebook).stem for e in CORE)
     for qid in BREAKAGES:
         html = feedback[Path(EXERCISES[qid].notebook).stem]
         assert "The grader could not read this notebook" in html

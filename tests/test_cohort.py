@@ -20,7 +20,7 @@ from grader.course import Course, hidden_points
 from grader.feedback import generate_feedback
 from grader.formgrader_view import describe, problems, submissions
 from grader.report import grade_rows, progress
-from lab_src.registry import EXERCISES
+from lab_src.registry import EXERCISES, MODULES
 
 # the first test to use conftest.graded_cohort grades the whole cohort in its setup: far more than the
 # default per-test limit on a loaded 2-core machine
@@ -43,7 +43,8 @@ def test_every_submission_was_graded(cohort):
     this machine's cores: nbgrader's kernels start under load, grader/execute.py)."""
     course, results, rows = cohort
     assert {s: (r["state"], r.get("error")) for s, r in results.items()} == {s.name: ("graded", None) for s in COHORT}
-    assert {s: r["nbgrader_exit"] for s, r in results.items()} == {s.name: 0 for s in COHORT}
+    assert {s: [a["nbgrader_exit"] for a in r["assignments"].values()] for s, r in results.items()} == \
+        {s.name: [0] * len(MODULES) for s in COHORT}     # every assignment of the default course
     assert progress(course)["graded"] == sorted(s.name for s in COHORT)
     assert not lab_processes(str(course.root)), "a torchrun process of the grading survived"
     print("kernel start retries:", {s: r["kernel_start_retries"] for s, r in results.items() if r["kernel_start_retries"]})
@@ -52,15 +53,16 @@ def test_every_submission_was_graded(cohort):
 def test_nbgrader_shows_every_student_autograded_named_scored_and_with_feedback(cohort):
     """What the formgrader's Manage Submissions page lists, and the feedback of every notebook."""
     course, _, rows = cohort
-    assert generate_feedback(course) == {}
-    assert problems(course) == {}
-    shown = submissions(course)
-    assert sorted(shown) == sorted(s.name for s in COHORT)
-    for s in COHORT:
-        sub = shown[s.name]
-        assert sub["autograded"] and sub["first_name"] == s.name.capitalize() and sub["last_name"], sub
-        assert sub["score"] == pytest.approx(rows[s.name]["autograded"] + rows[s.name]["written"])
-    print(describe(course))
+    for one in course.each():    # each assignment with its own submissions
+        assert generate_feedback(one) == {}
+        assert problems(one) == {}
+        shown = submissions(one)
+        assert sorted(shown) == sorted(s.name for s in COHORT)
+        for s in COHORT:
+            sub = shown[s.name]
+            assert sub["autograded"] and sub["first_name"] == s.name.capitalize() and sub["last_name"], sub
+            assert sub["score"] == pytest.approx(rows[s.name][one.assignment])
+        print(describe(one))
 
 
 def test_a_notebook_that_is_not_json_costs_only_itself(cohort):
@@ -68,14 +70,15 @@ def test_a_notebook_that_is_not_json_costs_only_itself(cohort):
     scores 0 and its feedback names the file, the line and the column."""
     course, results, rows = cohort
     assert list(results["sam"]["unreadable"]) == ["q03_activation_shape.ipynb"]
-    assert sorted(p.name for p in course.autograded("sam").glob("*.ipynb")) == sorted(e.notebook for e in EXERCISES.values())
+    core = [EXERCISES[q].notebook for q in MODULES["pipeline_lab"]]
+    assert sorted(p.name for p in course.autograded("sam").glob("*.ipynb")) == sorted(core)
     points = hidden_points()
     assert {q: rows["sam"][q] for q in points} == {q: (0.0 if q == "q03" else points[q]) for q in points}
     grader_cli(["--course", str(course.root), "feedback", "--student", "sam"])
     html = (course.feedback("sam") / "q03_activation_shape.html").read_text()
     assert "The grader could not read this notebook" in html
     assert re.search(r"q03_activation_shape.ipynb is not valid JSON: [^<]*\(line \d+, column \d+;", html)
-    assert len(list(course.feedback("sam").glob("*.html"))) == len(EXERCISES)
+    assert len(list(course.feedback("sam").glob("*.html"))) == len(core)
 
 
 @pytest.mark.parametrize("student", [s.name for s in COHORT])
@@ -118,17 +121,18 @@ def test_feedback_shows_verdicts_but_not_the_hidden_tests(cohort):
 def test_feedback_names_the_p2p_and_1f1b_mistakes(cohort):
     course, _, _ = cohort
     assert grader_cli(["--course", str(course.root), "feedback", "--student", "wren", "yuki"]) == 0
-    wren_q11 = (course.feedback("wren") / "q11_p2p_communicate.html").read_text()
+    schedules = course.of("q11")     # the assignment pipeline_schedules
+    wren_q11 = (schedules.feedback("wren") / "q11_p2p_communicate.html").read_text()
     assert "each wait inside a send to the other" in wren_q11 and "batch_isend_irecv" in wren_q11
-    assert "The warm-up is off by +1" in (course.feedback("wren") / "q12_one_f_one_b_step.html").read_text()
-    assert "does not require grad" in (course.feedback("yuki") / "q11_p2p_communicate.html").read_text()
-    assert "never backward" in (course.feedback("yuki") / "q12_one_f_one_b_step.html").read_text()
+    assert "The warm-up is off by +1" in (schedules.feedback("wren") / "q12_one_f_one_b_step.html").read_text()
+    assert "does not require grad" in (schedules.feedback("yuki") / "q11_p2p_communicate.html").read_text()
+    assert "never backward" in (schedules.feedback("yuki") / "q12_one_f_one_b_step.html").read_text()
 
 
 @pytest.mark.q12
 def test_autograded_q12_draws_the_graders_run_with_its_memory_lane(cohort):
     course, _, _ = cohort
-    nb = json.loads((course.autograded("ada") / "q12_one_f_one_b_step.ipynb").read_text())
+    nb = json.loads((course.of("q12").autograded("ada") / "q12_one_f_one_b_step.ipynb").read_text())
     cell = next(c for c in nb["cells"] if "report.timeline()" in "".join(c["source"]))
     assert any("image/png" in o.get("data", {}) for o in cell["outputs"])
     first = next(c for c in nb["cells"] if "schedule_figure(" in "".join(c["source"]))
@@ -152,7 +156,7 @@ def test_output_of_a_loud_student_is_bounded(cohort):
         outputs = [o for c in json.loads(path.read_text())["cells"] for o in c.get("outputs", [])]
         return sum(len(json.dumps({**o, "data": {k: v for k, v in o.get("data", {}).items()
                                                  if not k.startswith("image/")}})) for o in outputs)
-    sizes = {p.name: text_outputs(p) for p in course.autograded("nils").glob("*.ipynb")}
+    sizes = {p.name: text_outputs(p) for one in course.each() for p in one.autograded("nils").glob("*.ipynb")}
     assert len(sizes) == len(EXERCISES) and max(sizes.values()) < 100_000, sizes
     assert sizes["q05_distribute_layers.ipynb"] > 10_000         # his print is there, cut down, not dropped
     logs = list((course.root / "grader" / "nils" / "work" / "run").glob("rank*.log"))
@@ -169,7 +173,8 @@ def test_tampering_in_the_kernel_changes_nothing(cohort):
 
 
 def test_one_at_a_time_gives_the_same_grades(cohort, tmp_path):
-    course, _, rows = cohort
+    course, _, _ = cohort
+    rows = {r["student"]: r for r in grade_rows(course)}    # the core assignment's
     alone = Course(tmp_path / "course")
     for s in SEQUENTIAL:
         collect_folder_one(course, alone, s)
@@ -193,14 +198,16 @@ def test_zip_collect_export_and_status(cohort, tmp_path):
             for nb in course.submitted(s).glob("*.ipynb"):
                 z.write(nb, f"{s}/{nb.name}")
     fresh = tmp_path / "course"
-    assert grader_cli(["--course", str(fresh), "collect", "--zip", str(archive)]) == 0
+    assert grader_cli(["--course", str(fresh), "collect", "--assignment", "pipeline_lab", "--zip", str(archive)]) == 0
     assert sorted(p.name for p in (fresh / "submitted").iterdir()) == ["ada", "ivo"]
-    assert len(list((fresh / "submitted" / "ivo" / "pipeline_lab").glob("*.ipynb"))) == len(EXERCISES)
+    assert len(list((fresh / "submitted" / "ivo" / "pipeline_lab").glob("*.ipynb"))) == len(MODULES["pipeline_lab"])
     out = tmp_path / "grades.csv"
     assert grader_cli(["--course", str(course.root), "export", "--to", str(out)]) == 0
     assert "ada" in out.read_text()
     detail = (tmp_path / "grades_by_exercise.csv").read_text().splitlines()
-    assert detail[0].startswith("student,q02,q03") and len(detail) == len(COHORT) + 1
+    # a column per assignment (its points), then one per exercise of it
+    assert detail[0].startswith("student,pipeline_lab,q02,q03") and ",pipeline_schedules,q11,q12,q15," in detail[0]
+    assert len(detail) == len(COHORT) + 1
     assert grader_cli(["--course", str(course.root), "status"]) == 0
 
 

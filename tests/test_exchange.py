@@ -17,7 +17,7 @@ import pytest
 from grader import exchange
 from grader.cli import main as grader_cli
 from grader.course import COURSE_ID, Course
-from lab_src.registry import ASSIGNMENT, EXERCISES
+from lab_src.registry import ASSIGNMENT, EXERCISES, MODULES
 
 from conftest import ROOT
 
@@ -38,7 +38,8 @@ def test_exchange_round_trip_with_the_grader(tmp_path, capsys):
     course = Course(tmp_path / "course", release=tmp_path / "release")
     exchange.release(course, str(root))
     outbound = root / COURSE_ID / "outbound" / ASSIGNMENT
-    assert sorted(p.name for p in outbound.glob("*.ipynb")) == sorted(e.notebook for e in EXERCISES.values())
+    assert sorted(p.name for p in outbound.glob("*.ipynb")) == sorted(EXERCISES[q].notebook for q in MODULES[ASSIGNMENT])
+    assert (outbound / "README.md").exists()       # the assignment's index, fetched with it
     assert not list(outbound.rglob("answers")) and (root.stat().st_mode & 0o777) == 0o777
 
     config = tmp_path / "etc"               # what every user of the hub reads

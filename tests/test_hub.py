@@ -380,8 +380,15 @@ def test_course_round_trip_on_a_hub(tmp_path):
         hub.create_accounts()
         hub.prepare()
         inst, ana, ben = accounts
-        out = hub.release()
-        assert "released into nbgrader's exchange" in out
+        from grader import plan as course_plan
+        from lab_src.registry import MODULES
+        # a course of two assignments: the core in the browser, the second one fetched and submitted with
+        # nbgrader's own commands (two rows in the Assignments panel would make its buttons ambiguous here)
+        second = "pipeline_training"
+        os.chown(course_plan.write(hub.course, ["pipeline_lab", second]), inst.uid, inst.gid)
+        # the core first (one row in the Assignments panel: its Fetch button is unambiguous); the second later
+        out = hub.grader("release", "--exchange", "--assignment", "pipeline_lab").stdout
+        assert "pipeline_lab released into nbgrader's exchange" in out
         steps.done("instructor: release into the exchange (generate_assignment + release_assignment)")
         hub.start()
         steps.done("hub up")
@@ -415,7 +422,7 @@ def test_course_round_trip_on_a_hub(tmp_path):
         steps.done("both fetched pipeline_lab in the Assignments panel")
         for a in (ana, ben):
             nbs = sorted((a.home / "pipeline_lab").glob("*.ipynb"))
-            assert len(nbs) == len(EXERCISES) and all(owner(p) == a.name for p in nbs)
+            assert len(nbs) == len(MODULES["pipeline_lab"]) and all(owner(p) == a.name for p in nbs)
             assert mode(a.home) == 0o700
             seed_earlier_work(a, refs)
 
@@ -507,6 +514,13 @@ def test_course_round_trip_on_a_hub(tmp_path):
         wait_submitted(pa, 2)
         shot(pa, "09_ana_submitted_twice.png", saved)
         steps.done("Ana submitted again")
+        assert f"{second} released" in hub.grader("release", "--exchange", "--assignment", second).stdout
+        nbgrader = [str(hub.venv / "bin" / "python"), "-m", "nbgrader"]
+        for a in (ana, ben):   # the second assignment: fetched and submitted (untouched) as the student
+            hub.as_user(a, [*nbgrader, "fetch_assignment", second])
+            assert (a.home / second / "README.md").exists() and owner(a.home / second) == a.name
+            hub.as_user(a, [*nbgrader, "submit", second])
+        steps.done(f"both fetched and submitted {second} (nbgrader fetch_assignment, submit)")
         sampler.stop.set()
         sampler.join()
         assert sampler.overlap, "the two students' checks never ran at the same time"
@@ -548,6 +562,7 @@ def test_course_round_trip_on_a_hub(tmp_path):
         assert re.search(rf"{ben.name}\s+submitted .*\(1 submission in the exchange\)", out), out
         latest = (subs[ana.name][-1] / "timestamp.txt").read_text().strip()
         assert (hub.course / "submitted" / ana.name / "pipeline_lab" / "timestamp.txt").read_text().strip() == latest
+        assert all((hub.course / "submitted" / a.name / second / "timestamp.txt").exists() for a in (ana, ben))
         steps.done("instructor: collect from the exchange")
         watch = SandboxWatch(hub.course)
         watch.start()
@@ -570,11 +585,14 @@ def test_course_round_trip_on_a_hub(tmp_path):
         from grader.course import Course, hidden_points
         from grader.report import grade_rows
         rows = {r["student"]: r for r in grade_rows(Course(hub.course))}
-        points = hidden_points()
+        points = {q: p for q, p in hidden_points().items() if q in MODULES["pipeline_lab"]}
+        later = {r["student"]: r for r in grade_rows(Course(hub.course, assignment=second))}
+        assert {a.name: (later[a.name]["state"], later[a.name]["autograded"]) for a in (ana, ben)} == \
+            {a.name: ("graded", 0.0) for a in (ana, ben)}, later          # submitted untouched
         for plan in (ana_plan, ben_plan):
             got = {qid: rows[plan.name].get(qid) for qid in points}
             assert got == pytest.approx(plan.expected_points(points)), plan.story
-        out = hub.grader("feedback", "--release").stdout
+        out = hub.grader("feedback", "--release", "--assignment", "pipeline_lab").stdout
         assert "released" in out
         feedback = hub.exchange / "pipeline-lab" / "feedback"
         assert owner(feedback) == inst.name and mode(feedback) == 0o711        # no listing: fetch by hash
@@ -592,7 +610,7 @@ def test_course_round_trip_on_a_hub(tmp_path):
             if a is ana:
                 shot(page, "10_ana_feedback_fetched.png", saved)
             fb_files = sorted((a.home / "pipeline_lab" / "feedback").rglob("*.html"))
-            assert len(fb_files) == len(EXERCISES) and all(owner(p) == a.name for p in fb_files)
+            assert len(fb_files) == len(MODULES["pipeline_lab"]) and all(owner(p) == a.name for p in fb_files)
             other = ben if a is ana else ana
             assert not any(other.name in p.read_text() for p in fb_files), "feedback names another student"
             q08 = next(p for p in fb_files if p.name == "q08_afab_step.html")

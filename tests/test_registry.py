@@ -24,10 +24,18 @@ def test_api_and_all_follow_the_registry():
         assert getattr(lab_src, ex.function) is API[ex.id] and ex.function in lab_src.__all__
 
 
+def test_every_exercise_belongs_to_one_module_and_needs_only_earlier_modules():
+    from lab_src.registry import MODULES, module_order_problems
+    listed = [q for qids in MODULES.values() for q in qids]
+    assert sorted(listed) == sorted(EXERCISES) and len(set(listed)) == len(listed)
+    assert module_order_problems() == []
+    assert EXERCISES["q13"].assignment == "pipeline_training" and EXERCISES["q08"].assignment == "pipeline_lab"
+
+
 def test_every_exercise_has_its_files_named_by_its_module():
     for ex in EXERCISES.values():
-        assert (ROOT / "solutions" / "pipeline_lab" / ex.notebook).exists()
-        assert (ROOT / "notebooks" / "pipeline_lab" / ex.notebook).exists()
+        assert (ROOT / "solutions" / ex.assignment / ex.notebook).exists()
+        assert (ROOT / "notebooks" / ex.assignment / ex.notebook).exists()
         assert (ROOT / "lab_src" / "checks" / f"{ex.module}.py").exists()
         if ex.function:
             assert (ROOT / "grader" / "hidden" / f"{ex.module}.py").exists()

@@ -10,10 +10,15 @@ import pytest
 from conftest import ROOT
 from grader.answer_cells import cell_source
 from grader.course import Course
-from lab_src.registry import ASSIGNMENT, EXERCISES
+from grader import plan
+from lab_src.registry import ASSIGNMENT, EXERCISES, MODULES
 
-RELEASED = ROOT / "notebooks" / ASSIGNMENT
+RELEASE = ROOT / "notebooks"
 SOURCE = ROOT / "solutions" / ASSIGNMENT
+
+
+def released(ex):
+    return RELEASE / ex.assignment / ex.notebook
 
 
 def answer_lines(reference) -> set[str]:
@@ -25,7 +30,7 @@ def answer_lines(reference) -> set[str]:
             if len(s) > 25 and not s.startswith(("def ", '"""', "import ", "from ", "#")):
                 lines.add(s)
     for ex in EXERCISES.values():
-        nb = json.loads((SOURCE / ex.notebook).read_text())
+        nb = json.loads((ROOT / "solutions" / ex.assignment / ex.notebook).read_text())
         for cell in nb["cells"]:
             meta = cell["metadata"].get("nbgrader", {})
             if meta.get("solution") and cell["cell_type"] == "markdown":
@@ -36,21 +41,51 @@ def answer_lines(reference) -> set[str]:
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("release")
-    Course(tmp / "course", release=tmp / "release").generate_release()
-    return tmp / "release" / ASSIGNMENT
+    for course in Course(tmp / "course", release=tmp / "release").each():
+        course.generate_release()
+    return tmp / "release"
 
 
 def test_committed_release_is_exactly_what_nbgrader_generates(regenerated):
-    names = sorted(p.name for p in regenerated.iterdir())
-    assert names == sorted(p.name for p in RELEASED.iterdir()) == sorted(e.notebook for e in EXERCISES.values())
-    changed = [n for n in names if not filecmp.cmp(regenerated / n, RELEASED / n, shallow=False)]
-    assert not changed, f"notebooks/ is stale: run `python -m grader release` and commit ({changed})"
+    assert sorted(p.name for p in regenerated.iterdir()) == sorted(p.name for p in RELEASE.iterdir()) == \
+        sorted(m for m, qids in MODULES.items() if qids)
+    for module in (p.name for p in regenerated.iterdir()):
+        names = sorted(p.name for p in (regenerated / module).iterdir())
+        assert names == sorted(p.name for p in (RELEASE / module).iterdir()) == \
+            sorted(["README.md", *(EXERCISES[q].notebook for q in MODULES[module])])
+        changed = [n for n in names if not filecmp.cmp(regenerated / module / n, RELEASE / module / n, shallow=False)]
+        assert not changed, f"notebooks/{module} is stale: run `python -m grader release` and commit ({changed})"
+
+
+def test_a_core_only_course_releases_the_ten_core_notebooks_with_their_index(tmp_path):
+    plan.write(tmp_path / "course", ["pipeline_lab"], due={"pipeline_lab": "2026-10-09 23:59:00 UTC"})
+    course = Course(tmp_path / "course", release=tmp_path / "release")
+    assert [c.assignment for c in course.each()] == ["pipeline_lab"]
+    course.generate_release()
+    assert sorted(p.name for p in (tmp_path / "release").iterdir()) == ["pipeline_lab"]
+    shipped = sorted(p.name for p in (tmp_path / "release" / "pipeline_lab").glob("*.ipynb"))
+    assert shipped == sorted(EXERCISES[q].notebook for q in MODULES["pipeline_lab"]) and len(shipped) == 10
+    index = (tmp_path / "release" / "pipeline_lab" / "README.md").read_text()
+    core_total = sum(course.hidden_points()[q] for q in MODULES["pipeline_lab"] if EXERCISES[q].function)
+    assert f"**{core_total:g}**" in index and "Due: 2026-10-09" in index and "Assignment 1 of 1" in index
+    course.ensure_assignment()   # the gradebook knows the due date
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{course.db_path}", "pipeline-lab") as gb:
+        assert [a.name for a in gb.assignments] == ["pipeline_lab"]
+        assert str(gb.find_assignment("pipeline_lab").duedate).startswith("2026-10-09 23:59")
+
+
+def test_a_course_toml_that_breaks_the_module_order_is_refused(tmp_path):
+    with pytest.raises(plan.PlanError, match="q11 of pipeline_schedules builds on q02 of pipeline_lab"):
+        plan.write(tmp_path, ["pipeline_schedules"])
+    with pytest.raises(plan.PlanError, match="no module"):
+        plan.write(tmp_path, ["pipeline_lab", "pipeline_labs"])
 
 
 def test_release_holds_no_solution_and_no_hidden_test(reference):
     secret = answer_lines(reference)
     assert len(secret) > 40
-    for path in RELEASED.glob("*.ipynb"):
+    for path in RELEASE.glob("*/*.ipynb"):
         text = path.read_text()
         for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "scored_out_of_process"):
             assert marker not in text, (path.name, marker)
@@ -61,7 +96,7 @@ def test_release_holds_no_solution_and_no_hidden_test(reference):
 
 def test_every_release_answer_cell_is_a_stub_and_every_hidden_cell_is_kept():
     for ex in EXERCISES.values():
-        nb = json.loads((RELEASED / ex.notebook).read_text())
+        nb = json.loads(released(ex).read_text())
         ids = {c["metadata"].get("nbgrader", {}).get("grade_id"): c for c in nb["cells"]}
         if ex.function:
             assert cell_source(ids[ex.answer_cell]).startswith(f"%%answer {ex.id}")
@@ -84,4 +119,4 @@ def test_running_a_source_notebook_leaves_nothing_that_would_ship(tmp_path, no_l
     assert "answers" in left and "runs" in left  # the runs did leave files ...
     Course(tmp_path / "course", release=tmp_path / "release", source=tmp_path / "solutions").generate_release()
     shipped = sorted(p.name for p in (tmp_path / "release" / ASSIGNMENT).iterdir())
-    assert shipped == sorted(e.notebook for e in EXERCISES.values())  # ... and none of it ships
+    assert shipped == sorted(["README.md", *(EXERCISES[q].notebook for q in MODULES[ASSIGNMENT])])  # ... none of it ships

@@ -128,6 +128,7 @@ def main(argv=None) -> int:
     base = argparse.ArgumentParser(add_help=False)
     base.add_argument("--course", default="course", help="course folder (default: ./course)")
     base.add_argument("--run", help="run name (default: a new one for submit, else the latest)")
+    base.add_argument("--assignment", help="one assignment of the course (default: each of them, an array each)")
     res = argparse.ArgumentParser(add_help=False)
     g = res.add_argument_group("resources of each grading task (default: GRADE_* variables, else grade.sh's #SBATCH)")
     g.add_argument("--partition", default=os.environ.get("GRADE_PARTITION"))
@@ -158,9 +159,23 @@ def main(argv=None) -> int:
     p = sub.add_parser("resubmit", parents=[base, res], help="submit the failed students again")
     p.add_argument("--student", nargs="+", help="these students instead of the failed ones")
     args = ap.parse_args(argv)
-    course = Course(args.course)
-    return {"submit": cmd_submit, "task": cmd_task, "merge": cmd_merge, "status": cmd_status,
-            "resubmit": cmd_resubmit}[args.command](course, args)
+    command = {"submit": cmd_submit, "task": cmd_task, "merge": cmd_merge, "status": cmd_status,
+               "resubmit": cmd_resubmit}[args.command]
+    courses = Course(args.course).each(args.assignment)
+    if args.command == "submit" and len(courses) > 1 and not args.student:
+        courses = [c for c in courses if c.students()]   # an assignment nobody returned yet: nothing to grade
+    codes = []
+    for course in courses:
+        if len(courses) > 1:
+            print(f"--- {course.assignment}")
+        try:
+            codes.append(command(course, args))
+        except SystemExit as e:   # one assignment without runs or submissions: say so, go on with the others
+            if len(courses) == 1:
+                raise
+            print(e)
+            codes.append(1)
+    return max(codes or [0])
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import shutil
 import warnings
 from pathlib import Path
 
-from lab_src.registry import ASSIGNMENT, CODED
+from lab_src.registry import CODED
 
 from ..course import COURSE_ID, Course
 from ..verdicts import gradebook_lock
@@ -24,13 +24,13 @@ from .task import UNPUBLISHED
 VERDICT_CELLS = {ex.hidden_cell for ex in CODED}
 
 
-def copy_submission(src, dst, student: str) -> int:
+def copy_submission(src, dst, student: str, assignment: str) -> int:
     """Copy one student's autograding from Gradebook `src` (a task space) into Gradebook `dst`.
     Returns the number of grades written."""
-    sub = src.find_submission(ASSIGNMENT, student)
+    sub = src.find_submission(assignment, student)
     dst.update_or_create_student(student)
     kwargs = {"timestamp": sub.timestamp} if sub.timestamp is not None else {}
-    dst_sub = dst.update_or_create_submission(ASSIGNMENT, student, **kwargs)
+    dst_sub = dst.update_or_create_submission(assignment, student, **kwargs)
     notebooks = {nb.name: nb for nb in dst_sub.notebooks}
     written = 0
     for nb in sub.notebooks:
@@ -66,9 +66,9 @@ def merge_student(course: Course, space: Course, student: str) -> None:
     with Gradebook(f"sqlite:///{space.db_path}", COURSE_ID) as src, \
             Gradebook(f"sqlite:///{course.db_path}", COURSE_ID) as dst, warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission trips SQLAlchemy's autoflush warnings
-        copy_submission(src, dst, student)
+        copy_submission(src, dst, student, course.assignment)
     _replace_tree(space.autograded(student), course.autograded(student))
-    _replace_tree(space.root / "grader" / student, course.root / "grader" / student)
+    _replace_tree(space.grading_dir(student), course.grading_dir(student))
 
 
 def merge(run: Run, students: list[str] | None = None, live_jobs: set[str] | None = None) -> dict[str, list[str]]:

@@ -18,6 +18,8 @@ import os
 import time
 from pathlib import Path
 
+from lab_src.registry import ASSIGNMENT
+
 from ..course import Course
 
 RUNS_DIR = "cluster"
@@ -36,7 +38,7 @@ class Run:
     def __init__(self, course: Course, name: str):
         self.course = course
         self.name = name
-        self.root = course.root / RUNS_DIR / name
+        self.root = runs_dir(course) / name
 
     # ---- finding runs ---------------------------------------------------------------------
     @classmethod
@@ -54,13 +56,13 @@ class Run:
     def open(cls, course: Course, name: str | None = None) -> "Run":
         """The run called `name`, or the course's latest run."""
         if name is None:
-            runs = sorted((p for p in (course.root / RUNS_DIR).glob("*/run.json")), key=lambda p: p.stat().st_mtime)
+            runs = sorted((p for p in runs_dir(course).glob("*/run.json")), key=lambda p: p.stat().st_mtime)
             if not runs:
-                raise SystemExit(f"no cluster runs in {course.root / RUNS_DIR}: submit one with slurm/grade.sh")
+                raise SystemExit(f"no cluster runs in {runs_dir(course)}: submit one with slurm/grade.sh")
             name = runs[-1].parent.name
         run = cls(course, name)
         if not run.meta_path.exists():
-            raise SystemExit(f"no run {name} in {course.root / RUNS_DIR}")
+            raise SystemExit(f"no run {name} in {runs_dir(course)}")
         return run
 
     # ---- layout ---------------------------------------------------------------------------
@@ -128,6 +130,12 @@ class Run:
         for s in self.students():
             out[effective_state(self.state(s), live_jobs)].append(s)
         return out
+
+
+def runs_dir(course: Course) -> Path:
+    """<course>/cluster/ for the core assignment's runs, <course>/cluster/<assignment>/ for another's."""
+    base = course.root / RUNS_DIR
+    return base if course.assignment == ASSIGNMENT else base / course.assignment
 
 
 def course_at(course: Course, root: Path) -> Course:

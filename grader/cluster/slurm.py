@@ -62,10 +62,11 @@ def plan(run: Run, list_path: Path, n_students: int, res: Resources, script: Pat
     array += [f"--cpus-per-task={res.cpus}"] if res.cpus else []
     array += [f"--mem={res.mem}"] if res.mem else []
     array += [f"--gres=gpu:{res.gpus}"] if res.gpus else []
-    array += [str(script), "task", "--course", course, "--run", run.name, "--list", str(list_path),
+    array += [str(script), "task", "--course", course, "--assignment", run.course.assignment, "--run", run.name, "--list", str(list_path),
               "--per-task", str(per_task)]
     merge = common + ["--job-name=pp-lab-merge", "--dependency=afterany:{array}", f"--output={run.logs}/merge-%j.out",
-                      *MERGE_RESOURCES, str(script), "merge", "--course", course, "--run", run.name]
+                      *MERGE_RESOURCES, str(script), "merge", "--course", course, "--assignment", run.course.assignment,
+                      "--run", run.name]
     return {"array_cmd": array, "merge_cmd": merge, "per_task": per_task, "tasks": n_tasks}
 
 

@@ -90,8 +90,8 @@ def keep_logs(run: Run, space: Course, student: str) -> None:
     """A failed grading's logs, for the instructor: <run>/logs/<student>/."""
     dest = run.logs / student
     shutil.rmtree(dest, ignore_errors=True)
-    for log in (space.root / "grader" / student).rglob("*.log"):
-        target = dest / log.relative_to(space.root / "grader" / student)
+    for log in space.grading_dir(student).rglob("*.log"):
+        target = dest / log.relative_to(space.grading_dir(student))
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(log, target)
 

@@ -13,7 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
-from lab_src.registry import ASSIGNMENT, EXERCISES
+from lab_src.registry import EXERCISES
 
 from .. import RELEASE, SOURCE
 from ..answer_cells import MARKERS, cell_source, find_cell
@@ -38,9 +38,9 @@ def _reference_text(source_cell: dict) -> str:
 
 def submission_notebook(student: Student, qid: str) -> dict:
     ex = EXERCISES[qid]
-    nb = _load(RELEASE / ASSIGNMENT / ex.notebook)
+    nb = _load(RELEASE / ex.assignment / ex.notebook)
     if student.base == "reference":
-        source = _load(SOURCE / ASSIGNMENT / ex.notebook)
+        source = _load(SOURCE / ex.assignment / ex.notebook)
         for cell in nb["cells"]:
             meta = cell.get("metadata", {}).get("nbgrader", {})
             if meta.get("solution"):
@@ -48,7 +48,7 @@ def submission_notebook(student: Student, qid: str) -> dict:
     if qid in student.answers:
         text = student.answers[qid]
         if text is None:  # back to the release's stub
-            text = cell_source(find_cell(_load(RELEASE / ASSIGNMENT / ex.notebook), ex.answer_cell))
+            text = cell_source(find_cell(_load(RELEASE / ex.assignment / ex.notebook), ex.answer_cell))
         else:
             text = f"%%answer {qid}\n" + text.strip("\n")
         find_cell(nb, ex.answer_cell)["source"] = text

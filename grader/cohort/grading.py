@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..autograde import grade_all
+from ..autograde import grade_course
 from ..cli import collect_folder
 from ..course import Course
-from ..report import grade_rows
+from ..report import course_rows
 from .build import ROSTER, build_cohort
 from .students import COHORT
 
@@ -18,14 +18,15 @@ from .students import COHORT
 JOBS = 8
 
 
-def grade_cohort(base: Path, students=COHORT, jobs: int = JOBS):
-    """Submissions in `base`/submissions, the course in `base`/course, graded: (course, results by
-    student, grade rows by student)."""
+def grade_cohort(base: Path, students=COHORT, jobs: int = JOBS, assignment: str | None = None):
+    """Submissions in `base`/submissions, the course in `base`/course (a course.toml written there first
+    chooses its modules), graded: (course, results by student, grade rows by student over its assignments)."""
     base = Path(base)
     build_cohort(base / "submissions", students)
-    course = Course(base / "course")
-    collect_folder(course, base / "submissions")
-    course.ensure_assignment()
+    course = Course(base / "course", assignment=assignment)
+    for one in course.each(assignment):   # every assignment of the course (its course.toml), or `assignment`
+        collect_folder(one, base / "submissions")
+        one.ensure_assignment()
     course.import_roster(base / "submissions" / ROSTER)
-    results = grade_all(course, [s.name for s in students], jobs=jobs)
-    return course, results, {r["student"]: r for r in grade_rows(course)}
+    results = grade_course(course, [s.name for s in students], jobs=jobs, assignment=assignment)
+    return course, results, {r["student"]: r for r in course_rows(course, assignment)}
