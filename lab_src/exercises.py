@@ -290,6 +290,30 @@ def zero_bubble_step(stage, data_iter, num_microbatches):
     """
 
 
+@_exercise_api("q17")
+def tp_layers(up, down, tp):
+    """The MLP of one block, `down(gelu(up(x)))`, split over the tensor-parallel group `tp`: return this
+    rank's part of it, an `nn.Module` whose `up` is a `ColumnParallelLinear` of `up` and whose `down` a
+    `RowParallelLinear` of `down`, and whose forward takes the whole input x (the same on every rank) and
+    returns the whole output on every rank, with exactly one all-reduce in its forward and one in its
+    backward. `up` and `down` are the unsharded `nn.Linear` layers (hidden -> 4 hidden -> hidden), the
+    same on every rank; `tp` has `rank`, `size` (t), `group` and `device` (pipeline/tensor_parallel.py).
+
+    The answer cell defines, beside tp_layers, with torch.distributed's collectives over `tp.group`:
+    - `CopyToTensorParallel`, a `torch.autograd.Function`: `CopyToTensorParallel.apply(x, tp)` returns x
+      unchanged; its backward sums the incoming gradients over the group.
+    - `ReduceFromTensorParallel`, a `torch.autograd.Function`: `.apply(x, tp)` returns the sum of every
+      rank's x; its backward passes the gradient through unchanged.
+    - `ColumnParallelLinear(linear, tp)`, an `nn.Module` holding only rank r's slice of `linear`'s output
+      features (the r-th of t equal contiguous slices: `torch.chunk`) as its parameters `weight` and
+      `bias`. Its forward takes the whole input and returns this rank's slice of `linear(x)`.
+    - `RowParallelLinear(linear, tp)`, an `nn.Module` holding rank r's slice of `linear`'s input features
+      as its parameter `weight`, and the whole `bias`. Its forward takes this rank's slice of the input
+      features and returns the whole `linear(x)` on every rank, the bias added once.
+    Each rank holds 1/t of the MLP's weights; the parameters are new tensors, not the unsharded layers.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

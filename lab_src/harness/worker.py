@@ -188,12 +188,13 @@ def main(spec_path: str) -> int:
     from lab_src.exercises import running_for
     from lab_src.harness import groups as process_groups
     from lab_src.harness import runfolder
-    from lab_src.harness import kinds, rawp2p, sandbox
+    from lab_src.harness import kinds, rawcoll, rawp2p, sandbox
     from lab_src.harness.case import Case
     from lab_src.pipeline import data, model, trace, waiting
 
     runners = kinds.runners()
     rawp2p.install()     # raw torch.distributed messages (q11) are recorded like the stage's own
+    rawcoll.install()    # and raw collectives (q17) like q14's all-reduces
     ctx = process_groups.init(spec["timeout_s"])
     groups = process_groups.PipeGroups(ctx)
     journal = open(runfolder.journal_path(run_dir, rank), "a", buffering=1)

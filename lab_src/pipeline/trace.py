@@ -6,7 +6,7 @@ collective (q14's all-reduces):
     (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk, held[, group])
 
 `rank` and `peer` are pipeline ranks; `kind` is an operation of `schedules.Op` ("forward", "send_forward",
-...) or a collective of COLLECTIVES ("allreduce_dp", "allreduce_tied"); `chunk` is the model chunk of the
+...) or a collective of COLLECTIVES ("allreduce_dp", "allreduce_tied", q17's "allreduce_tp", ...); `chunk` is the model chunk of the
 rank (0 unless the schedule is interleaved); `held` is the activation memory the rank holds when the
 operation ends: bytes of tensors saved for backward and not yet freed (harness/memory.py counts them while a
 pipeline case runs its step; 0 where nothing was counted); `group`, for a collective only, the global ranks
@@ -32,8 +32,10 @@ from lab_src.pipeline.ops import Op
 COMPUTE = tuple(o.value for o in Op if o.is_compute)
 SENDS = tuple(o.value for o in Op if o.is_send)
 RECVS = tuple(o.value for o in Op if o.is_recv)
-# Collectives, by what they reduce: the data-parallel gradient average, the tied embedding's gradient sum.
-COLLECTIVES = ("allreduce_dp", "allreduce_tied")
+# Collectives, by what they reduce: the data-parallel gradient average, the tied embedding's gradient sum;
+# and the raw collectives of a tensor-parallel answer (q17, recorded by harness/rawcoll.py).
+TP_COLLECTIVES = ("allreduce_tp", "allgather_tp", "reducescatter_tp", "broadcast_tp", "reduce_tp")
+COLLECTIVES = ("allreduce_dp", "allreduce_tied") + TP_COLLECTIVES
 KINDS = tuple(o.value for o in Op) + COLLECTIVES
 
 

@@ -10,8 +10,13 @@ from lab_src.pipeline.matching import Matching, match
 
 COLORS = {"forward": "#4c78a8", "backward": "#f58518", "send": "#54a24b", "recv": "#9e9e9e",
           "idle": "#f1f1f1", "cursor": "#d62728", "wait": "#d62728", "allreduce_dp": "#9467bd",
-          "allreduce_tied": "#e377c2", "backward_input": "#d4621b", "backward_weight": "#eeca3b"}
-COLLECTIVE_LABELS = {"allreduce_dp": "data-parallel all-reduce", "allreduce_tied": "tied-embedding all-reduce"}
+          "allreduce_tied": "#e377c2", "backward_input": "#d4621b", "backward_weight": "#eeca3b",
+          "allreduce_tp": "#17becf", "allgather_tp": "#bcbd22", "reducescatter_tp": "#8c564b",
+          "broadcast_tp": "#7f7f7f", "reduce_tp": "#7f7f7f"}
+COLLECTIVE_LABELS = {"allreduce_dp": "data-parallel all-reduce", "allreduce_tied": "tied-embedding all-reduce",
+                     "allreduce_tp": "tensor-parallel all-reduce", "allgather_tp": "tensor-parallel all-gather",
+                     "reducescatter_tp": "tensor-parallel reduce-scatter", "broadcast_tp": "broadcast",
+                     "reduce_tp": "reduce"}
 # a backward split in two (zero bubble, q16): each half in its own colour, named in the legend when drawn
 SPLIT_LABELS = {"backward_input": "I: input's gradient", "backward_weight": "W: weights' gradients"}
 

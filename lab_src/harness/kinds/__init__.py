@@ -50,6 +50,9 @@ KINDS = {
                        "against one backward (gradients, floating-point operations, memory left)"),
     "train": Kind("train", LAYOUT, step=True,
                   what="the student's training loop around the step, on the digits (q13)"),
+    "tp": Kind("tp", ("tp_layers",),
+               what="q17's tensor-parallel pieces on the case's t ranks: the two communication functions, the "
+                    "column- and row-parallel layers, the MLP; outputs, gradients, shards and collectives"),
     "torch": Kind("torch_schedule", LAYOUT,
                   what="torch.distributed.pipelining's Schedule1F1B on the case's stages (the notebooks' bridge, "
                        "ungraded)"),

@@ -1,0 +1,68 @@
+"""Visible check of q17 (tp_layers): the answer's tensor-parallel pieces on 2 ranks and on 4, in float64,
+against the unsharded layers and MLP of the lab's block (judge/tp.py): the two communication functions,
+the column- and row-parallel layers, then the MLP. For each it prints the collectives every rank's forward
+and backward made (read from the event record: the answer's own torch.distributed calls), and what each
+rank holds.
+
+    report = check("q17")
+    report.timeline()          # the 4-rank run: every collective, on a measured time axis
+"""
+from __future__ import annotations
+
+from lab_src.checks.common import UNFINISHED, CheckReport, errors, finish, indent, make_case, run_cases, run_dir, sources
+from lab_src.pipeline.config import LabConfig
+
+CONFIGS = [(2, LabConfig(num_stages=2, global_batch_size=4, num_microbatches=2, dtype="float64")),
+           (4, LabConfig(num_stages=4, global_batch_size=4, num_microbatches=2, dtype="float64", seed=5))]
+PARTS = ("copy", "reduce", "column", "row", "mlp")
+
+
+def check() -> CheckReport:
+    from lab_src.judge.problems import stamped
+    from lab_src.judge.tp import WHAT, judge_part
+    srcs = sources("q17")
+    cases = [make_case("tp", cfg, srcs, "q17", stages=t, label=f"t = {t}") for t, cfg in CONFIGS]
+    run = run_cases(cases, run_dir("q17"))
+    problems, lines = [], ["q17 tp_layers: each piece on t ranks against the unsharded layer (float64, to 1e-10)"]
+    for (t, cfg), out in zip(CONFIGS, run.outcomes):
+        label = f"t = {t}"
+        lines.append(f"\n  {label}: input {tuple(_shape(cfg))}, {cfg.dtype}")
+        errs = errors(out, "q17", label)
+        if errs:
+            problems += errs
+            lines.append(UNFINISHED)
+            continue
+        for part in PARTS:
+            found = judge_part(part, out)
+            mine = stamped(found["holds"] + found["numbers"] + found["communication"], "q17", label)
+            problems += mine
+            got = (out.obs.get(0, {}).get("tp") or {}).get(part) or {}
+            verdict = "matches the unsharded layer" if not (found["numbers"] or found["holds"]) else "see the problems"
+            lines.append(f"    {WHAT[part]}: {verdict}; rank 0's forward: {_rounds(got.get('fwd'))}; "
+                         f"backward: {_rounds(got.get('bwd'))}")
+        lines.append(indent(held_table(out), "      "))
+    return finish("q17", run, problems, lines)
+
+
+def _shape(cfg):
+    from lab_src.pipeline.tensor_parallel import batch_shape
+    return batch_shape(cfg)
+
+
+def _rounds(rounds) -> str:
+    from lab_src.judge.tp import _rounds_text
+    return _rounds_text(rounds or [])
+
+
+def held_table(outcome) -> str:
+    """What each rank's MLP holds: the shapes of its two weight shards, and its parameter elements."""
+    rows = []
+    for r, o in sorted(outcome.obs.items()):
+        got = (o.get("tp") or {}).get("mlp") or {}
+        if got.get("params") is not None:
+            rows.append(f"rank {r} holds up.weight {tuple(got.get('up_weight_shape') or ())}, down.weight "
+                        f"{tuple(got.get('down_weight_shape') or ())}: {got['params']:,} parameter elements")
+    return "\n".join(rows)
+
+
+__all__ = ["check"]

@@ -1,0 +1,218 @@
+"""q17: tensor parallelism, the two communication functions, column- and row-parallel layers, the MLP.
+
+Fast: the judge (judge/tp.py) on observations made from the unsharded layers' own numbers: what a right
+rank records passes, and each realistic mistake's numbers or collectives get the message that names its
+misconception; the collectives of a raw answer are recorded (harness/rawcoll.py) in one process of one rank.
+Multi-process: the reference passes the visible check on 2 and 4 ranks, and every cohort mistake, graded
+through the hidden tests in one launch, gets its points and its message.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from grader.cohort.answers import answer
+from lab_src.harness.case import Case, CaseOutcome
+from lab_src.judge.tp import expected, judge_part
+from lab_src.pipeline.config import LabConfig
+
+pytestmark = pytest.mark.q17
+
+CFG = LabConfig(num_stages=2, global_batch_size=4, num_microbatches=2, dtype="float64", seed=3)
+RECORDED = ("out", "in_grad", "weight", "bias", "weight_grad", "bias_grad", "up_weight_grad", "up_bias_grad",
+            "down_weight_grad", "down_bias_grad", "fwd", "bwd", "weight_shape", "params", "up_weight_shape",
+            "down_weight_shape")
+
+
+def observed(part: str, t: int = 2, cfg: LabConfig = CFG, change=None) -> CaseOutcome:
+    """An outcome whose ranks recorded exactly what the unsharded layer says, then `change(rank, got)`."""
+    obs = {}
+    for r, want in enumerate(expected(part, cfg, t)):
+        got = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in want.items() if k in RECORDED}
+        if change is not None:
+            change(r, got)
+        obs[r] = {"tp": {part: got}}
+    return CaseOutcome(Case(kind="tp", qid="q17", config=cfg, stages=t), obs)
+
+
+def said(found: dict) -> str:
+    return " ".join(" ".join(str(p) for p in problems) for problems in found.values())
+
+
+@pytest.mark.parametrize("part", ["copy", "reduce", "column", "row", "mlp"])
+@pytest.mark.parametrize("t", [2, 4])
+def test_what_the_unsharded_layer_says_passes(part, t):
+    assert not any(judge_part(part, observed(part, t)).values())
+
+
+def test_expected_shards_put_back_together_are_the_unsharded_gradients():
+    from lab_src.pipeline.tensor_parallel import full_mlp
+    col = expected("column", CFG, 4)
+    up, _ = full_mlp(CFG)
+    assert torch.equal(torch.cat([c["weight"] for c in col], 0), up.weight.detach())
+    assert col[0]["weight_shape"] == [32, 32] and col[0]["params"] == (128 * 32 + 128) // 4
+    row = expected("row", CFG, 4)
+    assert row[0]["weight_shape"] == [32, 32] and row[0]["params"] == 32 * 128 // 4 + 32
+    mlp = expected("mlp", CFG, 2)
+    assert mlp[0]["params"] == (128 * 32 + 128 + 32 * 128) // 2 + 32 and mlp[0]["full_params"] == 2 * 128 * 32 + 160
+    assert mlp[0]["fwd"] == [["allreduce_tp", 2 * 16 * 32 * 8, [0, 1]]] == mlp[0]["bwd"]
+
+
+def test_the_bias_added_on_every_rank_is_named():
+    def every_rank(r, got):
+        got["out"] = got["out"] + got.pop("bias")      # t = 2: one copy too many
+    found = judge_part("row", observed("row", change=every_rank))
+    assert "added the bias before the all-reduce, so the sum counts it 2 times" in said(found)
+
+
+def test_a_backward_without_its_all_reduce_is_named_by_its_numbers_and_its_rounds():
+    want = expected("column", CFG, 2)
+
+    def own_share(r, got):
+        got["in_grad"], got["bwd"] = want[r]["partial"], []
+    found = judge_part("column", observed("column", change=own_share))
+    assert "only this rank's own share of it" in said(found)
+    assert "backward made no collective; it needs all-reduce of 8,192 bytes over ranks [0, 1]" in said(found)
+
+    def averaged(r, got):
+        got["in_grad"] = got["in_grad"] / 2
+    assert "1/2 of the right gradient, the average over the group" in said(judge_part("mlp", observed("mlp", change=averaged)))
+
+
+def test_extra_rounds_between_the_layers_are_named():
+    def gathered(r, got):
+        got["fwd"] = [["allgather_tp", 2 * 16 * 64 * 8, [0, 1]]] + got["fwd"]
+    text = " ".join(said(judge_part("mlp", observed("mlp", change=gathered))).split())
+    assert "made all-gather of 16,384 bytes over ranks [0, 1], all-reduce of 8,192 bytes over ranks [0, 1]" in text
+    assert "The all-gather is an extra round" in text
+
+    def reduced_twice(r, got):
+        got["fwd"] = [["allreduce_tp", 2 * 16 * 64 * 8, [0, 1]]] + got["fwd"]
+    assert "One all-reduce after each layer is a round too many" in said(judge_part("mlp", observed("mlp", change=reduced_twice)))
+
+
+def test_shards_cut_along_the_wrong_dimension_and_a_whole_layer_are_named():
+    def crossed(r, got):
+        got["weight_shape"] = [128, 16]
+    assert "cut along the wrong dimension. A column-parallel layer splits the output features" in \
+        said(judge_part("column", observed("column", change=crossed)))
+
+    def crossed_row(r, got):
+        got["weight_shape"] = [16, 128]
+    assert "A row-parallel layer splits the input features" in said(judge_part("row", observed("row", change=crossed_row)))
+
+    def whole(r, got):
+        got["params"] = 2 * 128 * 32 + 160 + got["params"]
+    assert "the whole MLP (8,352)" in said(judge_part("mlp", observed("mlp", change=whole)))
+
+
+def test_a_collective_is_recorded_with_its_kind_bytes_and_group_and_a_wrong_group_is_refused(tmp_path):
+    """One rank (gloo, world of 1): the answer's own dist calls are recorded under a tracer, not outside it,
+    and a collective over ranks outside the case's is refused before it could wait for them."""
+    script = tmp_path / "one.py"
+    script.write_text('''
+import os
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"], RANK="0", WORLD_SIZE="1")
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+from lab_src.harness import rawcoll
+from lab_src.pipeline import trace
+rawcoll.install()
+dist.all_reduce(torch.ones(3))                           # outside a tracer: not recorded
+tracer = trace.Tracer(0)
+with trace.tracing(tracer):
+    dist.all_reduce(torch.ones(4, dtype=torch.float64))
+    pieces = [torch.empty(2)]
+    dist.all_gather(pieces, torch.ones(2), group=dist.group.WORLD)
+    rawcoll.CASE_RANKS[:] = []
+print([(e.kind, e.bytes, e.group) for e in tracer.events])
+rawcoll.CASE_RANKS[:] = [5]
+try:
+    with trace.tracing(tracer):
+        dist.all_reduce(torch.ones(1))
+except rawcoll.WrongGroup as e:
+    print("refused:", e)
+dist.destroy_process_group()
+''')
+    env = {**os.environ, "PORT": str(29000 + os.getpid() % 900), "PYTHONPATH": str(os.getcwd())}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode == 0, done.stderr
+    assert "[('allreduce_tp', 32, (0,)), ('allgather_tp', 8, (0,))]" in done.stdout
+    assert "refused: all-reduce over ranks [0] (the default group: no group= given), but the tensor-parallel " \
+           "group is ranks [5]: pass group=tp.group" in done.stdout
+
+
+# ---- real runs -----------------------------------------------------------------------------------------
+def test_reference_passes_the_visible_check_on_2_and_4_ranks(reference, in_tmp, no_leftovers, capsys):
+    from lab_src.checks import check
+    (in_tmp / "map.json").write_text(json.dumps(reference))
+    os.environ["LAB_ANSWERS"] = str(in_tmp / "map.json")
+    try:
+        report = check("q17")
+    finally:
+        del os.environ["LAB_ANSWERS"]
+    out = " ".join(capsys.readouterr().out.split())
+    assert report.ok and "q17: all checks passed" in out, out
+    assert "tp_layers' MLP: matches the unsharded layer; rank 0's forward: all-reduce of 8,192 bytes over ranks " \
+           "[0, 1, 2, 3]; backward: all-reduce of 8,192 bytes over ranks [0, 1, 2, 3]" in out
+    assert "rank 3 holds up.weight (32, 32), down.weight (32, 32): 2,112 parameter elements" in out
+
+
+def grade(reference, tmp_path, answers: dict[str, str]) -> dict[str, tuple[float, list[str]]]:
+    """Grade each q17 answer text through the hidden tests, all cases in one launch."""
+    from grader.hidden import hidden_tests
+    from grader.hidden.common import Context
+    from grader.trusted import DEADLINE_S, TIMEOUT_S, summarize
+    from lab_src.harness.runner import run_cases
+    tests = hidden_tests("q17")
+    contexts, spans, cases = {}, {}, []
+    for name, text in answers.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        contexts[name] = Context(student={**reference, "q17": str(path)}, reference=reference)
+        made = tests.cases(contexts[name])
+        spans[name] = (len(cases), len(made))
+        cases += made
+    run = run_cases(cases, tmp_path / "run", case_deadline_s=DEADLINE_S, timeout_s=TIMEOUT_S)
+    out = {}
+    for name, (start, n) in spans.items():
+        verdict = summarize("q17", tests.judge(contexts[name], run.outcomes[start:start + n]))
+        out[name] = (verdict["fraction"], verdict["messages"])
+    return out
+
+
+# name: (the answer, its fraction of the points, what its feedback must say); parts: communication functions
+# (6 items), layers (6), MLP numbers (3), MLP communication (3), a quarter each
+MISTAKES = {
+    "reference": (None, 1.0, "18 of 18 hidden checks passed"),
+    # the column layer's numbers and rounds, the MLP's numbers and rounds: (1 + 3/6 + 0 + 0) / 4
+    "q17_allreduce_both": (answer("q17_allreduce_both"), 0.375,
+                           "An all-reduce after the column-parallel layer is a round too many"),
+    # the row layer's and the MLP's outputs; the MLP's rounds are right: (1 + 3/6 + 0 + 1) / 4
+    "q17_bias_every_rank": (answer("q17_bias_every_rank"), 0.625,
+                            "Every rank added the bias before the all-reduce, so the sum counts it 2 times"),
+    # the copy, the column layer, the MLP's input gradient and its backward round: (3/6 + 3/6 + 0 + 0) / 4
+    "q17_no_backward_mirror": (answer("q17_no_backward_mirror"), 0.25, "only this rank's own share of it"),
+    # both layers and the MLP raise; the communication functions are right: (1 + 0 + 0 + 0) / 4
+    "q17_wrong_dim": (answer("q17_wrong_dim"), 0.25, "cut along the wrong dimension"),
+    # the MLP's numbers are right, its forward has an all-gather; both layers fail alone: (1 + 0 + 1 + 0) / 4
+    "q17_gather": (answer("q17_gather"), 0.5, "The all-gather is an extra round"),
+}
+
+
+@pytest.mark.slow
+def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_leftovers):
+    from pathlib import Path
+    texts = {name: text if text is not None else Path(reference["q17"]).read_text()
+             for name, (text, _, _) in MISTAKES.items()}
+    graded = grade(reference, tmp_path, texts)
+    for name, (_, fraction, says) in MISTAKES.items():
+        got, lines = graded[name]
+        assert got == pytest.approx(fraction, abs=1e-4), (name, lines)
+        assert says in " ".join("\n".join(lines).split()), (name, lines)   # messages wrap at 110 columns
