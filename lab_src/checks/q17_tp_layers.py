@@ -17,6 +17,20 @@ CONFIGS = [(2, LabConfig(num_stages=2, global_batch_size=4, num_microbatches=2, 
 PARTS = ("copy", "reduce", "column", "row", "mlp")
 
 
+class TPReport(CheckReport):
+    """A check report whose timeline draws the tensor-parallel ranks' collectives (views/tp_timeline.py)."""
+
+    def timeline(self, case: int | None = None):
+        """One case's run (by default the first that failed, else the 4-rank one): every rank's collectives."""
+        if not self.views:
+            print("No run to draw: the check stopped before launching anything (see its message above).")
+            return None
+        from lab_src.views.tp_timeline import tp_timeline_figure
+        failed = self.failed_case()
+        v = self.views[case if case is not None else (failed if not self.ok else len(self.views) - 1)]
+        return tp_timeline_figure(v["events"], v["stages"], v["title"], PARTS)
+
+
 def check() -> CheckReport:
     from lab_src.judge.problems import stamped
     from lab_src.judge.tp import WHAT, judge_part
@@ -41,7 +55,9 @@ def check() -> CheckReport:
             lines.append(f"    {WHAT[part]}: {verdict}; rank 0's forward: {_rounds(got.get('fwd'))}; "
                          f"backward: {_rounds(got.get('bwd'))}")
         lines.append(indent(held_table(out), "      "))
-    return finish("q17", run, problems, lines)
+    views = [{"events": o.events(recovered=True), "stages": o.case.stages, "microbatches": 1,
+              "title": f"q17: {o.case.label}, every collective of each rank"} for o in run.outcomes]
+    return finish("q17", run, problems, lines, views=views, cls=TPReport)
 
 
 def _shape(cfg):
@@ -65,4 +81,4 @@ def held_table(outcome) -> str:
     return "\n".join(rows)
 
 
-__all__ = ["check"]
+__all__ = ["check", "TPReport"]

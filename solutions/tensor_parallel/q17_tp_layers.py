@@ -229,7 +229,7 @@ report = check("q17")
 # they be?
 
 # %%
-report.timeline(1)
+report.timeline()
 
 # %% nbgrader={"grade": true, "grade_id": "q17_hidden", "locked": true, "points": 20, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q17 (20 points): the grader runs them in fresh processes, outside

@@ -1,0 +1,30 @@
+"""Q17's run on a time axis: every tensor-parallel rank's collectives, drawn as q14's all-reduces are (bars
+joined across their group, views/static.py), one row per rank.
+
+The events are what the ranks recorded (harness/rawcoll.py: the answer's own torch.distributed calls); the
+parts of the case ran one after another (copy, reduce, column, row, mlp; harness/kinds/tp.py), so the
+bars come in that order, each part's forward before its backward.
+"""
+from __future__ import annotations
+
+from lab_src.pipeline.trace import Event
+
+
+def tp_timeline_figure(events: list[Event], t: int, title: str = "", parts=()):
+    """The static figure of one q17 case on `t` ranks."""
+    from lab_src.views.prepare import prepare
+    from lab_src.views.static import TimelineFigure, draw, legend_handles
+    tl = prepare(events, t, 1, align=False)
+    fig = TimelineFigure(figsize=(11, 1.6 + 0.5 * t), layout="constrained")
+    ax = fig.subplots()
+    draw(ax, tl)
+    ax.set_yticks(range(t), [f"rank {r}" for r in range(t)], fontsize=8)
+    calls = sum(1 for e in events if e.is_collective and e.rank == 0)
+    ax.set_title(f"{calls} collectives on rank 0" + (f" · the parts, in order: {', '.join(parts)}" if parts else ""),
+                 fontsize=9.5, loc="left")
+    ax.set_xlabel("time since the case started (ms)")
+    if title:
+        fig.suptitle(title, fontsize=12, x=0.01, ha="left")
+    kinds = tuple(sorted({e.kind for e in events if e.is_collective}))
+    fig.legend(handles=legend_handles(kinds), loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    return fig
