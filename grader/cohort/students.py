@@ -117,22 +117,35 @@ COHORT = [
             expect={"q11": 0.5, "q12": 0.25, "q13": 0.5}),
     # q14: three parts of a third each: data parallel (5 grids), tied embeddings (4 tied grids), the prediction
     Student("uma", "q13 evaluates in training mode with autograd on; q14 sums the replicas' gradients instead of "
-                   "averaging them", answers={"q13": answer("q13_eval_training"), "q14": answer("q14_summed")},
+                   "averaging them; q17's column-parallel layer all-gathers its output and the row-parallel layer "
+                   "slices it again",
+            answers={"q13": answer("q13_eval_training"), "q14": answer("q14_summed"), "q17": answer("q17_gather")},
             # q13: the evaluation part fails, the other three pass. q14: right only on the 1 x 4 grid (one
-            # replica): (1/5 + 4/4 + 3/3) / 3
-            expect={"q13": 0.75, "q14": 0.7333}),
-    Student("vito", "q14 never all-reduces the tied embedding's gradient: the copies drift apart",
-            # the tied part holds only on the 4 x 1 grid (one stage, one parameter): (5/5 + 1/4 + 3/3) / 3
-            answers={"q14": answer("q14_no_tied")}, expect={"q14": 0.75}),
+            # replica): (1/5 + 4/4 + 3/3) / 3. q17 (four parts: communication functions, layers, MLP numbers, MLP
+            # communication): the MLP's numbers are right, its forward has an all-gather, both layers fail
+            # alone: (1 + 0 + 1 + 0) / 4
+            expect={"q13": 0.75, "q14": 0.7333, "q17": 0.5}),
+    Student("vito", "q14 never all-reduces the tied embedding's gradient: the copies drift apart; q17 all-reduces "
+                    "after the column-parallel layer too",
+            # the tied part holds only on the 4 x 1 grid (one stage, one parameter): (5/5 + 1/4 + 3/3) / 3. q17: the
+            # column layer and the MLP, numbers and rounds, fail; the row layer passes: (1 + 3/6 + 0 + 0) / 4
+            answers={"q14": answer("q14_no_tied"), "q17": answer("q17_allreduce_both")},
+            expect={"q14": 0.75, "q17": 0.375}),
     Student("vera", "q15 deals each rank's chunks out contiguously (rank r holding virtual stages r*v..r*v+v-1) "
-                    "and hands activations from one chunk to the next on the same rank",
-            answers={"q15": answer("q15_contiguous")},
-            expect={"q15": 0.0}),   # runs to the end everywhere, but the layers run in the wrong order: 0 of 5
-    Student("zeno", "q16 sends each input gradient to the previous stage only after the W it runs next",
-            answers={"q16": answer("q16_send_after_w")},
+                    "and hands activations from one chunk to the next on the same rank; q17 adds the row-parallel "
+                    "layer's bias on every rank before the all-reduce",
+            answers={"q15": answer("q15_contiguous"), "q17": answer("q17_bias_every_rank")},
+            # q15 runs to the end everywhere, but the layers run in the wrong order: 0 of 5. q17 adds the row-parallel
+            # bias on every rank before the all-reduce: the row layer's and the MLP's outputs are wrong, the MLP's
+            # rounds right: (1 + 3/6 + 0 + 1) / 4
+            expect={"q15": 0.0, "q17": 0.625}),
+    Student("zeno", "q16 sends each input gradient to the previous stage only after the W it runs next; q17's copy "
+                    "into the tensor-parallel region is the identity in the backward too",
+            answers={"q16": answer("q16_send_after_w"), "q17": answer("q17_no_backward_mirror")},
             # the split is right (6 of 6); of the 6 pipelines only the single stage and the single micro-batch,
-            # where nothing is sent after a W, keep ZB-H1's rules: (1 + 2/6) / 2
-            expect={"q16": 0.6667}),
+            # where nothing is sent after a W, keep ZB-H1's rules: (1 + 2/6) / 2. q17: the copy, the column layer,
+            # the MLP's input gradient and its backward round fail: (3/6 + 3/6 + 0 + 0) / 4
+            expect={"q16": 0.6667, "q17": 0.25}),
     # ---- the grader's last holes (issue 26): one bad answer each, every other exercise the reference
     Student("dora", "q05 'caches' its plan in three files of 500 MB each: over the sandbox's disk limit",
             # the first call writes 1.5 GB: every case of q05 ends over the 1 GB limit and fails, named, on the
@@ -146,12 +159,14 @@ COHORT = [
                     "the model's records back", answers={"q08": answer("q08_rebuilt_from_seed")},
             # only the single stage passes: in every other case rank 0's weights were changed once built
             expect={"q08": 0.1667}),
-    Student("fern", "q12 runs All-Forward-All-Backward, then rewrites its events into 1F1B's order",
-            answers={"q12": answer("q12_forged_events")},
+    Student("fern", "q12 runs All-Forward-All-Backward, then rewrites its events into 1F1B's order; q17 reads column "
+                    "and row parallel as the weight's columns and rows",
+            answers={"q12": answer("q12_forged_events"), "q17": answer("q17_wrong_dim")},
             # 1 of 7 cases: only the one-micro-batch case, where AFAB and 1F1B run one order and the rewrite changes
             # nothing; every other case's events contradict what the grader read from its journal as it ran; the
-            # warm-up prediction is right: 2 of 8 items
-            expect={"q12": 0.25}),
+            # warm-up prediction is right: 2 of 8 items. q17 cuts each layer along the other's dimension: both
+            # layers and the MLP raise, the communication functions are right: (1 + 0 + 0 + 0) / 4
+            expect={"q12": 0.25, "q17": 0.25}),
 ]
 
 BY_NAME = {s.name: s for s in COHORT}

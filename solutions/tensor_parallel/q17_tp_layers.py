@@ -191,22 +191,21 @@ class RowParallelLinear(nn.Module):
         ### END SOLUTION
 
 
+def tp_layers(up, down, tp):
+    """This rank's part of down(gelu(up(x))): an nn.Module with .up (column) and .down (row)."""
+    ### BEGIN SOLUTION
+    return TensorParallelMLP(up, down, tp)
+
+
 class TensorParallelMLP(nn.Module):
     def __init__(self, up, down, tp):
         super().__init__()
-        ### BEGIN SOLUTION
         self.up = ColumnParallelLinear(up, tp)
         self.down = RowParallelLinear(down, tp)
-        ### END SOLUTION
 
     def forward(self, x):
-        ### BEGIN SOLUTION
         return self.down(F.gelu(self.up(x)))
-        ### END SOLUTION
-
-
-def tp_layers(up, down, tp):
-    return TensorParallelMLP(up, down, tp)
+    ### END SOLUTION
 
 
 # %% [markdown]

@@ -162,7 +162,10 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
             except (answers.StubCalled, waiting.StoppedWaiting):
                 raise
             except Exception as e:  # noqa: BLE001 - a part that raises is an observation; the next part runs
-                obs["tp"][part] = {"raised": type(e).__name__, "message": str(e)[:800],
+                message = str(e) or (f"still the stub from the release (raise NotImplementedError()): write it "
+                                     f"in {exercises.tp_layers.exercise.notebook}"
+                                     if isinstance(e, NotImplementedError) else "")
+                obs["tp"][part] = {"raised": type(e).__name__, "message": message[:800],
                                    "line": _answer_line(e), "rounds": rounds(tracer, start)}
         observe.finish_messages(None, group, tracer)
     finally:
