@@ -263,12 +263,12 @@ def judge_part(part: str, outcome) -> dict[str, list[Problem]]:
         if got is None:
             found["numbers"].append(Problem(f"{WHAT[part]} was not run on this rank (see the errors above)", rank=r))
             continue
+        if part in ("column", "row", "mlp"):
+            found["holds"] += holds(part, r, t, got, want[r])     # recorded before the forward: a raise keeps it
         if got.get("raised"):
             line = f" ({got['line']})" if got.get("line") else ""
             found["numbers"].append(Problem(f"{WHAT[part]} raised {got['raised']}: {got['message']}{line}", rank=r))
             continue
-        if part in ("column", "row", "mlp"):
-            found["holds"] += holds(part, r, t, got, want[r])
         found["numbers"] += numbers(part, r, t, got, want[r], tol)
         found["communication"] += communication(part, r, got, want[r])
     return found

@@ -71,10 +71,11 @@ def grads(module, prefix: str = "") -> dict:
 
 
 class Part:
-    """One part's record: the collectives of the phase in progress go to "fwd" or "bwd"."""
+    """One part's record `rec`: the collectives of the phase in progress go to "fwd" or "bwd"."""
 
-    def __init__(self, tracer):
-        self.tracer, self.rec, self.start = tracer, {"fwd": [], "bwd": []}, len(tracer.events)
+    def __init__(self, tracer, rec: dict):
+        self.tracer, self.rec, self.start = tracer, rec, len(tracer.events)
+        rec.update(fwd=[], bwd=[])
 
     def forward_done(self) -> None:
         self.rec["fwd"] = rounds(self.tracer, self.start)
@@ -99,10 +100,10 @@ def _backward(out, grad, rec: dict) -> bool:
     return True
 
 
-def run_part(part: str, cfg, tp, data: dict, tracer) -> dict:
+def run_part(part: str, cfg, tp, data: dict, tracer, rec: dict) -> None:
+    """Run one part, filling `rec` as it goes (what a layer holds is kept even when its forward raises)."""
     r, t, dev = tp.rank, tp.size, tp.device
-    p = Part(tracer)
-    rec = p.rec
+    p = Part(tracer, rec)
     if part in ("copy", "reduce"):
         fn = piece("CopyToTensorParallel" if part == "copy" else "ReduceFromTensorParallel")
         x = (data["x"] if part == "copy" else data["parts"][r]).to(dev).clone().requires_grad_()
@@ -113,7 +114,7 @@ def run_part(part: str, cfg, tp, data: dict, tracer) -> dict:
         if _backward(out, grad, rec):
             p.backward_done()
         rec["in_grad"] = detached(x.grad)
-        return rec
+        return
     up, down = tpmod.full_mlp(cfg, dev)
     if part == "column":
         layer = piece("ColumnParallelLinear")(up, tp)
@@ -144,7 +145,6 @@ def run_part(part: str, cfg, tp, data: dict, tracer) -> dict:
             rec.update(grads(getattr(layer, name, None), f"{name}_"))
     else:
         rec.update(grads(layer))
-    return rec
 
 
 def run(case: Case, ctx, group, tracer, obs) -> None:
@@ -157,16 +157,17 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         for part in case.calls or PARTS:
             observe.barrier(group)
             start = len(tracer.events)
+            rec = obs["tp"][part] = {}
             try:
-                obs["tp"][part] = run_part(part, cfg, tp, data, tracer)
+                run_part(part, cfg, tp, data, tracer, rec)
             except (answers.StubCalled, waiting.StoppedWaiting):
                 raise
             except Exception as e:  # noqa: BLE001 - a part that raises is an observation; the next part runs
                 message = str(e) or (f"still the stub from the release (raise NotImplementedError()): write it "
                                      f"in {exercises.tp_layers.exercise.notebook}"
                                      if isinstance(e, NotImplementedError) else "")
-                obs["tp"][part] = {"raised": type(e).__name__, "message": message[:800],
-                                   "line": _answer_line(e), "rounds": rounds(tracer, start)}
+                rec.update(raised=type(e).__name__, message=message[:800], line=_answer_line(e),
+                           rounds=rounds(tracer, start))
         observe.finish_messages(None, group, tracer)
     finally:
         rawcoll.CASE_RANKS.clear()
