@@ -148,6 +148,21 @@ dist.destroy_process_group()
            "group is ranks [5]: pass group=tp.group" in done.stdout
 
 
+def test_the_opening_figure_and_the_timeline_draw_from_the_lab_and_the_record():
+    from lab_src.pipeline.trace import Event
+    from lab_src.views.tp_figure import tp_figure
+    from lab_src.views.tp_timeline import tp_timeline_figure
+    fig = tp_figure(4)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "up.weight rows 96..127\n(32, 32) + bias (32,)" in texts and "rank 3" in texts
+    assert "down.weight cols 32..63\n(32, 32)" in texts
+    events = [Event(r, "allreduce_tp", None, None, (2, 16, 32), 8192, 0.001 * r, 0.004, 0, group=(0, 1))
+              for r in range(2)]
+    fig = tp_timeline_figure(events, 2, "q17: t = 2", ("mlp",))
+    assert fig.axes[0].get_title(loc="left") == "1 collective on rank 0 · the parts, in order: mlp"
+    assert "tensor-parallel all-reduce" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
 # ---- real runs -----------------------------------------------------------------------------------------
 def test_reference_passes_the_visible_check_on_2_and_4_ranks(reference, in_tmp, no_leftovers, capsys):
     from lab_src.checks import check
