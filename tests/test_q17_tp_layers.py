@@ -81,7 +81,8 @@ def test_a_backward_without_its_all_reduce_is_named_by_its_numbers_and_its_round
 
     def averaged(r, got):
         got["in_grad"] = got["in_grad"] / 2
-    assert "1/2 of the right gradient, the average over the group" in said(judge_part("mlp", observed("mlp", change=averaged)))
+    found = judge_part("mlp", observed("mlp", change=averaged))
+    assert "1/2 of the right gradient, the average over the group" in said(found)
 
 
 def test_extra_rounds_between_the_layers_are_named():
@@ -93,7 +94,8 @@ def test_extra_rounds_between_the_layers_are_named():
 
     def reduced_twice(r, got):
         got["fwd"] = [["allreduce_tp", 2 * 16 * 64 * 8, [0, 1]]] + got["fwd"]
-    assert "One all-reduce after each layer is a round too many" in said(judge_part("mlp", observed("mlp", change=reduced_twice)))
+    found = judge_part("mlp", observed("mlp", change=reduced_twice))
+    assert "One all-reduce after each layer is a round too many" in said(found)
 
 
 def test_shards_cut_along_the_wrong_dimension_and_a_whole_layer_are_named():

@@ -107,8 +107,10 @@ def _shape(v) -> str:
 
 NAMES = {"out": "the output", "in_grad": "the input's gradient", "weight_grad": "the weight shard's gradient",
          "bias_grad": "the bias's gradient", "weight": "the weight shard", "bias": "the bias held",
-         "up_weight_grad": "the column-parallel up's weight gradient", "up_bias_grad": "the column-parallel up's bias gradient",
-         "down_weight_grad": "the row-parallel down's weight gradient", "down_bias_grad": "the row-parallel down's bias gradient"}
+         "up_weight_grad": "the column-parallel up's weight gradient",
+         "up_bias_grad": "the column-parallel up's bias gradient",
+         "down_weight_grad": "the row-parallel down's weight gradient",
+         "down_bias_grad": "the row-parallel down's bias gradient"}
 
 
 def numbers(part: str, r: int, t: int, got: dict, want: dict, tol: float) -> list[Problem]:

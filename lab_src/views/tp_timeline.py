@@ -20,8 +20,8 @@ def tp_timeline_figure(events: list[Event], t: int, title: str = "", parts=()):
     draw(ax, tl)
     ax.set_yticks(range(t), [f"rank {r}" for r in range(t)], fontsize=8)
     calls = sum(1 for e in events if e.is_collective and e.rank == 0)
-    ax.set_title(f"{calls} collective{'s' if calls != 1 else ''} on rank 0" + (f" · the parts, in order: {', '.join(parts)}" if parts else ""),
-                 fontsize=9.5, loc="left")
+    order = f" · the parts, in order: {', '.join(parts)}" if parts else ""
+    ax.set_title(f"{calls} collective{'s' if calls != 1 else ''} on rank 0{order}", fontsize=9.5, loc="left")
     ax.set_xlabel("time since the case started (ms)")
     if title:
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")
