@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from lab_src.harness.baselines import baselines_for
 from lab_src.judge.compare import compare_run
 from lab_src.pipeline.config import LabConfig
