@@ -45,6 +45,16 @@ def lab_processes(marker: str = "") -> list[psutil.Process]:
     return found
 
 
+def children_left(timeout: float = 5) -> list:
+    """The test process's child processes still alive after `timeout` s, but its warm launcher: the one a
+    check or a grading run in this process started, which lives as long as the test process, as it does
+    as long as a kernel (harness/warm_launch.py)."""
+    from lab_src.harness import warm_launch
+    warm = warm_launch.warm_pid()
+    mine = [p for p in psutil.Process().children(recursive=True) if p.pid != warm]
+    return psutil.wait_procs(mine, timeout=timeout)[1]
+
+
 @pytest.fixture
 def no_leftovers(tmp_path):
     """Fail the test if it leaves behind a torchrun or worker process of its own (its runs live in

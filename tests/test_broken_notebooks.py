@@ -64,7 +64,8 @@ def test_each_problem_is_named_with_its_file_and_where(broken):
 
 def test_the_hidden_tests_give_zero_for_exactly_the_broken_notebooks(broken, tmp_path):
     paths = write_answer_files(broken.submitted("ada"), tmp_path / "answers")
-    assert {q for q, p in paths.items() if p is None} == set(BREAKAGES)
+    # the later assignments' notebooks are not in this folder: only the core's count here
+    assert {q for q, p in paths.items() if p is None and q in MODULES[ASSIGNMENT]} == set(BREAKAGES)
     assert "(line " in write_answer_files.reasons["q03"]
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import psutil
 import pytest
+from conftest import children_left
 
 from grader.cohort.answers import answer
 from grader.cohort.students import Student
@@ -112,5 +112,5 @@ def test_feedback_pages_in_chromium(feedback):
         finally:
             browser.close()
     assert all(p.stat().st_size > 20_000 for p in saved)
-    _, children = psutil.wait_procs(psutil.Process().children(recursive=True), timeout=5)
+    children = children_left(timeout=5)
     assert not children, f"child processes left behind: {children}"

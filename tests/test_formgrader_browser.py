@@ -13,8 +13,8 @@ import time
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
+from conftest import children_left
 
 from grader.cohort import COHORT
 from grader.cohort.roster import roster_rows
@@ -109,7 +109,7 @@ def test_formgrader_shows_every_student(graded_cohort, tmp_path):
         stop_lab(lab, base, token, tag)
     left = describe(alive(tagged(tag)))
     assert not left, f"processes of the test left behind: {left}"
-    _, children = psutil.wait_procs(psutil.Process().children(recursive=True), timeout=5)
+    children = children_left(timeout=5)
     assert not children, f"child processes left behind: {describe(children)}"
     assert len(saved) == 4 and all(p.stat().st_size > 10_000 for p in saved)
     print(f"formgrader pages checked at {time.strftime('%H:%M:%S')}")

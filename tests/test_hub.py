@@ -39,6 +39,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import children_left
 
 # its steps have deadlines of their own; the whole took 6 min on 2 cores at load 6 and 13 min at load 20-50
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -655,7 +656,7 @@ def test_course_round_trip_on_a_hub(tmp_path):
         (SHOTS / "timings.json").write_text(json.dumps({"steps": steps.times,
                                                         "total_s": round(time.monotonic() - steps.t0, 1)}, indent=1))
     assert not left, f"left running after the hub stopped: {left}"
-    _, children = psutil.wait_procs(psutil.Process().children(recursive=True), timeout=10)
+    children = children_left(timeout=10)
     assert not children, f"child processes left behind: {children}"
     assert len(saved) == 13 and all(p.stat().st_size > 5_000 for p in saved)
     print(f"hub round trip: {time.monotonic() - steps.t0:.1f} s")

@@ -320,7 +320,7 @@ def test_validate_of_the_released_q15_skips_the_study(reference, tmp_path, no_le
 
     from lab_src.registry import EXERCISES
     from tests.test_validate import ROOT
-    notebook = ROOT / "notebooks" / "pipeline_lab" / EXERCISES[QID].notebook
+    notebook = ROOT / "notebooks" / EXERCISES[QID].assignment / EXERCISES[QID].notebook
     nb = json.loads(notebook.read_text())
     for cell in nb["cells"]:
         grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")

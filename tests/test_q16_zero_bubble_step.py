@@ -154,7 +154,7 @@ def test_validate_of_the_released_q16_runs_the_check_and_skips_the_study(referen
 
     from lab_src.registry import EXERCISES
     from tests.test_validate import ROOT
-    notebook = ROOT / "notebooks" / "pipeline_lab" / EXERCISES["q16"].notebook
+    notebook = ROOT / "notebooks" / EXERCISES["q16"].assignment / EXERCISES["q16"].notebook
     nb = json.loads(notebook.read_text())
     for cell in nb["cells"]:
         grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")

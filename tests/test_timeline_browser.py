@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import children_left
 
 from lab_src.registry import EXERCISES
 
@@ -353,7 +354,7 @@ def test_q08_timeline_widget_in_jupyterlab(tmp_path):
     assert not [p for p in left if "jupyter-lab" in p], f"JupyterLab left behind: {left}"
     assert not [p for p in left if "torch.distributed.run" in p or "lab_src.harness.worker" in p], f"torchrun left: {left}"
     assert not left, f"processes of the test left behind: {left}"
-    _, children = psutil.wait_procs(psutil.Process().children(recursive=True), timeout=5)
+    children = children_left(timeout=5)
     assert not children, f"child processes left behind: {describe(children)}"   # Playwright, Chromium
     assert all(p.stat().st_size > 10_000 for p in saved) and len(saved) == 3
     print(f"browser test: {time.monotonic() - started:.1f} s")

@@ -12,7 +12,8 @@ Each distinct text is stored once, under a key made of it. tests/test_cohort.py 
 cohort with the record.
 
 Texts are kept as they are but for what differs from one grading to the next by nature: the course's folder
-and, when a rank's process exits, where each rank that exited was at the time (`normalise`); and how a cell's
+and, when a rank's process exits, where each rank that exited was at the time (`normalise`); whether a
+kernel noticed in time that an answer killed its fork server (the KernelDied note); and how a cell's
 printed text was cut into outputs (a print's line and its newline came as two outputs in one grading and as
 one in another: the pieces of one stream are joined, as the page shows them).
 """
@@ -29,7 +30,7 @@ from lab_src.registry import EXERCISES
 
 from .. import ROOT
 from ..course import Course, hidden_points
-from ..report import grade_rows
+from ..report import course_rows
 from .grading import grade_cohort
 from .students import COHORT
 
@@ -73,14 +74,16 @@ def _cell_texts(cell: dict) -> list[str]:
         elif out["output_type"] == "error":
             texts.append(f"{out['ename']}: {out['evalue']}")
         stream = out.get("name") if out["output_type"] == "stream" else None
-    return [t for t in texts if not t.startswith("Help on ")]
+    # whether nbgrader's kernel noticed, before the cell ended, that an answer killed the process that started
+    # it (kim) is a race: the cell's KernelDied note (grader/execute.py) is shown in one grading and not the next
+    return [t for t in texts if not t.startswith(("Help on ", "KernelDied: "))]
 
 
 def feedback_texts(course: Course, student: str) -> dict[str, list[str]]:
     """{notebook: the texts its feedback shows} for each autograded notebook of `student`."""
     found = {}
     for ex in EXERCISES.values():
-        path = course.autograded(student) / ex.notebook
+        path = course.of(ex.id).autograded(student) / ex.notebook     # each in its own assignment's folder
         if path.exists():
             cells = json.loads(path.read_text())["cells"]
             found[ex.notebook] = [normalise(t, course) for cell in cells for t in _cell_texts(cell)]
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.course:
         course = Course(args.course)
-        got = record(course, {r["student"]: r for r in grade_rows(course)})
+        got = record(course, {r["student"]: r for r in course_rows(course)})
     else:
         with tempfile.TemporaryDirectory() as tmp:
             course, _, rows = grade_cohort(Path(tmp))

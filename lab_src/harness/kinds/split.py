@@ -62,19 +62,19 @@ def _one_stage(cfg, r: int, mbs: int, device) -> dict:
 
 def _gradients(cfg, r, p, mbs, device, split: bool) -> dict:
     stage = PipelineStage(cfg, r, p, mbs, device, None)
-    shape = stage.activation_shape
+    dims = stage.activation_shape      # (batch, sequence, hidden) of what the stage receives
     gen = torch.Generator().manual_seed(cfg.seed + 1000 + r)
     with counting(stage) as saved:
         if stage.is_first_stage:
-            x = torch.randint(0, cfg.vocab_size, shape[:2], generator=gen).to(device)
+            x = torch.randint(0, cfg.vocab_size, dims[:2], generator=gen).to(device)
         else:
-            x = torch.randn(shape, dtype=stage.dtype, generator=gen).to(device).requires_grad_()
+            x = torch.randn(dims, dtype=stage.dtype, generator=gen).to(device).requires_grad_()
         y = stage.forward(x)
         grad = None
         if stage.is_last_stage:
             y = y.mean()
         else:
-            grad = torch.randn(shape, dtype=stage.dtype, generator=gen).to(device)
+            grad = torch.randn(dims, dtype=stage.dtype, generator=gen).to(device)
         for param in stage.parameters():
             param.grad = torch.full_like(param, EARLIER)
         held_before, held_mid = saved.now, None
