@@ -65,8 +65,8 @@ def _rank(spec_path: str) -> int:
 
 def run_ranks(spec_path: str, nproc: int, log_dir: str, run_id: str | None = None) -> dict[int, int]:
     """Run `nproc` ranks of the worker on `spec_path` under the elastic agent, in this process; return
-    {rank: exit status} (0 for every rank of a launch that succeeded; -15: stopped by the agent after
-    another rank failed, as torchrun does)."""
+    {rank: exit status} (0 for every rank of a launch that succeeded; after a failure, each rank's own
+    status: -15 for a rank the agent stopped because another failed, as torchrun does)."""
     import logging
 
     import torch
@@ -79,13 +79,35 @@ def run_ranks(spec_path: str, nproc: int, log_dir: str, run_id: str | None = Non
                           rdzv_endpoint="127.0.0.1:0", run_id=run_id or uuid.uuid4().hex, max_restarts=0,
                           monitor_interval=MONITOR_INTERVAL_S, start_method="fork",
                           logs_specs=DefaultLogsSpecs(log_dir=log_dir))
+    seen = _record_exit_codes()
     try:
         elastic_launch(config, _rank)(spec_path)
     except ChildFailedError as e:
-        codes = {r: 0 for r in range(nproc)}
-        codes.update({int(r): f.exitcode for r, f in e.failures.items()})
+        codes = {int(r): f.exitcode for r, f in e.failures.items()}
+        codes.update(seen)
         return codes
     return {r: 0 for r in range(nproc)}
+
+
+def _record_exit_codes() -> dict[int, int]:
+    """The exit status of every rank, as the agent reaps them all when a launch ends.
+
+    torch's agent names only the first failed rank it polls (`ChildFailedError.failures`); when two ranks
+    have ended by then (rank 2 crashed, rank 1's receive from it failed), which one is named is a race.
+    The agent closes every rank before it returns, so its process context holds each rank's own status
+    then; this process is the agent's and nothing else runs in it, so the hook is local to one launch."""
+    from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
+    seen: dict[int, int] = {}
+    close = MultiprocessContext._close
+
+    def close_and_record(self, *args, **kwargs):
+        close(self, *args, **kwargs)
+        for rank, proc in enumerate(self._pc.processes if self._pc else []):
+            if proc.exitcode is not None:
+                seen[rank] = proc.exitcode
+
+    MultiprocessContext._close = close_and_record
+    return seen
 
 
 def start(spec_path: str, nproc: int, *, run_dir: str, log_path: str, env: dict | None = None,
