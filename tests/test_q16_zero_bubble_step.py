@@ -43,6 +43,13 @@ def test_the_ideal_run_keeps_its_rules_and_its_bubble_is_the_papers(m):
     assert measured_bubble(ideal_events(4, m, EQUAL, schedule="1f1b"), 4) == pytest.approx(3 / (m + 3))
 
 
+def test_a_split_timeline_states_zero_bubbles_theory_not_1f1bs():
+    from lab_src.views.prepare import prepare
+    zb = prepare(ideal_events(4, 8, EQUAL, schedule="zbh1"), 4, 8, align=False).bubble_text()
+    assert "ZB-H1 theory" in zb and f"= {3 / 27:.1%}" in zb and "(m+p-1)" not in zb
+    assert "(p-1)/(m+p-1)" in prepare(ideal_events(4, 8, EQUAL, schedule="1f1b"), 4, 8, align=False).bubble_text()
+
+
 def test_w_before_its_i_and_a_late_gradient_break_the_rules():
     def ev(rank, kind, mb, t, peer=None):
         return Event(rank, kind, mb, peer, None, 0, t, t + 0.5)

@@ -23,12 +23,10 @@ SPLIT_LABEL = "the split alone, each stage of 3, float64"
 
 def zero_bubble_line(events, cfg) -> str:
     """'; ZB-H1 with your boxes (T_F 1.2 ms, T_B 0.9 ms, T_W 1.1 ms): 13.0%': its theory from the run's own boxes."""
-    def mean(kind):
-        boxes = [e.t_end - e.t_start for e in events if e.kind == kind]
-        return sum(boxes) / len(boxes) if boxes else 0.0
-    t_f, t_b, t_w = mean("forward"), mean("backward_input"), mean("backward_weight")
-    if not (t_f and t_b and t_w):
+    times = bubble.split_box_times(events)
+    if times is None:
         return ""
+    t_f, t_b, t_w = times
     theory = bubble.zero_bubble_theory(cfg.num_stages, cfg.num_microbatches, t_f, t_b, t_w)
     return (f"; ZB-H1's (p-1)(T_F+T_B-T_W)/step with your boxes (T_F {t_f * 1e3:.1f} ms, T_B {t_b * 1e3:.1f} ms, "
             f"T_W {t_w * 1e3:.1f} ms) = {theory:.1%}")

@@ -52,3 +52,23 @@ def zero_bubble_theory(p: int, m: int, t_f: float, t_b: float, t_w: float) -> fl
     weights' (W). With equal times, (p - 1) / (3m + p - 1); 1F1B's is (p - 1)(T_F + T_B + T_W) idle."""
     idle = (p - 1) * max(t_f + t_b - t_w, 0.0)
     return idle / (m * (t_f + t_b + t_w) + idle)
+
+
+def split_box_times(events) -> tuple[float, float, float] | None:
+    """Mean durations of the forward (F), input-gradient (I) and weight-gradient (W) boxes of a run whose
+    backward is split (q16); None where the run has no W."""
+    def mean(kind):
+        boxes = [e.t_end - e.t_start for e in events if e.kind == kind]
+        return sum(boxes) / len(boxes) if boxes else 0.0
+    times = mean("forward"), mean("backward_input"), mean("backward_weight")
+    return times if all(times) else None
+
+
+def zero_bubble_text(events, p: int, m: int) -> str | None:
+    """'ZB-H1 theory (p-1)(T_F+T_I-T_W) with these boxes = 9.1%' for a run with a split backward, else None:
+    1F1B's (p-1)/(m+p-1) assumes one backward box per micro-batch and says nothing of such a run."""
+    times = split_box_times(events)
+    if times is None:
+        return None
+    return f"ZB-H1 theory (p-1)(T_F+T_I-T_W) with these boxes = {zero_bubble_theory(p, m, *times):.1%}"
+

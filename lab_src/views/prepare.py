@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lab_src.views.bubble import bytes_sent, measured_bubble, theoretical_bubble, theory_text
+from lab_src.views.bubble import bytes_sent, measured_bubble, theoretical_bubble, theory_text, zero_bubble_text
 from lab_src.pipeline.trace import SENDS, Event, op_text
 from lab_src.views.clocks import clock_offsets, shift
 from lab_src.pipeline.matching import Matching, match
@@ -104,7 +104,7 @@ class Timeline:
 
     def bubble_text(self) -> str:
         got = "n/a (no forward/backward recorded)" if self.bubble is None else f"{self.bubble:.1%}"
-        return f"bubble {got} vs {theory_text(self.p, self.m, self.chunks)}"
+        return f"bubble {got} vs {zero_bubble_text(self.events, self.p, self.m) or theory_text(self.p, self.m, self.chunks)}"
 
     def arrow_of(self, e: Event) -> tuple[Event, Event] | None:
         """The (send, receive) pair that `e` belongs to, if it is a matched message."""
