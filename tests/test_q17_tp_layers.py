@@ -165,6 +165,23 @@ def test_the_opening_figure_and_the_timeline_draw_from_the_lab_and_the_record():
     assert "tensor-parallel all-reduce" in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
+def test_the_timeline_steps_through_the_collectives_in_the_widget_and_is_static_while_autograding(monkeypatch):
+    from lab_src.pipeline.trace import Event
+    from lab_src.views.tp_timeline import show_tp_timeline
+    from lab_src.views.widget import TimelineWidget
+    events = [Event(r, "allreduce_tp", None, None, (2, 16, 32), 8192, 0.001 * r + s, 0.004 + s, 0, group=(0, 1))
+              for s in (0.0, 0.01) for r in range(2)]
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    widget = show_tp_timeline(events, 2, "q17: t = 2", ("mlp",))
+    assert isinstance(widget, TimelineWidget) and widget.toggle.options == ("measured",)
+    assert widget.slider.max == 4 and "<svg" in widget.frame.value
+    assert "16,384 B" in widget.side.value and "one all-reduce of the activation" in widget.side.value
+    widget.slider.value = 2
+    assert "step 2/4" in widget.info.value
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert not isinstance(show_tp_timeline(events, 2, "q17: t = 2", ("mlp",)), TimelineWidget)
+
+
 # ---- real runs -----------------------------------------------------------------------------------------
 def test_reference_passes_the_visible_check_on_2_and_4_ranks(reference, in_tmp, no_leftovers, capsys):
     from lab_src.checks import check

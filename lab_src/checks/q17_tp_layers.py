@@ -25,10 +25,10 @@ class TPReport(CheckReport):
         if not self.views:
             print("No run to draw: the check stopped before launching anything (see its message above).")
             return None
-        from lab_src.views.tp_timeline import tp_timeline_figure
+        from lab_src.views.tp_timeline import show_tp_timeline
         failed = self.failed_case()
         v = self.views[case if case is not None else (failed if not self.ok else len(self.views) - 1)]
-        return tp_timeline_figure(v["events"], v["stages"], v["title"], PARTS)
+        return show_tp_timeline(v["events"], v["stages"], v["title"], PARTS)
 
 
 def check() -> CheckReport:

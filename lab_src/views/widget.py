@@ -23,10 +23,10 @@ from lab_src.views.prepare import Timeline, describe
 
 
 class TimelineWidget(w.VBox):
-    def __init__(self, measured: Timeline, ideal: Timeline, title: str = "", interval_ms: int = 200):
-        self.views = {"measured": measured, "ideal": ideal}
-        self.toggle = w.ToggleButtons(options=["measured", "ideal"], value="measured",
-                                      tooltips=["what your run did", "the same schedule under a simple cost model"],
+    def __init__(self, measured: Timeline, ideal: Timeline | None, title: str = "", interval_ms: int = 200):
+        self.views = {"measured": measured} if ideal is None else {"measured": measured, "ideal": ideal}
+        self.toggle = w.ToggleButtons(options=list(self.views), value="measured",
+                                      tooltips=["what your run did", "the same schedule under a simple cost model"][:len(self.views)],
                                       style={"button_width": "90px"})
         self.play = w.Play(interval=interval_ms, min=1, max=1, step=1, description="play")
         self.slider = w.IntSlider(min=1, max=1, description="step", continuous_update=True,

@@ -222,7 +222,8 @@ report = check("q17")
 # %% [markdown]
 # ## What your code did
 #
-# The 4-rank run on a measured time axis: each bar is one collective your code made, in every rank's lane
+# The 4-rank run on a measured time axis (press play, or move the slider, to step through it one call at a
+# time): each bar is one collective your code made, in every rank's lane
 # (the copy's and the column layer's in the backward, the reduction's and the row layer's in the forward,
 # the MLP's one of each). Where would the bars of an all-gather between the layers go, and how wide would
 # they be?
