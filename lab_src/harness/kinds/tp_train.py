@@ -1,6 +1,132 @@
-"""Kind "tp_train" (q18): the digits model with the answer's tensor-parallel blocks, trained (written below)."""
+"""Kind "tp_train" (q18): the digits model (q13's data) trained with the answer's tensor-parallel blocks,
+on t ranks, or on a t x p grid: tensor parallelism inside each of p pipeline stages.
+
+Rank g is tensor-parallel rank g % t of stage g // t; its tensor-parallel group is the t ranks of its
+stage (made here, with only its members taking part), its pipeline neighbours are g - t and g + t. Stage s
+holds blocks s·L/p .. (s+1)·L/p - 1, each the answer's `tp_block` of the unsharded block (with t = 1, the
+unsharded block itself: a plain pipeline); the first stage holds the embedding, the last the head,
+replicated on the stage's t ranks.
+
+The loop is the single process's (pipeline/single_process.py): AdamW over the rank's parameters, one
+optimizer step per batch, cross-entropy of the class scores. With p = 1 a step is one forward and one
+backward of the whole batch, as in one process (so the dropout masks are drawn on the whole batch, as the
+single process draws them); with p > 1 the batch goes through the stages as `num_microbatches`
+micro-batches, all forwards then all backwards, the activations and their gradients sent between
+neighbours (recorded as sends in the event record: the pipeline's traffic), the loss of each the
+micro-batch's mean cross-entropy over `num_microbatches`.
+
+While it runs, a collective over ranks outside this rank's tensor-parallel group is refused
+(harness/rawcoll.py: WrongGroup), before it could wait for ranks that never join it. Each rank records the
+loss of every step (the last stage's ranks), its LayerNorms' parameters after training, and its events.
+"""
 from __future__ import annotations
 
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
 
-def run(case, ctx, group, tracer, obs) -> None:
-    raise NotImplementedError("tp_train")
+from lab_src import exercises
+from lab_src.harness import observe, rawcoll
+from lab_src.harness.case import Case
+from lab_src.harness.kinds.tp_block import q17_pieces
+from lab_src.pipeline import digits, trace, waiting
+from lab_src.pipeline import tensor_parallel as tpmod
+from lab_src.pipeline.classifier import class_scores
+from lab_src.pipeline.model import build_piece
+
+DEFAULTS = {"t": 2, "steps": 20, "lr": 1e-2}
+
+
+def settings(case: Case) -> dict:
+    return {**DEFAULTS, **(case.settings or {})}
+
+
+class Stage(torch.nn.Module):
+    def __init__(self, cfg, stage: int, p: int, tp):
+        super().__init__()
+        per = cfg.num_layers // p
+        self.embed = build_piece(cfg, "embed", tp.device) if stage == 0 else None
+        self.blocks = torch.nn.ModuleList()
+        for i in range(stage * per, (stage + 1) * per):
+            block = build_piece(cfg, f"blocks.{i}", tp.device)
+            self.blocks.append(block if tp.size == 1 else exercises.tp_block(block, tp, q17_pieces()))
+        self.head = build_piece(cfg, "head", tp.device) if stage == p - 1 else None
+
+    def forward(self, x):
+        if self.embed is not None:
+            x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        return class_scores(self.head(x)) if self.head is not None else x
+
+
+def _send(tensor, dst: int, kind: str, mb: int) -> None:
+    t = tensor.detach().contiguous()
+    with trace.span(kind, mb, dst, tuple(t.shape), t.numel() * t.element_size()):
+        waiting.wait(dist.isend(t, dst))
+
+
+def _recv(shape, dtype, device, src: int, kind: str, mb: int) -> torch.Tensor:
+    t = torch.empty(shape, dtype=dtype, device=device)
+    with trace.span(kind, mb, src, tuple(shape), 0):
+        waiting.wait(dist.irecv(t, src))
+    return t
+
+
+def train(cfg, s: dict, rank: int, t: int, p: int, tp, tracer, obs: dict) -> None:
+    stage = rank // t
+    model = Stage(cfg, stage, p, tp)
+    model.train()
+    obs["params"] = sum(q.numel() for q in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"])
+    data = digits.Digits(cfg)
+    m = cfg.num_microbatches if p > 1 else 1
+    first, last = stage == 0, stage == p - 1
+    act = (cfg.global_batch_size // m, cfg.seq_len, cfg.hidden_size)
+    losses, spans = obs["losses"], obs["step_events"]
+    for k in range(s["steps"]):
+        spans.append(len(tracer.events))
+        tokens, labels = data.batch(k)
+        tokens, labels = tokens.to(tp.device), labels.to(tp.device)
+        optimizer.zero_grad()
+        inputs, outputs = [], []
+        for j, (tok, lab) in enumerate(zip(tokens.chunk(m), labels.chunk(m))):
+            x = tok if first else _recv(act, cfg.torch_dtype, tp.device, rank - t, "recv_forward", j).requires_grad_()
+            y = model(x)
+            if last:
+                y = F.cross_entropy(y, lab) / m
+            else:
+                _send(y, rank + t, "send_forward", j)
+            inputs.append(x)
+            outputs.append(y)
+        for j in range(m):
+            if last:
+                outputs[j].backward()
+            else:
+                outputs[j].backward(_recv(act, cfg.torch_dtype, tp.device, rank + t, "recv_backward", j))
+            if not first:
+                _send(inputs[j].grad, rank - t, "send_backward", j)
+        optimizer.step()
+        if last:
+            losses.append(float(sum(o.detach() for o in outputs)))
+    spans.append(len(tracer.events))
+    obs["norms"] = {n: q.detach().cpu().clone() for n, q in model.named_parameters() if "norm" in n}
+
+
+def run(case: Case, ctx, group, tracer, obs) -> None:
+    cfg, s = case.config, settings(case)
+    t = s["t"]
+    p = case.stages // t
+    stage = ctx.rank // t
+    members = [stage * t + k for k in range(t)]
+    obs.update(losses=[], step_events=[], grid=[t, p], stage=stage, tp_ranks=members)
+    tp_group = group if p == 1 else dist.new_group(members, use_local_synchronization=True)
+    tp = tpmod.TensorParallel(ctx.rank % t, t, tp_group, ctx.device)
+    rawcoll.CASE_RANKS[:] = members
+    try:
+        observe.barrier(group)
+        train(cfg, s, ctx.rank, t, p, tp, tracer, obs)
+        observe.finish_messages(None, group, tracer)
+    finally:
+        rawcoll.CASE_RANKS.clear()
+        observe.record_instrumentation(obs, tracer)
