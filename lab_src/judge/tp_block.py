@@ -11,8 +11,8 @@ pipeline/dropout.py defines it for t shards. Per part ("block": dropout off; "dr
                     masks on different ranks; outputs equal on every rank but not the single process's mean the
                     masks inside the sharded region (the attention of each rank's heads) were not each
                     shard's own
-    replicated      the LayerNorms' weights and biases after one AdamW step: equal on every rank, and the
-                    single process's
+    replicated      the LayerNorms' weights and biases after one AdamW step: identical on every rank (that
+                    they are the single process's follows from their gradients, judged under numbers)
     communication   one all-reduce of the activation after the attention and one after the MLP in the forward,
                     one before each in the backward (kind, bytes, group); extra or missing rounds named
     holds           qkv (3h/t, h), proj (h, h/t), 1/t of the four matrices
@@ -131,8 +131,8 @@ def _dropout_cause(r: int, outs: list, tol: float) -> str:
             "positions in every shard's heads, which the unsharded model never does")
 
 
-def replicated(part: str, t: int, obs: list, want: dict, tol: float) -> list[Problem]:
-    """The LayerNorms after one AdamW step: the same on every rank, and the single process's."""
+def replicated(part: str, t: int, obs: list) -> list[Problem]:
+    """The LayerNorms after one AdamW step: identical on every rank."""
     out = []
     for key in NORMS:
         for name in ("weight", "bias"):
@@ -146,8 +146,6 @@ def replicated(part: str, t: int, obs: list, want: dict, tol: float) -> list[Pro
                                    f"to {spread:.3g}): a replicated parameter must stay identical everywhere, which "
                                    f"it does only if every rank computes the same gradient for it (the same input, "
                                    f"the same masks outside the sharded region)"))
-            elif not close(have[0], want[k], tol):
-                out.append(Problem(f"{GRADS[key]}'s {name} after one AdamW step is not the single process's"))
     return out
 
 
@@ -212,7 +210,7 @@ def judge_part(part: str, outcome) -> dict[str, list[Problem]]:
             continue
         found["numbers"] += numbers(part, r, t, got, want[r], tol, outs)
         found["communication"] += communication(part, r, got, want[r])
-    found["replicated"] = replicated(part, t, recs, want[0], tol)
+    found["replicated"] = replicated(part, t, recs)
     return found
 
 

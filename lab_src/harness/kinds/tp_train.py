@@ -18,8 +18,12 @@ micro-batch's mean cross-entropy over `num_microbatches`.
 While it runs, a collective over ranks outside this rank's tensor-parallel group is refused
 (harness/rawcoll.py: WrongGroup), before it could wait for ranks that never join it. Each rank records the
 loss of every step (the last stage's ranks), its LayerNorms' parameters after training, and its events.
+With `settings["seed_policy"]` other than "answer" (the notebook's experiment, never graded), the
+answer's `dropout.stream` calls are answered by a wrong policy (`POLICIES`): what it does to the curve.
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.distributed as dist
@@ -29,12 +33,18 @@ from lab_src import exercises
 from lab_src.harness import observe, rawcoll
 from lab_src.harness.case import Case
 from lab_src.harness.kinds.tp_block import q17_pieces
-from lab_src.pipeline import digits, trace, waiting
+from lab_src.pipeline import digits, dropout, trace, waiting
 from lab_src.pipeline import tensor_parallel as tpmod
 from lab_src.pipeline.classifier import class_scores
 from lab_src.pipeline.model import build_piece
 
-DEFAULTS = {"t": 2, "steps": 20, "lr": 1e-2}
+DEFAULTS = {"t": 2, "steps": 20, "lr": 1e-2, "seed_policy": "answer"}
+# The notebook's experiment (checks/tp_seeds.py): the answer's block, its streams replaced by a wrong policy
+POLICIES = {
+    "answer": "the answer's own streams",
+    "inside_shared": "the masks inside the sharded region drawn from one stream shared by every rank",
+    "outside_per_rank": "the replicated region's stream (the LayerNorms' side) seeded per rank",
+}
 
 
 def settings(case: Case) -> dict:
@@ -113,6 +123,25 @@ def train(cfg, s: dict, rank: int, t: int, p: int, tp, tracer, obs: dict) -> Non
     obs["norms"] = {n: q.detach().cpu().clone() for n, q in model.named_parameters() if "norm" in n}
 
 
+@contextlib.contextmanager
+def seed_policy(policy: str, tp_rank: int):
+    """Within the block, `dropout.stream` follows `policy` (POLICIES) whatever the answer asks of it."""
+    original = dropout.stream
+
+    def wrong(seed, name, shard=None):
+        if policy == "inside_shared" and shard is not None:
+            return original(seed, name)
+        if policy == "outside_per_rank" and shard is None:
+            return original(seed + 1000 * (tp_rank + 1), name)
+        return original(seed, name, shard)
+    if policy != "answer":
+        dropout.stream = wrong
+    try:
+        yield
+    finally:
+        dropout.stream = original
+
+
 def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg, s = case.config, settings(case)
     t = s["t"]
@@ -125,7 +154,8 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     rawcoll.CASE_RANKS[:] = members
     try:
         observe.barrier(group)
-        train(cfg, s, ctx.rank, t, p, tp, tracer, obs)
+        with seed_policy(s["seed_policy"], ctx.rank % t):
+            train(cfg, s, ctx.rank, t, p, tp, tracer, obs)
         observe.finish_messages(None, group, tracer)
     finally:
         rawcoll.CASE_RANKS.clear()
