@@ -105,7 +105,7 @@ def training_lines(outcomes, problems: list) -> tuple[list, list[str]]:
         worst = max((curve_deviation(c, want) for c in curves.values()), default=float("inf"))
         lines.append(f"    {label}: the largest relative difference from one process over {STEPS} steps: {worst:.1e}")
         training.append({"label": label, "single": want, "curves": curves})
-        got = measured_bytes(out.events(), STEPS)
+        got = measured_bytes(out.events(), STEPS, sum(o.get("sent_bytes", 0) for o in out.obs.values()))
         if t > 1 and out.case.stages == t:
             measured["tensor_parallel"] = got["tensor_parallel"]
         if t == 1:

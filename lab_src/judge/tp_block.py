@@ -211,6 +211,9 @@ def judge_part(part: str, outcome) -> dict[str, list[Problem]]:
         found["numbers"] += numbers(part, r, t, got, want[r], tol, outs)
         found["communication"] += communication(part, r, got, want[r])
     found["replicated"] = replicated(part, t, recs)
+    if any(g is None or g.get("raised") or g.get("returned") for g in recs):
+        found["replicated"].append(Problem(f"the LayerNorms of {WHAT[part]} could not be compared after an "
+                                           f"optimizer step: the part did not run on every rank (see above)"))
     return found
 
 

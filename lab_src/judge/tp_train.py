@@ -39,7 +39,7 @@ def judge_training(outcome, steps: int, lr: float) -> dict[str, list[Problem]]:
     reporting = {r: c for r, c in curves.items() if c}
     if not reporting:
         found["curves"].append(Problem("no rank reported a loss curve (see the errors above)"))
-    t = ((outcome.obs.get(0) or {}).get("grid") or [1, 1])[0]
+    t, p = (outcome.obs.get(0) or {}).get("grid") or [1, 1]
     for r, got in reporting.items():
         if len(got) != len(want):
             found["curves"].append(Problem(f"{len(got)} losses for {len(want)} steps", rank=r))
@@ -48,7 +48,7 @@ def judge_training(outcome, steps: int, lr: float) -> dict[str, list[Problem]]:
         if max(diffs) <= rtol:
             continue
         bad = next(i for i, d in enumerate(diffs) if d > rtol)
-        peers = [c for q, c in reporting.items() if q != r and q // t == r // t and len(c) == len(got)]
+        peers = [c for q, c in reporting.items() if q != r and q % p == r % p and len(c) == len(got)]
         apart = any(max(relative_differences(got, c)) > rtol for c in peers)
         cause = (" The ranks of this stage disagree with each other: outside the sharded region they drew different "
                  "dropout masks (the shared stream seeded per rank), so the replicated LayerNorms and residual "
@@ -63,7 +63,7 @@ def judge_training(outcome, steps: int, lr: float) -> dict[str, list[Problem]]:
     for r in range(n):
         norms = (outcome.obs.get(r) or {}).get("norms")
         if norms:
-            by_stage.setdefault(r // t, []).append((r, norms))
+            by_stage.setdefault(r % p, []).append((r, norms))
     for stage, ranks in by_stage.items():
         (r0, first), rest = ranks[0], ranks[1:]
         for r, norms in rest:

@@ -7,7 +7,7 @@ each all-reduce, summed over all ranks (what a ring then puts on the wire is 2(t
     pipeline          p stages: each of the p - 1 boundaries sends the activation of every micro-batch
                       forward and its gradient back
 
-`expected_bytes(cfg, t, p)` is the count for a t x p grid of `cfg`; `measured_bytes(events, steps)` reads
+`expected_bytes(cfg, t, p)` is the count for a t x p grid of `cfg`; `measured_bytes(events, steps, sent)` reads
 the record of a training run (harness/kinds/tp_train.py). The prediction the students make (q18) is the
 digits model's, `PREDICTION`: t = 2 alone, and p = 2 alone.
 """
@@ -36,12 +36,8 @@ def expected_bytes(cfg: LabConfig, t: int, p: int) -> dict[str, int]:
     return {"tensor_parallel": tp, "pipeline": pp}
 
 
-def measured_bytes(events: list[Event], steps: int) -> dict[str, float]:
-    """Bytes per step in a record: all-reduces over more than one rank, sends between stages."""
-    out = dict.fromkeys(KINDS, 0)
-    for e in events:
-        if e.kind == "allreduce_tp" and len(e.group or ()) > 1:
-            out["tensor_parallel"] += e.bytes
-        elif e.kind in ("send_forward", "send_backward"):
-            out["pipeline"] += e.bytes
-    return {k: v / max(steps, 1) for k, v in out.items()}
+def measured_bytes(events: list[Event], steps: int, sent: int = 0) -> dict[str, float]:
+    """Bytes per step of a training run: its record's all-reduces over more than one rank, and the bytes
+    its ranks sent between stages (`sent`: the sum of the ranks' `sent_bytes`)."""
+    tp = sum(e.bytes for e in events if e.kind == "allreduce_tp" and len(e.group or ()) > 1)
+    return {"tensor_parallel": tp / max(steps, 1), "pipeline": sent / max(steps, 1)}

@@ -1,8 +1,9 @@
 """Kind "tp_train" (q18): the digits model (q13's data) trained with the answer's tensor-parallel blocks,
 on t ranks, or on a t x p grid: tensor parallelism inside each of p pipeline stages.
 
-Rank g is tensor-parallel rank g % t of stage g // t; its tensor-parallel group is the t ranks of its
-stage (made here, with only its members taking part), its pipeline neighbours are g - t and g + t. Stage s
+Rank g is stage g % p of pipeline g // p, and tensor-parallel rank g // p of its stage: the p ranks of one
+pipeline are neighbours (g - 1, g + 1), the t ranks of one stage (s, p + s, 2p + s, ...) its tensor-parallel
+group (made here by every rank of the case, in the same order, as q14's grid makes its groups). Stage s
 holds blocks s·L/p .. (s+1)·L/p - 1, each the answer's `tp_block` of the unsharded block (with t = 1, the
 unsharded block itself: a plain pipeline); the first stage holds the embedding, the last the head,
 replicated on the stage's t ranks.
@@ -12,7 +13,7 @@ optimizer step per batch, cross-entropy of the class scores. With p = 1 a step i
 backward of the whole batch, as in one process (so the dropout masks are drawn on the whole batch, as the
 single process draws them); with p > 1 the batch goes through the stages as `num_microbatches`
 micro-batches, all forwards then all backwards, the activations and their gradients sent between
-neighbours (recorded as sends in the event record: the pipeline's traffic), the loss of each the
+neighbours (the lab's own messages: their bytes counted in `sent_bytes`, the pipeline's traffic), the loss of each the
 micro-batch's mean cross-entropy over `num_microbatches`.
 
 While it runs, a collective over ranks outside this rank's tensor-parallel group is refused
@@ -24,6 +25,7 @@ answer's `dropout.stream` calls are answered by a wrong policy (`POLICIES`): wha
 from __future__ import annotations
 
 import contextlib
+import datetime
 
 import torch
 import torch.distributed as dist
@@ -70,21 +72,26 @@ class Stage(torch.nn.Module):
         return class_scores(self.head(x)) if self.head is not None else x
 
 
-def _send(tensor, dst: int, kind: str, mb: int) -> None:
+def _send(tensor, dst: int, group, obs: dict) -> None:
+    """The lab's own message to a pipeline neighbour (traced: the deadlock watch sees it), its bytes counted;
+    over the case's group (global ranks), which the worker replaces after a failed case: a receive left
+    posted by a stopped case must not take the next case's messages."""
     t = tensor.detach().contiguous()
-    with trace.span(kind, mb, dst, tuple(t.shape), t.numel() * t.element_size()):
-        waiting.wait(dist.isend(t, dst))
+    nbytes = t.numel() * t.element_size()
+    obs["sent_bytes"] += nbytes
+    with trace.span("send_forward" if dst > dist.get_rank() else "send_backward", None, dst, tuple(t.shape), nbytes):
+        waiting.wait(dist.isend(t, dst, group=group))
 
 
-def _recv(shape, dtype, device, src: int, kind: str, mb: int) -> torch.Tensor:
+def _recv(shape, dtype, device, src: int, group) -> torch.Tensor:
     t = torch.empty(shape, dtype=dtype, device=device)
-    with trace.span(kind, mb, src, tuple(shape), 0):
-        waiting.wait(dist.irecv(t, src))
+    with trace.span("recv_forward" if src < dist.get_rank() else "recv_backward", None, src, tuple(shape), 0):
+        waiting.wait(dist.irecv(t, src, group=group))
     return t
 
 
-def train(cfg, s: dict, rank: int, t: int, p: int, tp, tracer, obs: dict) -> None:
-    stage = rank // t
+def train(cfg, s: dict, rank: int, t: int, p: int, tp, group, tracer, obs: dict) -> None:
+    stage = rank % p
     model = Stage(cfg, stage, p, tp)
     model.train()
     obs["params"] = sum(q.numel() for q in model.parameters())
@@ -101,21 +108,21 @@ def train(cfg, s: dict, rank: int, t: int, p: int, tp, tracer, obs: dict) -> Non
         optimizer.zero_grad()
         inputs, outputs = [], []
         for j, (tok, lab) in enumerate(zip(tokens.chunk(m), labels.chunk(m))):
-            x = tok if first else _recv(act, cfg.torch_dtype, tp.device, rank - t, "recv_forward", j).requires_grad_()
+            x = tok if first else _recv(act, cfg.torch_dtype, tp.device, rank - 1, group).requires_grad_()
             y = model(x)
             if last:
                 y = F.cross_entropy(y, lab) / m
             else:
-                _send(y, rank + t, "send_forward", j)
+                _send(y, rank + 1, group, obs)
             inputs.append(x)
             outputs.append(y)
         for j in range(m):
             if last:
                 outputs[j].backward()
             else:
-                outputs[j].backward(_recv(act, cfg.torch_dtype, tp.device, rank + t, "recv_backward", j))
+                outputs[j].backward(_recv(act, cfg.torch_dtype, tp.device, rank + 1, group))
             if not first:
-                _send(inputs[j].grad, rank - t, "send_backward", j)
+                _send(inputs[j].grad, rank - 1, group, obs)
         optimizer.step()
         if last:
             losses.append(float(sum(o.detach() for o in outputs)))
@@ -146,17 +153,27 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg, s = case.config, settings(case)
     t = s["t"]
     p = case.stages // t
-    stage = ctx.rank // t
-    members = [stage * t + k for k in range(t)]
-    obs.update(losses=[], step_events=[], grid=[t, p], stage=stage, tp_ranks=members)
-    tp_group = group if p == 1 else dist.new_group(members, use_local_synchronization=True)
-    tp = tpmod.TensorParallel(ctx.rank % t, t, tp_group, ctx.device)
+    stage = ctx.rank % p
+    members = [k * p + stage for k in range(t)]
+    obs.update(losses=[], step_events=[], grid=[t, p], stage=stage, tp_ranks=members, sent_bytes=0)
+    made, finished = [], False
+    if p == 1:
+        tp_group = group
+    else:          # every rank of the case makes every stage's group, in the same order (as q14's grid does)
+        for s_ in range(p):
+            g = dist.new_group([k * p + s_ for k in range(t)], timeout=datetime.timedelta(seconds=ctx.timeout_s))
+            made.append(g)
+        tp_group = made[stage]
+    tp = tpmod.TensorParallel(ctx.rank // p, t, tp_group, ctx.device)
     rawcoll.CASE_RANKS[:] = members
     try:
         observe.barrier(group)
-        with seed_policy(s["seed_policy"], ctx.rank % t):
-            train(cfg, s, ctx.rank, t, p, tp, tracer, obs)
+        with seed_policy(s["seed_policy"], ctx.rank // p):
+            train(cfg, s, ctx.rank, t, p, tp, group, tracer, obs)
         observe.finish_messages(None, group, tracer)
+        finished = True
     finally:
         rawcoll.CASE_RANKS.clear()
         observe.record_instrumentation(obs, tracer)
+        if made and finished:
+            dist.destroy_process_group(made[stage])      # its threads; nothing is in flight on it any more
