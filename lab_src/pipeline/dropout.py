@@ -25,6 +25,7 @@ A mask keeps an element where a uniform draw (float32, on the CPU) is at least p
 """
 from __future__ import annotations
 
+import hashlib
 import math
 
 import torch
@@ -32,10 +33,11 @@ import torch.nn.functional as F
 
 
 def stream(seed: int, name: str, shard: int | None = None) -> torch.Generator:
-    """The stream of block `name`'s dropout: shared by every rank (shard None) or shard `shard`'s own."""
-    from lab_src.pipeline.model import piece_seed
+    """The stream of block `name`'s dropout: shared by every rank (shard None) or shard `shard`'s own, seeded
+    from sha256("<seed>/<name>/dropout/<shared or shard j>") as model.py seeds its pieces."""
     tag = "shared" if shard is None else f"shard{int(shard)}"
-    return torch.Generator().manual_seed(piece_seed(seed, f"{name}/dropout/{tag}"))
+    digest = hashlib.sha256(f"{seed}/{name}/dropout/{tag}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:4], "little"))
 
 
 def keep(gen: torch.Generator, shape, p: float, like: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lab_src.pipeline import dropout
 from lab_src.pipeline.config import LabConfig
 
 # Per-process instrumentation: the names of pieces built, and forward calls per piece.
@@ -89,7 +90,6 @@ class Block(nn.Module):
 
     def _forward_dropping(self, x: torch.Tensor) -> torch.Tensor:
         """The forward with dropout, its masks drawn as pipeline/dropout.py defines them."""
-        from lab_src.pipeline import dropout
         if self.streams is None:
             self.streams = dropout.Streams(self.seed, self.name, self.dropout_shards)
         p = self.dropout
