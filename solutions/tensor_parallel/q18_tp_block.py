@@ -184,8 +184,8 @@ class TensorParallelBlock(nn.Module):
 
 
 def predicted_bytes():
-    """Bytes one training step of the digits model moves, summed over all ranks (numbers only):
-    "tensor_parallel" with t = 2 (no pipeline), "pipeline" with p = 2 stages (no tensor parallelism)."""
+    """Bytes one training step of the digits model moves, summed over all ranks: numbers only."""
+    # "tensor_parallel": t = 2, no pipeline; "pipeline": p = 2 stages of 4 micro-batches, no tensor parallelism
     ### BEGIN SOLUTION
     return {"tensor_parallel": 4 * 4 * 2 * (32 * 64 * 32 * 4),    # blocks x all-reduces x ranks x activation
             "pipeline": 2 * 4 * (8 * 64 * 32 * 4)}                 # (forward + back) x micro-batches x activation
