@@ -138,6 +138,9 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
         in out
     assert "tensor_parallel (t = 2): 8,388,608; you predicted 8,388,608" in out
     assert "pipeline (p = 2): 524,288; you predicted 524,288" in out
+    assert "t = 2 x p = 2: the largest relative difference from one process over 20 steps:" in out
+    assert report.timeline().axes[0].get_title(loc="left").endswith("the parts, in order: block, dropout")
+    assert report.curves().axes[1].get_legend() is not None
 
 
 def grade(reference, tmp_path, answers: dict[str, str]) -> dict[str, tuple[float, list[str]]]:
