@@ -192,3 +192,20 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
         got, lines = graded[name]
         assert got == pytest.approx(fraction, abs=1e-4), (name, lines)
         assert says in " ".join("\n".join(lines).split()), (name, lines)   # messages wrap at 110 columns
+
+
+def test_the_experiment_launches_nothing_under_validate_or_after_a_failed_check_and_autograding_draws_nothing(
+        monkeypatch, capsys):
+    from lab_src import grading
+    from lab_src.checks import tp_seeds
+    from lab_src.checks.common import CheckReport
+    from lab_src.checks.q18_tp_block import curves
+    monkeypatch.setattr("lab_src.checks.common.run_cases", lambda *a, **k: pytest.fail("the experiment launched"))
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    assert tp_seeds.seed_policies() is None
+    assert "skipped under Validate" in capsys.readouterr().out
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    monkeypatch.setitem(grading._checked, "q18", "CheckFailed: q18: FAILED, 1 problem\n[q18]: still the stub")
+    assert tp_seeds.seed_policies() is None
+    assert "the check above did not pass: make it pass first" in capsys.readouterr().err
+    assert curves(CheckReport("q18", None, [], [], [], skipped=True)) is None      # what autograding hands back

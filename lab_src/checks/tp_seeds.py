@@ -18,9 +18,20 @@ CONFIG = DIGITS.replace(num_stages=1, dropout=0.1, dropout_shards=2)
 
 
 def seed_policies(steps: int = STEPS):
-    import torch
+    """Run the three policies (one launch) and return the figure of their curves; None, launching nothing,
+    while nbgrader validates or autogrades, or when q18's check ran in this kernel and failed."""
+    import sys
 
     from lab_src.checks.common import errors, make_case, run_cases, run_dir, sources
+    from lab_src.checks.experiments import skipped_under_validate
+    from lab_src.grading import check_not_passed
+    if skipped_under_validate("The seed-policy experiment", "open the notebook and run `seed_policies()`"):
+        return None
+    not_passed = check_not_passed("q18")
+    if not_passed:
+        print(f"The experiment trains with your block, and the check above did not pass: make it pass first.\n"
+              f"  {not_passed.splitlines()[0]}", file=sys.stderr)
+        return None
     from lab_src.harness.kinds.tp_train import POLICIES
     from lab_src.judge.tp_train import curve_deviation, single_process
     from lab_src.views.tp_curves import curves_figure
@@ -43,7 +54,6 @@ def seed_policies(steps: int = STEPS):
         worst = max(curve_deviation(c, want) for c in curves.values())
         print(f"{POLICIES[out.case.label]:<72}{worst:>18.1e}{apart:>18.1e}")
         runs.append({"label": out.case.label, "single": want, "curves": curves})
-    del torch
     return curves_figure(runs, f"t = 2, dropout 0.1: three seed policies against one process ({steps} steps)")
 
 

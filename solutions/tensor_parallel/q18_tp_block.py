@@ -210,7 +210,9 @@ report = check("q18")
 # float32's rounding, far under the tolerance.
 
 # %%
-report.curves()
+from lab_src.checks.q18_tp_block import curves
+
+curves(report)
 
 # %% [markdown]
 # ## Experiment: a wrong seed policy
