@@ -209,3 +209,35 @@ def test_the_experiment_launches_nothing_under_validate_or_after_a_failed_check_
     assert tp_seeds.seed_policies() is None
     assert "the check above did not pass: make it pass first" in capsys.readouterr().err
     assert curves(CheckReport("q18", None, [], [], [], skipped=True)) is None      # what autograding hands back
+
+
+@pytest.mark.slow
+def test_validate_of_the_released_q18_runs_the_check_and_skips_the_experiment(reference, tmp_path, no_leftovers):
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from lab_src.registry import EXERCISES
+    from tests.test_validate import ROOT
+    notebook = ROOT / "notebooks" / EXERCISES["q18"].assignment / EXERCISES["q18"].notebook
+    nb = json.loads(notebook.read_text())
+    for cell in nb["cells"]:
+        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if grade_id == "q18_answer":
+            cell["source"] = "%%answer q18\n" + open(reference["q18"]).read()
+        if grade_id == "q18_prediction":
+            cell["source"] = "(a) the ranks agree, one process does not; (b) the LayerNorms drift apart."
+    (tmp_path / notebook.name).write_text(json.dumps(nb, indent=1))
+    (tmp_path / "answers").mkdir()
+    for qid in EXERCISES["q18"].needs:
+        shutil.copyfile(reference[qid], tmp_path / "answers" / EXERCISES[qid].answer_file)
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()\nc.Execute.timeout = 300\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("NBGRADER_EXECUTION", "LAB_ANSWERS", "LAB_ANSWERS_DIR")}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "validate", notebook.name], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    print(f"nbgrader validate q18: {time.monotonic() - started:.1f} s\n{out}")
+    assert "Success! Your notebook passes all the tests." in out
+    assert not list((tmp_path / "runs").glob("q18-seeds-*")), "the experiment launched under Validate"
