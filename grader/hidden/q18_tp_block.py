@@ -49,6 +49,40 @@ HINTS = {
 }
 
 
+_CODE = ("config.py", "model.py", "dropout.py", "digits.py", "classifier.py", "single_process.py")
+
+
+def single_process_curve(cfg) -> list[float]:
+    """One process's curve for a training case, kept in the grader's own cache (grader/reference.py, as q13
+    keeps its own) under a hash of the configuration, the code it runs and torch's version: a course's
+    grading trains it once, not once per student."""
+    import hashlib
+    import json
+    import os
+
+    import torch
+
+    import lab_src.pipeline as pipeline
+    from lab_src.judge.tp_train import single_process
+
+    from ..reference import cache_root
+    blob = json.dumps([cfg.to_dict(), STEPS, LR, torch.__version__]).encode()
+    blob += b"".join((Path(pipeline.__file__).parent / f).read_bytes() for f in _CODE)
+    folder = cache_root() / "q18-single-process"
+    path = folder / f"{hashlib.sha256(blob).hexdigest()[:20]}.json"
+    if path.exists():
+        try:
+            return json.loads(path.read_text())
+        except ValueError:      # a damaged file is recomputed
+            pass
+    curve = single_process(cfg, STEPS, LR)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(curve))
+    os.replace(tmp, path)
+    return curve
+
+
 def cases(ctx):
     out = [ctx.case(QID, "tp_block", cfg, stages=t, label=label) for label, (t, cfg) in BLOCKS.items()]
     out += [ctx.case(QID, "tp_train", cfg, stages=n, label=label, settings={"t": t, "steps": STEPS, "lr": LR})
@@ -62,7 +96,8 @@ def judge(ctx, outcomes):
         label = out.case.label
         failed = list(stamped(case_problems(QID, out, label), QID, label))
         if out.case.kind == "tp_train":
-            found = {"curves": [], "replicated": []} if failed else judge_training(out, STEPS, LR)
+            found = {"curves": [], "replicated": []} if failed else \
+                judge_training(out, STEPS, LR, single_process_curve(out.case.config))
             items.append(Item("training", label, failed + stamped(found["curves"] + found["replicated"], QID, label)))
             continue
         for part in ("block", "dropout"):

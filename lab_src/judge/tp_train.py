@@ -29,11 +29,12 @@ def curve_deviation(got: list[float], want: list[float]) -> float:
     return max(relative_differences(got, want)) if got and len(got) == len(want) else float("inf")
 
 
-def judge_training(outcome, steps: int, lr: float) -> dict[str, list[Problem]]:
-    """{"curves": [...], "replicated": [...]}: each reporting rank's curve, and the replicas' equality."""
+def judge_training(outcome, steps: int, lr: float, want: list[float] | None = None) -> dict[str, list[Problem]]:
+    """{"curves": [...], "replicated": [...]}: each reporting rank's curve, and the replicas' equality.
+    `want`: one process's curve, if the caller has it (the grader keeps it on disk); else computed here."""
     cfg, n = outcome.case.config, outcome.case.stages
     rtol = CURVE_RTOL[cfg.dtype]
-    want = single_process(cfg, steps, lr)
+    want = want if want is not None else single_process(cfg, steps, lr)
     found = {"curves": [], "replicated": []}
     curves = {r: (outcome.obs.get(r) or {}).get("losses") for r in range(n)}
     reporting = {r: c for r, c in curves.items() if c}
