@@ -9,7 +9,8 @@ Five parts, each a fifth of the points:
     replicated     the LayerNorms identical on every rank after one AdamW step (each part, each t)
     training       the digits model trained with t = 2 (dropout on), and with t = 2 x p = 2 on 4 ranks
                    (tensor parallel inside pipeline stages), following one process's loss curve step by step
-                   within q13's tolerance (1e-5 relative, float32)
+                   within q13's tolerance (1e-5 relative, float32); the grid's run has dropout off (its
+                   micro-batches' masks are not slices of the whole batch's)
     prediction     `predicted_bytes()` of the answer cell (parsed, never run): the bytes one training step of
                    the digits model moves with t = 2 and with p = 2, as the lab counts them (pipeline/tp_traffic.py)
 """

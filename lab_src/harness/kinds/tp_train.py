@@ -14,7 +14,8 @@ backward of the whole batch, as in one process (so the dropout masks are drawn o
 single process draws them); with p > 1 the batch goes through the stages as `num_microbatches`
 micro-batches, all forwards then all backwards, the activations and their gradients sent between
 neighbours (the lab's own messages: their bytes counted in `sent_bytes`, the pipeline's traffic), the loss of each the
-micro-batch's mean cross-entropy over `num_microbatches`.
+micro-batch's mean cross-entropy over `num_microbatches` (run those with dropout off: a micro-batch's masks
+are not the slices of the whole batch's that one process draws).
 
 While it runs, a collective over ranks outside this rank's tensor-parallel group is refused
 (harness/rawcoll.py: WrongGroup), before it could wait for ranks that never join it. Each rank records the
