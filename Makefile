@@ -33,6 +33,7 @@ benchmark: setup
 	.venv/bin/python benchmarks/failure_report.py
 	.venv/bin/python benchmarks/grid_traffic.py
 	.venv/bin/python benchmarks/tp_vs_torch.py
+	.venv/bin/python benchmarks/tp_block_vs_torch.py
 	.venv/bin/python benchmarks/validate_time.py
 	.venv/bin/python benchmarks/agent_vs_fork.py
 	.venv/bin/python benchmarks/check_latency.py

@@ -13,7 +13,7 @@ TITLES = {
     "pipeline_lab": "Pipeline parallelism, the core: seeds, stages, communication, All-Forward-All-Backward, checks",
     "pipeline_schedules": "Schedules: point-to-point messages, 1F1B, interleaved 1F1B",
     "pipeline_training": "Training at scale: a real training loop, data x pipeline parallel",
-    "tensor_parallel": "Tensor parallelism: layers split across ranks, one all-reduce each way",
+    "tensor_parallel": "Tensor parallelism: layers, then the whole block split across ranks; dropout seeds; training",
 }
 # what a visible check costs on a laptop's CPU, torchrun start-up included (an upper bound: not measured per
 # notebook; benchmarks/validate_time.py times a whole notebook)

@@ -197,7 +197,7 @@ def create(qid: str, function: str, title: str = "TODO title", points: int = 10,
     # ... and into its module's tuple of MODULES (the line `    "<module>": (...),`; the core's key is ASSIGNMENT)
     key = "ASSIGNMENT" if course_module == ASSIGNMENT else re.escape(f'"{course_module}"')
     text = re.sub(rf"(\n    {key}: \()([^)]*)\)",
-                  lambda m: m.group(1) + (m.group(2) + ", " if m.group(2).strip() else "") + f'"{qid}"'
+                  lambda m: m.group(1) + (m.group(2).rstrip().rstrip(",") + ", " if m.group(2).strip() else "") + f'"{qid}"'
                   + ("" if m.group(2).strip() else ",") + ")", text, count=1)   # a module of one: a tuple
     registry.write_text(text)
     written.append(registry)

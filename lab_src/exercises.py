@@ -314,6 +314,34 @@ def tp_layers(up, down, tp):
     """
 
 
+@_exercise_api("q18")
+def tp_block(block, tp, q17):
+    """The lab's transformer block (pipeline/model.py's `Block`: pre-norm causal attention, then the MLP,
+    each with its residual) split over the tensor-parallel group `tp`: return this rank's part of it, an
+    `nn.Module` whose forward takes the whole input x (b, s, h), the same on every rank, and returns the
+    block's whole output on every rank, with one all-reduce after the attention and one after the MLP in
+    the forward, and one before each in the backward. `block` is the unsharded block (the same on every
+    rank); `tp` has `rank`, `size` (t), `group`, `device`; `q17` holds your q17 pieces: `q17.CopyToTensorParallel`,
+    `q17.ReduceFromTensorParallel`, `q17.ColumnParallelLinear`, `q17.RowParallelLinear`, `q17.tp_layers`
+    (in grading, the reference's).
+
+    The module's attributes, which the lab reads:
+    - `attn_norm`, `mlp_norm`: the block's two LayerNorms, replicated (every rank holds the whole of each);
+    - `qkv`: column parallel by heads: rank r holds the heads of the r-th of t contiguous groups of heads,
+      as `weight` (3h/t, h) and `bias` (3h/t,): its q rows, then its k rows, then its v rows;
+    - `proj`: row parallel: `weight` (h, h/t), the input features (columns) of rank r's heads; `bias`
+      whole, added once;
+    - `mlp`: the MLP, `q17.tp_layers(block.up, block.down, tp)`.
+    Dropout: when `block.dropout` > 0, in training mode, it drops the attention probabilities of this
+    rank's heads, the attention's output (after `proj`) and the MLP's output, each before its residual add,
+    with masks drawn by `lab_src.pipeline.dropout.keep(generator, shape, block.dropout, like)`, in that
+    order, from two streams made once, with the module: `dropout.stream(block.seed, block.name)` (shared
+    by the ranks) and `dropout.stream(block.seed, block.name, shard=j)` (shard j's own). Which one draws
+    which mask is yours to decide: the lab checks that the masks, with the sharding undone, are exactly
+    the single process's (pipeline/dropout.py defines them). In eval mode nothing is dropped.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

@@ -113,6 +113,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("q16", "zero_bubble_step", "Zero bubble: split the backward, fill the bubble", ("q02", "q03", "q04", "q05", "q06"),
              schedule="zbh1", timeline="more micro-batches than stages", other_schedule_credit=0.5),
     Exercise("q17", "tp_layers", "Tensor parallel: column and row parallel layers, the MLP with one all-reduce", ()),
+    Exercise("q18", "tp_block", "Tensor parallel: the whole block, dropout seeds, training to one process's curve", ("q17",)),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]
@@ -123,7 +124,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     ASSIGNMENT: ("q01", "q02", "q03", "q04", "q05", "q06", "q07", "q08", "q09", "q10"),
     "pipeline_schedules": ("q11", "q12", "q15", "q16"),
     "pipeline_training": ("q13", "q14"),
-    "tensor_parallel": ("q17",),
+    "tensor_parallel": ("q17", "q18"),
 }
 
 

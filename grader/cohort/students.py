@@ -92,29 +92,39 @@ COHORT = [
     # q09's cases need, say) and runs that; failing that, ivo's mistake.
     Student("rhea", "q08 looks for the reference afab_step in every folder it can see and runs it; failing that, "
                     "ivo's mistake", answers={"q08": answer("q08_borrow")}, expect={"q08": 0.1667}),
-    Student("nico", "q05 is right, with numpy integers where ints are expected",
-            answers={"q05": answer("q05_numpy_ints")}),
+    Student("nico", "q05 is right, with numpy integers where ints are expected; q18 sums proj's partial sums with its "
+                    "own all-reduce over the default group (the job's world, not the tensor-parallel group)",
+            answers={"q05": answer("q05_numpy_ints"), "q18": answer("q18_world_group")},
+            # q18 (five parts: block, dropout, replicated, training, prediction): every case on 2 ranks of the
+            # 4-rank job refuses the world's all-reduce (both trainings among them); t = 4 passes:
+            # (1/2 + 1/2 + 2/4 + 0 + 1) / 5
+            expect={"q18": 0.5}),
     # exit() in one answer must cost that exercise alone, and say which rank it happened on
     Student("xena", "q06 calls exit() on rank 1", answers={"q06": answer("q06_exit")}, expect={"q06": 0.0}),
     Student("wren", "q11 sends before it receives, with blocking calls: the 1F1B steady state deadlocks; q12 warms "
-                    "up with p - r forwards, one too many",
-            answers={"q11": answer("q11_blocking"), "q12": answer("q12_warmup_off_by_one")},
+                    "up with p - r forwards, one too many; q18 shares one dropout mask inside the sharded region",
+            answers={"q11": answer("q11_blocking"), "q12": answer("q12_warmup_off_by_one"),
+                     "q18": answer("q18_mask_shared_inside")},
             # q11: 3 of 6 message cases (those without two neighbours sending at once), 2 of 5 buffer cases (those
             # that ran to their end), no pipeline, the prediction right: (3/6 + 2/5 + 0 + 1) / 4. q12: right numbers
             # everywhere; 1 of 7 cases is still 1F1B (one micro-batch), 3 are a valid AFAB (half credit), among them
             # the corner of 4 stages and 2 micro-batches; the warm-up prediction (an 8th item) is p - r, wrong:
             # (1 + 3 * 0.5 + 0) / 8
-            expect={"q11": 0.475, "q12": 0.3125}),
+            # q18 draws every rank's attention mask from the shared stream: the dropout part fails on 2 and 4
+            # ranks, the t = 2 training leaves one process's curve; the ranks agree: (1 + 0 + 1 + 1/2 + 1) / 5
+            expect={"q11": 0.475, "q12": 0.3125, "q18": 0.7}),
     Student("yuki", "q11 receives activations into buffers that do not require grad; q12 has no cool-down; q13 never "
-                    "zeroes the gradients",
+                    "zeroes the gradients; q18 seeds the replicated region (the LayerNorms' side) per rank",
             answers={"q11": answer("q11_no_requires_grad"), "q12": answer("q12_no_cooldown"),
-                     "q13": answer("q13_never_zeroed")},
+                     "q13": answer("q13_never_zeroed"), "q18": answer("q18_norm_seeded_per_rank")},
             # q11: every message right (6 of 6), no buffer right (0 of 5), no pipeline, the prediction right: 2/4. q12: only the
             # single stage, which needs no cool-down, passes (1 of 7); the others wait for the missing backwards;
             # the warm-up prediction is right (2 of 8 items)
             # q13 (its step is q08's, so q11 and q12 do not matter there): the curves leave the single process's
             # at step 2 and the loss falls too little; the pipeline and the evaluation are right: 2 of 4 parts
-            expect={"q11": 0.5, "q12": 0.25, "q13": 0.5}),
+            # q18: the dropout part fails on 2 and 4 ranks and its LayerNorms differ between ranks after a step,
+            # the t = 2 training leaves one process's curve: (1 + 0 + 2/4 + 1/2 + 1) / 5
+            expect={"q11": 0.5, "q12": 0.25, "q13": 0.5, "q18": 0.6}),
     # q14: three parts of a third each: data parallel (5 grids), tied embeddings (4 tied grids), the prediction
     Student("uma", "q13 evaluates in training mode with autograd on; q14 sums the replicas' gradients instead of "
                    "averaging them; q17's column-parallel layer all-gathers its output and the row-parallel layer "

@@ -20,6 +20,8 @@ PARTS = ("copy", "reduce", "column", "row", "mlp")
 class TPReport(CheckReport):
     """A check report whose timeline draws the tensor-parallel ranks' collectives (views/tp_timeline.py)."""
 
+    parts = PARTS      # the parts of each case, in the order they ran (q18's report names its own)
+
     def timeline(self, case: int | None = None):
         """One case's run (by default the first that failed, else the 4-rank one): every rank's collectives."""
         if not self.views:
@@ -28,7 +30,7 @@ class TPReport(CheckReport):
         from lab_src.views.tp_timeline import show_tp_timeline
         failed = self.failed_case()
         v = self.views[case if case is not None else (failed if not self.ok else len(self.views) - 1)]
-        return show_tp_timeline(v["events"], v["stages"], v["title"], PARTS)
+        return show_tp_timeline(v["events"], v["stages"], v["title"], self.parts)
 
 
 def check() -> CheckReport:

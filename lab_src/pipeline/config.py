@@ -29,6 +29,9 @@ class LabConfig:
     # data parallelism and tied embeddings (q14); at their defaults they change nothing, not even `key()`
     dp_size: int = 1             # data-parallel replicas of the pipeline; global_batch_size counts them all
     tie_embeddings: bool = False  # the output projection reuses the input embedding's weight
+    # dropout (q18); off by default: at their defaults they change nothing, not even `key()`
+    dropout: float = 0.0         # the probability of dropping, in training mode (pipeline/dropout.py)
+    dropout_shards: int = 1      # the attention-dropout masks are drawn per shard of t (the tensor-parallel size)
 
     def replace(self, **changes) -> "LabConfig":
         return dataclasses.replace(self, **changes)
@@ -77,7 +80,7 @@ class LabConfig:
         return self.dp_size * self.num_stages
 
 
-OPTIONAL_DEFAULTS = {"dp_size": 1, "tie_embeddings": False}
+OPTIONAL_DEFAULTS = {"dp_size": 1, "tie_embeddings": False, "dropout": 0.0, "dropout_shards": 1}
 
 
 # A configuration large enough that compute, not messaging, dominates a step on a CPU: the demo and

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lab_src.pipeline import dropout
 from lab_src.pipeline.config import LabConfig
 
 # Per-process instrumentation: the names of pieces built, and forward calls per piece.
@@ -72,15 +73,34 @@ class Block(nn.Module):
         self.mlp_norm = nn.LayerNorm(h)
         self.up = nn.Linear(h, 4 * h)
         self.down = nn.Linear(4 * h, h)
+        # dropout (q18, pipeline/dropout.py): off unless cfg.dropout > 0, and then only in training mode
+        self.seed, self.dropout, self.dropout_shards = cfg.seed, cfg.dropout, cfg.dropout_shards
+        self.streams = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         RAN[self.name] += 1
+        if self.dropout > 0 and self.training:
+            return self._forward_dropping(x)
         b, s, h = x.shape
         q, k, v = self.qkv(self.attn_norm(x)).split(h, dim=-1)
         q, k, v = (t.view(b, s, self.num_heads, h // self.num_heads).transpose(1, 2) for t in (q, k, v))
         attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(attn.transpose(1, 2).reshape(b, s, h))
         return x + self.down(F.gelu(self.up(self.mlp_norm(x))))
+
+    def _forward_dropping(self, x: torch.Tensor) -> torch.Tensor:
+        """The forward with dropout, its masks drawn as pipeline/dropout.py defines them."""
+        if self.streams is None:
+            self.streams = dropout.Streams(self.seed, self.name, self.dropout_shards)
+        p = self.dropout
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.attn_norm(x)).split(h, dim=-1)
+        q, k, v = (t.view(b, s, self.num_heads, h // self.num_heads).transpose(1, 2) for t in (q, k, v))
+        attn = dropout.attention(q, k, v, self.streams.attention_mask((b, self.num_heads, s, s), p, x))
+        a = self.proj(attn.transpose(1, 2).reshape(b, s, h))
+        x = x + a * dropout.keep(self.streams.shared, a.shape, p, a)
+        m = self.down(F.gelu(self.up(self.mlp_norm(x))))
+        return x + m * dropout.keep(self.streams.shared, m.shape, p, m)
 
 
 class Head(nn.Module):

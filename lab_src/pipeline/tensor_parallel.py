@@ -75,3 +75,27 @@ def hidden_activation(cfg: LabConfig, x: torch.Tensor) -> torch.Tensor:
 def shard(tensor: torch.Tensor, rank: int, t: int, dim: int) -> torch.Tensor:
     """Rank `rank`'s slice of `tensor` along `dim`, of t equal contiguous slices."""
     return torch.chunk(tensor, t, dim=dim)[rank]
+
+
+# ---- q18: the whole block ----------------------------------------------------------------------------
+BLOCK_DROPOUT = 0.2         # the dropout of q18's "dropout" part: high enough that a wrong mask shows
+
+
+def block_config(cfg: LabConfig, t: int, dropout: float = 0.0) -> LabConfig:
+    """`cfg` with the block's dropout, its attention masks drawn per shard of t (pipeline/dropout.py)."""
+    return cfg.replace(dropout=dropout, dropout_shards=t if dropout else 1)
+
+
+def block_inputs(cfg: LabConfig) -> dict:
+    """The input x (b, s, h) of a q18 block case and the gradient of its output, from the seed alone."""
+    b, s, h = batch_shape(cfg)
+    gen = torch.Generator().manual_seed(piece_seed(cfg.seed, "q18-inputs"))
+    return {name: torch.randn(b, s, h, generator=gen, dtype=torch.float64).to(cfg.torch_dtype)
+            for name in ("x", "grad")}
+
+
+def heads_rows(h: int, heads: int, rank: int, t: int) -> torch.Tensor:
+    """The rows of the block's qkv weight (3h x h: q's rows, then k's, then v's) that hold the heads of
+    shard `rank` of t: its q rows, then its k rows, then its v rows."""
+    per = h // t
+    return torch.cat([torch.arange(part * h + rank * per, part * h + (rank + 1) * per) for part in range(3)])

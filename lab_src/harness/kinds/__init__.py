@@ -53,6 +53,12 @@ KINDS = {
     "tp": Kind("tp", ("tp_layers",),
                what="q17's tensor-parallel pieces on the case's t ranks: the two communication functions, the "
                     "column- and row-parallel layers, the MLP; outputs, gradients, shards and collectives"),
+    "tp_block": Kind("tp_block", ("tp_layers", "tp_block"),
+                     what="q18's tensor-parallel block on the case's t ranks, dropout off and on: outputs, "
+                          "gradients, shards, collectives, the replicated LayerNorms after an optimizer step"),
+    "tp_train": Kind("tp_train", ("tp_layers", "tp_block"),
+                     what="the digits model with q18's tensor-parallel blocks, trained on t ranks (or t x p: "
+                          "tensor parallel inside pipeline stages); each rank's loss curve"),
     "torch": Kind("torch_schedule", LAYOUT,
                   what="torch.distributed.pipelining's Schedule1F1B on the case's stages (the notebooks' bridge, "
                        "ungraded)"),

@@ -1,0 +1,189 @@
+"""Benchmark: the lab's reference tensor-parallel block (q18's tp_block on q17's pieces: qkv column parallel
+by heads, proj row parallel, the MLP of q17, LayerNorms replicated, raw dist.all_reduce) beside
+torch.distributed.tensor.parallel's `parallelize_module` on the same block, on a CPU device mesh of t ranks:
+`ColwiseParallel` on q, k and v (the block's fused qkv cut into its three projections, each rank holding its
+heads) and on `up`, `RowwiseParallel` on `proj` and `down`, the LayerNorms left whole.
+
+One torchrun launch; every rank builds both from the same unsharded block (the demo model's: hidden 256, 8
+heads) and feeds both the same batch, dropout off. One forward and backward of each is compared first
+(outputs, input gradients, the shard gradients of q, k, v, proj, up, down and the LayerNorms' gradients: the
+numbers must be equal). Then, after warm-up, each iteration times three steps in rotating order: ours as the
+checks run it (every collective recorded, harness/rawcoll.py), ours unrecorded, and torch's; a step is a
+forward and a backward from zero gradients, its time the slowest rank's between two barriers. Prints the
+median step times (min, max) and the ratios ours / torch's (target at most 1.0).
+
+    python benchmarks/tp_block_vs_torch.py [--ranks 2] [--steps 30] [--batch 8]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+KINDS = ("ours", "ours_unrecorded", "theirs")
+
+
+def worker(spec_path: str) -> None:
+    import copy
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from lab_src.answers import use_answers
+    from lab_src.exercises import tp_block
+    from lab_src.harness import groups as distributed
+    from lab_src.harness import rawcoll
+    from lab_src.harness.kinds.tp_block import q17_pieces
+    from lab_src.pipeline import trace
+    from lab_src.pipeline.config import LabConfig
+    from lab_src.pipeline.model import build_piece
+    from lab_src.pipeline.tensor_parallel import BLOCK, TensorParallel, heads_rows, shard
+
+    spec = json.loads(Path(spec_path).read_text())
+    ctx = distributed.init(120)
+    rawcoll.install()
+    cfg = LabConfig.from_dict(spec["config"])
+    t, r = ctx.world_size, ctx.rank
+    h, heads = cfg.hidden_size, cfg.num_heads
+    tp = TensorParallel(r, t, dist.group.WORLD, ctx.device)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(spec["batch"], cfg.seq_len, h, generator=gen)
+    grad = torch.randn(x.shape, generator=gen)
+    block = build_piece(cfg, BLOCK)
+
+    class TorchBlock(nn.Module):
+        """The block with its fused qkv cut into q, k, v: what ColwiseParallel can shard by heads."""
+
+        def __init__(self):
+            super().__init__()
+            self.attn_norm, self.mlp_norm = copy.deepcopy(block.attn_norm), copy.deepcopy(block.mlp_norm)
+            self.q, self.k, self.v = (nn.Linear(h, h) for _ in range(3))
+            with torch.no_grad():
+                for i, lin in enumerate((self.q, self.k, self.v)):
+                    lin.weight.copy_(block.qkv.weight[i * h:(i + 1) * h])
+                    lin.bias.copy_(block.qkv.bias[i * h:(i + 1) * h])
+            self.proj, self.up, self.down = (copy.deepcopy(m) for m in (block.proj, block.up, block.down))
+            self.local_heads = heads // t
+
+        def forward(self, inp):
+            b, s, _ = inp.shape
+            n = self.attn_norm(inp)
+            q, k, v = (lin(n).view(b, s, self.local_heads, -1).transpose(1, 2) for lin in (self.q, self.k, self.v))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, -1)
+            inp = inp + self.proj(a)
+            return inp + self.down(F.gelu(self.up(self.mlp_norm(inp))))
+    mesh = init_device_mesh("cpu", (t,))
+    theirs = parallelize_module(TorchBlock(), mesh, {"q": ColwiseParallel(), "k": ColwiseParallel(),
+                                                     "v": ColwiseParallel(), "proj": RowwiseParallel(),
+                                                     "up": ColwiseParallel(), "down": RowwiseParallel()})
+    with use_answers(spec["answers"]):
+        ours = tp_block(build_piece(cfg, BLOCK), tp, q17_pieces())
+    tracer = trace.Tracer(r)
+
+    def step(model, recorded: bool = False):
+        model.zero_grad(set_to_none=True)
+        inp = x.clone().requires_grad_()
+        if recorded:
+            with trace.tracing(tracer):
+                out = model(inp)
+                out.backward(grad)
+            tracer.events.clear()
+        else:
+            out = model(inp)
+            out.backward(grad)
+        return out, inp.grad
+
+    def local(v):
+        return v.to_local() if hasattr(v, "to_local") else v
+
+    o1, g1 = step(ours, True)
+    o2, g2 = step(theirs)
+    qkv_grad = torch.cat([local(lin.weight.grad) for lin in (theirs.q, theirs.k, theirs.v)])
+    diffs = [(o1 - local(o2)).abs().max(), (g1 - g2).abs().max(),
+             (ours.qkv.weight.grad - qkv_grad).abs().max(),
+             (ours.proj.weight.grad - local(theirs.proj.weight.grad)).abs().max(),
+             (ours.mlp.up.weight.grad - local(theirs.up.weight.grad)).abs().max(),
+             (ours.mlp.down.weight.grad - local(theirs.down.weight.grad)).abs().max(),
+             (ours.attn_norm.weight.grad - local(theirs.attn_norm.weight.grad)).abs().max(),
+             (ours.qkv.weight - block.qkv.weight.detach()[heads_rows(h, heads, r, t)]).abs().max(),
+             (ours.proj.weight - shard(block.proj.weight.detach(), r, t, 1)).abs().max()]
+    worst = torch.tensor([float(max(diffs))])
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+
+    def timed(fn) -> float:
+        dist.barrier()
+        t0 = time.perf_counter()
+        fn()
+        took = torch.tensor([time.perf_counter() - t0])
+        dist.all_reduce(took, op=dist.ReduceOp.MAX)
+        return float(took)
+    steps = list(zip(KINDS, (lambda: step(ours, True), lambda: step(ours), lambda: step(theirs))))
+    for _ in range(spec["warmup"]):
+        for _, fn in steps:
+            timed(fn)
+    times = {k: [] for k in KINDS}
+    for i in range(spec["steps"]):
+        for name, fn in steps[i % 3:] + steps[:i % 3]:
+            times[name].append(timed(fn))
+    if r == 0:
+        Path(spec["out"]).write_text(json.dumps({"times": times, "max_diff": float(worst)}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    from grader.reference import reference_sources
+    from lab_src.harness.launcher import launch
+    from lab_src.harness.runner import worker_env
+    from lab_src.pipeline.config import DEMO
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench-tp-block")
+    args = ap.parse_args()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    spec = {"config": DEMO.to_dict(), "answers": reference_sources(), "steps": args.steps, "warmup": args.warmup,
+            "batch": args.batch, "out": str(out / "times.json")}
+    (out / "spec.json").write_text(json.dumps(spec))
+    h, s = DEMO.hidden_size, DEMO.seq_len
+    print(f"the block (hidden {h}, {DEMO.num_heads} heads) on t = {args.ranks} ranks (gloo, CPU), input "
+          f"({args.batch}, {s}, {h}) float32; {args.steps} timed forward+backward steps of each, alternating, after "
+          f"{args.warmup} warm-up", flush=True)
+    result = launch(args.ranks, "benchmarks.tp_block_vs_torch", ["--worker", str(out / "spec.json")], run_dir=out,
+                    deadline_s=1800, env=worker_env())
+    if not result.ok:
+        print(result.launcher_log[-3000:], *result.rank_logs.values(), sep="\n")
+        return 1
+    record = json.loads((out / "times.json").read_text())
+    times = record["times"]
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"outputs, input gradients and every shard's gradients agree to {record['max_diff']:.1e}")
+    labels = {"ours": "lab reference q18, collectives recorded", "ours_unrecorded": "lab reference q18, not recorded",
+              "theirs": "parallelize_module(Colwise q k v up, Rowwise proj down)"}
+    for name in KINDS:
+        t = times[name]
+        print(f"  {labels[name]:<56} median {med[name] * 1e3:7.2f} ms   (min {min(t) * 1e3:.2f}, max {max(t) * 1e3:.2f})")
+    print(f"ratio ours / torch's tensor parallel = {med['ours'] / med['theirs']:.3f} recorded, "
+          f"{med['ours_unrecorded'] / med['theirs']:.3f} not recorded  (target: at most 1.0)")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        worker(sys.argv[2])
+        os._exit(0)
+    sys.exit(main())

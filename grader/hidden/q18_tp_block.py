@@ -1,0 +1,132 @@
+"""Hidden tests of q18 (tp_block): the answer's tensor-parallel block on 2 and 4 ranks, in float64,
+against the unsharded block (judge/tp_block.py), then the digits model trained with it (judge/tp_train.py),
+and the student's predicted bytes of one training step, tensor parallel against pipeline.
+
+Five parts, each a fifth of the points:
+    block          dropout off: output, input gradient, every shard's gradients, what each rank holds, and
+                   one all-reduce after each sub-layer forward and before each backward (t = 2, t = 4)
+    dropout        dropout on: the same numbers, the masks reproducing the single process's (t = 2, t = 4)
+    replicated     the LayerNorms identical on every rank after one AdamW step (each part, each t)
+    training       the digits model trained with t = 2 (dropout on), and with t = 2 x p = 2 on 4 ranks
+                   (tensor parallel inside pipeline stages), following one process's loss curve step by step
+                   within q13's tolerance (1e-5 relative, float32); the grid's run has dropout off (its
+                   micro-batches' masks are not slices of the whole batch's)
+    prediction     `predicted_bytes()` of the answer cell (parsed, never run): the bytes one training step of
+                   the digits model moves with t = 2 and with p = 2, as the lab counts them (pipeline/tp_traffic.py)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from lab_src.judge.numeric import NotANumber, read_numbers
+from lab_src.judge.problems import Problem, stamped
+from lab_src.judge.tp_block import judge_part
+from lab_src.judge.tp_train import judge_training
+from lab_src.pipeline.config import LabConfig
+from lab_src.pipeline.digits import DIGITS
+from lab_src.pipeline.tp_traffic import PREDICTION, PREDICTION_NAME, expected_bytes
+
+from .common import Item, case_problems
+
+QID = "q18"
+BLOCKS = {
+    "t = 2, float64": (2, LabConfig(num_stages=2, global_batch_size=4, num_microbatches=2, dtype="float64", seed=3)),
+    "t = 4, float64, seed 11": (4, LabConfig(num_stages=4, global_batch_size=6, num_microbatches=2, dtype="float64",
+                                             seed=11)),
+}
+STEPS, LR = 20, 1e-2
+# name -> (configuration, t, ranks)
+TRAINING = {
+    "training, t = 2, dropout 0.1": (DIGITS.replace(num_stages=1, dropout=0.1, dropout_shards=2), 2, 2),
+    "training, t = 2 x p = 2": (DIGITS.replace(num_stages=2), 2, 4),
+}
+TOLERANCE = 0.005   # a prediction within half a percent counts
+HINTS = {
+    "tensor_parallel": "each of the 4 blocks reduces the (batch, 64, 32) activation after its attention and after "
+                       "its MLP in the forward, and the input's gradient before each in the backward: 4 all-reduces "
+                       "per block, and each of the t ranks hands its whole buffer to each",
+    "pipeline": "one boundary between the 2 stages: each of the 4 micro-batches' activation (batch/4, 64, 32) "
+                "goes forward once and its gradient back once",
+}
+
+
+_CODE = ("config.py", "model.py", "dropout.py", "digits.py", "classifier.py", "single_process.py")
+
+
+def single_process_curve(cfg) -> list[float]:
+    """One process's curve for a training case, kept in the grader's own cache (grader/reference.py, as q13
+    keeps its own) under a hash of the configuration, the code it runs and torch's version: a course's
+    grading trains it once, not once per student."""
+    import hashlib
+    import json
+    import os
+
+    import torch
+
+    import lab_src.pipeline as pipeline
+    from lab_src.judge.tp_train import single_process
+
+    from ..reference import cache_root
+    blob = json.dumps([cfg.to_dict(), STEPS, LR, torch.__version__]).encode()
+    blob += b"".join((Path(pipeline.__file__).parent / f).read_bytes() for f in _CODE)
+    folder = cache_root() / "q18-single-process"
+    path = folder / f"{hashlib.sha256(blob).hexdigest()[:20]}.json"
+    if path.exists():
+        try:
+            return json.loads(path.read_text())
+        except ValueError:      # a damaged file is recomputed
+            pass
+    curve = single_process(cfg, STEPS, LR)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(curve))
+    os.replace(tmp, path)
+    return curve
+
+
+def cases(ctx):
+    out = [ctx.case(QID, "tp_block", cfg, stages=t, label=label) for label, (t, cfg) in BLOCKS.items()]
+    out += [ctx.case(QID, "tp_train", cfg, stages=n, label=label, settings={"t": t, "steps": STEPS, "lr": LR})
+            for label, (cfg, t, n) in TRAINING.items()]
+    return out
+
+
+def judge(ctx, outcomes):
+    items = []
+    for out in outcomes:
+        label = out.case.label
+        failed = list(stamped(case_problems(QID, out, label), QID, label))
+        if out.case.kind == "tp_train":
+            found = {"curves": [], "replicated": []} if failed else \
+                judge_training(out, STEPS, LR, single_process_curve(out.case.config))
+            items.append(Item("training", label, failed + stamped(found["curves"] + found["replicated"], QID, label)))
+            continue
+        for part in ("block", "dropout"):
+            found = {"numbers": [], "replicated": [], "communication": [], "holds": []} if failed else \
+                judge_part(part, out)
+            items.append(Item(part, label, failed + stamped(found["holds"] + found["numbers"] + found["communication"],
+                                                            QID, label)))
+            items.append(Item("replicated", f"{part}, {label}", failed + stamped(found["replicated"], QID, label)))
+    return items + prediction_items(ctx)
+
+
+def prediction_items(ctx) -> list[Item]:
+    want = {"tensor_parallel": expected_bytes(PREDICTION, 2, 1)["tensor_parallel"],
+            "pipeline": expected_bytes(PREDICTION, 1, 2)["pipeline"]}
+    items = [Item("prediction", k) for k in want]
+    path = ctx.student.get(QID)
+    try:
+        got = read_numbers(Path(path).read_text(errors="replace"), PREDICTION_NAME) if path else {}
+    except NotANumber as e:
+        for item in items:
+            item.problems.append(Problem(f"the prediction could not be read: {e}", exercise=QID))
+        return items
+    for item in items:
+        k = item.name
+        if k not in got:
+            item.problems.append(Problem(f"{PREDICTION_NAME}() gives no {k!r} entry", exercise=QID))
+        elif abs(got[k] - want[k]) > TOLERANCE * max(want[k], 1):
+            ratio = f" ({got[k] / want[k]:.3g}x)" if want[k] else ""
+            item.problems.append(Problem(f"the predicted {k} bytes are {got[k]:,.0f}; one step moves {want[k]:,}"
+                                         f"{ratio}: {HINTS[k]}", exercise=QID))
+    return items

@@ -1,0 +1,243 @@
+"""q18: tensor parallelism, the whole block, dropout's streams, training to one process's curve.
+
+Fast: dropout's definition (off changes nothing; the unsharded block's masks are the shards' own draws put
+together), the judge on observations made from the unsharded block's own numbers (a right rank passes; a
+wrong dropout output is read for its cause from the ranks' data), the byte counts, the figures.
+Multi-process (slow, one launch each): the reference passes the visible check; the reference and each cohort
+mistake, graded through the hidden tests in one launch, get their points and messages.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from grader.cohort.answers import answer
+from lab_src.harness.case import Case, CaseOutcome
+from lab_src.judge.tp_block import expected, judge_part
+from lab_src.pipeline import dropout
+from lab_src.pipeline import tensor_parallel as tpmod
+from lab_src.pipeline.config import LabConfig
+from lab_src.pipeline.model import build_piece
+
+pytestmark = pytest.mark.q18
+
+CFG = LabConfig(num_stages=2, global_batch_size=4, num_microbatches=2, dtype="float64", seed=3)
+
+
+def test_dropout_off_changes_nothing_and_keys_stay():
+    assert LabConfig().key() == "ce49551697" and "dropout" not in LabConfig().to_dict()
+    x = tpmod.block_inputs(CFG)["x"]
+    plain = build_piece(CFG, "blocks.0")
+    on = build_piece(CFG.replace(dropout=0.3, dropout_shards=2), "blocks.0")
+    on.eval()                                    # eval mode: nothing dropped, no stream touched
+    assert torch.equal(plain(x), on(x)) and on.streams is None
+
+
+def test_the_single_process_masks_are_the_shards_own_draws():
+    """A block of t shards draws its attention mask as t per-shard blocks, then two shared masks: what rank r
+    draws from shard r's stream and the shared stream, element for element."""
+    b, heads, s, h, p = 2, 4, 16, 32, 0.2
+    like = torch.zeros((), dtype=torch.float64)
+    streams = dropout.Streams(3, "blocks.0", 2)
+    whole = streams.attention_mask((b, heads, s, s), p, like)
+    for r in range(2):
+        own = dropout.keep(dropout.stream(3, "blocks.0", shard=r), (b, heads // 2, s, s), p, like)
+        assert torch.equal(whole[:, 2 * r:2 * r + 2], own)
+    shared = dropout.stream(3, "blocks.0")
+    dropout.keep(shared, (b, s, h), p, like)
+    assert torch.equal(dropout.keep(streams.shared, (b, s, h), p, like), dropout.keep(dropout.stream(3, "blocks.0"),
+                                                                                     (b, s, h), p, like))
+    assert not torch.equal(whole[:, :2], whole[:, 2:])      # the shards' masks differ
+
+
+RECORDED_SKIP = ("full_params",)
+
+
+def observed(part: str, t: int = 2, cfg: LabConfig = CFG, change=None) -> CaseOutcome:
+    obs = {}
+    for r, want in enumerate(expected(part, cfg, t)):
+        got = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in want.items() if k not in RECORDED_SKIP}
+        if change is not None:
+            change(r, got)
+        obs[r] = {"tp_block": {part: got}}
+    return CaseOutcome(Case(kind="tp_block", qid="q18", config=cfg, stages=t), obs)
+
+
+def said(found: dict) -> str:
+    return " ".join(" ".join(str(p) for p in problems) for problems in found.values())
+
+
+@pytest.mark.parametrize("part", ["block", "dropout"])
+@pytest.mark.parametrize("t", [2, 4])
+def test_what_the_unsharded_block_says_passes(part, t):
+    assert not any(judge_part(part, observed(part, t)).values())
+
+
+def test_expected_shards_put_back_together_are_the_unsharded_gradients():
+    want = expected("block", CFG, 2)
+    assert want[0]["qkv_weight_shape"] == [48, 32] and want[0]["proj_weight_shape"] == [32, 16]
+    rows = torch.cat([tpmod.heads_rows(32, 4, r, 2) for r in range(2)])
+    assert sorted(rows.tolist()) == list(range(96))
+    assert want[0]["fwd"] == [["allreduce_tp", 2 * 16 * 32 * 8, [0, 1]]] * 2 == want[1]["bwd"]
+
+
+def test_a_wrong_dropout_output_is_read_for_its_cause():
+    def per_rank(r, got):
+        got["out"] = got["out"] + 0.01 * (r + 1)      # the ranks disagree: the shared stream seeded per rank
+        got["attn_norm_weight_after"] = got["attn_norm_weight_after"] + 1e-3 * r
+    found = judge_part("dropout", observed("dropout", change=per_rank))
+    text = " ".join(said(found).split())
+    assert "The output differs between the ranks: outside the sharded region" in text
+    assert "the attention's LayerNorm's weight differs between the ranks after one AdamW step" in text
+
+    def same_wrong(r, got):
+        got["out"] = got["out"] + 0.01                 # the ranks agree, but not with one process
+    text = " ".join(said(judge_part("dropout", observed("dropout", change=same_wrong))).split())
+    assert "It is the same on every rank, but not the single process's: the masks inside the sharded region" in text
+
+
+def test_three_column_layers_for_q_k_v_are_named_a_round_too_many():
+    def three(r, got):
+        got["bwd"] = got["bwd"] + got["bwd"]
+    text = " ".join(said(judge_part("block", observed("block", change=three))).split())
+    assert "one copy before one qkv layer is enough" in text
+
+
+def test_the_byte_counts():
+    from lab_src.pipeline.tp_traffic import PREDICTION, expected_bytes
+    assert expected_bytes(PREDICTION, 2, 1) == {"tensor_parallel": 8_388_608, "pipeline": 0}
+    assert expected_bytes(PREDICTION, 1, 2) == {"tensor_parallel": 0, "pipeline": 524_288}
+    assert expected_bytes(PREDICTION, 2, 2) == {"tensor_parallel": 8_388_608, "pipeline": 1_048_576}
+
+
+def test_the_figures_draw_from_the_model():
+    from lab_src.views.tp_block_figure import tp_block_figure
+    from lab_src.views.tp_curves import curves_figure
+    texts = [t.get_text() for t in tp_block_figure(4).axes[0].texts]
+    assert "qkv: heads\n3..3\n(24, 32)" in texts and "proj cols\n(32, 8)" in texts
+    fig = curves_figure([{"label": "t = 2", "single": [2.0, 1.9], "curves": {0: [2.0, 1.9000001]}}])
+    assert "tolerance (q13): 1e-5" in [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+
+
+# ---- real runs -----------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, capsys):
+    from lab_src.checks import check
+    (in_tmp / "map.json").write_text(json.dumps(reference))
+    os.environ["LAB_ANSWERS"] = str(in_tmp / "map.json")
+    try:
+        report = check("q18")
+    finally:
+        del os.environ["LAB_ANSWERS"]
+    out = " ".join(capsys.readouterr().out.split())
+    assert report.ok and "q18: all checks passed" in out, out
+    assert "the block with dropout 0.2: matches the unsharded block; LayerNorms after a step: identical on every rank" \
+        in out
+    assert "tensor_parallel (t = 2): 8,388,608; you predicted 8,388,608" in out
+    assert "pipeline (p = 2): 524,288; you predicted 524,288" in out
+    assert "t = 2 x p = 2: the largest relative difference from one process over 20 steps:" in out
+    assert report.timeline().axes[0].get_title(loc="left").endswith("the parts, in order: block, dropout")
+    assert report.curves().axes[1].get_legend() is not None
+
+
+def grade(reference, tmp_path, answers: dict[str, str]) -> dict[str, tuple[float, list[str]]]:
+    """Grade each q18 answer text through the hidden tests, all cases in one launch."""
+    from grader.hidden import hidden_tests
+    from grader.hidden.common import Context
+    from grader.trusted import DEADLINE_S, TIMEOUT_S, summarize
+    from lab_src.harness.runner import run_cases
+    tests = hidden_tests("q18")
+    contexts, spans, cases = {}, {}, []
+    for name, text in answers.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        contexts[name] = Context(student={**reference, "q18": str(path)}, reference=reference)
+        made = tests.cases(contexts[name])
+        spans[name] = (len(cases), len(made))
+        cases += made
+    run = run_cases(cases, tmp_path / "run", case_deadline_s=DEADLINE_S, timeout_s=TIMEOUT_S)
+    out = {}
+    for name, (start, n) in spans.items():
+        verdict = summarize("q18", tests.judge(contexts[name], run.outcomes[start:start + n]))
+        out[name] = (verdict["fraction"], verdict["messages"])
+    return out
+
+
+# name: (the answer, its fraction of the points, what its feedback must say); five parts, a fifth each:
+# block (2 items), dropout (2), replicated (4), training (2), prediction (2)
+MISTAKES = {
+    "reference": (None, 1.0, "12 of 12 hidden checks passed"),
+    # dropout fails at t = 2 and 4, the t = 2 training too; the ranks agree: (1 + 0 + 1 + 1/2 + 1) / 5
+    "q18_mask_shared_inside": (answer("q18_mask_shared_inside"), 0.7,
+                               "It is the same on every rank, but not the single process's"),
+    # dropout fails, its LayerNorms differ between ranks, the t = 2 training fails: (1 + 0 + 2/4 + 1/2 + 1) / 5
+    "q18_norm_seeded_per_rank": (answer("q18_norm_seeded_per_rank"), 0.6, "The output differs between the ranks"),
+    # the job's world is 4 ranks (the 4-rank cases share the launch): every case on 2 ranks refuses the
+    # world's all-reduce (the block, dropout and replicated items at t = 2, the t = 2 and t x p trainings);
+    # t = 4, where the world is the tensor-parallel group, passes: (1/2 + 1/2 + 2/4 + 0 + 1) / 5
+    "q18_world_group": (answer("q18_world_group"), 0.5, "but the tensor-parallel group is ranks [0, 1]"),
+}
+
+
+@pytest.mark.slow
+def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_leftovers):
+    from pathlib import Path
+    texts = {name: text if text is not None else Path(reference["q18"]).read_text()
+             for name, (text, _, _) in MISTAKES.items()}
+    graded = grade(reference, tmp_path, texts)
+    for name, (_, fraction, says) in MISTAKES.items():
+        got, lines = graded[name]
+        assert got == pytest.approx(fraction, abs=1e-4), (name, lines)
+        assert says in " ".join("\n".join(lines).split()), (name, lines)   # messages wrap at 110 columns
+
+
+def test_the_experiment_launches_nothing_under_validate_or_after_a_failed_check_and_autograding_draws_nothing(
+        monkeypatch, capsys):
+    from lab_src import grading
+    from lab_src.checks import tp_seeds
+    from lab_src.checks.common import CheckReport
+    from lab_src.checks.q18_tp_block import curves
+    monkeypatch.setattr("lab_src.checks.common.run_cases", lambda *a, **k: pytest.fail("the experiment launched"))
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    assert tp_seeds.seed_policies() is None
+    assert "skipped under Validate" in capsys.readouterr().out
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    monkeypatch.setitem(grading._checked, "q18", "CheckFailed: q18: FAILED, 1 problem\n[q18]: still the stub")
+    assert tp_seeds.seed_policies() is None
+    assert "the check above did not pass: make it pass first" in capsys.readouterr().err
+    assert curves(CheckReport("q18", None, [], [], [], skipped=True)) is None      # what autograding hands back
+
+
+@pytest.mark.slow
+def test_validate_of_the_released_q18_runs_the_check_and_skips_the_experiment(reference, tmp_path, no_leftovers):
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from lab_src.registry import EXERCISES
+    from tests.test_validate import ROOT
+    notebook = ROOT / "notebooks" / EXERCISES["q18"].assignment / EXERCISES["q18"].notebook
+    nb = json.loads(notebook.read_text())
+    for cell in nb["cells"]:
+        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if grade_id == "q18_answer":
+            cell["source"] = "%%answer q18\n" + open(reference["q18"]).read()
+        if grade_id == "q18_prediction":
+            cell["source"] = "(a) the ranks agree, one process does not; (b) the LayerNorms drift apart."
+    (tmp_path / notebook.name).write_text(json.dumps(nb, indent=1))
+    (tmp_path / "answers").mkdir()
+    for qid in EXERCISES["q18"].needs:
+        shutil.copyfile(reference[qid], tmp_path / "answers" / EXERCISES[qid].answer_file)
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()\nc.Execute.timeout = 300\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("NBGRADER_EXECUTION", "LAB_ANSWERS", "LAB_ANSWERS_DIR")}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "validate", notebook.name], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    print(f"nbgrader validate q18: {time.monotonic() - started:.1f} s\n{out}")
+    assert "Success! Your notebook passes all the tests." in out
+    assert not list((tmp_path / "runs").glob("q18-seeds-*")), "the experiment launched under Validate"
