@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-KINDS = ("ours", "ours_unrecorded", "theirs")
+
+from benchmarks.tp_timing import finish, launch_and_report, time_in_turn  # noqa: E402
 
 
 def worker(spec_path: str) -> None:
@@ -117,34 +116,13 @@ def worker(spec_path: str) -> None:
              (ours.attn_norm.weight.grad - local(theirs.attn_norm.weight.grad)).abs().max(),
              (ours.qkv.weight - block.qkv.weight.detach()[heads_rows(h, heads, r, t)]).abs().max(),
              (ours.proj.weight - shard(block.proj.weight.detach(), r, t, 1)).abs().max()]
-    worst = torch.tensor([float(max(diffs))])
-    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-
-    def timed(fn) -> float:
-        dist.barrier()
-        t0 = time.perf_counter()
-        fn()
-        took = torch.tensor([time.perf_counter() - t0])
-        dist.all_reduce(took, op=dist.ReduceOp.MAX)
-        return float(took)
-    steps = list(zip(KINDS, (lambda: step(ours, True), lambda: step(ours), lambda: step(theirs))))
-    for _ in range(spec["warmup"]):
-        for _, fn in steps:
-            timed(fn)
-    times = {k: [] for k in KINDS}
-    for i in range(spec["steps"]):
-        for name, fn in steps[i % 3:] + steps[:i % 3]:
-            times[name].append(timed(fn))
-    if r == 0:
-        Path(spec["out"]).write_text(json.dumps({"times": times, "max_diff": float(worst)}))
-    dist.barrier()
-    dist.destroy_process_group()
+    times = time_in_turn((lambda: step(ours, True), lambda: step(ours), lambda: step(theirs)),
+                         spec["warmup"], spec["steps"])
+    finish(spec, times, diffs)
 
 
 def main() -> int:
     from grader.reference import reference_sources
-    from lab_src.harness.launcher import launch
-    from lab_src.harness.runner import worker_env
     from lab_src.pipeline.config import DEMO
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -158,28 +136,13 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     spec = {"config": DEMO.to_dict(), "answers": reference_sources(), "steps": args.steps, "warmup": args.warmup,
             "batch": args.batch, "out": str(out / "times.json")}
-    (out / "spec.json").write_text(json.dumps(spec))
     h, s = DEMO.hidden_size, DEMO.seq_len
     print(f"the block (hidden {h}, {DEMO.num_heads} heads) on t = {args.ranks} ranks (gloo, CPU), input "
           f"({args.batch}, {s}, {h}) float32; {args.steps} timed forward+backward steps of each, alternating, after "
           f"{args.warmup} warm-up", flush=True)
-    result = launch(args.ranks, "benchmarks.tp_block_vs_torch", ["--worker", str(out / "spec.json")], run_dir=out,
-                    deadline_s=1800, env=worker_env())
-    if not result.ok:
-        print(result.launcher_log[-3000:], *result.rank_logs.values(), sep="\n")
-        return 1
-    record = json.loads((out / "times.json").read_text())
-    times = record["times"]
-    med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"outputs, input gradients and every shard's gradients agree to {record['max_diff']:.1e}")
     labels = {"ours": "lab reference q18, collectives recorded", "ours_unrecorded": "lab reference q18, not recorded",
               "theirs": "parallelize_module(Colwise q k v up, Rowwise proj down)"}
-    for name in KINDS:
-        t = times[name]
-        print(f"  {labels[name]:<56} median {med[name] * 1e3:7.2f} ms   (min {min(t) * 1e3:.2f}, max {max(t) * 1e3:.2f})")
-    print(f"ratio ours / torch's tensor parallel = {med['ours'] / med['theirs']:.3f} recorded, "
-          f"{med['ours_unrecorded'] / med['theirs']:.3f} not recorded  (target: at most 1.0)")
-    return 0
+    return launch_and_report("benchmarks.tp_block_vs_torch", args.ranks, spec, out, labels)
 
 
 if __name__ == "__main__":
