@@ -7,7 +7,8 @@ NBGRADER_EXECUTION=validate: its answer cell writes answers/, and its visible ch
 
     python benchmarks/validate_time.py [--student ada] [--only q11,q12]
 
-It also prints the size of the student's runs/ folder after the pass (what the checks leave in a home).
+It also prints the size of the student's runs/ folder after the pass (what the checks leave in a home),
+and, for the core assignment (q01-q10), the figure benchmarks/README.md recorded before (PREVIOUS).
 """
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDENT_CONFIG = "c = get_config()\nc.Execute.timeout = 300\n"
+# benchmarks/README.md's figure for the core assignment before this session (load 11 falling to 5.5)
+PREVIOUS = {"pipeline_lab": 119.0}
+CORE = [f"q{n:02d}" for n in range(1, 11)]
 
 
 def main() -> int:
@@ -58,6 +62,9 @@ def main() -> int:
         runs = sum(f.stat().st_size for f in folder.rglob("runs/**/*") if f.is_file())
         print(f"{len(chosen)} notebooks: {total:.0f} s, {passed} passed; runs/ holds {runs / 2**20:.1f} MiB; load "
               f"average now {os.getloadavg()[0]:.1f}")
+        if sorted(ex.id for ex in chosen) == CORE:
+            print(f"the core assignment (pipeline_lab): {total:.0f} s; before: {PREVIOUS['pipeline_lab']:.0f} s "
+                  f"(ratio {total / PREVIOUS['pipeline_lab']:.2f}); target 90 s")
     return 0
 
 
