@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -49,18 +50,21 @@ def main() -> int:
             for q, path in reference_sources().items():
                 if q not in only and q in EXERCISES and EXERCISES[q].function:
                     (folder / "answers" / EXERCISES[q].answer_file).write_text(Path(path).read_text())
+        cpu_total = 0.0
         for ex in chosen:
-            started = time.monotonic()
+            started, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
             out = subprocess.run([sys.executable, "-m", "nbgrader", "validate", ex.notebook], cwd=folder, env=env,
                                  capture_output=True, text=True, timeout=900).stdout
             took = time.monotonic() - started
-            total += took
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)     # the processes it waited for: a measure
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime    # that load does not swell
+            total, cpu_total = total + took, cpu_total + cpu
             ok = "Success!" in out
             passed += ok
             verdict = "Success" if ok else next((ln for ln in out.splitlines() if ln.strip()), "(no output)")
-            print(f"{ex.notebook:<32} {took:6.1f} s  {verdict}", flush=True)
+            print(f"{ex.notebook:<32} {took:6.1f} s  (CPU {cpu:4.1f} s waited for)  {verdict}", flush=True)
         runs = sum(f.stat().st_size for f in folder.rglob("runs/**/*") if f.is_file())
-        print(f"{len(chosen)} notebooks: {total:.0f} s, {passed} passed; runs/ holds {runs / 2**20:.1f} MiB; load "
+        print(f"{len(chosen)} notebooks: {total:.0f} s (CPU {cpu_total:.0f} s), {passed} passed; runs/ holds {runs / 2**20:.1f} MiB; load "
               f"average now {os.getloadavg()[0]:.1f}")
         if sorted(ex.id for ex in chosen) == CORE:
             print(f"the core assignment (pipeline_lab): {total:.0f} s; before: {PREVIOUS['pipeline_lab']:.0f} s "
