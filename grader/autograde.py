@@ -36,7 +36,7 @@ from lab_src.registry import MODULES
 from . import verdicts
 from .course import COURSE_ID, Course, tool_env
 from .execute import RETRY_MARK
-from .kernel_sandbox import UNSAFE
+from .kernel_sandbox import SHARED, UNSAFE
 from .staging import stage_submission
 
 # Students graded at once by default (`grader autograde --jobs`): one per core, at most 4. Measured on 2
@@ -134,7 +134,8 @@ def grade_student(course: Course, student: str, unsafe_no_sandbox: bool = False)
         nb = course.nbgrader("autograde", course.assignment, "--student", student, "--force",
                              f"--CourseDirectory.submitted_directory={course.grading_root.name}", check=False,
                              timeout=NBGRADER_TIMEOUT_S,
-                             env={GRADER_TIMELINES: str(timelines), **({UNSAFE: "1"} if unsafe_no_sandbox else {})})
+                             env={GRADER_TIMELINES: str(timelines), SHARED: str(course.autograded(student).parent),
+                                  **({UNSAFE: "1"} if unsafe_no_sandbox else {})})
         log = course.grading_dir(student) / "nbgrader.log"
         log.write_text(nb.stdout[-50000:] + "\n" + nb.stderr[-50000:])
         t_nbgrader = time.monotonic()
@@ -200,6 +201,7 @@ def grade_student_course(course: Course, student: str, parts: list[Course],
         nb = course.nbgrader("autograde", "*", "--student", student, "--force",
                              "--CourseDirectory.submitted_directory=grader", check=False, timeout=NBGRADER_TIMEOUT_S,
                              env={GRADER_TIMELINES: str(home / "work" / "timeline"),
+                                  SHARED: str(course.autograded(student).parent),   # one kernels' fork server
                                   **({UNSAFE: "1"} if unsafe_no_sandbox else {})})
         (home / "nbgrader.log").write_text(nb.stdout[-50000:] + "\n" + nb.stderr[-50000:])
         t_nbgrader = time.monotonic()

@@ -17,7 +17,11 @@ PID namespace of its own, where nbgrader's signal could not reach it.
 
 Kernels start from a fork server (lab_src/harness/kernel_zygote.py): one sandbox per student's
 nbgrader run, in which torch, matplotlib and ipykernel are imported once and each notebook's kernel is
-forked (about 1.5 s of CPU saved per notebook, a third of autograding). nbgrader's kernel manager
+forked (about 1.5 s of CPU saved per notebook, a third of autograding). When autograding names the
+student's whole autograded folder (SHARED, set by grader/autograde.py), one fork server serves every
+assignment of the student: its sandbox's writable folder is autograded/<student>/, and each kernel is
+forked into its own notebook's folder (its working directory and HOME, owned by the sandbox's uid; the
+student's folder itself stays the grader's, read-only to the kernels). Without it, one per notebook folder. nbgrader's kernel manager
 holds a small stand-in process per kernel (grader/kernel_shim.py) that lives and dies with it. The
 sandbox is the one each kernel had before (same binds, same uid); when a kernel ends, every other
 process left in it is killed. Where the fork server cannot start, each kernel gets a sandbox of its own.
@@ -44,6 +48,7 @@ from lab_src.harness import sandbox
 
 UNSAFE = "LAB_UNSAFE_NO_SANDBOX"
 NO_ZYGOTE = "LAB_KERNEL_NO_FORK_SERVER"      # "1": a sandbox of its own per kernel (benchmarks compare the two)
+SHARED = "LAB_KERNEL_STUDENT_FOLDER"         # autograded/<student>/: one fork server for all its assignments
 # What the kernel's environment keeps of nbgrader's: that it is grading, and where the grader's pictures are.
 PASSED = ("NBGRADER_EXECUTION", GRADER_TIMELINES, "NBGRADER_VALIDATING")
 
@@ -53,7 +58,8 @@ ZYGOTE_READY_S = 120
 
 
 class KernelZygote:
-    """One fork server in a sandbox, for the kernels of one notebook folder (see the module's docstring)."""
+    """One fork server in a sandbox, for the kernels of the notebook folders in `folder` (see the module's
+    docstring): `folder` itself, or a student's autograded folder that holds one folder per assignment."""
 
     def __init__(self, folder: Path, env: dict, pictures: tuple):
         self.dir = Path(tempfile.mkdtemp(prefix="ppz-", dir="/tmp"))    # short: socket paths < 108 bytes
@@ -89,6 +95,15 @@ class KernelZygote:
 _zygotes: dict[tuple, KernelZygote | None] = {}      # None: it could not start, and is not tried again
 
 
+def sandbox_home(folder: Path) -> Path:
+    """The writable folder of the fork server's sandbox for a kernel in `folder`: the student's autograded
+    folder that autograding names (SHARED) when `folder` lies inside it, else `folder` itself."""
+    shared = os.environ.get(SHARED)
+    if shared and Path(shared).resolve() in folder.parents:
+        return Path(shared).resolve()
+    return folder
+
+
 def zygote_for(folder: Path, env: dict, pictures: tuple, log) -> KernelZygote | None:
     """The running fork server for kernels in `folder` with `env`, started if needed; None if it cannot start."""
     key = (str(folder), tuple(sorted(env.items())), pictures)
@@ -122,12 +137,19 @@ class SandboxedKernelManager(AsyncKernelManager):
         if not self.sandboxed:
             return await super()._async_pre_start_kernel(**kw)
         folder = Path(kw.get("cwd") or os.getcwd()).resolve()
-        sandbox.prepare(folder)
         env = {**os.environ, **(kw.get("env") or {})}          # what the kernel's environment would be made of
         passed = {k: env[k] for k in PASSED if env.get(k)}
         passed.update(MPLBACKEND="agg", IPYTHONDIR="/tmp/ipython", MPLCONFIGDIR="/tmp/matplotlib")
         pictures = (env[GRADER_TIMELINES],) if env.get(GRADER_TIMELINES) and Path(env[GRADER_TIMELINES]).is_dir() else ()
-        zygote = zygote_for(folder, passed, pictures, self.log) if os.environ.get(NO_ZYGOTE) != "1" else None
+        home = sandbox_home(folder) if os.environ.get(NO_ZYGOTE) != "1" else folder
+        sandbox.prepare(folder)
+        if home != folder and os.geteuid() == 0:    # the notebook's folder is written by the sandbox's uid
+            uid = sandbox.grading_uid(home)
+            os.chown(folder, uid, uid)
+        zygote = zygote_for(home, passed, pictures, self.log) if os.environ.get(NO_ZYGOTE) != "1" else None
+        if zygote is None and home != folder:       # a sandbox of its own: the folder is its own again
+            home = folder
+            sandbox.prepare(folder)
         self._socket_dir = zygote.kernel_dir() if zygote else Path(tempfile.mkdtemp(prefix="ppk-", dir="/tmp"))
         self.transport = "ipc"
         self.ip = str(self._socket_dir / "k")
@@ -136,11 +158,12 @@ class SandboxedKernelManager(AsyncKernelManager):
             self.kernel_spec.interrupt_mode = "message"
         cmd, kw = await super()._async_pre_start_kernel(**kw)
         if os.geteuid() == 0:            # the kernel's own uid must read the connection file and make its sockets
-            uid = sandbox.grading_uid(folder)
+            uid = sandbox.grading_uid(home)
             for path in (self._socket_dir, Path(self.connection_file)):
                 os.chown(path, uid, uid)
         if zygote:
-            request = json.dumps({"connection_file": self.connection_file, "env": passed})
+            request = json.dumps({"connection_file": self.connection_file, "cwd": str(folder),
+                                  "env": {**passed, "HOME": str(folder)}})
             return [sys.executable, "-I", "-S", str(SHIM), str(zygote.socket), request], kw
         cmd = sandbox.wrap(cmd, writable=folder, env=passed, read_only=pictures, also_writable=(self._socket_dir,))
         return cmd, kw

@@ -28,6 +28,7 @@ from lab_src.registry import CODED, exercise
 from lab_src.harness.runner import run_cases
 
 from .answer_cells import write_answer_files
+from .lean_imports import leave_out
 from .hidden import hidden_tests
 from .hidden.common import CONFIGS, Context, Item
 from .reference import reference_sources
@@ -172,6 +173,7 @@ def main(argv=None) -> int:
     ap.add_argument("--verdicts-fd", type=int, help="write the verdicts (JSON) to this inherited pipe, not stdout")
     ap.add_argument("--unsafe-no-sandbox", action="store_true", help="grade without bubblewrap (every report says so)")
     args = ap.parse_args(argv)
+    leave_out()     # before answer_cells imports nbformat (grader/lean_imports.py)
     result = grade_submission([p.resolve() for p in args.submission], args.work.resolve(), args.only,
                               sandboxed=not args.unsafe_no_sandbox)
     text = json.dumps(result)

@@ -49,7 +49,7 @@ DRIVER = textwrap.dedent('''
         kc.stop_channels()
         return "".join(out).strip(), error
 
-    async def main(folder):
+    async def main(folder, student):
         os.environ["NBGRADER_EXECUTION"] = "autograde"
         first = SandboxedKernelManager()
         await first.start_kernel(cwd=folder)
@@ -88,8 +88,17 @@ DRIVER = textwrap.dedent('''
         print("THIRD", json.dumps(await run(third, "print(open('mine').read())")))
         await third.shutdown_kernel(now=False)
         print("ZYGOTES", len(_zygotes))
+        # autograding a student's several assignments: one fork server, each kernel in its own folder
+        os.environ["LAB_KERNEL_STUDENT_FOLDER"] = student
+        for sub in ("a", "b"):
+            km = SandboxedKernelManager()
+            await km.start_kernel(cwd=os.path.join(student, sub))
+            print("SHARED-" + sub, json.dumps(await run(km, MINE + "; print(os.environ['HOME']); "
+                                                         "print(os.access('..', os.W_OK))")))
+            await km.shutdown_kernel(now=False)
+        print("ZYGOTES-SHARED", len(_zygotes))
 
-    asyncio.run(main(sys.argv[1]))
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
 ''')
 
 
@@ -104,9 +113,13 @@ def processes_in(folder: Path) -> list[str]:
 def test_kernels_forked_in_the_sandbox_behave_as_kernels_of_their_own(tmp_path, no_leftovers):
     folder = tmp_path / "notebooks"
     folder.mkdir()
+    student = tmp_path / "autograded" / "ada"          # two assignments' folders of one student
+    for sub in ("a", "b"):
+        (student / sub).mkdir(parents=True)
     root = Path(__file__).resolve().parents[1]
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", DRIVER, str(folder)], cwd=tmp_path, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(folder), str(student)], cwd=tmp_path,
+                          capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -120,8 +133,14 @@ def test_kernels_forked_in_the_sandbox_behave_as_kernels_of_their_own(tmp_path, 
     assert lines["INTERRUPTED"].split()[0] == "KeyboardInterrupt" and float(lines["INTERRUPTED"].split()[1]) < 10
     assert lines["ALIVE"] == "True" and lines["KILLED"] == "True"
     assert json.loads(lines["THIRD"])[0] == "1", "the folder is the notebooks' own, kernel after kernel"
+    for sub in ("a", "b"):        # one fork server for the student's folder; each kernel in its own
+        uid, execution, cwd, home, parent_writable = " ".join(json.loads(lines[f"SHARED-{sub}"])[0].split()).split()
+        assert cwd == home == str((student / sub).resolve()) and (student / sub / "mine").exists()
+        if os.geteuid() == 0:     # the sandbox's uid owns the notebook folders, not the student's folder
+            assert int(uid) == sandbox.grading_uid(student) and parent_writable == "False"
+    assert lines["ZYGOTES-SHARED"] == "2"
     assert time.monotonic() - started < 120
-    assert processes_in(folder) == []
+    assert processes_in(folder) == [] and processes_in(student) == []
 
 
 def test_a_fork_server_that_cannot_start_is_tried_once_and_said(monkeypatch, tmp_path):

@@ -5,8 +5,9 @@
 Starting a kernel costs about two seconds of CPU, most of it importing torch, matplotlib and ipykernel;
 autograding runs one kernel per notebook, fifteen per student. This process imports them once, says
 READY on its standard output, then listens on the Unix socket SOCKET. Each connection asks for one
-kernel with a line of JSON ({"connection_file", "env"}); the server forks it (a session of its own,
-the environment it asked for, output to the server's standard error) and writes `EXIT <code>` when
+kernel with a line of JSON ({"connection_file", "env", "cwd"}); the server forks it (a session of its
+own, the environment it asked for, in its notebook's folder `cwd` (one of the sandbox's writable folder's,
+default that folder), output to the server's standard error) and writes `EXIT <code>` when
 it ends. On the connection, a line `TERM`, `INT` or `KILL` signals the kernel; a connection that
 closes before its kernel ended (the process at its other end was killed) kills it. Whenever a kernel
 ends, every other process left in the sandbox but the live kernels is killed, as a sandbox of its own
@@ -32,6 +33,8 @@ def _kernel(request: dict, base_env: dict) -> int:
     os.setsid()                         # the server keeps Python's own signal handlers: nothing to restore
     os.environ.clear()
     os.environ.update({**base_env, **request.get("env", {})})
+    if request.get("cwd"):
+        os.chdir(request["cwd"])
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(2, 1)
