@@ -225,4 +225,18 @@ def call_reference(fn, args, kwargs):
 def describe_result(got: dict) -> str:
     if got.get("outcome") == "returned":
         return f"returned {got.get('value')!r}"
-    return f"raised {got.get('type')}: {str(got.get('message', ''))[:160]}"
+    return f"raised {got.get('type')}: {shortened(str(got.get('message', '')))}"
+
+
+def shortened(text: str, limit: int = 160) -> str:
+    """`text` within `limit` characters, cut where it reads whole: after its last whole sentence, else before
+    its first parenthesis, else at a word ("... yours takes (num_layers, pp_rank)", "... while it loaded
+    (...)", never "... a rank exited during the ; expected 2")."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit + 1]
+    if ". " in head:
+        return head[:head.rindex(". ")]
+    if " (" in head[20:]:
+        return head[:head.index(" (", 20)] + " (...)"
+    return head[:limit].rsplit(" ", 1)[0] + " ..."
