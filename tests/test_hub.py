@@ -302,8 +302,11 @@ CHECK_DONE = r"""qid => {
 
 
 def wait_check(page, qid: str) -> str:
+    """The text of every output of the notebook in view, once the check's cell has run: the text as the
+    page holds it, not as drawn (JupyterLab skips drawing cells scrolled out of view, content-visibility:
+    an output above the view has no innerText; the check's first line was missing so once)."""
     page.wait_for_function(CHECK_DONE, arg=qid, timeout=TIMEOUT_MS)
-    return "\n".join(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output").all_inner_texts())
+    return "\n".join(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output").all_text_contents())
 
 
 def wait_on_disk(path: Path, text: str, timeout_s: float = 60) -> None:
