@@ -36,7 +36,8 @@ from .reference import reference_sources
 
 # the demo's students: a complete one, an untouched one, a numbers mistake (q08's loss not divided), a deadlock
 # (q07), a mistake in a later assignment (wren: q11 and q12 of pipeline_schedules), and a cheat (pia); and the
-# assignments each returned (None: every one of the course), as in the course's second week
+# assignments each returned (None: those of the student's story, grader/cohort/students.py), as in the course's
+# second week
 DEMO_STUDENTS = {"ada": None, "untouched": ["pipeline_lab"], "ivo": ["pipeline_lab"], "hana": ["pipeline_lab"],
                  "wren": ["pipeline_lab", "pipeline_schedules"], "pia": ["pipeline_lab"]}
 
@@ -120,10 +121,10 @@ def cohort_demo(course, students: dict[str, list[str] | None], jobs: int) -> boo
     from .report import course_rows, format_table
     chosen = [BY_NAME[s] for s in students]
     banner(f"3. Autograding {len(chosen)} sample students, each assignment, {jobs} students at a time")
-    returned = {s.name: [a for a in course.plan.modules if students[s.name] is None or a in students[s.name]]
+    returned = {s.name: [a for a in course.plan.modules if a in (students[s.name] or s.assignments())]
                 for s in chosen}
     for s in chosen:
-        print(f"  {s.name:<10} {s.story}" + ("" if students[s.name] is None else
+        print(f"  {s.name:<10} {s.story}" + ("" if returned[s.name] == list(course.plan.modules) else
                                             f" (returned {', '.join(returned[s.name])})"))
     out = course.root.parent
     for sub in ("submitted", "autograded", "feedback", "grader", *(f"grader.{a}" for a in course.plan.modules)):

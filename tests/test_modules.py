@@ -3,6 +3,8 @@ in the folder beside it, and name the notebook (and assignment) to finish first 
 core-only course grades the ten core exercises out of the core total."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from grader import plan
@@ -81,7 +83,8 @@ def test_a_two_module_course_grades_each_assignment_and_a_student_who_returned_o
     from grader.report import course_rows, grade_rows
     two = ["pipeline_lab", "pipeline_schedules"]
     plan.write(tmp_path / "course", two)
-    build_cohort(tmp_path / "submissions", [BY_NAME["wren"], BY_NAME["ada"]])
+    wren = replace(BY_NAME["wren"], returns=tuple(two))     # her story is the second's; she returns both
+    build_cohort(tmp_path / "submissions", [wren, BY_NAME["ada"]])
     for q in MODULES["pipeline_lab"]:
         (tmp_path / "submissions" / "ada" / EXERCISES[q].notebook).unlink()
     course = Course(tmp_path / "course")
@@ -94,8 +97,8 @@ def test_a_two_module_course_grades_each_assignment_and_a_student_who_returned_o
     assert results["wren"]["assignments"]["pipeline_schedules"]["graded_with"] == two
     points = course.hidden_points()
     rows = {r["student"]: r for r in course_rows(course)}
-    for name, modules in (("wren", two), ("ada", ["pipeline_schedules"])):
-        want = BY_NAME[name].expected_points(points)
+    for student, modules in ((wren, two), (BY_NAME["ada"], ["pipeline_schedules"])):
+        name, want = student.name, student.expected_points(points)
         graded = [q for m in modules for q in MODULES[m] if EXERCISES[q].function]
         assert {q: rows[name][q] for q in graded} == {q: want[q] for q in graded}, name
         assert not any(q in rows[name] for q in EXERCISES if module_of(q) not in modules)

@@ -4,8 +4,8 @@
 
 The answer cells come from answers/ (students.py says whose is which).
 
-A submission is the release, with answer cells (and written answers) filled in as the student's story
-says. `grader collect --from OUT_DIR` then files them into the course, as returned notebooks would be.
+A submission is the release's notebooks of the assignments the student returns, with answer cells (and
+written answers) filled in as the student's story says. `grader collect --from OUT_DIR` then files them into the course, as returned notebooks would be.
 """
 from __future__ import annotations
 
@@ -59,6 +59,8 @@ def submission_notebook(student: Student, qid: str) -> dict:
 def patch_in_earlier_cell(folder: Path) -> None:
     for ex in EXERCISES.values():
         path = folder / ex.notebook
+        if not path.exists():     # an assignment not returned
+            continue
         nb = _load(path)
         patch = {"cell_type": "code", "execution_count": None, "id": f"patch-{ex.id}", "metadata": {},
                  "outputs": [], "source": answer("kernel_patches").strip("\n")}
@@ -101,8 +103,9 @@ def build_student(student: Student, out: Path) -> Path:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    for qid in EXERCISES:
-        _save(submission_notebook(student, qid), folder / EXERCISES[qid].notebook)
+    for qid in EXERCISES:     # the notebooks of the assignments the student returns (students.py)
+        if student.returned(qid):
+            _save(submission_notebook(student, qid), folder / EXERCISES[qid].notebook)
     for edit in student.edits:
         EDITS[edit](folder)
     return folder

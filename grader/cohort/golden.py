@@ -13,7 +13,8 @@ cohort with the record.
 
 Texts are kept as they are but for what differs from one grading to the next by nature: the course's folder
 and, when a rank's process exits, where each rank that exited was at the time (`normalise`); whether a
-kernel noticed in time that an answer killed its fork server (the KernelDied note); and how a cell's
+kernel noticed in time that an answer killed its fork server (the KernelDied note), and so which of the
+notebook's cells ran before its kernel ended (only the verdict is kept of such a notebook, kim's q02); and how a cell's
 printed text was cut into outputs (a print's line and its newline came as two outputs in one grading and as
 one in another: the pieces of one stream are joined, as the page shows them).
 """
@@ -32,7 +33,7 @@ from .. import ROOT
 from ..course import Course, hidden_points
 from ..report import course_rows
 from .grading import grade_cohort
-from .students import COHORT
+from .students import COHORT, Student
 
 GOLDEN = ROOT / "tests" / "golden" / "cohort.json"
 HOW = "python -m grader.cohort golden --write"
@@ -79,13 +80,23 @@ def _cell_texts(cell: dict) -> list[str]:
     return [t for t in texts if not t.startswith(("Help on ", "KernelDied: "))]
 
 
-def feedback_texts(course: Course, student: str) -> dict[str, list[str]]:
-    """{notebook: the texts its feedback shows} for each autograded notebook of `student`."""
+def _out_of_process(cell: dict) -> bool:
+    """The hidden-test cell (its verdict comes from the grader's own run) or the grader's note."""
+    return cell.get("id") == NOTE_CELL or cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "").endswith("_hidden")
+
+
+def feedback_texts(course: Course, student: Student) -> dict[str, list[str]]:
+    """{notebook: the texts its feedback shows} for each autograded notebook of `student`. Of a notebook whose
+    answer ends its kernel (`Student.ends_its_kernel`: kim), the verdict alone: whether the cells after the
+    answer ran before the kernel ended is a race (the visible check's line was printed in one grading and not
+    in the next, where nbgrader noticed the kernel's end at that cell)."""
     found = {}
     for ex in EXERCISES.values():
-        path = course.of(ex.id).autograded(student) / ex.notebook     # each in its own assignment's folder
+        path = course.of(ex.id).autograded(student.name) / ex.notebook     # each in its own assignment's folder
         if path.exists():
             cells = json.loads(path.read_text())["cells"]
+            if ex.id in student.ends_its_kernel:
+                cells = [c for c in cells if _out_of_process(c)]
             found[ex.notebook] = [normalise(t, course) for cell in cells for t in _cell_texts(cell)]
     return found
 
@@ -97,7 +108,7 @@ def record(course: Course, rows: dict[str, dict], students=COHORT) -> dict:
     texts, feedback = {}, {}
     for s in students:
         feedback[s.name] = {}
-        for notebook, shown in feedback_texts(course, s.name).items():
+        for notebook, shown in feedback_texts(course, s).items():
             keys = [hashlib.sha1(t.encode()).hexdigest()[:12] for t in shown]
             texts.update(zip(keys, shown))
             feedback[s.name][notebook] = keys

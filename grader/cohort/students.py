@@ -5,12 +5,19 @@ reference solution (`base="reference"`), then changes some answer cells and perh
 submission. Each changed answer is a file of answers/ (`answers/q07_deadlock.py`: the reference with that
 mistake in it). `expect` is what they deserve on the autograded part, as the fraction of each exercise's
 hidden-test points (exercises not listed: 1.0 for base="reference", 0.0 for base="release").
+
+A student returns the assignments (course modules, lab_src/registry.py MODULES) their story is about: those
+holding an exercise of `answers` or `expect`, or every one when the story names no exercise (ada, untouched,
+pia, rui); `returns` says otherwise. A second correct copy of an assignment proves nothing ada's does not,
+and grading it would cost make test minutes (issue 25).
 tests/test_cohort.py checks that grading gives exactly this, and that the feedback's texts stay as recorded
 in tests/golden/cohort.json (golden.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from lab_src.registry import EXERCISES, MODULES
 
 from .answers import answer
 
@@ -23,13 +30,33 @@ class Student:
     answers: dict = field(default_factory=dict)      # qid -> answer cell text (without the %%answer line)
     edits: tuple = ()                                 # names of functions in build.py that alter the submission
     expect: dict = field(default_factory=dict)       # qid -> fraction of the hidden-test points
+    returns: tuple = ()                               # the assignments returned; () : as the module says
+    # exercises whose answer ends the process running it, in the grader's ranks and in nbgrader's kernel alike:
+    # how many of the notebook's next cells run before its kernel ends is a race, so the golden record
+    # (golden.py) keeps the verdict alone of their notebooks
+    ends_its_kernel: tuple = ()
 
-    def expected(self, qid: str) -> float:
+    def assignments(self) -> tuple[str, ...]:
+        """The assignments this student returns, in the course's order."""
+        if self.returns:
+            return tuple(m for m in MODULES if m in self.returns)
+        told = {EXERCISES[q].assignment for q in (*self.answers, *self.expect)}
+        return tuple(m for m in MODULES if m in told) or tuple(MODULES)
+
+    def returned(self, qid: str) -> bool:
+        return EXERCISES[qid].assignment in self.assignments()
+
+    def expected(self, qid: str) -> float | None:
+        """The fraction of `qid`'s points deserved; None for an exercise of an assignment not returned."""
+        if not self.returned(qid):
+            return None
         return self.expect.get(qid, 1.0 if self.base == "reference" else 0.0)
 
-    def expected_points(self, points: dict[str, float]) -> dict[str, float]:
-        """{qid: points deserved}, rounded as the grader rounds them, given each exercise's points."""
-        return {qid: round(self.expected(qid) * pts, 2) for qid, pts in points.items()}
+    def expected_points(self, points: dict[str, float]) -> dict[str, float | None]:
+        """{qid: points deserved}, rounded as the grader rounds them, given each exercise's points (None:
+        not returned, no points and no row in the gradebook)."""
+        return {qid: None if self.expected(qid) is None else round(self.expected(qid) * pts, 2)
+                for qid, pts in points.items()}
 
 
 COHORT = [
@@ -164,7 +191,7 @@ COHORT = [
     Student("kim", "q02 kills the process that started it (the elastic agent every rank comes from) as it loads",
             # every q02 case fails, named, whichever rank loaded it first (harness/lineage.py); the other exercises
             # are graded in a sandbox of their own and keep their points
-            answers={"q02": answer("q02_kill_fork_server")}, expect={"q02": 0.0}),
+            answers={"q02": answer("q02_kill_fork_server")}, expect={"q02": 0.0}, ends_its_kernel=("q02",)),
     Student("seth", "q08's last stage ignores what it receives, rebuilds the earlier stages from the seed and puts "
                     "the model's records back", answers={"q08": answer("q08_rebuilt_from_seed")},
             # only the single stage passes: in every other case rank 0's weights were changed once built
