@@ -30,7 +30,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import sys
 import threading
 import time
@@ -360,8 +359,6 @@ def test_course_round_trip_on_a_hub(tmp_path):
         pytest.skip("needs npm (configurable-http-proxy) and useradd")
     sync_api = pytest.importorskip("playwright.sync_api")
     from localhub import Account, LocalHub, build_environment
-
-    from lab_src.registry import EXERCISES
 
     steps = Steps()
     SHOTS.mkdir(parents=True, exist_ok=True)
