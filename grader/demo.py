@@ -19,6 +19,7 @@ import filecmp
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from lab_src.harness.baselines import baselines_for
@@ -27,7 +28,6 @@ from lab_src.harness.runner import run_cases
 from lab_src.judge.compare import close
 from lab_src.pipeline.config import DEMO
 from lab_src.views import bubble, text_grid
-from lab_src.registry import EXERCISES
 from lab_src.views.chrome_trace import write_chrome_trace
 
 from . import RELEASE
@@ -119,10 +119,12 @@ def cohort_demo(course, students: dict[str, list[str] | None], jobs: int) -> boo
     from .feedback import generate_feedback
     from .formgrader_view import describe, problems
     from .report import course_rows, format_table
-    chosen = [BY_NAME[s] for s in students]
+    # each student with the assignments they return in this course (the demo's list, else their story's):
+    # their notebooks, and the points they are expected to get, follow from it (grader/cohort/students.py)
+    returned = {name: [a for a in course.plan.modules if a in (students[name] or BY_NAME[name].assignments())]
+                for name in students}
+    chosen = [replace(BY_NAME[name], returns=tuple(returned[name])) for name in students if returned[name]]
     banner(f"3. Autograding {len(chosen)} sample students, each assignment, {jobs} students at a time")
-    returned = {s.name: [a for a in course.plan.modules if a in (students[s.name] or s.assignments())]
-                for s in chosen}
     for s in chosen:
         print(f"  {s.name:<10} {s.story}" + ("" if returned[s.name] == list(course.plan.modules) else
                                             f" (returned {', '.join(returned[s.name])})"))
@@ -130,11 +132,9 @@ def cohort_demo(course, students: dict[str, list[str] | None], jobs: int) -> boo
     for sub in ("submitted", "autograded", "feedback", "grader", *(f"grader.{a}" for a in course.plan.modules)):
         if (course.root / sub).exists():
             shutil.rmtree(course.root / sub)
+    if (out / "cohort").exists():
+        shutil.rmtree(out / "cohort")       # students of an earlier run are not this one's
     build_cohort(out / "cohort", chosen)
-    for s in chosen:   # the notebooks of the assignments a student has not returned are not in their folder
-        for ex in EXERCISES.values():
-            if ex.assignment not in returned[s.name]:
-                (out / "cohort" / s.name / ex.notebook).unlink(missing_ok=True)
     for one in course.each():
         collect_folder(one, out / "cohort")
         one.ensure_assignment()
@@ -162,7 +162,7 @@ def cohort_demo(course, students: dict[str, list[str] | None], jobs: int) -> boo
     print(f"\nfeedback (nbgrader generate_feedback) in {time.monotonic() - started:.0f} s, under {course.root / 'feedback'}")
     points = course.hidden_points()
     wrong = [f"{s.name} {qid}" for s in chosen for qid, want in s.expected_points(points).items()
-             if EXERCISES[qid].assignment in returned[s.name] and abs(rows.get(s.name, {}).get(qid, -1) - want) > 1e-6]
+             if want is not None and abs(rows.get(s.name, {}).get(qid, -1) - want) > 1e-6]
     failed = {s: r.get("error", "") for s, r in results.items() if r["state"] != "graded"}
     for student, why in sorted(failed.items()):
         print(f"FAILED {student}: {why}")
