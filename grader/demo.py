@@ -121,13 +121,15 @@ def cohort_demo(course, students: dict[str, list[str] | None], jobs: int) -> boo
     from .report import course_rows, format_table
     # each student with the assignments they return in this course (the demo's list, else their story's):
     # their notebooks, and the points they are expected to get, follow from it (grader/cohort/students.py)
-    returned = {name: [a for a in course.plan.modules if a in (students[name] or BY_NAME[name].assignments())]
-                for name in students}
-    chosen = [replace(BY_NAME[name], returns=tuple(returned[name])) for name in students if returned[name]]
+    chosen = []
+    for name in students:
+        returns = tuple(a for a in course.plan.modules if a in (students[name] or BY_NAME[name].assignments()))
+        if returns:
+            chosen.append(replace(BY_NAME[name], returns=returns))
     banner(f"3. Autograding {len(chosen)} sample students, each assignment, {jobs} students at a time")
     for s in chosen:
-        print(f"  {s.name:<10} {s.story}" + ("" if returned[s.name] == list(course.plan.modules) else
-                                            f" (returned {', '.join(returned[s.name])})"))
+        print(f"  {s.name:<10} {s.story}" + ("" if s.assignments() == tuple(course.plan.modules) else
+                                            f" (returned {', '.join(s.assignments())})"))
     out = course.root.parent
     for sub in ("submitted", "autograded", "feedback", "grader", *(f"grader.{a}" for a in course.plan.modules)):
         if (course.root / sub).exists():
@@ -152,7 +154,7 @@ def cohort_demo(course, students: dict[str, list[str] | None], jobs: int) -> boo
     unseen = {}
     print("\nnbgrader's formgrader, Manage Submissions, per assignment:")
     for one in course.each():
-        names = [s.name for s in chosen if one.assignment in returned[s.name]]
+        names = [s.name for s in chosen if one.assignment in s.assignments()]
         if not names:
             continue
         missing = generate_feedback(one)

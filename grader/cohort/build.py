@@ -5,7 +5,8 @@
 The answer cells come from answers/ (students.py says whose is which).
 
 A submission is the release's notebooks of the assignments the student returns, with answer cells (and
-written answers) filled in as the student's story says. `grader collect --from OUT_DIR` then files them into the course, as returned notebooks would be.
+written answers) filled in as the student's story says. `grader collect --from OUT_DIR` then files them into
+the course, as returned notebooks would be.
 """
 from __future__ import annotations
 

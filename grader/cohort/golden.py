@@ -30,6 +30,7 @@ from pathlib import Path
 from lab_src.registry import EXERCISES
 
 from .. import ROOT
+from ..answer_cells import find_cell
 from ..course import Course, hidden_points
 from ..report import course_rows
 from .grading import grade_cohort
@@ -80,11 +81,6 @@ def _cell_texts(cell: dict) -> list[str]:
     return [t for t in texts if not t.startswith(("Help on ", "KernelDied: "))]
 
 
-def _out_of_process(cell: dict) -> bool:
-    """The hidden-test cell (its verdict comes from the grader's own run) or the grader's note."""
-    return cell.get("id") == NOTE_CELL or cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "").endswith("_hidden")
-
-
 def feedback_texts(course: Course, student: Student) -> dict[str, list[str]]:
     """{notebook: the texts its feedback shows} for each autograded notebook of `student`. Of a notebook whose
     answer ends its kernel (`Student.ends_its_kernel`: kim), the verdict alone: whether the cells after the
@@ -95,8 +91,9 @@ def feedback_texts(course: Course, student: Student) -> dict[str, list[str]]:
         path = course.of(ex.id).autograded(student.name) / ex.notebook     # each in its own assignment's folder
         if path.exists():
             cells = json.loads(path.read_text())["cells"]
-            if ex.id in student.ends_its_kernel:
-                cells = [c for c in cells if _out_of_process(c)]
+            if ex.id in student.ends_its_kernel:     # the grader's note and the hidden-test cell's verdict
+                hidden = find_cell({"cells": cells}, ex.hidden_cell)
+                cells = [c for c in cells if c is hidden or c.get("id") == NOTE_CELL]
             found[ex.notebook] = [normalise(t, course) for cell in cells for t in _cell_texts(cell)]
     return found
 

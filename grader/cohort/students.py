@@ -55,8 +55,8 @@ class Student:
     def expected_points(self, points: dict[str, float]) -> dict[str, float | None]:
         """{qid: points deserved}, rounded as the grader rounds them, given each exercise's points (None:
         not returned, no points and no row in the gradebook)."""
-        return {qid: None if self.expected(qid) is None else round(self.expected(qid) * pts, 2)
-                for qid, pts in points.items()}
+        fractions = {qid: self.expected(qid) for qid in points}
+        return {qid: None if f is None else round(f * points[qid], 2) for qid, f in fractions.items()}
 
 
 COHORT = [
