@@ -36,6 +36,7 @@ benchmark: setup
 	.venv/bin/python benchmarks/tp_block_vs_torch.py
 	.venv/bin/python benchmarks/validate_time.py
 	.venv/bin/python benchmarks/agent_vs_fork.py
+	.venv/bin/python benchmarks/start_hold.py 40
 	.venv/bin/python benchmarks/check_latency.py
 
 # the single-user environment and configurable-http-proxy of the local hub (cached; hub/README.md)

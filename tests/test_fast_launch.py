@@ -158,6 +158,37 @@ def test_two_kernels_check_at_once_each_with_its_own_ranks_and_leave_nothing(ref
     assert not left, f"warm launchers outlived their kernels: {[p.pid for p in left]}"
 
 
+def test_no_rank_goes_on_before_the_agent_has_forked_them_all():
+    """elastic.hold_until_all_forked, with real forks 0.2 s apart as a loaded agent makes them: no rank
+    passes the hold (after which it connects to the store) before the last one exists, so no fork is
+    taken while the agent's threads serve a rank's connection; a rank whose sibling never comes goes on
+    after the limit, and the launch then fails at its store and says so."""
+    import mmap
+    import struct
+
+    from lab_src.harness.elastic import hold_until_all_forked
+    nproc = 4
+    flags, passed = mmap.mmap(-1, nproc), mmap.mmap(-1, 8 * nproc)
+    pids, last_fork = [], 0.0
+    for rank in range(nproc):
+        time.sleep(0.2)
+        last_fork = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            ok = hold_until_all_forked(flags, rank, nproc, limit_s=20)
+            passed[8 * rank:8 * rank + 8] = struct.pack("d", time.monotonic() if ok else -1.0)
+            os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+    times = [struct.unpack("d", passed[8 * r:8 * r + 8])[0] for r in range(nproc)]
+    assert all(t >= last_fork for t in times), (times, last_fork)
+
+    t0 = time.monotonic()
+    assert not hold_until_all_forked(mmap.mmap(-1, 2), 0, 2, limit_s=0.3)
+    assert 0.3 <= time.monotonic() - t0 < 5
+
+
 @pytest.mark.gpu
 def test_nccl_ranks_start_cuda_after_the_fork(reference, tmp_path, monkeypatch, no_leftovers):
     """LAB_BACKEND=nccl through the warm launcher: the warm process never touches CUDA (elastic.run_ranks

@@ -8,21 +8,28 @@ LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC
 checks (harness/warm.py) and by the grader's fork server in the sandbox (harness/zygote.py).
 
 The agent is a process group of its own and dies with its parent (PR_SET_PDEATHSIG); the ranks die
-with the agent (worker.py). No process here touches CUDA before the ranks are forked: a rank that gets
-a GPU initialises CUDA itself (harness/groups.py).
+with the agent (worker.py). A rank waits until the agent has forked every rank of the launch before it
+connects to anything (`hold_until_all_forked`): the agent serves the ranks' connections from other
+threads, and a fork taken while one of them holds glibc's resolver lock leaves the child blocked for
+ever in its first `getaddrinfo` (docs/architecture.md, "Starting ranks"). No process here touches CUDA
+before the ranks are forked: a rank that gets a GPU initialises CUDA itself (harness/groups.py).
 """
 from __future__ import annotations
 
 import ctypes
 import json
+import mmap
 import os
 import signal
 import sys
+import time
 import traceback
 import uuid
 
 MONITOR_INTERVAL_S = 0.02
+FORKED_LIMIT_S = 30.0               # how long a rank waits for its siblings to be forked
 _CLOSE_IN_RANK: list[int] = []      # descriptors of the agent that a rank closes before anything else
+_FORKED: list[mmap.mmap] = []       # one byte per local rank, shared by the agent and the ranks it forks
 
 
 def preload() -> None:
@@ -44,6 +51,27 @@ def die_with_parent() -> None:
         pass
 
 
+def hold_until_all_forked(flags: mmap.mmap, local_rank: int, nproc: int,
+                          limit_s: float = FORKED_LIMIT_S) -> bool:
+    """Mark this rank forked in `flags` (shared memory the agent made before forking) and wait until all
+    `nproc` ranks are; return whether they were within `limit_s`.
+
+    Why: a child of fork() keeps only the thread that forked, and every lock another thread held at that
+    instant stays held in the child. The agent forks its ranks one after the other while other threads
+    of it (the rendezvous store's server, the keep-alive timer) work for the ranks already started; if
+    one of them is inside glibc's resolver at the instant of a fork, that rank blocks for ever in its
+    first `getaddrinfo` (TCPStore's connect), and the others wait for it at the store. Measured: 17 of
+    200 launches of 4 ranks hung without this hold, none with it (benchmarks/start_hold.py).
+    Once every rank has been forked the agent forks nothing more, so no rank connects before then."""
+    flags[local_rank] = 1
+    deadline = time.monotonic() + limit_s
+    while flags[:nproc].count(1) < nproc:
+        if time.monotonic() > deadline:
+            return False        # a sibling never came: the launch fails at its store and says so
+        time.sleep(0.001)
+    return True
+
+
 def _rank(spec_path: str) -> int:
     """A rank's entrypoint, in a process the agent forked, with torchrun's environment set."""
     for fd in _CLOSE_IN_RANK:
@@ -51,6 +79,8 @@ def _rank(spec_path: str) -> int:
             os.close(fd)
         except OSError:
             pass
+    if _FORKED:
+        hold_until_all_forked(_FORKED[0], int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads and threads.isdigit():
         import torch
@@ -133,6 +163,7 @@ def start(spec_path: str, nproc: int, *, run_dir: str, log_path: str, env: dict 
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         _CLOSE_IN_RANK[:] = [write_end]
+        _FORKED[:] = [mmap.mmap(-1, max(nproc, 1))]     # anonymous and shared: the ranks inherit it
         os.environ.update(env or {})
         os.chdir(run_dir)
         codes = run_ranks(spec_path, nproc, os.path.join(run_dir, "elastic"), run_id)
