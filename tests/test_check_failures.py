@@ -95,6 +95,24 @@ def test_the_watch_sees_a_deadlock_only_when_no_rank_can_go_on():
     assert p.stuck(0, 3) is None                      # ... rank 0 could go on
 
 
+def test_a_send_to_a_rank_that_has_done_its_part_is_stuck_once_nothing_else_moves():
+    """A rank that has done its part posts no more receives: a send to it that it has not taken (an extra
+    message, or one to a rank that raised after its last receive) can never complete under gloo."""
+    p = Progress()
+    for r in range(2):
+        feed(p, r, ("C", "start 0"))
+    feed(p, 0, ("B", ["0", "send_forward", 0, 1]), ("E", ["0", "send_forward", 0, 1]),
+         ("B", ["0", "send_forward", 1, 1]))
+    feed(p, 1, ("B", ["0", "recv_forward", 0, 0]), ("E", ["0", "recv_forward", 0, 0]))
+    assert p.stuck(0, 2) is None                      # rank 1 may still post the receive for mb=1
+    feed(p, 1, ("W", ["0"]))
+    stuck = p.stuck(0, 2)
+    assert stuck is not None and stuck.finished == [1]
+    assert stuck.lines() == ["rank 0 waits in send_forward(mb=1) to rank 1", "rank 1 has done its part"]
+    feed(p, 1, ("B", ["0", "recv_forward", 1, 0]))    # had it begun another receive, the send could go
+    assert p.stuck(0, 2) is None
+
+
 def test_the_watch_follows_posted_messages_one_by_one():
     """q11's raw calls: a posted message (P) does not block its rank, the wait for it (A) does; a posted
     receive takes its peer's messages in order, and a send waits for the receive that takes it."""

@@ -135,6 +135,37 @@ def test_w_before_its_i_is_named_where_it_runs(reference, tmp_path, no_leftovers
     assert verdict["fraction"] == pytest.approx(0.5, abs=1e-4)              # the split itself is right
 
 
+RAISES_IN_W = '''
+
+_reference_w = backward_weight
+
+
+def backward_weight(stage, kept):
+    if stage.pp_rank == 1:
+        raise KeyError("kept")      # stage 1's first W, its gradient already sent to stage 0
+    return _reference_w(stage, kept)
+'''
+
+
+def test_a_rank_that_raises_in_w_after_sending_its_gradient_ends_the_case_at_once(
+        reference, answers_with, tmp_path, no_leftovers):
+    """Stages 0 and 2 finish their part and wait at the barrier that ends the case; stage 1 raised in its
+    first W. It meets them there (worker.meet_the_others), so they end with no error of their own instead
+    of timing out in that barrier (15 s later, which the report then had to sort out)."""
+    from pathlib import Path
+
+    from lab_src.harness.case import Case
+    from lab_src.harness.runner import run_cases
+    text = Path(reference["q16"]).read_text() + RAISES_IN_W
+    cfg = LabConfig(num_stages=3, num_layers=6, num_microbatches=2, global_batch_size=4)
+    run = run_cases([Case(kind="pipeline", qid="q16", config=cfg, answers=answers_with(q16=text))], tmp_path,
+                    timeout_s=15)
+    (out,) = run.outcomes
+    errors = out.errors()
+    assert sorted(errors) == [1] and errors[1]["type"] == "KeyError", errors
+    assert out.stuck is None and out.failure is None
+
+
 # ---- Validate: the study is skipped ------------------------------------------------------------------------
 def test_the_study_launches_nothing_under_validate_or_after_a_failed_check(monkeypatch, capsys):
     from lab_src import grading

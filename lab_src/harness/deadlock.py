@@ -214,13 +214,18 @@ class Progress:
             if self.ordinals.get(key):
                 self.ordinals[key].pop(0)
 
+    def _done(self, case: int, rank: int) -> bool:
+        state = self.ranks.get((case, rank))
+        return state is not None and state.finished
+
     def stuck(self, case: int, stages: int) -> Stuck | None:
         """The case's state if no rank of it can go on, else None. A rank can do nothing more when it
         waits in a receive (blocking, or the wait of a posted one) that takes the n-th message from its
         peer, and the peer has sent fewer than n (gloo matches messages by peer, in the order the receives
         were posted, whatever their labels); when it waits for a posted send (q11's raw calls) that is the
         n-th to its peer, and the peer has posted fewer than n receives from it (a gloo send waits for its
-        receive); or when it has done its part. A rank computing, posting a send, in a collective, or
+        receive); when it is in a send whose peer has done its part (it posts no more receives) with fewer
+        than n posted, as after a rank that raised once its gradient was sent; or when it has done its part. A rank computing, posting a send, in a collective, or
         between operations, may go on: then nothing is stuck."""
         waits, finished = {}, []
         for r in range(stages):
@@ -242,8 +247,9 @@ class Progress:
                 return None
             if op.is_recv and len(self.posted[(case, peer, r)]) >= ordinal:
                 return None                     # its message is on its way
-            if op.is_send and (s.pending_tag != "A" or self.claimed[(case, r, peer)] >= ordinal):
-                return None                     # posting it does not wait; or its receive is posted
+            if op.is_send and (self.claimed[(case, r, peer)] >= ordinal or not (
+                    s.pending_tag == "A" or self._done(case, peer))):
+                return None                     # its receive is posted; or its peer may still post it
             waits[r] = (kind, mb, peer, s.pending_since, chunk)
         if not waits:
             return None                         # everybody is done: the case is ending normally

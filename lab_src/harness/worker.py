@@ -68,6 +68,26 @@ def _die_with_parent() -> None:
         pass
 
 
+def meet_the_others(error: BaseException, group, tracer) -> None:
+    """After this rank's answer raised in a case: say it sends nothing more (the deadlock watch's W), then
+    wait at the barrier that ends the case, where the ranks that finished their part wait for it
+    (observe.finish_messages). Without it they waited there until the case's timeout: a rank that raised
+    in its last W, its gradient sent, held the others 15 s. A rank whose peers wait for its messages
+    instead is a deadlock the watch stops at once, and the stop ends this barrier too. Not after a wait
+    that failed (stopped, timed out, a peer gone): the others are not coming; nor after the rank posted a
+    message (q11's raw calls, posted receives), which may still be open on the group and hold the
+    barrier (measured: every rank of q11's forgotten wait then waited there for the 10 s timeout).
+    Whatever the barrier raises, the rank's own error is the one reported."""
+    from lab_src.harness import observe
+    tracer.finished()
+    if tracer.posted_any or gave_up_waiting(str(error), type(error).__name__):
+        return
+    try:
+        observe.barrier(group)
+    except BaseException:   # noqa: BLE001 - stopped, or the group broke: the case's error stands
+        pass
+
+
 def _describe(e: BaseException, tracer, case=None) -> RankError:
     """An exception as a rank's error. `where`: the frames that help a student, their answer's and
     lab_src's, not torch's insides; the frames of the answer under test carry its file name and line
@@ -232,7 +252,11 @@ def main(spec_path: str) -> int:
                 try:
                     with use_answers(case.answers), running_for(qid), trace.tracing(tracer), \
                             waiting.stop_when(asked_to_stop):
-                        runners[case.kind](case, ctx, group, tracer, obs)
+                        try:
+                            runners[case.kind](case, ctx, group, tracer, obs)
+                        except BaseException as e:
+                            meet_the_others(e, group, tracer)
+                            raise
                 except Exception as e:  # noqa: BLE001 - a failing case is an observation, the run goes on
                     error = _describe(e, tracer, case)
                     obs["error"] = error.to_dict()
