@@ -225,8 +225,9 @@ class Progress:
         were posted, whatever their labels); when it waits for a posted send (q11's raw calls) that is the
         n-th to its peer, and the peer has posted fewer than n receives from it (a gloo send waits for its
         receive); when it is in a send whose peer has done its part (it posts no more receives) with fewer
-        than n posted, as after a rank that raised once its gradient was sent; or when it has done its part. A rank computing, posting a send, in a collective, or
-        between operations, may go on: then nothing is stuck."""
+        than n posted, as after a rank that raised once its gradient was sent; or when it has done its
+        part. A rank computing, posting a send, in a collective, or between operations, may go on: then
+        nothing is stuck."""
         waits, finished = {}, []
         for r in range(stages):
             s = self.ranks.get((case, r))
