@@ -167,6 +167,28 @@ def workspace(reference, wrong: dict[str, str]) -> None:
 
 
 @pytest.mark.q07
+def test_ranks_that_leave_a_case_before_its_barrier_hold_nobody_there(reference, tmp_path, no_leftovers):
+    """q07's stub: the first and last stages call it while building (the no-op probe) and leave the case
+    before the barrier the middle stages reach after building; the middle stages call it after that
+    barrier. Every rank reports the stub, and nobody waits for the group's timeout: the case's barriers are
+    named (harness/case_barrier.py). Through the group, the leavers' end met the middle stages' barrier
+    after building, and the middle stages' own end then waited the whole timeout."""
+    from lab_src.harness.case import Case
+    from lab_src.harness.runner import run_cases
+    from lab_src.pipeline.config import LabConfig
+    cfg = LabConfig(num_stages=4, num_layers=8, num_microbatches=4, global_batch_size=8)
+    started = time.monotonic()
+    run = run_cases([Case(kind="comm", qid="q07", config=cfg, answers={**reference, "q07": None})], tmp_path,
+                    timeout_s=120)
+    took = time.monotonic() - started
+    (out,) = run.outcomes
+    errors = out.errors()
+    assert {r: e["type"] for r, e in errors.items()} == dict.fromkeys(range(4), "StubCalled"), errors
+    assert out.stuck is None and out.failure is None
+    assert took < 60, f"a rank waited for the group's timeout: {took:.0f} s"
+
+
+@pytest.mark.q07
 def test_a_failed_q07_check_returns_its_report_and_the_timeline_draws_the_deadlock(reference, in_tmp, capsys,
                                                                                     no_leftovers):
     from grader.cohort.answers import answer

@@ -13,6 +13,7 @@ import operator
 import torch
 
 from lab_src import answers, exercises
+from lab_src.harness import case_barrier
 from lab_src.pipeline import data, model, waiting
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.stage import PipelineStage
@@ -129,10 +130,15 @@ def read_label(value):
 
 
 def barrier(group) -> None:
-    """A barrier of the case's ranks that the check can stop (pipeline/waiting.py). It is not journalled as
-    the rank having done its part: after a barrier a rank may compute for seconds (q13's single-process
-    model) before its next message, and the deadlock watch would take its peers' waits for a deadlock."""
-    waiting.barrier(group)
+    """A barrier of the case's ranks that the check can stop (pipeline/waiting.py), through the store
+    (harness/case_barrier.py: a rank that left the case early counts as there); the group's own barrier
+    outside a case. It is not journalled as the rank having done its part: after a barrier a rank may
+    compute for seconds (q13's single-process model) before its next message, and the deadlock watch
+    would take its peers' waits for a deadlock."""
+    if case_barrier.active():
+        case_barrier.reach()
+    else:
+        waiting.barrier(group)
 
 
 def finish_messages(stage, group, tracer) -> None:
@@ -141,7 +147,10 @@ def finish_messages(stage, group, tracer) -> None:
     tracer.finished()
     if stage is not None:
         stage.flush()
-    barrier(group)
+    if case_barrier.active():
+        case_barrier.end()
+    else:
+        waiting.barrier(group)
 
 
 def record_instrumentation(obs: dict, tracer) -> None:

@@ -19,6 +19,8 @@ def gave_up_waiting(message: str, kind: str = "") -> str | None:
     timed out or died first), None for any other error. `kind`: the exception's type name."""
     if kind == "StoppedWaiting":
         return "stopped"
+    if kind == "WaitTimedOut":      # a case's barrier (harness/case_barrier.py)
+        return "timeout"
     text = message.lower()
     if "timed out" in text or "timeout" in text:
         return "timeout"

@@ -68,23 +68,21 @@ def _die_with_parent() -> None:
         pass
 
 
-def meet_the_others(error: BaseException, group, tracer) -> None:
-    """After this rank's answer raised in a case: say it sends nothing more (the deadlock watch's W), then
-    wait at the barrier that ends the case, where the ranks that finished their part wait for it
-    (observe.finish_messages). Without it they waited there until the case's timeout: a rank that raised
-    in its last W, its gradient sent, held the others 15 s. A rank whose peers wait for its messages
-    instead is a deadlock the watch stops at once, and the stop ends this barrier too. Not after a wait
-    that failed (stopped, timed out, a peer gone): the others are not coming; nor after the rank posted a
-    message (q11's raw calls, posted receives), which may still be open on the group and hold the
-    barrier (measured: every rank of q11's forgotten wait then waited there for the 10 s timeout).
-    Whatever the barrier raises, the rank's own error is the one reported."""
-    from lab_src.harness import observe
+def meet_the_others(error: BaseException, tracer) -> None:
+    """After this rank's answer raised in a case: say it sends nothing more (the deadlock watch's W) and
+    that it has left the case (harness/case_barrier.py: the others' barriers no longer wait for it), then
+    wait at the case's end for the ranks still at work. A rank whose peers wait for its messages instead
+    is a deadlock the watch stops at once, and the stop ends this wait too. Not after a wait that failed
+    (stopped, timed out, a peer gone): the others are not coming. Whatever the wait raises, the rank's own
+    error is the one reported."""
+    from lab_src.harness import case_barrier
     tracer.finished()
-    if tracer.posted_any or gave_up_waiting(str(error), type(error).__name__):
+    case_barrier.leave()
+    if not case_barrier.active() or gave_up_waiting(str(error), type(error).__name__):
         return
     try:
-        observe.barrier(group)
-    except BaseException:   # noqa: BLE001 - stopped, or the group broke: the case's error stands
+        case_barrier.end()
+    except BaseException:   # noqa: BLE001 - stopped, or timed out: the case's error stands
         pass
 
 
@@ -208,7 +206,7 @@ def main(spec_path: str) -> int:
     from lab_src.exercises import running_for
     from lab_src.harness import groups as process_groups
     from lab_src.harness import runfolder
-    from lab_src.harness import kinds, rawcoll, rawp2p, sandbox
+    from lab_src.harness import case_barrier, kinds, rawcoll, rawp2p, sandbox
     from lab_src.harness.case import Case
     from lab_src.pipeline import data, model, trace, waiting
 
@@ -216,6 +214,7 @@ def main(spec_path: str) -> int:
     rawp2p.install()     # raw torch.distributed messages (q11) are recorded like the stage's own
     rawcoll.install()    # and raw collectives (q17) like q14's all-reduces
     ctx = process_groups.init(spec["timeout_s"])
+    store = dist.distributed_c10d._get_default_store()      # the case's barriers (harness/case_barrier.py)
     groups = process_groups.PipeGroups(ctx)
     journal = open(runfolder.journal_path(run_dir, rank), "a", buffering=1)
 
@@ -244,6 +243,7 @@ def main(spec_path: str) -> int:
             model.reset_instrumentation()
             data.CREATED["dataloaders"] = 0
             tracer = trace.Tracer(rank, write_op, sync, label=str(index))
+            case_barrier.begin(store, index, rank, stages, ctx.timeout_s)
             obs = {"kind": case.kind, "rank": rank, "stages": stages, "error": None}
             if timeouts.get(qid, 0) >= SKIP_AFTER_TIMEOUTS:
                 obs["error"] = RankError("NotRun", f"not run: {SKIP_AFTER_TIMEOUTS} earlier cases of {qid} "
@@ -255,13 +255,13 @@ def main(spec_path: str) -> int:
                         try:
                             runners[case.kind](case, ctx, group, tracer, obs)
                         except BaseException as e:
-                            meet_the_others(e, group, tracer)
+                            meet_the_others(e, tracer)
                             raise
                 except Exception as e:  # noqa: BLE001 - a failing case is an observation, the run goes on
                     error = _describe(e, tracer, case)
                     obs["error"] = error.to_dict()
                     # a wait the check stopped counts as a timeout: it would have ended in one
-                    failed = 2 if isinstance(e, waiting.StoppedWaiting) or gave_up_waiting(error.message) else 1
+                    failed = 2 if gave_up_waiting(error.message, error.type) else 1
                 except (SystemExit, KeyboardInterrupt) as e:   # exit() in an answer ends its case, not the run
                     error = _describe(e, tracer, case)
                     error.message = (f"the answer called exit() on rank {rank} ({type(e).__name__}: "
@@ -273,6 +273,7 @@ def main(spec_path: str) -> int:
                 obs["error"], failed = full.to_dict(), max(failed, 1)
             if lineage.dying(chain):     # the case's answer killed the agent or the sandbox: it observed nothing
                 lineage.await_end()
+            case_barrier.finish()
             final = runfolder.obs_path(run_dir, index, rank)
             tmp = final.with_name(f".{final.name}.tmp")
             torch.save(obs, tmp)

@@ -98,7 +98,7 @@ def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[in
             elif peer in left:
                 line += ", itself waiting"
             elif stuck is not None and peer in stuck.finished:
-                line += ", which had done its part without sending it"
+                line += f", which had done its part without {'receiving' if towards == 'to' else 'sending'} it"
             lines.append(line)
         elif stuck is not None:
             sent = [f"{k}(mb={mb})" for (src, dst), ops in sorted(stuck.unreceived.items()) if src == r

@@ -117,7 +117,6 @@ class Tracer:
         self.pending_since: float | None = None   # when it began (time.perf_counter)
         self._journal = journal               # journal(tag, pending): harness/runfolder.py's format, or None
         self.memory = None                    # () -> bytes saved for backward now held (harness/memory.py)
-        self.posted_any = False               # whether it posted a message (P) it may not have waited for
 
     @contextlib.contextmanager
     def span(self, kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chunk: int = 0,
@@ -142,7 +141,6 @@ class Tracer:
         (a raw isend or irecv, or a stage's post_recv) that the rank does not wait for yet: `awaits` says when
         it does."""
         pending = Pending(self.label, kind, microbatch, peer, chunk)
-        self.posted_any = self.posted_any or posted
         self._write("P" if posted else "B", pending)
         return pending
 

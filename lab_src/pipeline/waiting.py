@@ -19,10 +19,15 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 
 
 class StoppedWaiting(RuntimeError):
     """Raised in a rank that was asked to stop waiting (the check found every rank of its case waiting)."""
+
+
+class WaitTimedOut(RuntimeError):
+    """Raised by `until` when what it waits for has not happened within its time (as a group's timeout)."""
 
 
 _stop_checks: list = []          # callables returning a reason (str) to stop, or None
@@ -82,3 +87,23 @@ def wait(work, poll_s: float = 0.05) -> None:
             raise StoppedWaiting(reason)
     if failure:
         raise failure[0]
+
+
+def until(ready, timeout_s: float, what: str) -> None:
+    """Return once `ready()` is true, polling it (every 0.2 ms at first, then up to every 10 ms); raise
+    StoppedWaiting when the rank is asked to stop, WaitTimedOut after `timeout_s` (`what`: the wait, in
+    words, for its message). The request to stop is looked at once more after `ready()`: what makes a
+    wait ready may be another rank's answer to the same request (harness/case_barrier.py: a stopped rank
+    leaves the case), and the rank must then say it was stopped whichever it saw first."""
+    deadline, pause = time.monotonic() + timeout_s, 0.0002
+    while True:
+        done = ready()
+        reason = _stop_checks[-1]() if _stop_checks else None
+        if reason:
+            raise StoppedWaiting(reason)
+        if done:
+            return
+        if time.monotonic() > deadline:
+            raise WaitTimedOut(f"{what}: timed out after {timeout_s:g} s")
+        time.sleep(pause)
+        pause = min(2 * pause, 0.01)

@@ -1,0 +1,95 @@
+"""The barriers of a case, through the job's store: named, so that a rank that left the case early holds
+nobody.
+
+The ranks of a case meet twice or more: after building their stage, before the first message (a body
+barrier, observe.barrier), and where each has done its part (`end`, observe.finish_messages). A rank whose
+answer raised leaves the case early and meets the others at the end (worker.meet_the_others). Through
+the case's process group these meetings were matched by order alone: a rank that raised while the others
+built their stage met their body barrier with its end, they went on, and their own end then waited for
+the group's timeout. A stub's q07 or q11 (the first and last stages call it while building) cost 15 s a
+case that way, 60 s an exercise (measured: a complete submission of stubs took 131 s instead of 12).
+
+Here each rank of a case writes one key to the launch's store per barrier it reaches ("b<k>" for its
+k-th body barrier, "end" for the end) and waits, polling the store, until every other rank of the case
+has written the same one or "end". A rank that has ended counts as present at every later barrier of
+the case. The wait stops when the deadlock watch asks (pipeline/waiting.py) and times out like the
+group (WaitTimedOut). Outside a case (no `begin`) observe.barrier falls back to the group's own barrier.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lab_src.pipeline import waiting
+
+
+@dataclass
+class _Case:
+    store: object          # the launch's c10d store (every launch has a fresh one: harness/elastic.py)
+    index: int
+    rank: int
+    ranks: range
+    timeout_s: float
+    body: int = 0          # body barriers this rank has reached
+    ended: bool = False
+
+    def key(self, rank: int, name: str) -> str:
+        return f"lab-case/{self.index}/{name}/{rank}"
+
+
+_current: _Case | None = None
+
+
+def begin(store, index: int, rank: int, stages: int, timeout_s: float) -> None:
+    """Rank `rank` takes part in case `index`, on ranks 0..stages-1."""
+    global _current
+    _current = _Case(store, index, rank, range(stages), timeout_s)
+
+
+def finish() -> None:
+    """The case is over on this rank (its end was written, or the rank is not in the next case)."""
+    global _current
+    _current = None
+
+
+def active() -> bool:
+    return _current is not None
+
+
+def reach() -> None:
+    """A body barrier: return once every other rank of the case has reached its same one, or ended."""
+    case = _current
+    name = f"b{case.body}"
+    case.body += 1
+    case.store.set(case.key(case.rank, name), "1")
+    _wait(case, name, f"the case's barrier after building (barrier {case.body})")
+
+
+def leave() -> None:
+    """Say that this rank has ended its part of the case, without waiting for the others."""
+    case = _current
+    if case is not None and not case.ended:
+        case.store.set(case.key(case.rank, "end"), "1")
+        case.ended = True
+
+
+def end() -> None:
+    """The end of the case: say so, and return once every rank of the case has said so."""
+    leave()
+    _wait(_current, "end", "the case's closing barrier")
+
+
+def _wait(case: _Case, name: str, what: str) -> None:
+    peers = [r for r in case.ranks if r != case.rank]
+    waiting_for = {r: [case.key(r, name)] + ([case.key(r, "end")] if name != "end" else []) for r in peers}
+
+    def ready() -> bool:
+        for r in list(waiting_for):
+            if any(case.store.check([k]) for k in waiting_for[r]):
+                del waiting_for[r]
+        return not waiting_for
+    try:
+        waiting.until(ready, case.timeout_s, what)
+    except waiting.WaitTimedOut as e:
+        missing = sorted(waiting_for)
+        raise waiting.WaitTimedOut(f"{e}: rank{'s' if len(missing) > 1 else ''} "
+                                   f"{', '.join(map(str, missing))} never reached it") from None
