@@ -81,11 +81,40 @@ def in_tmp(tmp_path, monkeypatch):
 PARTIAL_COHORT = [s for s in os.environ.get("LAB_TEST_COHORT", "").split(",") if s]
 
 
+# LAB_TEST_COHORT_AT_ONCE=1 grades the cohort when the first test that needs it starts, in pytest's process,
+# instead of in the background from the session's start (tests/cohort_in_background.py)
+AT_ONCE = os.environ.get("LAB_TEST_COHORT_AT_ONCE") == "1"
+
+
+def needs_cohort(item) -> int:
+    """2: the test needs the graded cohort from its start; 1: only at its end (marked `uses_cohort_late`: it
+    asks for it with request.getfixturevalue after work of its own); 0: not at all."""
+    if "graded_cohort" in getattr(item, "fixturenames", ()):
+        return 2
+    return 1 if item.get_closest_marker("uses_cohort_late") else 0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cohort_in_background(request, tmp_path_factory):
+    """The cohort's grading, started with the session when a selected test needs it (they run last)."""
+    if AT_ONCE or not any(needs_cohort(item) for item in request.session.items):
+        yield None
+        return
+    from cohort_in_background import Background
+    from grader.cohort import COHORT
+    grading = Background(tmp_path_factory.mktemp("cohort"),
+                         [s.name for s in COHORT if not PARTIAL_COHORT or s.name in PARTIAL_COHORT])
+    yield grading
+    grading.stop()
+
+
 @pytest.fixture(scope="session")
-def graded_cohort(tmp_path_factory):
+def graded_cohort(cohort_in_background, tmp_path_factory):
     """The whole sample cohort autograded for real, eight students at a time (nbgrader + the out-of-process
     hidden tests; grader/cohort/grading.py): (course, results by student, grade rows by student).
     Shared by the cohort tests and the Slurm test, which compares its merged grades with these."""
+    if cohort_in_background is not None:
+        return cohort_in_background.result()
     from grader.cohort import COHORT
     from grader.cohort.grading import grade_cohort
     students = [s for s in COHORT if not PARTIAL_COHORT or s.name in PARTIAL_COHORT]
@@ -96,6 +125,7 @@ def pytest_configure(config):
     from lab_src.registry import EXERCISES
     for ex in EXERCISES.values():
         config.addinivalue_line("markers", f"{ex.id}: concerns exercise {ex.id} ({ex.title}); `pytest -m {ex.id}`")
+    config.addinivalue_line("markers", "uses_cohort_late: asks for the graded cohort at its end (conftest.needs_cohort)")
 
 
 def concerns(item) -> set[str]:
@@ -112,6 +142,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         for qid in sorted(concerns(item)):
             item.add_marker(getattr(pytest.mark, qid))
+    if not AT_ONCE:     # the tests of the graded cohort last, while it grades in the background
+        items.sort(key=needs_cohort)     # (a stable sort: the order within each part stays)
     if not (torch.cuda.is_available() and torch.cuda.device_count() >= 2):
         skip = pytest.mark.skip(reason="needs at least 2 CUDA GPUs (one per rank)")
         for item in items:

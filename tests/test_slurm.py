@@ -461,8 +461,9 @@ def grader_cmd(*args: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3600)   # run alone, its graded_cohort fixture grades in its setup (every assignment)
-def test_grade_sh_on_a_real_slurm(slurm, graded_cohort, tmp_path):
+@pytest.mark.uses_cohort_late    # it grades while the cohort grades in the background, then compares
+@pytest.mark.timeout(3600)   # run alone, the graded cohort it compares with is graded first (every assignment)
+def test_grade_sh_on_a_real_slurm(slurm, request, tmp_path):
     from grader.cohort import BY_NAME, build_student
     from grader.report import progress
     started = time.monotonic()
@@ -518,6 +519,7 @@ def test_grade_sh_on_a_real_slurm(slurm, graded_cohort, tmp_path):
     status = slurm.cmd(str(GRADE_SH), "status", "--course", str(cluster_course), "--assignment", TWO[1]).stdout
     assert "2 graded, 0 running, 0 failed, 0 waiting" in status and "2 of 2 merged" in status, status
 
+    graded_cohort = request.getfixturevalue("graded_cohort")
     for assignment in TWO:   # the same submissions, graded locally (the default course: every assignment)
         merged = Course(cluster_course, assignment=assignment)
         graded_here = graded_cohort[0].for_assignment(assignment)
