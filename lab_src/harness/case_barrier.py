@@ -7,7 +7,8 @@ answer raised leaves the case early and meets the others at the end (worker.meet
 the case's process group these meetings were matched by order alone: a rank that raised while the others
 built their stage met their body barrier with its end, they went on, and their own end then waited for
 the group's timeout. A stub's q07 or q11 (the first and last stages call it while building) cost 15 s a
-case that way, 60 s an exercise (measured: a complete submission of stubs took 131 s instead of 12).
+case that way, 60 s an exercise (measured: the hidden tests of a complete submission of stubs took 131 s;
+10.8 s through the store).
 
 Here each rank of a case writes one key to the launch's store per barrier it reaches ("b<k>" for its
 k-th body barrier, "end" for the end) and waits, polling the store, until every other rank of the case
