@@ -74,6 +74,14 @@ def feed(progress: Progress, rank: int, *lines) -> None:
         progress.feed(rank, time.perf_counter(), tag, payload)
 
 
+def started(n: int) -> Progress:
+    """A watch that has seen `n` ranks start case 0."""
+    p = Progress()
+    for r in range(n):
+        feed(p, r, ("C", "start 0"))
+    return p
+
+
 def test_the_watch_sees_a_deadlock_only_when_no_rank_can_go_on():
     p = Progress()
     for r in range(3):
@@ -113,14 +121,85 @@ def test_a_send_to_a_rank_that_has_done_its_part_is_stuck_once_nothing_else_move
     assert p.stuck(0, 2) is None
 
 
+def test_a_collective_a_member_will_not_join_is_stuck_once_nothing_else_moves():
+    """q14's grid and q17's raw collectives: a rank in an all-reduce over [0, 1] waits for rank 1 to join
+    it. It is stuck when rank 1 has done its part (it raised: a group it is not in) or waits in something
+    else that is itself stuck; never while rank 1 is computing, or in the same group's collective."""
+    p = started(4)
+    feed(p, 0, ("B", ["0", "allreduce_dp", None, [0, 1]]))
+    feed(p, 1, ("B", ["0", "forward", 0, None]))
+    feed(p, 2, ("B", ["0", "allreduce_dp", None, [2, 3]]))
+    feed(p, 3, ("B", ["0", "allreduce_dp", None, [2, 3]]))
+    assert p.stuck(0, 4) is None                      # rank 1 computes: it may still come; ranks 2, 3 reduce
+    feed(p, 1, ("E", ["0", "forward", 0, None]), ("W", ["0"]))
+    feed(p, 3, ("E", ["0", "allreduce_dp", None, [2, 3]]), ("E", ["0", "forward", 1, None]))
+    feed(p, 2, ("E", ["0", "allreduce_dp", None, [2, 3]]), ("B", ["0", "allreduce_dp", None, [2, 3]]))
+    assert p.stuck(0, 4) is None                      # rank 3 is between operations
+    feed(p, 3, ("B", ["0", "recv_forward", 1, 1]))
+    stuck = p.stuck(0, 4)           # rank 1 left without reducing; rank 3 waits for a message it never sent
+    assert stuck is not None and stuck.finished == [1] and stuck.cycle() is None
+    assert stuck.lines() == ["rank 0 waits in allreduce_dp over ranks [0, 1], which rank 1 will not join",
+                             "rank 1 has done its part",
+                             "rank 2 waits in allreduce_dp over ranks [2, 3], which rank 3 will not join",
+                             "rank 3 waits in recv_forward(mb=1) from rank 1"]
+    p = started(2)                                    # both in the same all-reduce: it goes on
+    feed(p, 0, ("B", ["0", "allreduce_tp", None, [0, 1]]))
+    feed(p, 1, ("B", ["0", "allreduce_tp", None, [0, 1]]))
+    assert p.stuck(0, 2) is None
+    p = started(2)                                    # a member outside the case: not the watch's to judge
+    feed(p, 0, ("B", ["0", "allreduce_tp", None, [0, 2]]))
+    feed(p, 1, ("W", ["0"]))
+    assert p.stuck(0, 2) is None
+
+
+def test_the_case_barrier_waits_for_the_ranks_not_there_and_for_none_that_left():
+    """A rank at the case's barrier (journalled, harness/observe.barrier) waits for every rank of the case
+    but those that have done their part. A rank in a collective whose member waits at the barrier is
+    stuck (the barrier goes through the store: it joins no collective); so is a send to a rank there."""
+    p = started(3)
+    feed(p, 0, ("B", ["0", "allreduce_tp", None, [0, 1]]))
+    feed(p, 1, ("B", ["0", "barrier", None, [0, 1, 2]]))
+    feed(p, 2, ("B", ["0", "barrier", None, [0, 1, 2]]))
+    stuck = p.stuck(0, 3)
+    assert stuck is not None and stuck.lines() == [
+        "rank 0 waits in allreduce_tp over ranks [0, 1], which rank 1 will not join",
+        "rank 1 has done this part of the case and waits for rank 0 at its end",
+        "rank 2 has done this part of the case and waits for rank 0 at its end"]
+    p = started(2)                                    # everybody at the barrier, or gone: it opens
+    feed(p, 0, ("B", ["0", "barrier", None, [0, 1]]))
+    feed(p, 1, ("W", ["0"]))
+    assert p.stuck(0, 2) is None
+    p = started(2)                                    # a blocking send to a rank at the barrier
+    feed(p, 0, ("B", ["0", "send_forward", 0, 1]))
+    feed(p, 1, ("B", ["0", "barrier", None, [0, 1]]))
+    assert p.stuck(0, 2) is not None
+    feed(p, 1, ("E", ["0", "barrier", None, [0, 1]]))   # through it (the sender was there first): it may receive
+    assert p.stuck(0, 2) is None
+
+
+def test_a_rank_not_yet_out_of_a_barrier_or_collective_the_others_are_through_is_not_stuck():
+    """A rank starved of CPU journals the end of its barrier, or of its all-reduce, late: the others are
+    already through and talk to it. What it waits in is complete, so nothing is stuck (fern's q12 was once
+    stopped so, at load 18, in a run that would have completed)."""
+    p = started(3)
+    for r in range(3):
+        feed(p, r, ("B", ["0", "barrier", None, [0, 1, 2]]))
+    feed(p, 1, ("E", ["0", "barrier", None, [0, 1, 2]]), ("B", ["0", "send_forward", 0, 2]))
+    feed(p, 0, ("E", ["0", "barrier", None, [0, 1, 2]]), ("W", ["0"]))
+    assert p.stuck(0, 3) is None                      # rank 2's barrier is open: it will receive
+    p = started(2)
+    feed(p, 0, ("B", ["0", "allreduce_tp", None, [0, 1]]))
+    feed(p, 1, ("B", ["0", "allreduce_tp", None, [0, 1]]), ("E", ["0", "allreduce_tp", None, [0, 1]]),
+         ("B", ["0", "recv_forward", 0, 0]))
+    assert p.stuck(0, 2) is None                      # rank 0 is through the all-reduce too: it will send
+    feed(p, 0, ("E", ["0", "allreduce_tp", None, [0, 1]]), ("B", ["0", "allreduce_tp", None, [0, 1]]))
+    stuck = p.stuck(0, 2)                             # a second all-reduce rank 1 will not join
+    assert stuck is not None and stuck.lines()[0] == "rank 0 waits in allreduce_tp over ranks [0, 1], which rank 1 will not join"
+
+
 def test_the_watch_follows_posted_messages_one_by_one():
     """q11's raw calls: a posted message (P) does not block its rank, the wait for it (A) does; a posted
     receive takes its peer's messages in order, and a send waits for the receive that takes it."""
-    def started(n):
-        p = Progress()
-        for r in range(n):
-            feed(p, r, ("C", "start 0"))
-        return p
     # each rank sends before it receives, and waits for its send: neither posted the other's receive
     p = started(2)
     feed(p, 0, ("P", ["0", "send_forward", 1, 1]), ("A", ["0", "send_forward", 1, 1]))

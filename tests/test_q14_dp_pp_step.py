@@ -312,14 +312,17 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
 @pytest.mark.slow
 def test_groups_of_the_wrong_stride_are_named(reference, tmp_path, no_leftovers):
     """The data-parallel sets built as consecutive ranks: on 1 x 4 and 4 x 1 they happen to be right; on a
-    2 x 2 grid a rank reduces over a group it is not in, its partner waits until the timeout, and after two
-    such cases the rest are not run."""
+    2 x 2 grid a rank reduces over a group it is not in, its partner waits until the check stops it, and after
+    two such cases the rest are not run."""
     stride = q14_answer(dp_set="list(range(p * dp, (p + 1) * dp))")
     (fraction, lines), = grade(reference, tmp_path, {"stride": stride}).values()
     assert fraction == pytest.approx((2 / 5 + 2 / 4 + 1) / 3, abs=1e-4), lines
     text = " ".join("\n".join(lines).split())   # messages wrap at 110 columns
     assert "the data-parallel sets [0, 2], [1, 3] were never created" in text
     assert "the ranks holding one stage are pp_size = 2 apart" in text
+    # the partner left alone in the all-reduce is stopped by the deadlock watch, not by gloo's timeout
+    assert "the other ranks were left waiting until the check stopped the run" in text
+    assert "rank 0 waited in allreduce_dp over ranks [0, 1], a member of which had stopped" in text
 
 
 # ---- the what-if plot (issue 27, item 9) ---------------------------------------------------------------

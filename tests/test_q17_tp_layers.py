@@ -250,3 +250,23 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
         got, lines = graded[name]
         assert got == pytest.approx(fraction, abs=1e-4), (name, lines)
         assert says in " ".join("\n".join(lines).split()), (name, lines)   # messages wrap at 110 columns
+
+
+@pytest.mark.slow
+def test_a_sum_only_rank_0_joins_is_stopped_as_a_deadlock_and_named(reference, tmp_path, no_leftovers):
+    """The row-parallel sum called under `if tp.rank == 0`: rank 0 waits in an all-reduce the others never
+    call; they finish that part and wait for it at the case's barrier. The watch sees the collective no
+    member will join and stops the case at once (it used to wait at the barrier until its 15 s timeout,
+    twice, and name the waiting rank 1 as the problem), and the feedback names the call and who skipped it."""
+    from pathlib import Path
+    text = Path(reference["q17"]).read_text()
+    call = "        dist.all_reduce(x, group=tp.group)\n"
+    assert call in text
+    skipped = text.replace(call, "        if tp.rank == 0:\n    " + call)
+    (fraction, lines), = grade(reference, tmp_path, {"rank0_only": skipped}).values()
+    text = " ".join("\n".join(lines).split())
+    assert fraction == 0.0, lines
+    assert "deadlock in a collective: a member of its group did not join it" in text, lines
+    assert "rank 0 waits in allreduce_tp over ranks [0, 1], which rank 1 will not join" in text, lines
+    assert "rank 1 has done this part of the case and waits for rank 0 at its end" in text, lines
+    assert "dist.all_reduce(x, group=tp.group)" in text and "WaitTimedOut" not in text, lines

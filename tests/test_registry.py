@@ -78,6 +78,20 @@ def test_source_notebooks_and_their_text_twins_agree():
     assert out_of_sync() == [], "run `python -m grader text` (or `--from-py` after editing the .py files)"
 
 
+def test_rebuilding_the_notebooks_from_unchanged_twins_changes_nothing(tmp_path):
+    """`grader text --from-py` on twins nobody edited leaves every notebook as it is, byte for byte (a
+    notebook stored in another layout, its nbgrader metadata in another key order, came back rewritten
+    and out of sync with its own twin)."""
+    import shutil
+
+    from grader import SOURCE
+    from grader.notebook_text import out_of_sync, write_notebooks
+    copy = tmp_path / "solutions"
+    shutil.copytree(SOURCE, copy)
+    assert [p.name for p in write_notebooks(copy)] == []
+    assert out_of_sync(copy) == []
+
+
 def test_lab_src_top_level_holds_only_what_students_touch():
     top = sorted(p.name for p in (ROOT / "lab_src").iterdir() if not p.name.startswith("__pycache__"))
     assert top == ["__init__.py", "answers.py", "checks", "exercises.py", "grading.py", "harness", "judge", "magic.py",

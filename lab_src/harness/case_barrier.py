@@ -56,6 +56,11 @@ def active() -> bool:
     return _current is not None
 
 
+def ranks() -> list[int]:
+    """The ranks of the case now running."""
+    return list(_current.ranks)
+
+
 def reach() -> None:
     """A body barrier: return once every other rank of the case has reached its same one, or ended."""
     case = _current

@@ -1,9 +1,10 @@
 """Deadlocks, from the journals the ranks write as they go (harness/runfolder.py).
 
 While a launch runs, `Progress` follows the journals line by line and says when a case is stuck: every
-one of its ranks either waits in a receive whose message no rank has sent, or has done its part (it
-will send nothing more). Nothing can change that, so the launching process stops the case at once
-(harness/runner.py) instead of waiting for the receive's timeout. A send counts from the moment it
+one of its ranks either waits in a receive whose message no rank has sent, waits in a collective that a
+member of its group will not join (that member has done its part, or is stuck elsewhere), or has done its
+part (it will send nothing more). Nothing can change that, so the launching process stops the case at once
+(harness/runner.py) instead of waiting for the group's timeout. A send counts from the moment it
 begins (B, or P for a posted one): the watch errs towards "a message is on its way", never towards
 stopping a run that could go on. Code that journals a send and a receive as one operation would hide the
 send from it: journal each send on its own (harness/rawp2p.py does, for raw torch.distributed calls).
@@ -18,16 +19,18 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab_src.harness.records import RankError
 from lab_src.harness.runfolder import journal_path, read_journal
 from lab_src.pipeline.ops import Op
-from lab_src.pipeline.trace import Pending, op_text
+from lab_src.pipeline.trace import BARRIER, Pending, op_text
 
 
 def describe_op(kind: str, mb, peer, chunk: int = 0) -> str:
+    if kind == BARRIER:
+        return f"the barrier that ends this part of the case, with ranks {peer}"
     op = Op.of(kind)
     if op is None:              # a collective: its `peer` is the list of ranks taking part
         return f"{kind} over ranks {peer}"
@@ -53,7 +56,8 @@ def rank_state(journal: Path, case_index: int) -> dict:
             if tag in ("B", "P"):
                 waiting.append(op)
             else:
-                state["last_done"] = op
+                if p.kind != BARRIER:       # through a barrier is no operation done
+                    state["last_done"] = op
                 if op in waiting:
                     waiting.remove(op)
     state["pending"] = " and ".join(waiting) or None
@@ -69,6 +73,8 @@ def recover(journal: Path, case_index: int, rank: int, stopped_at: float) -> dic
         if tag not in ("B", "P", "A", "E") or not payload or payload[0] != label:
             continue
         op = Pending.from_list(payload)
+        if op.kind == BARRIER:          # not an operation of the run
+            continue
         key = repr(op.what)
         if tag in ("B", "P"):
             begun.setdefault(key, []).append(t)
@@ -112,6 +118,11 @@ def report(run_dir: Path, case_index: int, ranks: range, done_ranks=(), exited=N
 
 
 # ---- while a launch runs -----------------------------------------------------------------------------
+def group_of(kind: str, members: list) -> tuple | str:
+    """What the collectives a rank takes part in are counted by: their ranks, or the case's barrier."""
+    return BARRIER if kind == BARRIER else tuple(sorted(members))
+
+
 @dataclass
 class RankProgress:
     started: bool = False
@@ -129,6 +140,7 @@ class Stuck:
                                         # sends nothing will take
     finished: list[int]                 # ranks that did their part
     unreceived: dict[tuple, list]       # (sender, receiver) -> the sends posted that no receive took
+    absent: dict[int, list] = field(default_factory=dict)   # rank in a collective -> its members not in it
 
     def lines(self) -> list[str]:
         """One line per rank, then the cycle of waits if there is one."""
@@ -136,7 +148,13 @@ class Stuck:
         for r in sorted([*self.waits, *self.finished]):
             if r in self.waits:
                 kind, mb, peer, _, chunk = self.waits[r]
-                out.append(f"rank {r} waits in {describe_op(kind, mb, peer, chunk)}")
+                them = self.absent.get(r, [])
+                absent = f"rank{'s' if len(them) > 1 else ''} {', '.join(map(str, them))}"
+                if kind == BARRIER:
+                    out.append(f"rank {r} has done this part of the case and waits for {absent} at its end")
+                    continue
+                out.append(f"rank {r} waits in {describe_op(kind, mb, peer, chunk)}" + (
+                    f", which {absent} will not join" if them else ""))
             else:
                 sent = [f"{k}(mb={mb})" for (src, dst), ops in sorted(self.unreceived.items()) if src == r
                         for k, mb in ops]
@@ -156,6 +174,8 @@ class Stuck:
             while r in self.waits and r not in path:
                 path.append(r)
                 r = self.waits[r][2]
+                if not isinstance(r, int):      # a collective: it waits for a group, not for one rank
+                    break
             if r in path:
                 return path[path.index(r):] + [r]
         return None
@@ -169,6 +189,8 @@ class Progress:
         self.posted: dict[tuple, list] = defaultdict(list)      # (case, src, dst) -> [(kind, mb)] sent
         self.claimed: Counter = Counter()                        # (case, src, dst) -> receives begun or posted
         self.ordinals: dict[tuple, list] = defaultdict(list)    # (case, rank, op) -> n of its open receives
+        self.joined: Counter = Counter()        # (case, rank, group) -> collectives over it begun (group:
+                                                # its sorted ranks, or BARRIER for the case's barriers)
         self.changed_at = time.monotonic()
 
     def feed(self, rank: int, t: float, tag: str, payload) -> None:
@@ -196,6 +218,8 @@ class Progress:
         if tag in ("B", "P"):               # B: the rank is in it now; P: posted, the rank goes on
             if tag == "B":
                 state.pending, state.pending_since, state.pending_tag = pending, t, tag
+                if isinstance(peer, list):  # a collective, or the barrier: the n-th of its group
+                    self.joined[(case, rank, group_of(kind, peer))] += 1
             if op is not None and op.is_send and isinstance(peer, int):
                 # counted when it begins: a message on its way, or about to be; a wait for it (A) ends
                 # when `peer` has posted the receive that takes it (gloo's sends wait for their receive)
@@ -225,10 +249,14 @@ class Progress:
         were posted, whatever their labels); when it waits for a posted send (q11's raw calls) that is the
         n-th to its peer, and the peer has posted fewer than n receives from it (a gloo send waits for its
         receive); when it is in a send whose peer has done its part (it posts no more receives) with fewer
-        than n posted, as after a rank that raised once its gradient was sent; or when it has done its
-        part. A rank computing, posting a send, in a collective, or between operations, may go on: then
-        nothing is stuck."""
-        waits, finished = {}, []
+        than n posted, as after a rank that raised once its gradient was sent, or waits at the case's
+        barrier (it posts nothing before the others are there); or when it has done its part. A rank in a
+        collective, or at the case's barrier, can do nothing more when a member of its group is not in it
+        and will not get there: it has done its part (at the barrier, that counts as there), or it is in
+        some other operation, itself stuck (every rank of a stuck case is). A rank computing, posting a
+        send, in a collective all its members are in, or between operations, may go on: then nothing is
+        stuck."""
+        waits, finished, absent = {}, [], {}
         for r in range(stages):
             s = self.ranks.get((case, r))
             if s is None or not s.started:
@@ -240,6 +268,12 @@ class Progress:
                 return None
             p = s.pending
             kind, mb, peer, chunk = p.kind, p.microbatch, p.peer, p.chunk
+            if isinstance(peer, list):          # a collective over the ranks `peer`, or the case's barrier
+                absent[r] = self._not_joining(case, r, kind, peer, stages)
+                if not absent[r]:
+                    return None                 # every member is in it: it goes on
+                waits[r] = (kind, mb, peer, s.pending_since, chunk)
+                continue
             op = Op.of(kind)
             if op is None or op.is_compute or not isinstance(peer, int):
                 return None
@@ -249,7 +283,7 @@ class Progress:
             if op.is_recv and len(self.posted[(case, peer, r)]) >= ordinal:
                 return None                     # its message is on its way
             if op.is_send and (self.claimed[(case, r, peer)] >= ordinal or not (
-                    s.pending_tag == "A" or self._done(case, peer))):
+                    s.pending_tag == "A" or self._done(case, peer) or self._held_at_barrier(case, peer, stages))):
                 return None                     # its receive is posted; or its peer may still post it
             waits[r] = (kind, mb, peer, s.pending_since, chunk)
         if not waits:
@@ -257,4 +291,41 @@ class Progress:
         unreceived = {(src, dst): sends[self.claimed[(c, src, dst)]:]
                       for (c, src, dst), sends in self.posted.items()
                       if c == case and len(sends) > self.claimed[(c, src, dst)]}
-        return Stuck(case, waits, finished, unreceived)
+        return Stuck(case, waits, finished, unreceived, {r: a for r, a in absent.items() if r in waits})
+
+    def _not_joining(self, case: int, rank: int, kind: str, members: list, stages: int) -> list[int]:
+        """The members of `rank`'s collective over `members` (its n-th over that group) that will not join
+        it. A member that has begun n collectives over the group is in it, or through it (its E may not be
+        journalled yet); one that has begun fewer will not join it when it has done its part, or is in
+        another operation (only a case where every rank is stuck is stopped, so that operation is stuck
+        too). The case's barrier is a group of its own (it goes through the store and matches no
+        collective), where a member that has done its part counts as there (harness/case_barrier.py). A
+        member outside the case is nobody's to judge, and one between operations may still come: then
+        none is named and the collective counts as going on."""
+        group = group_of(kind, members)
+        n = self.joined[(case, rank, group)]
+        out = []
+        for m in members:
+            if m == rank:
+                continue
+            if not isinstance(m, int) or not 0 <= m < stages:
+                return []
+            s = self.ranks.get((case, m))
+            if s is None or not s.started:
+                return []
+            if self.joined[(case, m, group)] >= n:
+                continue                        # in it, or through it
+            if s.finished:
+                if kind != BARRIER:
+                    out.append(m)
+                continue
+            if s.pending is None:
+                return []                       # busy between operations: it may come
+            out.append(m)
+        return out
+
+    def _held_at_barrier(self, case: int, rank: int, stages: int) -> bool:
+        """Whether `rank` waits at its case's barrier for a rank not there yet: then it posts nothing."""
+        state = self.ranks.get((case, rank))
+        p = state.pending if state is not None else None
+        return p is not None and p.kind == BARRIER and bool(self._not_joining(case, rank, BARRIER, p.peer, stages))

@@ -14,7 +14,7 @@ import torch
 
 from lab_src import answers, exercises
 from lab_src.harness import case_barrier
-from lab_src.pipeline import data, model, waiting
+from lab_src.pipeline import data, model, trace, waiting
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.stage import PipelineStage
 
@@ -132,11 +132,13 @@ def read_label(value):
 def barrier(group) -> None:
     """A barrier of the case's ranks that the check can stop (pipeline/waiting.py), through the store
     (harness/case_barrier.py: a rank that left the case early counts as there); the group's own barrier
-    outside a case. It is not journalled as the rank having done its part: after a barrier a rank may
-    compute for seconds (q13's single-process model) before its next message, and the deadlock watch
-    would take its peers' waits for a deadlock."""
+    outside a case. It is journalled as a wait at the barrier (trace.at_barrier), which ends when the rank
+    is through: a peer stuck in a collective the rank skipped is then a deadlock the watch sees. Not as the
+    rank having done its part (W): after a barrier a rank may compute for seconds (q13's single-process
+    model) before its next message, and the watch would take its peers' waits for a deadlock."""
     if case_barrier.active():
-        case_barrier.reach()
+        with trace.at_barrier(case_barrier.ranks()):
+            case_barrier.reach()
     else:
         waiting.barrier(group)
 

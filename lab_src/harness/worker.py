@@ -185,8 +185,8 @@ def over_disk_limit(run_dir: Path, disk_limit: list | None, qid: str, before: in
 
 
 SKIP_AFTER_TIMEOUTS = 2
-STOP_REASON = ("stopped by the check: every rank of this run was waiting for a message that no rank was "
-               "going to send")
+STOP_REASON = ("stopped by the check: every rank of this run was waiting, for a message that no rank was "
+               "going to send or in a collective that a member of its group was not going to join")
 
 
 def main(spec_path: str) -> int:

@@ -19,8 +19,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from lab_src.judge.compare import close, compare_loss, compare_outputs, explain_scale, scale_between
-from lab_src.judge.failures import rank_problems
-from lab_src.harness.records import gave_up_waiting
+from lab_src.judge.failures import is_wait, rank_problems
 from lab_src.judge.problems import Kind, Problem
 from lab_src.judge.record import check_record
 from lab_src.judge.realness import check_built_and_ran, check_layers, check_messages, check_order
@@ -115,7 +114,7 @@ def failure_problems(outcome) -> list[Problem]:
     if outcome.failure:
         return hints + [Problem(outcome.failure)]
     errors = outcome.errors()
-    first = sorted(errors, key=lambda r: (gave_up_waiting(errors[r].get("message", "")) is not None, r))
+    first = sorted(errors, key=lambda r: (is_wait(errors[r]), r))
     return hints + rank_problems({r: errors[r] for r in first[:1]}) + \
         [p for p in rank_problems(errors) if p.rank != first[0]]
 

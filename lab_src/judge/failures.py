@@ -54,8 +54,8 @@ def rank_problems(errors: dict[int, dict], stuck=None, ring: int | None = None) 
                                   f"{student_line(e)}", rank=r, microbatch=mb, kind=Kind.WAIT))
     left = {r: e for r, e in waits.items() if r not in wrong}
     if not causes and any(isinstance((e.get("pending") or [None] * 4)[3], list) for e in left.values()):
-        # a collective that not every member joined: each rank's own message says which (judge/problems.py)
-        return [from_error(r, e, ring) for r, e in sorted(errors.items())]
+        # a collective that not every member joined: the watch's view of it, else each rank's own message
+        return collective_deadlock(left, stuck) or [from_error(r, e, ring) for r, e in sorted(errors.items())]
     lines = _waiting_lines(left, stuck, set(raised), set(wrong), chunked=ring is not None)
     if not lines:
         # every error is accounted for above, or (ranks that only waited at the end) is one of its own
@@ -72,6 +72,20 @@ def rank_problems(errors: dict[int, dict], stuck=None, ring: int | None = None) 
     return [Problem(f"deadlock: every rank waited for a message that no rank was going to send{more}, {how}. "
                     f"Check that every send has a receive on the peer, in the same order:\n" + _indent(lines + tail),
                     microbatch=mb, kind=_wait_kind(left))]
+
+
+def collective_deadlock(left: dict[int, dict], stuck) -> list[Problem]:
+    """The one problem of a case the check stopped while a rank waited in a collective that a member of its
+    group would not join (it waited at the case's barrier, or in another collective), with the line of the
+    first such rank's call; empty when the watch did not stop it so."""
+    if stuck is None or not any(r in stuck.absent and r in left for r in stuck.waits):
+        return []
+    first = min(r for r in stuck.waits if r in stuck.absent and r in left)
+    return [Problem("deadlock in a collective: a member of its group did not join it, every rank was waiting, "
+                    "and the check stopped the run. Every rank of a group must call the same collectives, in "
+                    "the same order (one that only some ranks reach, under an `if` on the rank, waits for "
+                    "ever)." + student_line(left[first]) + "\n" + _indent(stuck.lines()),
+                    rank=first, kind=Kind.WAIT)]
 
 
 def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[int], chunked: bool = False) -> list[str]:

@@ -100,8 +100,8 @@ def from_error(rank: int, error: dict, ring: int | None = None) -> Problem:
         if gave_up:
             problem_kind = Kind.WAIT
         if gave_up == "stopped":
-            msg = (f"waited in {op} for a message that never came; every rank was waiting, so the check "
-                   f"stopped the run")
+            unmet = "that not every member joined" if isinstance(peer, list) else "for a message that never came"
+            msg = f"waited in {op} {unmet}; every rank was waiting, so the check stopped the run"
         elif gave_up and isinstance(peer, list):
             msg = (f"waited in {op} until the {'timeout' if gave_up == 'timeout' else 'others gave up'}: not every "
                    f"member joined it. Every rank of the group must call the same all-reduces in the same order "

@@ -12,7 +12,8 @@ only carries the operations out, checks what it is given, and records each all-r
 record as the point-to-point messages (pipeline/trace.py): kind "allreduce_dp" or "allreduce_tied", the
 group's global ranks, the bytes of the buffer. Before reducing, the members of the group compare what
 each of them is about to reduce, so that a group of the wrong ranks (say, two stages that hold different
-layers) is reported by name instead of crashing the collective library.
+layers) is reported by name instead of crashing the collective library. Both collectives wait in a wait
+the check can stop (pipeline/waiting.py): a rank left alone in one is reported at once, not at the timeout.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import datetime
 import torch
 import torch.distributed as dist
 
-from lab_src.pipeline import trace
+from lab_src.pipeline import trace, waiting
 
 KINDS = {"dp": "allreduce_dp", "tied": "allreduce_tied"}
 OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG}
@@ -96,7 +97,7 @@ class Grid:
         nbytes = tensor.numel() * tensor.element_size()
         with trace.span(KINDS[kind], None, None, tuple(tensor.shape), nbytes, group=tuple(members)):
             if len(members) > 1:
-                dist.all_reduce(tensor, op=OPS[op], group=group)
+                waiting.wait(dist.all_reduce(tensor, op=OPS[op], group=group, async_op=True))
 
     def _agree(self, tensor, group, members: list[int], kind: str) -> None:
         """Every member learns what the others reduce; any difference raises on every member alike."""
@@ -105,7 +106,7 @@ class Grid:
         dtype = _DTYPES.index(tensor.dtype) if tensor.dtype in _DTYPES else -1
         mine = torch.tensor([tensor.numel(), dtype, list(KINDS).index(kind)], dtype=torch.int64, device=tensor.device)
         seen = [torch.empty_like(mine) for _ in members]
-        dist.all_gather(seen, mine, group=group)
+        waiting.wait(dist.all_gather(seen, mine, group=group, async_op=True))
         said = {r: tuple(int(x) for x in s.tolist()) for r, s in zip(members, seen)}
         if len(set(said.values())) > 1:
             what = "; ".join(f"rank {r}: {n} elements ({list(KINDS)[k]})" for r, (n, _, k) in said.items())

@@ -37,6 +37,9 @@ RECVS = tuple(o.value for o in Op if o.is_recv)
 TP_COLLECTIVES = ("allreduce_tp", "allgather_tp", "reducescatter_tp", "broadcast_tp", "reduce_tp")
 COLLECTIVES = ("allreduce_dp", "allreduce_tied") + TP_COLLECTIVES
 KINDS = tuple(o.value for o in Op) + COLLECTIVES
+# A case's barrier (harness/case_barrier.py), journalled for the deadlock watch only: not an event of the
+# run, and not the operation a rank's error names
+BARRIER = "barrier"
 
 
 @dataclass(frozen=True)
@@ -271,18 +274,34 @@ class Posted:
         t.record(Event(t.rank, *self.what, t_start, t_end, self.chunk), self.pending)
 
 
-@contextlib.contextmanager
 def waiting(kind: str, group: tuple):
     """Mark a collective's preparation as the operation in progress (for the journal and an error's report)
     without recording an event: its members agreeing on what to reduce is not the reduction (q14)."""
+    return _journalled(kind, group, in_progress=True)
+
+
+def at_barrier(ranks: list[int]):
+    """Journal that the rank waits at its case's barrier with `ranks`, for the deadlock watch alone: the
+    rank's operation in progress stays what it was, and nothing is recorded."""
+    return _journalled(BARRIER, ranks, in_progress=False)
+
+
+@contextlib.contextmanager
+def _journalled(kind: str, group, in_progress: bool):
+    """B when the block begins, E when it ends (on an exception, no E: the journal says where the rank
+    stayed); `in_progress`: also the tracer's operation in progress while it runs (left set on an
+    exception, as in Tracer.span)."""
     t = active()
     if t is None:
         yield
         return
-    pending = t.pending = Pending(t.label, kind, None, list(group))
+    pending = Pending(t.label, kind, None, list(group))
+    if in_progress:
+        t.pending = pending
     t._write("B", pending)
-    yield                               # on an exception `pending` stays set, as in Tracer.span
-    t.pending = None
+    yield
+    if in_progress:
+        t.pending = None
     t._write("E", pending)
 
 

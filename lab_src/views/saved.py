@@ -26,6 +26,9 @@ def case_view(outcome) -> dict:
 def verdict(outcome) -> str:
     """Why a case did not finish, in one line ("" when it did)."""
     if outcome.stuck is not None:
+        if outcome.stuck.absent:
+            return ("stopped by the check: every rank was waiting, in a collective that a member of its group "
+                    "was not going to join or for a message that no rank was going to send")
         return "stopped by the check: every rank was waiting for a message that no rank was going to send"
     if outcome.failure:
         return outcome.failure.splitlines()[0]

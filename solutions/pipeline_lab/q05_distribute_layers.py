@@ -73,7 +73,7 @@ def distribute_layers(num_layers, pp_rank, pp_size):
 # %%
 report = check("q05")
 
-# %% nbgrader={"grade": true, "grade_id": "q05_hidden", "locked": true, "schema_version": 3, "solution": false, "task": false, "points": 10}
+# %% nbgrader={"grade": true, "grade_id": "q05_hidden", "locked": true, "points": 10, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q05 (10 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
 # Validate fails here unless the check above passed.

@@ -63,7 +63,7 @@ def needs_dataloader(pp_rank, pp_size):
 # %%
 report = check("q06")
 
-# %% nbgrader={"grade": true, "grade_id": "q06_hidden", "locked": true, "schema_version": 3, "solution": false, "task": false, "points": 5}
+# %% nbgrader={"grade": true, "grade_id": "q06_hidden", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q06 (5 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
 # Validate fails here unless the check above passed.

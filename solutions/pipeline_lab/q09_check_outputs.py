@@ -69,7 +69,7 @@ def check_outputs(outputs, baseline_output, stage):
 # %%
 report = check("q09")
 
-# %% nbgrader={"grade": true, "grade_id": "q09_hidden", "locked": true, "schema_version": 3, "solution": false, "task": false, "points": 6}
+# %% nbgrader={"grade": true, "grade_id": "q09_hidden", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q09 (6 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.
 # Validate fails here unless the check above passed.
