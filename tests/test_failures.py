@@ -2,8 +2,13 @@
 within its deadline, with no process left behind."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+import pytest
 
 
 from lab_src.harness.baselines import baselines_for
@@ -167,3 +172,78 @@ def test_an_answer_that_never_finishes_loading_is_named_and_the_launch_goes_on(a
         text = "\n".join(str(from_error(r, e)) for r, e in out.errors().items())
         assert "running your answer cell failed: SlowToLoad: the cell was still running after 3 s" in text
     assert run.outcomes[2].failure is None and not run.outcomes[2].errors()
+
+
+# Every rank pins itself to CPU 0, where the test keeps 3 busy loops, then does 1 s of work as it loads:
+# about 7 s of wall time (7 processes share the CPU), 1 s of its own.
+PINNED_WORK = """
+import os, time
+_cpus = os.sched_getaffinity(0)
+os.sched_setaffinity(0, {0})
+_t = time.process_time()
+while time.process_time() - _t < 1.0:
+    pass
+os.sched_setaffinity(0, _cpus)
+"""
+BUSY_LOOP = "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"
+
+
+def test_a_cell_slowed_by_a_busy_machine_is_not_judged_slow_to_load(answers_with, reference, tmp_path,
+                                                                    no_leftovers):
+    """The load limit reads harness/own_time.py's clock: time spent waiting for a CPU that others held does
+    not count (the CI run where mallory's q06, walking the disk on a loaded machine, passed 60 s on rank 1)."""
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(3)]
+    try:
+        started = time.monotonic()
+        run = run_cases([case(answers_with(q08=PINNED_WORK + Path(reference["q08"]).read_text()))], tmp_path,
+                        timeout_s=5, case_deadline_s=30, load_limit_s=2)
+        waited = time.monotonic() - started
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert run.outcomes[0].failure is None and not run.outcomes[0].errors(), run.outcomes[0].errors()
+    assert waited > 4, f"the machine was not busy enough to test anything ({waited:.1f} s)"
+
+
+def test_the_own_clock_leaves_out_waiting_for_a_cpu_and_counts_sleeping():
+    from lab_src.harness.own_time import OwnClock, waited_for_cpu_s
+    if waited_for_cpu_s() is None:
+        pytest.skip("this kernel does not report a thread's waiting time (/proc/thread-self/schedstat)")
+    clock = OwnClock()
+    time.sleep(0.3)
+    assert 0.25 < clock.elapsed_s() < 0.5
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {0})
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(3)]
+    try:
+        time.sleep(0.5)                             # the busy loops have started
+        clock, wall = OwnClock(), time.monotonic()
+        while time.monotonic() - wall < 1.0:
+            pass
+        own, wall = clock.elapsed_s(), time.monotonic() - wall
+    finally:
+        os.sched_setaffinity(0, mine)
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert own < 0.6 * wall and clock.waited_s() > 0.3 * wall, (own, wall)
+
+
+def test_the_startup_deadline_waits_for_loading_answers_up_to_a_backstop(tmp_path):
+    """Ranks end a slow load on their own clock; the launch's watch, on the wall clock, waits while they
+    load (up to LOADING_BACKSTOP load limits more), so that a busy machine does not end the launch first."""
+    from lab_src.harness import runfolder
+    from lab_src.harness.runner import LOADING_BACKSTOP, _CaseWatch
+
+    def stopped_after(loading: bool) -> float:
+        folder = tmp_path / f"loading-{loading}"
+        folder.mkdir()
+        watch = _CaseWatch(folder, 1, case_deadline_s=30, startup_s=0.2, load_limit_s=0.4)
+        if loading:
+            runfolder.journal_path(folder, 0).write_text(runfolder.case_line("load", 0))
+        while watch() is None:
+            time.sleep(0.02)
+        return time.monotonic() - watch.started_at
+    assert stopped_after(False) < 0.2 + 0.4
+    assert 0.2 + LOADING_BACKSTOP * 0.4 <= stopped_after(True) < 0.2 + LOADING_BACKSTOP * 0.4 + 0.5

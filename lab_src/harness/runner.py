@@ -10,7 +10,6 @@ two deadlines, not one per case.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import threading
 import time
@@ -24,6 +23,9 @@ from lab_src.harness.records import RankError
 from lab_src.pipeline.trace import save_events
 from lab_src.registry import EXERCISES
 
+# while ranks load answers, the startup deadline waits up to this many load limits more (see _CaseWatch)
+LOADING_BACKSTOP = 2
+
 
 class _CaseWatch:
     """Follows the journals while a launch runs: stops a case whose ranks all wait for messages nobody
@@ -31,7 +33,7 @@ class _CaseWatch:
 
     def __init__(self, run_dir: Path, nproc: int, case_deadline_s: float, startup_s: float,
                  stages: dict[int, int] | None = None, settle_s: float = 0.3, stop_grace_s: float = 5.0,
-                 disk_limit: int | None = None):
+                 disk_limit: int | None = None, load_limit_s: float = 0.0):
         self.run_dir = run_dir
         self.paths = [runfolder.journal_path(run_dir, r) for r in range(nproc)]
         self.offsets = [0] * nproc
@@ -42,6 +44,11 @@ class _CaseWatch:
         self.current, self.current_since = None, None
         self.ended: set[int] = set()
         self.loading: dict[int, int] = {}               # rank -> the case whose answer it is loading now
+        # time some rank spent loading an answer: the startup deadline does not count it, up to a backstop.
+        # The ranks end a load on their own clock (worker.load_answers_under_test), which leaves out the time
+        # a busy machine kept them waiting: this wall clock would not, and would decide the verdict by the load
+        self.loading_s, self.polled_at = 0.0, self.started_at
+        self.loading_backstop_s = LOADING_BACKSTOP * load_limit_s
         self.died: set[int] = set()                     # cases whose answer, as it loaded, killed the ranks' parents
         self.progress = deadlock.Progress()
         self.stuck: dict[int, deadlock.Stuck] = {}      # case -> its state when the watch stopped it
@@ -124,8 +131,11 @@ class _CaseWatch:
         full = self._over_disk_limit(now)
         if full:
             return full
+        polled_at, self.polled_at = self.polled_at, now
         if self.current is None:
-            if now - self.started_at > self.startup_s:
+            if self.loading:
+                self.loading_s += now - polled_at
+            if now - self.started_at > self.startup_s + min(self.loading_s, self.loading_backstop_s):
                 return (f"the ranks did not start within {self.startup_s:.0f} s (starting includes running "
                         f"the answer cells under test once on every rank)")
             return None
@@ -282,7 +292,7 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
     failures_by_exercise: dict[str, int] = {}
     remaining = list(cases)
     while remaining:
-        deadline = startup_s + case_deadline_s * len(remaining) + 30
+        deadline = startup_s + LOADING_BACKSTOP * load_limit_s + case_deadline_s * len(remaining) + 30
         if sandboxed:
             groups = group_cases(remaining)
             remaining = [c for g in groups for c in g]      # the order they run in
@@ -297,7 +307,8 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
             for r in range(nproc):  # a journal tells about one launch only
                 runfolder.journal_path(run_dir, r).unlink(missing_ok=True)
             watch = _CaseWatch(run_dir, nproc, case_deadline_s, startup_s,
-                               {c.index: c.stages for c in remaining} if stop_deadlocks else {})
+                               {c.index: c.stages for c in remaining} if stop_deadlocks else {},
+                               load_limit_s=load_limit_s)
             watches = [watch]
             if warm_launch.use_warm():      # ranks forked by this kernel's warm launcher (harness/warm.py)
                 result = warm_launch.launch(nproc, spec_path, run_dir=run_dir, deadline_s=deadline,
@@ -421,7 +432,7 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
     def watchdog(i: int, nproc: int):
         watches.append(_CaseWatch(run_dir, nproc, case_deadline_s, startup_s,
                                   {c.index: c.stages for c in groups[i]} if stop_deadlocks else {},
-                                  disk_limit=sandbox.Limits().disk_bytes))
+                                  disk_limit=sandbox.Limits().disk_bytes, load_limit_s=load_limit_s))
         watches[-1].qids = {c.index: c.qid for c in groups[i]}
         return watches[-1]
 

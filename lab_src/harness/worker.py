@@ -123,16 +123,24 @@ def load_answers_under_test(cases: list, rank: int, limit_s: float, journal=None
     """Run the answer cell under test of every case this rank takes part in, once, before any case
     starts. What a cell does as it loads (a slow import, a walk of the disk, a burst of forks that
     fills the launch's process limit for a moment) then makes no rank late for another's message and
-    counts against no case's deadline. A cell that fails to load, or runs past `limit_s`, is
-    not run again: each of its cases reports why (lab_src.answers keeps the reason). The `journal` marks
+    counts against no case's deadline. A cell that fails to load, or runs past `limit_s`, is not run
+    again: each of its cases reports why (lab_src.answers keeps the reason). The limit is read on
+    harness/own_time.py's clock: time the cell waited for a CPU that the machine's other work held does
+    not count, so a verdict does not depend on how busy the grading machine is. The `journal` marks
     which case's answer is loading, so that a cell that kills the sandbox as it loads costs only its own
     exercise (harness/runner.py, `blame_loading`): when, after a load, a process of `chain` (the rank's
     ancestors, harness/lineage.py) is being killed, the rank marks that answer `died` and waits for its end."""
     from lab_src import answers
     from lab_src.exercises import running_for
-    from lab_src.harness import lineage, runfolder
+    from lab_src.harness import lineage, own_time, runfolder
+
+    clock = None
 
     def too_slow(signum, frame):
+        left = limit_s - clock.elapsed_s()
+        if left > 0.01:     # the machine was busy and the cell waited for a CPU: it has more of its time left
+            signal.setitimer(signal.ITIMER_REAL, left)
+            return
         raise SlowToLoad(limit_s)
     previous = signal.signal(signal.SIGALRM, too_slow)
     try:
@@ -141,6 +149,7 @@ def load_answers_under_test(cases: list, rank: int, limit_s: float, journal=None
                 if journal is not None:
                     journal.write(runfolder.case_line("load", case.index))
                 with answers.use_answers(case.answers), running_for(case.qid):
+                    clock = own_time.OwnClock()
                     signal.setitimer(signal.ITIMER_REAL, limit_s)
                     try:
                         answers.load(case.qid)
