@@ -90,7 +90,10 @@ def run_trusted(course: Course, student: str, unsafe_no_sandbox: bool = False,
             code = proc.wait()
     if code != 0 or not text:
         tail = (folder / "trusted.log").read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"the hidden tests of {student} did not run (exit {code}):\n{tail}")
+        last = next((ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), "nothing in trusted.log")
+        # the cause first: the messages that carry this are cut to their first few hundred characters
+        raise RuntimeError(f"the hidden tests of {student} did not run (exit {code}): {last[:300]}\n"
+                           f"(the end of {folder / 'trusted.log'}:)\n{tail}")
     result = json.loads(text)
     (folder / "verdicts.json").write_text(json.dumps(result, indent=1))
     return result
