@@ -206,28 +206,69 @@ def test_a_cell_slowed_by_a_busy_machine_is_not_judged_slow_to_load(answers_with
     assert waited > 4, f"the machine was not busy enough to test anything ({waited:.1f} s)"
 
 
+# The reference AFAB step, after 1 s of work on CPU 0 (where the test keeps 3 busy loops) on every rank
+SLOW_STEP = """
+_reference_afab_step = afab_step
+
+
+def afab_step(stage, data_iter, num_microbatches):
+    import os, time
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {0})
+    t = time.process_time()
+    while time.process_time() - t < 1.0:
+        pass
+    os.sched_setaffinity(0, cpus)
+    return _reference_afab_step(stage, data_iter, num_microbatches)
+"""
+
+
+def test_a_case_slowed_by_a_busy_machine_is_not_stopped_at_its_deadline(answers_with, reference, tmp_path,
+                                                                        no_leftovers):
+    """The case deadline reads the ranks' clock (own_time.TreeClock): about 7 s of wall time, 1 s of their
+    own, passes a 4 s deadline (the CI run where uma's q13, 30 training steps on a loaded machine, passed 45 s)."""
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(3)]
+    try:
+        started = time.monotonic()
+        run = run_cases([case(answers_with(q08=Path(reference["q08"]).read_text() + SLOW_STEP))], tmp_path,
+                        timeout_s=20, case_deadline_s=4)
+        waited = time.monotonic() - started
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert run.outcomes[0].failure is None and not run.outcomes[0].errors(), run.outcomes[0].failure
+    assert waited > 5, f"the machine was not busy enough to test anything ({waited:.1f} s)"
+
+
 def test_the_own_clock_leaves_out_waiting_for_a_cpu_and_counts_sleeping():
-    from lab_src.harness.own_time import OwnClock, waited_for_cpu_s
+    from lab_src.harness.own_time import OwnClock, TreeClock, waited_for_cpu_s
     if waited_for_cpu_s() is None:
         pytest.skip("this kernel does not report a thread's waiting time (/proc/thread-self/schedstat)")
     clock = OwnClock()
     time.sleep(0.3)
     assert 0.25 < clock.elapsed_s() < 0.5
+    sleepers = [subprocess.Popen(["sleep", "0.3"]) for _ in range(2)]
+    tree = TreeClock()
+    for p in sleepers:
+        p.wait()
+    assert 0.25 < tree.elapsed_s() < 0.5
     mine = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {0})
     busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(3)]
     try:
         time.sleep(0.5)                             # the busy loops have started
-        clock, wall = OwnClock(), time.monotonic()
+        clock, tree, wall = OwnClock(), TreeClock(), time.monotonic()
         while time.monotonic() - wall < 1.0:
             pass
-        own, wall = clock.elapsed_s(), time.monotonic() - wall
+        own, theirs, wall = clock.elapsed_s(), tree.elapsed_s(), time.monotonic() - wall
     finally:
         os.sched_setaffinity(0, mine)
         for p in busy:
             p.kill()
             p.wait()
     assert own < 0.6 * wall and clock.waited_s() > 0.3 * wall, (own, wall)
+    assert theirs < 0.6 * wall, (theirs, wall)       # the busy loops, its descendants, waited as long
 
 
 def test_the_startup_deadline_waits_for_loading_answers_up_to_a_backstop(tmp_path):

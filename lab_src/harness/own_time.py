@@ -8,6 +8,9 @@ A thread that sleeps or blocks is charged for it: a cell that waits forever stil
 
 Linux keeps the waiting time per thread (/proc/thread-self/schedstat: nanoseconds on a CPU, nanoseconds
 waiting for one, time slices). Where that file cannot be read, the clock is the wall clock.
+
+`OwnClock` is a rank's (worker.py, the load limit), `TreeClock` the launching process's for its ranks
+(runner.py, the case deadline).
 """
 from __future__ import annotations
 
@@ -37,6 +40,44 @@ class OwnClock:
         if now is None or self.waited_at_start is None:
             return 0.0
         return max(0.0, now - self.waited_at_start)
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started - self.waited_s()
+
+
+def _waited_of(pid: int) -> float | None:
+    """Seconds the main thread of process `pid` has waited for a CPU (None: gone, or not said)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class TreeClock:
+    """The same clock for work done by other processes: this process's descendants (a launch's ranks,
+    forked by the fork server, the warm launcher or torchrun). The time since the start, less the longest
+    time one of them waited for a CPU since then (a process born since counts from its birth).
+
+    The launch's watch reads it for the case deadline, whose work is the ranks'. Reading it scans the
+    process table, so the watch reads it only once the wall clock is past the deadline."""
+
+    def __init__(self):
+        self.started = time.monotonic()
+        self.at_start = {pid: w for pid in self._descendants() if (w := _waited_of(pid)) is not None}
+
+    @staticmethod
+    def _descendants() -> list[int]:
+        import psutil
+        try:
+            return [p.pid for p in psutil.Process().children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def waited_s(self) -> float:
+        waits = [w - self.at_start.get(pid, 0.0) for pid in self._descendants()
+                 if (w := _waited_of(pid)) is not None]
+        return max([0.0, *waits])
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started - self.waited_s()

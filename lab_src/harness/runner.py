@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from lab_src.harness import deadlock, runfolder, sandbox
+from lab_src.harness import deadlock, own_time, runfolder, sandbox
 from lab_src.harness.case import Case, CaseOutcome, Run
 from lab_src.harness import warm_launch
 from lab_src.harness.launcher import Launch, launch, launch_groups, worker_env  # noqa: F401 - worker_env: scripts
@@ -23,8 +23,11 @@ from lab_src.harness.records import RankError
 from lab_src.pipeline.trace import save_events
 from lab_src.registry import EXERCISES
 
-# while ranks load answers, the startup deadline waits up to this many load limits more (see _CaseWatch)
+# Deadlines on the ranks' own clocks (harness/own_time.py), so that a busy machine does not decide a verdict,
+# with a backstop on the wall clock: while ranks load answers, the startup deadline waits up to this many load
+# limits more; a case ends at its deadline on its ranks' clock or at this many deadlines on the wall clock
 LOADING_BACKSTOP = 2
+BUSY_BACKSTOP = 3
 
 
 class _CaseWatch:
@@ -42,6 +45,7 @@ class _CaseWatch:
         self.settle_s, self.stop_grace_s = settle_s, stop_grace_s
         self.started_at = time.monotonic()
         self.current, self.current_since = None, None
+        self.case_clock, self.clock_read_at = None, 0.0    # the current case's ranks' clock, when last read
         self.ended: set[int] = set()
         self.loading: dict[int, int] = {}               # rank -> the case whose answer it is loading now
         # time some rank spent loading an answer: the startup deadline does not count it, up to a backstop.
@@ -96,6 +100,7 @@ class _CaseWatch:
                     self.died.add(index)
                 elif what == "start" and index != self.current and index not in self.ended:
                     self.current, self.current_since = index, time.monotonic()
+                    self.case_clock, self.clock_read_at = own_time.TreeClock(), self.current_since
                 elif what == "end":
                     self.ended.add(index)
 
@@ -152,9 +157,19 @@ class _CaseWatch:
                 self.stuck[case], self.stopped_at[case] = stuck, now
                 self.stop_times[case] = time.perf_counter()
                 runfolder.stop_path(self.run_dir, case).write_text("\n".join(stuck.lines()) + "\n")
-        if now - self.current_since > self.case_deadline_s:
+        if now - self.current_since > self.case_deadline_s and self._past_case_deadline(now):
             return f"case deadline of {self.case_deadline_s:.0f} s"
         return None
+
+    def _past_case_deadline(self, now: float) -> bool:
+        """Past the wall clock's deadline, is the case past it on its ranks' clock too (the time a busy
+        machine kept them waiting for a CPU does not count), or past the backstop? Read twice a second."""
+        if self.case_clock is None or now - self.current_since > BUSY_BACKSTOP * self.case_deadline_s:
+            return True
+        if now - self.clock_read_at < 0.5:
+            return False
+        self.clock_read_at = now
+        return self.case_clock.elapsed_s() > self.case_deadline_s
 
 
 # The operations whose order the watch records: pipeline/ops.py's compute operations and messages, by their
@@ -292,7 +307,7 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
     failures_by_exercise: dict[str, int] = {}
     remaining = list(cases)
     while remaining:
-        deadline = startup_s + LOADING_BACKSTOP * load_limit_s + case_deadline_s * len(remaining) + 30
+        deadline = startup_s + LOADING_BACKSTOP * load_limit_s + BUSY_BACKSTOP * case_deadline_s * len(remaining) + 30
         if sandboxed:
             groups = group_cases(remaining)
             remaining = [c for g in groups for c in g]      # the order they run in
