@@ -174,17 +174,19 @@ def test_an_answer_that_never_finishes_loading_is_named_and_the_launch_goes_on(a
     assert run.outcomes[2].failure is None and not run.outcomes[2].errors()
 
 
-# Every rank pins itself to CPU 0, where the test keeps 3 busy loops, then does 1 s of work as it loads:
-# about 7 s of wall time (7 processes share the CPU), 1 s of its own.
-PINNED_WORK = """
-import os, time
-_cpus = os.sched_getaffinity(0)
-os.sched_setaffinity(0, {0})
-_t = time.process_time()
-while time.process_time() - _t < 1.0:
-    pass
-os.sched_setaffinity(0, _cpus)
+# 1 s of work on CPU 0, where the tests below keep 3 busy loops: on every rank of a 4-rank job, about 7 s of
+# wall time (7 processes share the CPU), 1 s of its own
+WORK_ON_CPU_0 = """
+def _work_on_cpu_0(seconds=1.0):
+    import os, time
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {0})
+    t = time.process_time()
+    while time.process_time() - t < seconds:
+        pass
+    os.sched_setaffinity(0, cpus)
 """
+PINNED_WORK = WORK_ON_CPU_0 + "\n_work_on_cpu_0()\n"          # as the answer cell loads
 BUSY_LOOP = "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"
 
 
@@ -206,27 +208,24 @@ def test_a_cell_slowed_by_a_busy_machine_is_not_judged_slow_to_load(answers_with
     assert waited > 4, f"the machine was not busy enough to test anything ({waited:.1f} s)"
 
 
-# The reference AFAB step, after 1 s of work on CPU 0 (where the test keeps 3 busy loops) on every rank
-SLOW_STEP = """
+# the reference AFAB step, after that work
+SLOW_STEP = WORK_ON_CPU_0 + """
 _reference_afab_step = afab_step
 
 
 def afab_step(stage, data_iter, num_microbatches):
-    import os, time
-    cpus = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {0})
-    t = time.process_time()
-    while time.process_time() - t < 1.0:
-        pass
-    os.sched_setaffinity(0, cpus)
+    _work_on_cpu_0()
     return _reference_afab_step(stage, data_iter, num_microbatches)
 """
 
 
 def test_a_case_slowed_by_a_busy_machine_is_not_stopped_at_its_deadline(answers_with, reference, tmp_path,
-                                                                        no_leftovers):
+                                                                        no_leftovers, monkeypatch):
     """The case deadline reads the ranks' clock (own_time.TreeClock): about 7 s of wall time, 1 s of their
-    own, passes a 4 s deadline (the CI run where uma's q13, 30 training steps on a loaded machine, passed 45 s)."""
+    own, passes a 4 s deadline (the CI run where uma's q13, 30 training steps on a loaded machine, passed 45 s).
+    The wall clock's backstop, 3 deadlines, is moved out of the way: on a loaded machine the 7 s grow."""
+    from lab_src.harness import runner
+    monkeypatch.setattr(runner, "BUSY_BACKSTOP", 20)
     busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(3)]
     try:
         started = time.monotonic()
@@ -247,12 +246,12 @@ def test_the_own_clock_leaves_out_waiting_for_a_cpu_and_counts_sleeping():
         pytest.skip("this kernel does not report a thread's waiting time (/proc/thread-self/schedstat)")
     clock = OwnClock()
     time.sleep(0.3)
-    assert 0.25 < clock.elapsed_s() < 0.5
-    sleepers = [subprocess.Popen(["sleep", "0.3"]) for _ in range(2)]
+    assert 0.25 < clock.elapsed_s() < 1
     tree = TreeClock()
+    sleepers = [subprocess.Popen(["sleep", "0.3"]) for _ in range(2)]     # born since: counted from birth
     for p in sleepers:
         p.wait()
-    assert 0.25 < tree.elapsed_s() < 0.5
+    assert 0.25 < tree.elapsed_s() < 2
     mine = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {0})
     busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(3)]
