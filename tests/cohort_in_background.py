@@ -15,8 +15,8 @@ session as a group of its own (autogroup: a session's `nice` then counts only wi
 starts a session per sandbox, launch and kernel), a thread that gives every session it starts the group
 priority 10 too (`lower_sessions`). Not 19: starved that far, its answers ran into the grader's deadlines
 (a cell still loading after 60 s, a 45 s case), and two students lost points they deserve; the same
-happened at 10 in two CI runs, before those deadlines were read on the ranks' own clock
-(lab_src/harness/own_time.py). Run as a script, it is that process:
+happened at 10 once in CI and once on another machine, before those deadlines were read on the ranks'
+own clock (lab_src/harness/own_time.py). Run as a script, it is that process:
 
     python tests/cohort_in_background.py BASE --parent PID [--students ada,ivo] [--jobs 8]
 """

@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import time
 
-SCHEDSTAT = "/proc/thread-self/schedstat"
 
-
-def waited_for_cpu_s() -> float | None:
-    """Seconds this thread has waited for a CPU since it started, or None where the kernel does not say."""
+def _waited_s(schedstat: str) -> float | None:
+    """Seconds the thread of a schedstat file has waited for a CPU since it started (None: gone, or not said)."""
     try:
-        with open(SCHEDSTAT) as f:
+        with open(schedstat) as f:
             return int(f.read().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
+
+
+def waited_for_cpu_s() -> float | None:
+    """This thread's."""
+    return _waited_s("/proc/thread-self/schedstat")
 
 
 class OwnClock:
@@ -46,12 +49,8 @@ class OwnClock:
 
 
 def _waited_of(pid: int) -> float | None:
-    """Seconds the main thread of process `pid` has waited for a CPU (None: gone, or not said)."""
-    try:
-        with open(f"/proc/{pid}/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
+    """The main thread's of process `pid`."""
+    return _waited_s(f"/proc/{pid}/schedstat")
 
 
 class TreeClock:
