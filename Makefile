@@ -10,18 +10,21 @@
 setup:
 	@scripts/setup.sh
 
-demo: setup
-	.venv/bin/python -m grader.demo $(if $(COHORT),--cohort $(COHORT))
+# each target that README names first runs scripts/system_deps.sh with its own name: the system packages its path uses
+demo:
+	@scripts/demo.sh $(if $(COHORT),--cohort $(COHORT))
 
 test: setup
-	@scripts/system_deps.sh
+	@scripts/system_deps.sh test
 	@hub/setup.sh >/dev/null || echo "hub/setup.sh failed: tests/test_hub.py will fail" >&2
 	.venv/bin/python -m pytest -ra --durations=15 $(PYTEST_ARGS)
 
 train: setup
+	@scripts/system_deps.sh train
 	.venv/bin/python scripts/train.py $(TRAIN_ARGS)
 
 benchmark: setup
+	@scripts/system_deps.sh benchmark
 	.venv/bin/python benchmarks/afab_vs_gpipe.py
 	.venv/bin/python benchmarks/one_f_one_b_vs_schedule1f1b.py
 	.venv/bin/python benchmarks/memory_microbatches.py
@@ -45,5 +48,5 @@ hub-env:
 
 # start the local course hub as root; prints the URL and the test accounts; Ctrl-C stops it
 hub: setup
-	@scripts/system_deps.sh
+	@scripts/system_deps.sh hub
 	.venv/bin/python hub/localhub.py $(HUB_ARGS)

@@ -108,6 +108,12 @@ def cmd_autograde(course: Course, args) -> int:
     together (grader/autograde.py grade_course), then a table per assignment."""
     from .autograde import grade_course
     from .report import format_table, grade_rows
+    if not args.unsafe_no_sandbox:
+        from lab_src.harness import sandbox
+        if not sandbox.available():     # said once, before any work: each one's grading would fail on it
+            print(f"cannot autograde here: {sandbox.describe_unavailable()}. (--unsafe-no-sandbox grades without "
+                  f"it: students' code then runs as you, beside the reference answers.)", file=sys.stderr)
+            return 2
     parts = course.each(args.assignment)
     students = sorted({s for p in parts for s in returned(p, args)})
     if not students:

@@ -75,7 +75,8 @@ def describe_unavailable() -> str:
     if sys.platform != "linux":
         return f"bubblewrap sandboxes need Linux; this is {sys.platform}"
     if bwrap() is None:
-        return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap (scripts/system_deps.sh does)"
+        return ("bubblewrap (bwrap), the sandbox the grading runs students' code in, is not installed: install it "
+                "once as root, `sudo apt-get install bubblewrap` (as root, make demo and make test install it)")
     return "bwrap is installed but could not start a sandbox here (user namespaces disabled?)"
 
 
