@@ -29,9 +29,9 @@ def main() -> int:
     from lab_src.checks.q14_dp_pp_step import CLUSTER, grid_view
     from lab_src.harness.case import Case
     from lab_src.harness.runner import run_cases
-    from lab_src.pipeline import network
+    from lab_src.topics.dp_pp import network
     from lab_src.pipeline.config import LabConfig
-    from lab_src.pipeline.traffic import PREDICTION_CONFIG, TRAFFIC_KINDS, bytes_by_kind
+    from lab_src.topics.dp_pp.traffic import PREDICTION_CONFIG, TRAFFIC_KINDS, bytes_by_kind
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)

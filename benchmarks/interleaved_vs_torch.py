@@ -31,10 +31,10 @@ def contenders(spec: dict, ctx) -> versus.Contenders:
 
     from lab_src.exercises import check_args, interleaved_step
     from lab_src.pipeline import trace
-    from lab_src.pipeline.chunked import InterleavedStage
+    from lab_src.topics.interleaved.chunked import InterleavedStage
     from lab_src.pipeline.config import LabConfig
     from lab_src.pipeline.data import make_dataloader
-    from lab_src.pipeline.torch_bridge import chunk_modules
+    from lab_src.topics.interleaved.torch_bridge import chunk_modules
 
     cfg = LabConfig.from_dict(spec["config"])
     rank, p, m, v = ctx.rank, cfg.num_stages, cfg.num_microbatches, spec["chunks"]

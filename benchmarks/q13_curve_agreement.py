@@ -24,9 +24,9 @@ def main(argv=None) -> int:
     from grader.reference import reference_sources
     from lab_src.harness.case import Case
     from lab_src.harness.runner import run_cases
-    from lab_src.judge.training import relative_differences
-    from lab_src.pipeline.digits import DIGITS, Digits
-    from lab_src.pipeline.single_process import train_single_process
+    from lab_src.topics.training.judge import relative_differences
+    from lab_src.topics.training.digits import DIGITS, Digits
+    from lab_src.topics.training.single_process import train_single_process
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--lr", type=float, default=1e-2)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from lab_src.pipeline.torch_bridge import mean_loss, stage_modules  # noqa: F401 - shared with the notebooks' bridge
+from lab_src.topics.interleaved.torch_bridge import mean_loss, stage_modules  # noqa: F401 - shared with the notebooks' bridge
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("ours", "ours_untraced", "theirs")     # the three steps of every iteration, in rotating order

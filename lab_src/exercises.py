@@ -18,7 +18,7 @@ _caller: list[str] = []
 _checked: set[int] = set()
 API: dict = {}    # qid -> the dispatching function, for every exercise with code (filled below)
 # qid -> a context manager factory run around every call of that exercise, given the call's arguments
-# (the checks' processes record q11's raw torch.distributed messages with it: harness/rawp2p.py)
+# (the checks' processes record q11's raw torch.distributed messages with it: topics/p2p/rawp2p.py)
 AROUND: dict = {}
 
 
@@ -222,7 +222,7 @@ def dp_pp_step(grid, cfg):
 def interleaved_step(stage, data_iter, num_microbatches):
     """One Interleaved 1F1B training step of a rank that holds `stage.num_chunks` model chunks.
 
-    `stage` is an `InterleavedStage` (lab_src/pipeline/chunked.py) of rank `stage.pp_rank` of
+    `stage` is an `InterleavedStage` (lab_src/topics/interleaved/chunked.py) of rank `stage.pp_rank` of
     `stage.pp_size`: its chunk c is virtual stage c * pp_size + pp_rank of num_chunks * pp_size, so the
     next virtual stage is on rank (pp_rank + 1) % pp_size and the previous one on (pp_rank - 1) % pp_size.
     Virtual stage 0 (chunk 0 of rank 0) reads its micro-batches of tokens from `data_iter` (None on the
@@ -297,7 +297,7 @@ def tp_layers(up, down, tp):
     `RowParallelLinear` of `down`, and whose forward takes the whole input x (the same on every rank) and
     returns the whole output on every rank, with exactly one all-reduce in its forward and one in its
     backward. `up` and `down` are the unsharded `nn.Linear` layers (hidden -> 4 hidden -> hidden), the
-    same on every rank; `tp` has `rank`, `size` (t), `group` and `device` (pipeline/tensor_parallel.py).
+    same on every rank; `tp` has `rank`, `size` (t), `group` and `device` (topics/tensor_parallel/runtime.py).
 
     The answer cell defines, beside tp_layers, with torch.distributed's collectives over `tp.group`:
     - `CopyToTensorParallel`, a `torch.autograd.Function`: `CopyToTensorParallel.apply(x, tp)` returns x

@@ -30,7 +30,7 @@ from lab_src.harness import runfolder  # noqa: E402
 from lab_src.harness.case import Case  # noqa: E402
 from lab_src.harness.launcher import launch  # noqa: E402
 from lab_src.harness.runner import _load_obs, stage_inputs, worker_env  # noqa: E402
-from lab_src.pipeline.digits import DIGITS, Digits  # noqa: E402
+from lab_src.topics.training.digits import DIGITS, Digits  # noqa: E402
 from lab_src.registry import EXERCISES, exercise  # noqa: E402
 
 
@@ -98,7 +98,7 @@ def run_pipeline(cfg, answers: dict, steps: int, lr: float, run_dir: Path) -> tu
 
 
 def run_single(cfg, steps: int, lr: float) -> tuple[dict, float]:
-    from lab_src.pipeline.single_process import train_single_process
+    from lab_src.topics.training.single_process import train_single_process
     started = time.monotonic()
     with tqdm(total=steps, desc="single process", unit="step", file=sys.stderr) as bar:
         result = train_single_process(cfg, Digits(cfg), steps, lr, progress=lambda k: bar.update(1))
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
         "first_step_above_1e-5": next((k for k, d in enumerate(diffs) if d > 1e-5), None),
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    from lab_src.views.curves import curves_figure
+    from lab_src.topics.training.curves import curves_figure
     held = {"pipeline": (pipe.get("test_accuracy") or 0.0, pipe.get("test_loss") or 0.0),
             "single process": (single["test_accuracy"], single["test_loss"])}
     fig = curves_figure(pipe["losses"], single["losses"], tolerance=1e-5, held_out=held, smooth=25,

@@ -15,7 +15,7 @@ from lab_src.harness.baselines import baselines_for
 from lab_src.judge.compare import compare_run
 from lab_src.pipeline.config import LabConfig
 from lab_src.judge.failures import case_problems
-from lab_src.judge.problems import from_error
+from lab_src.judge.failures import from_error
 from lab_src.harness.case import Case
 from lab_src.harness.runner import run_cases
 

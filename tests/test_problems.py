@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lab_src.judge.failures import rank_problems
-from lab_src.judge.problems import Kind, Problem, from_error, stamped
+from lab_src.judge.failures import from_error, rank_problems
+from lab_src.judge.problems import Kind, Problem, stamped
 from lab_src.judge.realness import WRONG_SCHEDULE, check_messages
 from lab_src.judge.summary import render
 from lab_src.pipeline.trace import Event
@@ -60,7 +60,8 @@ def test_credit_and_order_follow_the_kind_not_the_words():
 
 
 def test_the_whole_batch_misconception_is_told_first_by_its_kind():
-    from lab_src.judge.dp_pp import Layout, shard_problems
+    from lab_src.topics.dp_pp.judge import shard_problems
+    from lab_src.topics.dp_pp.records import Layout
     from lab_src.pipeline.config import LabConfig
     cfg = LabConfig(num_stages=2, num_layers=4, num_microbatches=2, global_batch_size=8, dp_size=2)
     # rank 0 (replica 0) reads shard 0 in micro-batches of the wrong size, rank 2 (replica 1) the whole batch
@@ -76,7 +77,8 @@ def test_a_missing_dp_rank_is_one_problem_that_says_what_the_rank_reads():
     """Issue 27, items 11 and 13: the message said the rank "reads the whole global batch" and that "its
     micro-batches are replica 0's shard" in one breath, and the shard every replica shared was a second
     problem. Now: what the rank reads and why, the fix, and the shared shard as what it caused."""
-    from lab_src.judge.dp_pp import Layout, shard_problems
+    from lab_src.topics.dp_pp.judge import shard_problems
+    from lab_src.topics.dp_pp.records import Layout
     from lab_src.pipeline.config import LabConfig
     cfg = LabConfig(num_stages=2, num_layers=4, num_microbatches=2, global_batch_size=8, dp_size=2)
     obs = {0: {"shards": [[None, 0, 2]]}, 2: {"shards": [[None, 0, 2]]}}

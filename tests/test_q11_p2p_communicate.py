@@ -11,8 +11,8 @@ import pytest
 
 from grader.cohort.answers import answer
 from hidden_grading import grade_answer
-from lab_src.judge.p2p import blocking_deadlock, judge_prediction, mutual_sends
-from lab_src.pipeline.p2p_calls import calls
+from lab_src.topics.p2p.judge import blocking_deadlock, judge_prediction, mutual_sends
+from lab_src.topics.p2p.calls import calls
 from lab_src.pipeline.schedules import SCHEDULES
 
 pytestmark = pytest.mark.q11

@@ -209,7 +209,7 @@ def test_the_visible_check_and_the_memory_experiment(reference, in_tmp, capsys, 
 
 # ---- issue 27: named mistakes, causes before consequences, studies under Validate, runs/ kept small ----
 def test_a_warm_up_without_min_is_named_not_a_bare_stop_iteration():
-    from lab_src.judge.problems import from_error
+    from lab_src.judge.failures import from_error
     p = from_error(0, {"type": "StopIteration", "message": "", "where": [
         ["q12_one_f_one_b_step.py", 10, "forward", "x = next(data_iter)"]]})
     assert p.message.startswith("StopIteration: the step asked data_iter for a micro-batch after the last one")

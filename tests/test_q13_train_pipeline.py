@@ -22,7 +22,7 @@ pytestmark = pytest.mark.q13
 def test_the_digits_are_scikit_learns_own_read_without_importing_it():
     from sklearn.datasets import load_digits
 
-    from lab_src.pipeline.digits import load_images
+    from lab_src.topics.training.digits import load_images
     pixels, labels = load_images()
     bunch = load_digits()
     assert pixels.shape == (1797, 64) and pixels.min() == 0 and pixels.max() == 16
@@ -30,7 +30,7 @@ def test_the_digits_are_scikit_learns_own_read_without_importing_it():
 
 
 def test_the_split_is_fixed_and_each_steps_micro_batches_belong_together():
-    from lab_src.pipeline.digits import DIGITS, READS, TEST_IMAGES, Digits, split
+    from lab_src.topics.training.digits import DIGITS, READS, TEST_IMAGES, Digits, split
     parts = split()
     assert len(parts["test_labels"]) == TEST_IMAGES and len(parts["train_labels"]) == 1797 - TEST_IMAGES
     data = Digits(DIGITS, test_microbatches=8)
@@ -58,16 +58,16 @@ def one_stage(reference):
     """The whole classifier as a 1-stage pipeline (first and last stage at once), built with the reference
     answers; no messages are needed."""
     from lab_src.answers import use_answers
-    from lab_src.pipeline.classifier import ClassifierStage
-    from lab_src.pipeline.digits import DIGITS
+    from lab_src.topics.training.classifier import ClassifierStage
+    from lab_src.topics.training.digits import DIGITS
     cfg = DIGITS.replace(num_stages=1)
     with use_answers(reference):
         yield ClassifierStage(cfg, 0, 1, 8)
 
 
 def test_the_last_stage_returns_each_images_cross_entropy_with_labels_and_class_scores_without(one_stage):
-    from lab_src.pipeline.classifier import class_scores
-    from lab_src.pipeline.digits import DIGITS, Digits
+    from lab_src.topics.training.classifier import class_scores
+    from lab_src.topics.training.digits import DIGITS, Digits
     from lab_src.pipeline.model import build_model
     data = Digits(DIGITS.replace(num_stages=1))
     tokens, labels = data.train_tokens(0), data.train_labels(0)
@@ -91,8 +91,8 @@ def test_the_last_stage_returns_each_images_cross_entropy_with_labels_and_class_
 
 
 def test_the_single_process_run_learns_and_each_mistake_changes_its_curve():
-    from lab_src.pipeline.digits import DIGITS, Digits
-    from lab_src.pipeline.single_process import MISTAKES, train_single_process
+    from lab_src.topics.training.digits import DIGITS, Digits
+    from lab_src.topics.training.single_process import MISTAKES, train_single_process
     cfg = DIGITS.replace(num_layers=2, hidden_size=16, global_batch_size=16)
     data = Digits(cfg, test_microbatches=2)
     seen = []
@@ -107,7 +107,7 @@ def test_the_single_process_run_learns_and_each_mistake_changes_its_curve():
 
 
 def test_the_learning_margin_compares_the_first_and_last_steps_means():
-    from lab_src.judge.training import LearningMargin
+    from lab_src.topics.training.judge import LearningMargin
     margin = LearningMargin(0.10, 2)
     assert margin.fall([2.0, 2.0, 1.5, 1.8, 1.8]) == pytest.approx(0.1)
     assert "at least 10% below" in margin.describe()
@@ -115,17 +115,17 @@ def test_the_learning_margin_compares_the_first_and_last_steps_means():
 
 def test_problems_that_several_ranks_share_are_said_once():
     from lab_src.judge.problems import Problem
-    from lab_src.judge.training import merge_ranks
+    from lab_src.topics.training.judge import merge_ranks
     merged = merge_ranks([Problem("same", exercise="q13", rank=r, case="c") for r in range(3)]
                          + [Problem("other", exercise="q13", rank=1)])
     assert [str(p) for p in merged] == ["[q13]: ranks 0, 1, 2: same  (c)", "[q13] rank 1: other"]
 
 
 def test_the_optimizer_record_names_each_wrong_use():
-    """The judge reads what torch.optim's step hook saw on each rank (harness/kinds/train.py OptimizerWatch)."""
+    """The judge reads what torch.optim's step hook saw on each rank (topics/training/kind.py OptimizerWatch)."""
     from lab_src.harness.case import Case, CaseOutcome
-    from lab_src.judge.training import optimizer_problems
-    from lab_src.pipeline.digits import DIGITS
+    from lab_src.topics.training.judge import optimizer_problems
+    from lab_src.topics.training.digits import DIGITS
     good = {"steps": 30, "created": 1, "types": ["AdamW"], "settings": [[1e-2, [0.9, 0.999], 1e-8, 0.01, False]],
             "own": 14, "own_held": 14, "foreign_held": 0, "steps_without_grads": 0}
     cases = {"right": ({}, None), "fresh": ({"created": 30}, "AdamW forgets its running averages"),
@@ -142,7 +142,7 @@ def test_the_optimizer_record_names_each_wrong_use():
 
 
 def test_the_curves_figure_shows_both_runs_and_their_difference():
-    from lab_src.views.curves import curves_figure
+    from lab_src.topics.training.curves import curves_figure
     fig = curves_figure([2.0, 1.5, 1.2], [2.0, 1.5000001, 1.2], tolerance=1e-5,
                         held_out={"pipeline": (0.5, 1.1), "single process": (0.5, 1.1)}, title="t")
     png = fig._repr_png_()
@@ -158,7 +158,7 @@ def test_the_caption_of_a_failing_curve_blames_the_mistake_not_rounding():
     """Issue 27, item 5: above a red verdict the caption said the curves part because of "float32 sums in
     another order". Rounding parts two correct runs only after many steps; a check that found the curves
     apart found a mistake, and the caption says that."""
-    from lab_src.views.curves import curves_figure
+    from lab_src.topics.training.curves import curves_figure
     pipeline, single = [2.0, 1.5, 1.9, 1.8], [2.0, 1.5, 1.2, 1.1]
     failing = curves_figure(pipeline, single, tolerance=1e-5, mistaken=True).axes[0].get_title(loc="left")
     assert "float32" not in failing and "rounding differences" not in failing
@@ -173,7 +173,7 @@ def test_labels_left_set_during_the_evaluation_are_named_as_the_cause():
     from types import SimpleNamespace
 
     from lab_src.judge.problems import Problem
-    from lab_src.judge.training import labels_left_set, with_known_cause
+    from lab_src.topics.training.judge import labels_left_set, with_known_cause
     step = [{"microbatch": k, "training": True, "grad": True, "labelled": True} for k in range(4)]
     evaluation = [{"microbatch": 0, "training": False, "grad": False, "labelled": True}]
     obs = {3: {"forwards": step + evaluation, "step_spans": [[0, 0, 10, 4, 4]]}}
@@ -292,7 +292,6 @@ def graded(reference, tmp_path_factory):
 def test_the_reference_trains_like_one_process_and_gets_full_marks(graded):
     from grader.hidden import q13_train_pipeline as hidden
     from grader.trusted import summarize
-    from lab_src.judge.training import relative_differences
     answers, by_name, _ = graded
     verdict = summarize("q13", by_name["reference"])
     assert verdict["fraction"] == 1.0, verdict["messages"]
@@ -321,7 +320,7 @@ def test_each_mistake_gets_its_points_and_a_message_that_names_it(graded, name):
 @pytest.mark.slow
 def test_a_1f1b_step_plugs_in_and_is_judged_by_its_own_schedule(graded):
     from grader.hidden import q13_train_pipeline as hidden
-    from lab_src.judge.training import judge_training
+    from lab_src.topics.training.judge import judge_training
     from lab_src.judge.realness import WRONG_SCHEDULE
     _, _, (as_1f1b, as_afab) = graded
     expected = hidden.expected("4 stages, 30 steps")

@@ -101,7 +101,7 @@ def test_collectives_round_trip_and_p2p_rows_keep_their_old_length():
 
 
 def test_bytes_by_kind_and_on_the_wire():
-    from lab_src.pipeline.traffic import bytes_by_kind, calls_by_kind, ring_factor, wire_bytes_by_kind
+    from lab_src.topics.dp_pp.traffic import bytes_by_kind, calls_by_kind, ring_factor, wire_bytes_by_kind
     ev = grid_events()
     assert bytes_by_kind(ev) == {"pipeline": 4 * 4096, "data_parallel": 4 * 400, "tied": 4 * 8192}
     assert calls_by_kind(ev) == {"pipeline": 4, "data_parallel": 4, "tied": 4}
@@ -111,7 +111,7 @@ def test_bytes_by_kind_and_on_the_wire():
 
 def test_chrome_trace_and_static_figure_show_the_collectives(tmp_path):
     from lab_src.views.chrome_trace import to_chrome_trace
-    from lab_src.views.dp_pp import grid_figure
+    from lab_src.topics.dp_pp.timeline import grid_figure
     trace = to_chrome_trace(grid_events())["traceEvents"]
     collective = [t for t in trace if t.get("cat") == "collective"]
     assert len(collective) == 8 and {tuple(t["args"]["group"]) for t in collective} == {(0, 1), (2, 3), (0, 2), (1, 3)}
@@ -126,7 +126,7 @@ def test_chrome_trace_and_static_figure_show_the_collectives(tmp_path):
 
 def test_a_collective_in_a_deadlock_report_names_its_ranks():
     from lab_src.harness.deadlock import describe_op
-    from lab_src.judge.problems import from_error
+    from lab_src.judge.failures import from_error
     assert describe_op("allreduce_dp", None, [0, 2]) == "allreduce_dp over ranks [0, 2]"
     error = {"type": "RuntimeError", "message": "Timed out", "pending": ["3", "allreduce_tied", None, [0, 1]]}
     p = from_error(0, error)
@@ -135,7 +135,7 @@ def test_a_collective_in_a_deadlock_report_names_its_ranks():
 
 # ---- the what-if network model ------------------------------------------------------------------------
 def test_ring_all_reduce_and_messages_follow_the_model():
-    from lab_src.pipeline.network import cluster, plan, predict
+    from lab_src.topics.dp_pp.network import cluster, plan, predict
     net = cluster(nodes=2, ranks_per_node=2, intra_gbps=800, inter_gbps=80, intra_latency_us=2, inter_latency_us=10)
     assert net.message_s(0, 1, 1e6) == pytest.approx(2e-6 + 1e6 / 100e9)          # same node
     assert net.message_s(1, 2, 1e6) == pytest.approx(10e-6 + 1e6 / 10e9)           # across nodes
@@ -153,7 +153,7 @@ def test_ring_all_reduce_and_messages_follow_the_model():
 
 
 def test_measured_times_come_from_the_record():
-    from lab_src.pipeline.network import measure, operations, this_machine
+    from lab_src.topics.dp_pp.network import measure, operations, this_machine
     ev = grid_events()
     got = measure(ev)
     assert got["pipeline"] == pytest.approx(0.2)        # rank 0's send starts at 1.0, its receive ends at 1.2
@@ -164,8 +164,8 @@ def test_measured_times_come_from_the_record():
 
 
 def test_the_models_step_ends_with_the_all_reduces():
-    from lab_src.pipeline.network import this_machine
-    from lab_src.views.dp_pp import predicted_events
+    from lab_src.topics.dp_pp.network import this_machine
+    from lab_src.topics.dp_pp.timeline import predicted_events
     ev = predicted_events(grid_events(), 2, 2, 1, this_machine(None), [1, 1],
                           {"message_bytes": 4096, "stage_bytes": [400, 400], "tied_bytes": 8192}, tied=True)
     for r in range(4):
@@ -205,8 +205,8 @@ def test_reference_2x2_step_equals_the_baseline_and_sends_what_the_formula_says(
     from lab_src.harness.baselines import baselines_for
     from lab_src.harness.case import Case
     from lab_src.harness.runner import run_cases
-    from lab_src.judge.dp_pp import judge_grid
-    from lab_src.pipeline.traffic import PREDICTION_CONFIG, bytes_by_kind
+    from lab_src.topics.dp_pp.judge import judge_grid
+    from lab_src.topics.dp_pp.traffic import PREDICTION_CONFIG, bytes_by_kind
     cfg = PREDICTION_CONFIG
     base = baselines_for([cfg], reference)[cfg]
     case = Case(kind="grid", qid="q14", config=cfg, answers=reference, stages=4, step="q14", probes=["network"])
@@ -335,8 +335,8 @@ def test_what_if_marks_where_rings_leave_a_node_and_the_cluster_is_full():
     from matplotlib.patches import Polygon, Rectangle
 
     from lab_src.checks.q14_dp_pp_step import CLUSTER
-    from lab_src.pipeline.network import cluster
-    from lab_src.views.traffic_plot import scaling, what_if_figure
+    from lab_src.topics.dp_pp.network import cluster
+    from lab_src.topics.dp_pp.traffic_plot import scaling, what_if_figure
     net = cluster(**CLUSTER)
     sizes = {"message_bytes": 4096, "stage_bytes": [60_000, 50_000], "tied_bytes": 8192}
     fig = what_if_figure(sizes, dp=2, pp=2, m=3, net=net)
@@ -366,7 +366,7 @@ def test_the_grid_timeline_names_each_rows_coordinates_and_keeps_its_legend_whol
     from dataclasses import replace
 
     from lab_src.pipeline.trace import Event
-    from lab_src.views.dp_pp import grid_timeline
+    from lab_src.topics.dp_pp.timeline import grid_timeline
     from lab_src.views.ideal import ideal_events
     from lab_src.views.svg import frame
     one = ideal_events(2, 3, activation_bytes=64)

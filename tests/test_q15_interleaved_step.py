@@ -10,7 +10,7 @@ import torch
 
 from grader.cohort.answers import answer
 from lab_src.pipeline.config import LabConfig
-from lab_src.pipeline.schedules import Interleaved1F1B, Op, in_flight, schedule
+from lab_src.pipeline.schedules import Interleaved1F1B, in_flight, schedule
 from lab_src.views.ideal import ideal_events
 
 pytestmark = pytest.mark.q15
@@ -153,7 +153,7 @@ def test_rank_0_holds_p_plus_p_minus_1_over_v_stages_of_activations():
 # ---- the chunked stage, in one process --------------------------------------------------------------
 def test_chunks_are_dealt_out_round_robin(reference):
     from lab_src.answers import use_answers
-    from lab_src.pipeline.chunked import InterleavedStage
+    from lab_src.topics.interleaved.chunked import InterleavedStage
     cfg = LabConfig(num_layers=8, num_stages=4)
     with use_answers(reference):
         stage = InterleavedStage(cfg, pp_rank=1, pp_size=4, num_chunks=2, micro_batch_size=2)
@@ -190,7 +190,7 @@ def test_the_pictures_tell_the_chunks_apart():
 def test_the_prediction_is_the_schedules_bubble_and_message_count(tmp_path):
     from grader.hidden.common import Context
     from grader.hidden.q15_interleaved_step import prediction_item
-    from lab_src.judge.chunks import expected_prediction
+    from lab_src.topics.interleaved.judge import expected_prediction
     from lab_src.views.bubble import theoretical_bubble
     want = expected_prediction()
     for v in (1, 2, 4):

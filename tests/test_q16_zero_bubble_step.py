@@ -7,7 +7,7 @@ import pytest
 
 from grader.cohort.answers import answer
 from hidden_grading import grade_answer
-from lab_src.judge import split as split_judge
+from lab_src.topics.zero_bubble import judge as split_judge
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.schedules import schedule
 from lab_src.pipeline.trace import Event
@@ -67,7 +67,7 @@ def split_obs(reference, tmp_path, text=None):
     """What a "split" case observes of the reference (or `text` as the q16 answer), run here, in this process."""
     from lab_src import answers
     from lab_src.harness.case import Case
-    from lab_src.harness.kinds import split as kind
+    from lab_src.topics.zero_bubble import kind
     mapping = dict(reference)
     if text is not None:
         (tmp_path / "q16.py").write_text(text)

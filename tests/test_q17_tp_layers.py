@@ -1,8 +1,8 @@
 """q17: tensor parallelism, the two communication functions, column- and row-parallel layers, the MLP.
 
-Fast: the judge (judge/tp.py) on observations made from the unsharded layers' own numbers: what a right
+Fast: the judge (topics/tensor_parallel/judge_layers.py) on observations made from the unsharded layers' own numbers: what a right
 rank records passes, and each realistic mistake's numbers or collectives get the message that names its
-misconception; the collectives of a raw answer are recorded (harness/rawcoll.py) in one process of one rank.
+misconception; the collectives of a raw answer are recorded (topics/tensor_parallel/rawcoll.py) in one process of one rank.
 Multi-process: the reference passes the visible check on 2 and 4 ranks, and every cohort mistake, graded
 through the hidden tests in one launch, gets its points and its message.
 """
@@ -18,7 +18,7 @@ import torch
 
 from grader.cohort.answers import answer
 from lab_src.harness.case import Case, CaseOutcome
-from lab_src.judge.tp import expected, judge_part
+from lab_src.topics.tensor_parallel.judge_layers import expected, judge_part
 from lab_src.pipeline.config import LabConfig
 
 pytestmark = pytest.mark.q17
@@ -51,7 +51,7 @@ def test_what_the_unsharded_layer_says_passes(part, t):
 
 
 def test_expected_shards_put_back_together_are_the_unsharded_gradients():
-    from lab_src.pipeline.tensor_parallel import full_mlp
+    from lab_src.topics.tensor_parallel.runtime import full_mlp
     col = expected("column", CFG, 4)
     up, _ = full_mlp(CFG)
     assert torch.equal(torch.cat([c["weight"] for c in col], 0), up.weight.detach())
@@ -122,7 +122,7 @@ import os
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"], RANK="0", WORLD_SIZE="1")
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
-from lab_src.harness import rawcoll
+from lab_src.topics.tensor_parallel import rawcoll
 from lab_src.pipeline import trace
 rawcoll.install()
 dist.all_reduce(torch.ones(3))                           # outside a tracer: not recorded
@@ -152,8 +152,8 @@ dist.destroy_process_group()
 
 def test_the_opening_figure_and_the_timeline_draw_from_the_lab_and_the_record():
     from lab_src.pipeline.trace import Event
-    from lab_src.views.tp_figure import tp_figure
-    from lab_src.views.tp_timeline import tp_timeline_figure
+    from lab_src.topics.tensor_parallel.figure import tp_figure
+    from lab_src.topics.tensor_parallel.timeline import tp_timeline_figure
     fig = tp_figure(4)
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "up.weight rows 96..127\n(32, 32) + bias (32,)" in texts and "rank 3" in texts
@@ -167,7 +167,7 @@ def test_the_opening_figure_and_the_timeline_draw_from_the_lab_and_the_record():
 
 def test_the_timeline_steps_through_the_collectives_in_the_widget_and_is_static_while_autograding(monkeypatch):
     from lab_src.pipeline.trace import Event
-    from lab_src.views.tp_timeline import show_tp_timeline
+    from lab_src.topics.tensor_parallel.timeline import show_tp_timeline
     from lab_src.views.widget import TimelineWidget
     events = [Event(r, "allreduce_tp", None, None, (2, 16, 32), 8192, 0.001 * r + s, 0.004 + s, 0, group=(0, 1))
               for s in (0.0, 0.01) for r in range(2)]

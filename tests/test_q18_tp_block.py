@@ -16,9 +16,9 @@ import torch
 
 from grader.cohort.answers import answer
 from lab_src.harness.case import Case, CaseOutcome
-from lab_src.judge.tp_block import expected, judge_part
+from lab_src.topics.tensor_parallel.judge_block import expected, judge_part
 from lab_src.pipeline import dropout
-from lab_src.pipeline import tensor_parallel as tpmod
+from lab_src.topics.tensor_parallel import runtime as tpmod
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.model import build_piece
 
@@ -107,15 +107,15 @@ def test_three_column_layers_for_q_k_v_are_named_a_round_too_many():
 
 
 def test_the_byte_counts():
-    from lab_src.pipeline.tp_traffic import PREDICTION, expected_bytes
+    from lab_src.topics.tensor_parallel.traffic import PREDICTION, expected_bytes
     assert expected_bytes(PREDICTION, 2, 1) == {"tensor_parallel": 8_388_608, "pipeline": 0}
     assert expected_bytes(PREDICTION, 1, 2) == {"tensor_parallel": 0, "pipeline": 524_288}
     assert expected_bytes(PREDICTION, 2, 2) == {"tensor_parallel": 8_388_608, "pipeline": 1_048_576}
 
 
 def test_the_figures_draw_from_the_model():
-    from lab_src.views.tp_block_figure import tp_block_figure
-    from lab_src.views.tp_curves import curves_figure
+    from lab_src.topics.tensor_parallel.block_figure import tp_block_figure
+    from lab_src.topics.tensor_parallel.curves import curves_figure
     texts = [t.get_text() for t in tp_block_figure(4).axes[0].texts]
     assert "qkv: heads\n3..3\n(24, 32)" in texts and "proj cols\n(32, 8)" in texts
     fig = curves_figure([{"label": "t = 2", "single": [2.0, 1.9], "curves": {0: [2.0, 1.9000001]}}])

@@ -8,7 +8,7 @@ the end), pipelines, and the prediction of the blocking-sends experiment (read f
 out twice is not tried further (harness/worker.py)."""
 from pathlib import Path
 
-from lab_src.judge.p2p import judge_p2p, judge_prediction, mutual_sends
+from lab_src.topics.p2p.judge import judge_p2p, judge_prediction, mutual_sends
 from lab_src.judge.problems import Problem, stamped
 
 from .common import Item, case_problems, causes_first, pipeline_item

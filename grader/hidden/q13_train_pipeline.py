@@ -2,15 +2,15 @@
 real pipeline, around the reference step of the registry's `step` (q08's AFAB), and the grader trains
 the single-process model on the same seed and batches, here, with reference code only.
 
-Items in four parts (lab_src/judge/training.py): the loss curves agree step by step and every
+Items in four parts (lab_src/topics/training/judge.py): the loss curves agree step by step and every
 parameter trained; the loss falls by the stated margin; a real pipeline (each step judged by the
 schedule model, the evaluation as forward only, tokens read on the first stage and labels on the last,
 the loss reported by the last); the held-out loss and accuracy, evaluated in eval mode without autograd.
 Two configurations: 4 stages in float32 for 30 steps, and 3 stages with uneven layers in float64.
 """
 from lab_src.judge.problems import Problem, stamped
-from lab_src.judge.training import PARTS, LearningMargin, judge_training, with_known_cause
-from lab_src.pipeline.digits import DIGITS
+from lab_src.topics.training.judge import PARTS, LearningMargin, judge_training, with_known_cause
+from lab_src.topics.training.digits import DIGITS
 
 from .common import Item, case_problems
 
@@ -49,8 +49,8 @@ def _cached(name: str, mistake: str | None) -> dict:
     import torch
 
     import lab_src.pipeline as pipeline
-    from lab_src.pipeline.digits import Digits
-    from lab_src.pipeline.single_process import train_single_process
+    from lab_src.topics.training.digits import Digits
+    from lab_src.topics.training.single_process import train_single_process
 
     from ..reference import cache_root
     cfg, s, _ = CASES[name]

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab_src.judge.dp_pp import failure_problems, judge_grid
+from lab_src.topics.dp_pp.judge import failure_problems, judge_grid
 from lab_src.judge.numeric import NotANumber, read_numbers
 from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
-from lab_src.pipeline.traffic import PREDICTION_CONFIG, PREDICTION_NAME, TRAFFIC_KINDS
+from lab_src.topics.dp_pp.traffic import PREDICTION_CONFIG, PREDICTION_NAME, TRAFFIC_KINDS
 
 from .common import Item, case_problems
 
@@ -60,7 +60,7 @@ def judge(ctx, outcomes):
 
 # ---- the prediction ---------------------------------------------------------------------------------
 def expected_bytes(cfg: LabConfig, distribute_layers) -> dict[str, int]:
-    """The bytes of one step of `cfg` by kind (pipeline/traffic.py), from the configuration alone."""
+    """The bytes of one step of `cfg` by kind (topics/dp_pp/traffic.py), from the configuration alone."""
     from lab_src.pipeline.model import build_piece
     dp, pp, m = cfg.dp_size, cfg.num_stages, cfg.num_microbatches
     elem = 8 if cfg.dtype == "float64" else 4

@@ -1,13 +1,13 @@
 """Hidden tests of q15 (interleaved_step): interleaved pipelines of 2 to 4 ranks with 1, 2 and 4 chunks per
 rank, as many micro-batches as ranks and more, uneven layers, float64 and other seeds. Each run is
-compared with the baseline and judged against Interleaved 1F1B's program and rules (lab_src/judge/chunks.py):
+compared with the baseline and judged against Interleaved 1F1B's program and rules (lab_src/topics/interleaved/judge.py):
 the chunks' blocks, the messages per chunk with the wrap-around from the last rank to the first, the
 memory bound and the order in which the chunks are visited; and the prediction of the bubble and the
 messages for v = 1, 2 and 4 (predicted_interleaving(), read from the answer file, never run). In every case rank
 0 changes its embedding once built (pipeline/perturb.py), and the outputs must follow."""
 from pathlib import Path
 
-from lab_src.judge.chunks import PREDICTION_NAME, check_interleaved_run, interleaved_errors, prediction_problems
+from lab_src.topics.interleaved.judge import PREDICTION_NAME, check_interleaved_run, interleaved_errors, prediction_problems
 from lab_src.judge.numeric import NotANumber, read_numbers
 from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
@@ -66,7 +66,7 @@ def judge(ctx, outcomes):
 
 
 def prediction_item(ctx) -> Item:
-    """The bubble and the messages of v = 1, 2, 4 chunks (judge/chunks.py), read from the answer file, never
+    """The bubble and the messages of v = 1, 2, 4 chunks (topics/interleaved/judge.py), read from the answer file, never
     run: one item among the pipelines."""
     path = ctx.student.get(QID)
     try:

@@ -2,7 +2,7 @@
 
 Two parts of equal weight:
 - "split": the two halves on every stage of a 3-stage float64 model and of a single stage (tokens in, loss
-  out), each on one rank against one backward() (harness/kinds/split.py, judge/split.py): the gradients
+  out), each on one rank against one backward() (topics/zero_bubble/kind.py, topics/zero_bubble/judge.py): the gradients
   (1e-12, added to what .grad held), the work done once (I + W within 5 % of one backward's floating-point
   operations) and nothing left held after W;
 - "pipelines": full ZB-H1 pipelines of 1 to 4 stages, 1 to 6 micro-batches, m < p, uneven layers, float64
@@ -12,7 +12,7 @@ Two parts of equal weight:
   forwards and I's. A correct One-Forward-One-Backward step keeps the exercise's `other_schedule_credit`
   of each pipeline, with a message saying what zero bubble moves.
 The split cases run on one rank each, in the launch the pipelines run in."""
-from lab_src.judge import split
+from lab_src.topics.zero_bubble import judge as split
 from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
 

@@ -1,5 +1,5 @@
 """Hidden tests of q17 (tp_layers): the answer's tensor-parallel pieces on 2 and 4 ranks, in float64 (and
-once in float32), against the unsharded layers and MLP of the lab's block (judge/tp.py).
+once in float32), against the unsharded layers and MLP of the lab's block (topics/tensor_parallel/judge_layers.py).
 
 Four parts, each a quarter of the points:
     communication functions   CopyToTensorParallel and ReduceFromTensorParallel: outputs, gradients and
@@ -13,7 +13,7 @@ Four parts, each a quarter of the points:
 from __future__ import annotations
 
 from lab_src.judge.problems import stamped
-from lab_src.judge.tp import judge_part
+from lab_src.topics.tensor_parallel.judge_layers import judge_part
 from lab_src.pipeline.config import LabConfig
 
 from .common import Item, case_problems

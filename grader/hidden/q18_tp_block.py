@@ -1,5 +1,5 @@
 """Hidden tests of q18 (tp_block): the answer's tensor-parallel block on 2 and 4 ranks, in float64,
-against the unsharded block (judge/tp_block.py), then the digits model trained with it (judge/tp_train.py),
+against the unsharded block (topics/tensor_parallel/judge_block.py), then the digits model trained with it (topics/tensor_parallel/judge_train.py),
 and the student's predicted bytes of one training step, tensor parallel against pipeline.
 
 Five parts, each a fifth of the points:
@@ -12,7 +12,7 @@ Five parts, each a fifth of the points:
                    within q13's tolerance (1e-5 relative, float32); the grid's run has dropout off (its
                    micro-batches' masks are not slices of the whole batch's)
     prediction     `predicted_bytes()` of the answer cell (parsed, never run): the bytes one training step of
-                   the digits model moves with t = 2 and with p = 2, as the lab counts them (pipeline/tp_traffic.py)
+                   the digits model moves with t = 2 and with p = 2, as the lab counts them (topics/tensor_parallel/traffic.py)
 """
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from pathlib import Path
 
 from lab_src.judge.numeric import NotANumber, read_numbers
 from lab_src.judge.problems import Problem, stamped
-from lab_src.judge.tp_block import judge_part
-from lab_src.judge.tp_train import judge_training
+from lab_src.topics.tensor_parallel.judge_block import judge_part
+from lab_src.topics.tensor_parallel.judge_train import judge_training
 from lab_src.pipeline.config import LabConfig
-from lab_src.pipeline.digits import DIGITS
-from lab_src.pipeline.tp_traffic import PREDICTION, PREDICTION_NAME, expected_bytes
+from lab_src.topics.training.digits import DIGITS
+from lab_src.topics.tensor_parallel.traffic import PREDICTION, PREDICTION_NAME, expected_bytes
 
 from .common import Item, case_problems
 
@@ -64,7 +64,7 @@ def single_process_curve(cfg) -> list[float]:
     import torch
 
     import lab_src.pipeline as pipeline
-    from lab_src.judge.tp_train import single_process
+    from lab_src.topics.tensor_parallel.judge_train import single_process
 
     from ..reference import cache_root
     blob = json.dumps([cfg.to_dict(), STEPS, LR, torch.__version__]).encode()

@@ -4,7 +4,7 @@ learning curves on one figure, judged as the hidden tests judge them."""
 from __future__ import annotations
 
 from lab_src.checks.common import CheckReport, errors, exercise, finish, indent, make_case, run_cases, run_dir, sources
-from lab_src.pipeline.digits import DIGITS
+from lab_src.topics.training.digits import DIGITS
 
 STEPS, LR, TEST_MICROBATCHES = 30, 1e-2, 8
 
@@ -13,11 +13,11 @@ def check() -> CheckReport:
     import time
 
     from lab_src.judge.problems import stamped
-    from lab_src.judge.training import LearningMargin, curve_tolerance, judge_training, relative_differences
-    from lab_src.pipeline.digits import Digits
-    from lab_src.pipeline.single_process import train_single_process
+    from lab_src.topics.training.judge import LearningMargin, curve_tolerance, judge_training, relative_differences
+    from lab_src.topics.training.digits import Digits
+    from lab_src.topics.training.single_process import train_single_process
     from lab_src.views import text_grid
-    from lab_src.judge.training import step_events
+    from lab_src.topics.training.judge import step_events
     ex = exercise("q13")
     srcs = sources("q13")
     cfg, margin = DIGITS, LearningMargin(0.10, 5)
@@ -32,7 +32,7 @@ def check() -> CheckReport:
     out = run.outcomes[0]
     problems = errors(out, "q13", label)
     if problems:
-        from lab_src.judge.training import with_known_cause
+        from lab_src.topics.training.judge import with_known_cause
         return finish("q13", run, stamped(with_known_cause(out, problems), "q13", label), lines)
     started = time.monotonic()
     single = train_single_process(cfg, Digits(cfg, TEST_MICROBATCHES), STEPS, LR)
@@ -66,7 +66,7 @@ def check() -> CheckReport:
             held["pipeline"] = (returned["test_accuracy"], returned["test_loss"])
         held["single process"] = (single["test_accuracy"], single["test_loss"])
         lines.append("  held out: " + ", ".join(f"{k} accuracy {a:.1%} and loss {l:.4f}" for k, (a, l) in held.items()))
-        from lab_src.views.curves import curves_figure
+        from lab_src.topics.training.curves import curves_figure
         figure = curves_figure(losses, single["losses"], tolerance=tol, held_out=held, mistaken=bool(found["curves"]),
                                title=f"q13: the digits, 4-stage pipeline vs one process ({STEPS} steps)")
         figure.savefig(folder / "curves.png", dpi=100)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from lab_src.checks.common import (UNFINISHED, CheckReport, errors, finish, indent, make_case, run_cases, run_dir,
                                    sources)
 from lab_src.pipeline.config import LabConfig
-from lab_src.pipeline.traffic import PREDICTION_CONFIG, PREDICTION_NAME
+from lab_src.topics.dp_pp.traffic import PREDICTION_CONFIG, PREDICTION_NAME
 
 GRIDS = [PREDICTION_CONFIG,
          LabConfig(num_layers=8, num_stages=4, num_microbatches=3, global_batch_size=12, tie_embeddings=True),
@@ -28,7 +28,7 @@ class GridReport(CheckReport):
         if not self.views:
             print("No run to draw: the check stopped before launching anything (see its message above).")
             return None
-        from lab_src.views.dp_pp import show_grid
+        from lab_src.topics.dp_pp.timeline import show_grid
         v = self.views[self.failed_case() if case is None else case]
         return show_grid(v["events"], v["dp"], v["pp"], v["microbatches"], v["title"], v.get("predicted"),
                          v.get("note", ""))
@@ -42,9 +42,9 @@ class GridReport(CheckReport):
 
 def check() -> CheckReport:
     from lab_src.harness.baselines import baselines_for
-    from lab_src.judge.dp_pp import failure_problems, judge_grid
+    from lab_src.topics.dp_pp.judge import failure_problems, judge_grid
     from lab_src.judge.problems import stamped
-    from lab_src.pipeline.traffic import bytes_by_kind, table, wire_bytes_by_kind
+    from lab_src.topics.dp_pp.traffic import bytes_by_kind, table, wire_bytes_by_kind
     from lab_src.views import text_grid
     srcs = sources("q14")
     prediction, why = read_prediction(srcs["q14"])
@@ -92,8 +92,8 @@ def what_if(report, **described):
     the cluster `described` (CLUSTER's keywords: nodes, ranks_per_node, intra_gbps, inter_gbps,
     intra_latency_us, inter_latency_us) beside the measured time, then the plot of predicted time
     against the number of replicas and of micro-batches on that cluster. Returns the figure."""
-    from lab_src.pipeline import network
-    from lab_src.views.traffic_plot import scaling, what_if_figure
+    from lab_src.topics.dp_pp import network
+    from lab_src.topics.dp_pp.traffic_plot import scaling, what_if_figure
     views = getattr(report, "views", None) or []
     if not isinstance(report, GridReport) or not views:
         print("No run to model: the check did not run (while autograding, checks launch nothing).")
@@ -153,8 +153,8 @@ def coordinates(outcome) -> str:
 
 def grid_view(outcome, label: str) -> dict:
     """What the pictures need of one grid case: global events and the grid's shape."""
-    from lab_src.pipeline import network
-    from lab_src.views.dp_pp import global_events, predicted_events
+    from lab_src.topics.dp_pp import network
+    from lab_src.topics.dp_pp.timeline import global_events, predicted_events
     cfg = outcome.case.config
     dp, pp, m = cfg.dp_size, cfg.num_stages, cfg.num_microbatches
     pipeline_of = {r: o.get("pipeline_group") for r, o in outcome.obs.items() if o.get("pipeline_group")}

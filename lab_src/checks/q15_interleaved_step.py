@@ -1,6 +1,6 @@
 """Visible check of q15 (interleaved_step): the step on 4 ranks with 2 chunks each (8 blocks, 4
 micro-batches) and on 2 ranks with 4 chunks each, compared with the unsharded baseline and judged
-against Interleaved 1F1B (lab_src/judge/chunks.py); and `bubble_study()`, the same step for v = 1, 2
+against Interleaved 1F1B (lab_src/topics/interleaved/judge.py); and `bubble_study()`, the same step for v = 1, 2
 and 4 chunks per rank on a configuration where compute dominates: the measured bubble beside
 (p-1)/(v·m+p-1), and what the chunks cost in messages and in activations held."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from lab_src.checks.common import (UNFINISHED, VISIBLE, CheckReport, autograding
                                    indent, make_case, run_cases, run_dir, sources)
 from lab_src.checks.experiments import skipped_under_validate
 from lab_src.grading import check_not_passed
-from lab_src.judge.chunks import check_interleaved_run, interleaved_errors
+from lab_src.topics.interleaved.judge import check_interleaved_run, interleaved_errors
 from lab_src.judge.problems import stamped
 from lab_src.judge.summary import summary
 from lab_src.pipeline.config import LabConfig
@@ -84,7 +84,7 @@ def prediction_line(path: str | None) -> str:
     not the right values: the grader grades them)."""
     from pathlib import Path
 
-    from lab_src.judge.chunks import (PREDICTION_MICROBATCHES, PREDICTION_NAME, PREDICTION_RANKS,
+    from lab_src.topics.interleaved.judge import (PREDICTION_MICROBATCHES, PREDICTION_NAME, PREDICTION_RANKS,
                                       prediction_problems)
     from lab_src.judge.numeric import NotANumber, read_numbers
     head = f"your prediction ({PREDICTION_NAME}, p = {PREDICTION_RANKS}, m = {PREDICTION_MICROBATCHES}): "
@@ -209,7 +209,7 @@ class TracedPartition(CheckReport):
 
 
 def traced_partition(cut_points: list[str], num_layers: int = 8) -> CheckReport | None:
-    """Cut the lab's model at `cut_points` by tracing it (lab_src/pipeline/traced.py) and compare the
+    """Cut the lab's model at `cut_points` by tracing it (lab_src/topics/interleaved/traced.py) and compare the
     len(cut_points) + 1 stages with your Q5 partition of the same blocks: the pieces each stage holds, their
     parameters, and each stage's output on the same input. Returns the report, passed or failed (where they
     differ, or a cut point is not in the model); `report.raise_if_failed()` raises CheckFailed. Not graded."""
@@ -223,7 +223,7 @@ def traced_partition(cut_points: list[str], num_layers: int = 8) -> CheckReport 
     from lab_src.pipeline.data import make_dataloader
     from lab_src.pipeline.model import RAN, build_model
     from lab_src.pipeline.stage import PipelineStage
-    from lab_src.pipeline.traced import CutPointError, split_by_tracing
+    from lab_src.topics.interleaved.traced import CutPointError, split_by_tracing
     if autograding():
         print("The traced partition is skipped while autograding.")
         return None
@@ -290,7 +290,7 @@ def what_crosses(cut_points: list[str], num_layers: int = 8) -> list[list[tuple]
     each stage holds and the shapes of the tensors that would travel across each cut."""
     from lab_src.pipeline.data import make_dataloader
     from lab_src.pipeline.model import build_model
-    from lab_src.pipeline.traced import split_by_tracing
+    from lab_src.topics.interleaved.traced import split_by_tracing
     cfg = LabConfig(num_layers=num_layers)
     part = split_by_tracing(build_model(cfg), cut_points)
     crossing = part.crossing(next(iter(make_dataloader(cfg, cfg.global_batch_size // cfg.num_microbatches))))

@@ -1,7 +1,7 @@
 """Visible check of q16 (zero_bubble_step, backward_input, backward_weight), in one launch:
 - the split on its own, on one rank: each stage of a 3-stage float64 model, the two halves against one
   backward() (gradients to 1e-12, added to what .grad held; the floating-point work of one backward, not a
-  second pass; nothing held after W: lab_src/judge/split.py);
+  second pass; nothing held after W: lab_src/topics/zero_bubble/judge.py);
 - the step on 4 stages with 4 micro-batches and on 3 uneven stages with 2, compared with the unsharded
   baseline, checked to be a real pipeline and judged against ZB-H1's rules ("zbh1" in
   lab_src/pipeline/schedules.py), with the time grid of F, I and W boxes, the bubble and the memory held."""
@@ -10,7 +10,7 @@ from __future__ import annotations
 from lab_src.checks.common import (UNFINISHED, VISIBLE, CheckReport, errors, exercise, finish, indent, make_case,
                                    run_cases, run_dir, sources)
 from lab_src.checks.step_check import causes_then_numbers, memory_line, why_above
-from lab_src.judge import split
+from lab_src.topics.zero_bubble import judge as split
 from lab_src.judge.problems import stamped
 from lab_src.judge.realness import check_run
 from lab_src.views import bubble, text_grid

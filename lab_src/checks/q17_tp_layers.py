@@ -1,5 +1,5 @@
 """Visible check of q17 (tp_layers): the answer's tensor-parallel pieces on 2 ranks and on 4, in float64,
-against the unsharded layers and MLP of the lab's block (judge/tp.py): the two communication functions,
+against the unsharded layers and MLP of the lab's block (topics/tensor_parallel/judge_layers.py): the two communication functions,
 the column- and row-parallel layers, then the MLP. For each it prints the collectives every rank's forward
 and backward made (read from the event record: the answer's own torch.distributed calls), and what each
 rank holds.
@@ -11,23 +11,23 @@ from __future__ import annotations
 
 from lab_src.checks.common import UNFINISHED, CheckReport, errors, finish, indent, make_case, run_cases, run_dir, sources
 from lab_src.pipeline.config import LabConfig
+from lab_src.topics.tensor_parallel.records import LAYER_PARTS
 
 CONFIGS = [(2, LabConfig(num_stages=2, global_batch_size=4, num_microbatches=2, dtype="float64")),
            (4, LabConfig(num_stages=4, global_batch_size=4, num_microbatches=2, dtype="float64", seed=5))]
-PARTS = ("copy", "reduce", "column", "row", "mlp")
 
 
 class TPReport(CheckReport):
-    """A check report whose timeline draws the tensor-parallel ranks' collectives (views/tp_timeline.py)."""
+    """A check report whose timeline draws the tensor-parallel ranks' collectives (topics/tensor_parallel/timeline.py)."""
 
-    parts = PARTS      # the parts of each case, in the order they ran (q18's report names its own)
+    parts = LAYER_PARTS      # the parts of each case, in the order they ran (q18's report names its own)
 
     def timeline(self, case: int | None = None):
         """One case's run (by default the first that failed, else the 4-rank one): every rank's collectives."""
         if not self.views:
             print("No run to draw: the check stopped before launching anything (see its message above).")
             return None
-        from lab_src.views.tp_timeline import show_tp_timeline
+        from lab_src.topics.tensor_parallel.timeline import show_tp_timeline
         failed = self.failed_case()
         v = self.views[case if case is not None else (failed if not self.ok else len(self.views) - 1)]
         return show_tp_timeline(v["events"], v["stages"], v["title"], self.parts)
@@ -35,7 +35,7 @@ class TPReport(CheckReport):
 
 def check() -> CheckReport:
     from lab_src.judge.problems import stamped
-    from lab_src.judge.tp import WHAT, judge_part
+    from lab_src.topics.tensor_parallel.judge_layers import WHAT, judge_part
     srcs = sources("q17")
     cases = [make_case("tp", cfg, srcs, "q17", stages=t, label=f"t = {t}") for t, cfg in CONFIGS]
     run = run_cases(cases, run_dir("q17"))
@@ -48,7 +48,7 @@ def check() -> CheckReport:
             problems += errs
             lines.append(UNFINISHED)
             continue
-        for part in PARTS:
+        for part in LAYER_PARTS:
             found = judge_part(part, out)
             mine = stamped(found["holds"] + found["numbers"] + found["communication"], "q17", label)
             problems += mine
@@ -63,13 +63,13 @@ def check() -> CheckReport:
 
 
 def _shape(cfg):
-    from lab_src.pipeline.tensor_parallel import batch_shape
+    from lab_src.topics.tensor_parallel.runtime import batch_shape
     return batch_shape(cfg)
 
 
 def _rounds(rounds) -> str:
-    from lab_src.judge.tp import _rounds_text
-    return _rounds_text(rounds or [])
+    from lab_src.topics.tensor_parallel.judge_layers import rounds_text
+    return rounds_text(rounds or [])
 
 
 def held_table(outcome) -> str:

@@ -1,10 +1,10 @@
 """Visible check of q18 (tp_block), in one launch:
 
 - the answer's tensor-parallel block on 2 ranks and on 4, in float64, against the unsharded block of the
-  lab's model (judge/tp_block.py), dropout off and then on: the output, the input's gradient, every shard's
+  lab's model (topics/tensor_parallel/judge_block.py), dropout off and then on: the output, the input's gradient, every shard's
   gradients, the collectives of the forward and the backward, and the replicated LayerNorms after one AdamW
   step (identical on every rank);
-- the digits model trained with it (judge/tp_train.py), t = 2 with dropout, and t = 2 x p = 2 on 4 ranks
+- the digits model trained with it (topics/tensor_parallel/judge_train.py), t = 2 with dropout, and t = 2 x p = 2 on 4 ranks
   (tensor parallel inside pipeline stages), against one process's loss curve (q13's 1e-5 in float32); and a
   plain 2-stage pipeline of the same model, for the bytes: what one step moved, tensor parallel against
   pipeline, beside the answer's `predicted_bytes()`.
@@ -18,11 +18,11 @@ from __future__ import annotations
 from lab_src.checks.common import UNFINISHED, CheckReport, errors, finish, make_case, run_cases, run_dir, sources
 from lab_src.checks.q17_tp_layers import TPReport
 from lab_src.pipeline.config import LabConfig
-from lab_src.pipeline.digits import DIGITS
+from lab_src.topics.tensor_parallel.records import BLOCK_PARTS
+from lab_src.topics.training.digits import DIGITS
 
 CONFIGS = [(2, LabConfig(num_stages=2, global_batch_size=4, num_microbatches=2, dtype="float64")),
            (4, LabConfig(num_stages=4, global_batch_size=4, num_microbatches=2, dtype="float64", seed=5))]
-PARTS = ("block", "dropout")
 STEPS, LR = 20, 1e-2
 # label -> (configuration, t, ranks)
 TRAINING = {"t = 2, dropout 0.1": (DIGITS.replace(num_stages=1, dropout=0.1, dropout_shards=2), 2, 2),
@@ -31,7 +31,7 @@ TRAINING = {"t = 2, dropout 0.1": (DIGITS.replace(num_stages=1, dropout=0.1, dro
 
 
 class BlockReport(TPReport):
-    parts = PARTS
+    parts = BLOCK_PARTS
 
     training: list = []
 
@@ -43,7 +43,7 @@ class BlockReport(TPReport):
 def curves(report):
     """The training runs of `report` (q18's check): each loss curve against one process's, and their relative
     difference per step. A report without them (autograding: the check launched nothing) draws nothing."""
-    from lab_src.views.tp_curves import curves_figure
+    from lab_src.topics.tensor_parallel.curves import curves_figure
     if not getattr(report, "training", None):
         print("No training to draw: the check did not train (see its message above).")
         return None
@@ -52,8 +52,8 @@ def curves(report):
 
 def check() -> CheckReport:
     from lab_src.judge.problems import stamped
-    from lab_src.judge.tp import _rounds_text
-    from lab_src.judge.tp_block import WHAT, judge_part
+    from lab_src.topics.tensor_parallel.judge_layers import rounds_text
+    from lab_src.topics.tensor_parallel.judge_block import WHAT, judge_part
     srcs = sources("q18")
     cases = [make_case("tp_block", cfg, srcs, "q18", stages=t, label=f"t = {t}") for t, cfg in CONFIGS]
     cases += [make_case("tp_train", cfg, srcs, "q18", stages=n, label=label, settings={"t": t, "steps": STEPS, "lr": LR})
@@ -68,7 +68,7 @@ def check() -> CheckReport:
             problems += errs
             lines.append(UNFINISHED)
             continue
-        for part in PARTS:
+        for part in BLOCK_PARTS:
             found = judge_part(part, out)
             problems += stamped(found["holds"] + found["numbers"] + found["replicated"] + found["communication"],
                                 "q18", label)
@@ -76,8 +76,8 @@ def check() -> CheckReport:
             verdict = "matches the unsharded block" if not (found["numbers"] or found["holds"]) else "see the problems"
             norms = "identical on every rank" if not found["replicated"] else "see the problems"
             lines.append(f"    {WHAT[part]}: {verdict}; LayerNorms after a step: {norms}")
-            lines.append(f"      rank 0's forward: {_rounds_text(got.get('fwd') or [])}")
-            lines.append(f"      rank 0's backward: {_rounds_text(got.get('bwd') or [])}")
+            lines.append(f"      rank 0's forward: {rounds_text(got.get('fwd') or [])}")
+            lines.append(f"      rank 0's backward: {rounds_text(got.get('bwd') or [])}")
         got = (out.obs.get(0, {}).get("tp_block") or {}).get("block") or {}
         if got.get("params") is not None:
             lines.append(f"      rank 0 holds qkv {tuple(got.get('qkv_weight_shape') or ())}, proj "
@@ -94,8 +94,8 @@ def check() -> CheckReport:
 def training_lines(outcomes, problems: list) -> tuple[list, list[str]]:
     """Judge the training runs; the lines that say how far each curve is from one process's, and the bytes."""
     from lab_src.judge.problems import stamped
-    from lab_src.judge.tp_train import curve_deviation, judge_training, single_process
-    from lab_src.pipeline.tp_traffic import measured_bytes
+    from lab_src.topics.tensor_parallel.judge_train import curve_deviation, judge_training, single_process
+    from lab_src.topics.tensor_parallel.traffic import measured_bytes
     lines = [f"\n  training the digits model, {STEPS} steps, against one process (relative, tolerance 1e-5):"]
     training, measured = [], {}
     for out in outcomes:
@@ -125,7 +125,7 @@ def training_lines(outcomes, problems: list) -> tuple[list, list[str]]:
 def bytes_lines(measured: dict) -> list[str]:
     from lab_src.checks.common import sources as answer_files
     from lab_src.judge.numeric import NotANumber, read_numbers
-    from lab_src.pipeline.tp_traffic import PREDICTION_NAME
+    from lab_src.topics.tensor_parallel.traffic import PREDICTION_NAME
     path = answer_files("q18").get("q18")
     try:
         from pathlib import Path

@@ -1,7 +1,7 @@
 """The bridge to the production API (q12, q15): your step and torch.distributed.pipelining's schedule of the
 same name (Schedule1F1B, ScheduleInterleaved1F1B) on the same stages, where compute dominates, drawn one
 above the other, with each rank's order beside the order torch's schedule ran (recorded from its calls to
-its stages: harness/kinds/torch_schedule.py).
+its stages: topics/interleaved/kind_torch.py).
 
     bridge = torch_bridge(bubbles)          # q12: reuses your m = 8 run of the bubble study, if there is one
     bridge = interleaved_bridge(v=2)        # q15

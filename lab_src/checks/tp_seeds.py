@@ -4,14 +4,14 @@
 
 The digits model is trained on t = 2 ranks with dropout 0.1, three times, with the answer's block: once
 with its own streams, then with the lab answering its `dropout.stream` calls by a wrong policy
-(harness/kinds/tp_train.py, POLICIES): the masks inside the sharded region drawn from one stream shared by
+(topics/tensor_parallel/kind_train.py, POLICIES): the masks inside the sharded region drawn from one stream shared by
 the ranks, and the replicated region's stream (the LayerNorms' side) seeded per rank. Each run is set
 against one process's curve (the same seed, batches and masks as pipeline/dropout.py defines them), and
 the replicated LayerNorms are compared between the two ranks at the end. Not graded.
 """
 from __future__ import annotations
 
-from lab_src.pipeline.digits import DIGITS
+from lab_src.topics.training.digits import DIGITS
 
 STEPS, LR = 20, 1e-2
 CONFIG = DIGITS.replace(num_stages=1, dropout=0.1, dropout_shards=2)
@@ -32,9 +32,9 @@ def seed_policies(steps: int = STEPS):
         print(f"The experiment trains with your block, and the check above did not pass: make it pass first.\n"
               f"  {not_passed.splitlines()[0]}", file=sys.stderr)
         return None
-    from lab_src.harness.kinds.tp_train import POLICIES
-    from lab_src.judge.tp_train import curve_deviation, single_process
-    from lab_src.views.tp_curves import curves_figure
+    from lab_src.topics.tensor_parallel.kind_train import POLICIES
+    from lab_src.topics.tensor_parallel.judge_train import curve_deviation, single_process
+    from lab_src.topics.tensor_parallel.curves import curves_figure
     srcs = sources("q18")
     cases = [make_case("tp_train", CONFIG, srcs, "q18", stages=2, label=policy,
                        settings={"t": 2, "steps": steps, "lr": LR, "seed_policy": policy}) for policy in POLICIES]

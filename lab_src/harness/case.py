@@ -70,7 +70,7 @@ class Case:
 @dataclass
 class CaseOutcome:
     case: Case
-    obs: dict[int, dict] = field(default_factory=dict)   # rank -> what it observed
+    obs: dict[int, "observed.Observed"] = field(default_factory=dict)   # rank -> what it observed (harness/observed.py)
     failure: str | None = None                            # why the case did not complete, if it did not
     stuck: "Stuck | None" = None                          # the deadlock the run was stopped in, if it was
     stopped_at: float | None = None                       # when it was stopped (time.perf_counter)
@@ -79,6 +79,10 @@ class CaseOutcome:
     # rank -> the compute operations and messages it began, [kind, micro-batch, chunk, when read], as the
     # launching process read them live from its journal (harness/runner.py `_CaseWatch`; judge/record.py)
     observed: dict[int, list] = field(default_factory=dict)
+
+    def __post_init__(self):
+        from lab_src.harness.observed import observed
+        self.obs = {r: observed(self.case.kind, o) for r, o in self.obs.items()}
 
     def errors(self) -> dict[int, dict]:
         """rank -> its error, in the plain form the judges read (`RankError.to_dict`)."""

@@ -7,7 +7,7 @@ part (it will send nothing more). Nothing can change that, so the launching proc
 (harness/runner.py) instead of waiting for the group's timeout. A send counts from the moment it
 begins (B, or P for a posted one): the watch errs towards "a message is on its way", never towards
 stopping a run that could go on. Code that journals a send and a receive as one operation would hide the
-send from it: journal each send on its own (harness/rawp2p.py does, for raw torch.distributed calls).
+send from it: journal each send on its own (topics/p2p/rawp2p.py does, for raw torch.distributed calls).
 
 After a run that did not finish, `report` gives, for each rank, the last operation it completed and
 the operation it is still waiting in:

@@ -17,6 +17,7 @@ before the ranks are forked: a rank that gets a GPU initialises CUDA itself (har
 from __future__ import annotations
 
 import ctypes
+import importlib
 import json
 import mmap
 import os
@@ -39,9 +40,12 @@ def preload() -> None:
     import torch.distributed  # noqa: F401
     import torch.distributed.launcher.api  # noqa: F401
 
-    from lab_src.harness import groups, kinds, rawp2p, runfolder, worker  # noqa: F401
+    from lab_src import topics
+    from lab_src.harness import groups, kinds, runfolder, worker  # noqa: F401
     from lab_src.pipeline import data, model, trace, waiting  # noqa: F401
     kinds.runners()
+    for recorder in topics.recorders():
+        importlib.import_module(recorder)
 
 
 def die_with_parent() -> None:

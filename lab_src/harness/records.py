@@ -29,7 +29,7 @@ def gave_up_waiting(message: str, kind: str = "") -> str | None:
     return None
 
 
-# the attribute harness/rawp2p.py sets on an exception that left a call of q11's function: that call, in words
+# the attribute topics/p2p/rawp2p.py sets on an exception that left a call of q11's function: that call, in words
 Q11_CALL = "lab_q11_call"
 
 

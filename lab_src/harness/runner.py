@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from lab_src.harness import deadlock, own_time, runfolder, sandbox
+from lab_src.harness.observed import observed
 from lab_src.harness.case import Case, CaseOutcome, Run
 from lab_src.harness import warm_launch
 from lab_src.harness.launcher import Launch, launch, launch_groups, worker_env  # noqa: F401 - worker_env: scripts
@@ -349,7 +350,7 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
             for r in range(case.stages):
                 o = _load_obs(runfolder.obs_path(run_dir, case.index, r))
                 if o is not None:
-                    outcome.obs[r] = o
+                    outcome.obs[r] = observed(case.kind, o)
             if len(outcome.obs) == case.stages:
                 continue
             blamed = blame_loading(watches, remaining, result)

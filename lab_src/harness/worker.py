@@ -19,6 +19,7 @@ of a timeout.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import io
 import json
 import os
@@ -215,13 +216,14 @@ def main(spec_path: str) -> int:
     from lab_src.exercises import running_for
     from lab_src.harness import groups as process_groups
     from lab_src.harness import runfolder
-    from lab_src.harness import case_barrier, kinds, rawcoll, rawp2p, sandbox
+    from lab_src import topics
+    from lab_src.harness import case_barrier, kinds, observed, sandbox
     from lab_src.harness.case import Case
     from lab_src.pipeline import data, model, trace, waiting
 
     runners = kinds.runners()
-    rawp2p.install()     # raw torch.distributed messages (q11) are recorded like the stage's own
-    rawcoll.install()    # and raw collectives (q17) like q14's all-reduces
+    for recorder in topics.recorders():     # what the topics record beside the stage's own operations: raw
+        importlib.import_module(recorder).install()     # torch.distributed messages (q11), collectives (q17)
     ctx = process_groups.init(spec["timeout_s"])
     store = dist.distributed_c10d._get_default_store()      # the case's barriers (harness/case_barrier.py)
     groups = process_groups.PipeGroups(ctx)
@@ -253,7 +255,7 @@ def main(spec_path: str) -> int:
             data.CREATED["dataloaders"] = 0
             tracer = trace.Tracer(rank, write_op, sync, label=str(index))
             case_barrier.begin(store, index, rank, stages, ctx.timeout_s)
-            obs = {"kind": case.kind, "rank": rank, "stages": stages, "error": None}
+            obs = observed.record_class(case.kind)(kind=case.kind, rank=rank, stages=stages, error=None)
             if timeouts.get(qid, 0) >= SKIP_AFTER_TIMEOUTS:
                 obs["error"] = RankError("NotRun", f"not run: {SKIP_AFTER_TIMEOUTS} earlier cases of {qid} "
                                                    f"deadlocked or timed out").to_dict()
@@ -285,7 +287,7 @@ def main(spec_path: str) -> int:
             case_barrier.finish()
             final = runfolder.obs_path(run_dir, index, rank)
             tmp = final.with_name(f".{final.name}.tmp")
-            torch.save(obs, tmp)
+            torch.save(obs.plain(), tmp)
             os.replace(tmp, final)
             tracer.finished()
         flag = torch.tensor([failed], device=ctx.device)

@@ -6,7 +6,8 @@ and what probably went wrong:
     [q08] rank 3, micro-batch 2: the outputs match the baseline's micro-batch 1 ...
 
 A problem may be a *consequence* of another (ranks left waiting by a rank that raised): those are
-listed after the causes, and labelled (judge/failures.py orders them, judge/summary.py says each once).
+listed after the causes, and labelled (judge/failures.py makes the problems of a rank's error and orders
+them, judge/summary.py says each once). This module imports no other judge: every judge imports it.
 
 What a problem *is*, where that decides something (the credit of an item, the order problems are told
 in), is its `kind`, set where it is made; the message is only what the student reads.
@@ -21,9 +22,6 @@ import enum
 import re
 from dataclasses import dataclass, field, replace
 
-from lab_src.harness.records import gave_up_waiting
-from lab_src.pipeline.schedules import Op
-from lab_src.pipeline.trace import op_text, unpack
 
 
 class Kind(enum.Enum):
@@ -82,74 +80,3 @@ def sanitize(text: str) -> str:
     text = _GLOO_NOISE.sub("", text)
     text = _ANSWER_COPY.sub(r"\1", text)
     return _LIBRARY_PATH.sub(lambda m: m.group(0).rsplit("/", 1)[-1], text)
-
-
-def from_error(rank: int, error: dict, ring: int | None = None) -> Problem:
-    """A problem from an exception a rank recorded, with the operation it was in and the student's line
-    (a `Kind.WAIT` when the rank gave up waiting in it).
-    `ring`: the ranks form a ring of this many (interleaved: the neighbour of rank 0 is rank ring - 1)."""
-    problem_kind = Kind.MISTAKE
-    msg = f"{error['type']}: {sanitize(error['message'])}" if error["type"] != "NotRun" else error["message"]
-    if error.get("pending"):
-        kind, mb, peer, chunk = unpack(error["pending"])
-        if isinstance(peer, list):      # a collective, over these ranks
-            op = f"{kind} over ranks {peer}"
-        else:
-            op = op_text(kind, mb, chunk, ring is not None) + (f" with rank {peer}" if peer is not None else "")
-        gave_up = gave_up_waiting(error["message"], error["type"])
-        if gave_up:
-            problem_kind = Kind.WAIT
-        if gave_up == "stopped":
-            unmet = "that not every member joined" if isinstance(peer, list) else "for a message that never came"
-            msg = f"waited in {op} {unmet}; every rank was waiting, so the check stopped the run"
-        elif gave_up and isinstance(peer, list):
-            msg = (f"waited in {op} until the {'timeout' if gave_up == 'timeout' else 'others gave up'}: not every "
-                   f"member joined it. Every rank of the group must call the same all-reduces in the same order "
-                   f"({error['type']})")
-        elif gave_up == "timeout":
-            msg = (f"waited in {op} until the timeout: no matching message arrived. Check that every "
-                   f"send has a receive on the peer, in the same order ({error['type']})")
-        elif gave_up == "peer":
-            msg = (f"waited in {op} until the peer gave up (its connection closed, after its own timeout or "
-                   f"crash): no matching message arrived")
-        else:
-            msg = f"failed in {op}: {msg}"
-        wrong = wrong_peer(rank, kind, peer, ring)
-        if wrong:
-            msg += f"\n    {wrong}"
-    elif error["type"] == "StopIteration":
-        msg = exhausted(error)
-    msg += student_line(error)
-    return Problem(msg, rank=rank, microbatch=error["pending"][2] if error.get("pending") else None, kind=problem_kind)
-
-
-def exhausted(error: dict) -> str:
-    """A bare StopIteration (its message is empty): the step asked the dataloader for one micro-batch too many."""
-    said = sanitize(error.get("message") or "").strip()
-    return ("StopIteration" + (f": {said}" if said else "") + ": the step asked data_iter for a micro-batch after the "
-            "last one, so this rank ran more forwards than num_microbatches. Count the forwards of each part of the "
-            "step: in 1F1B, a warm-up of p - r - 1 forwards is more than m when there are fewer micro-batches than "
-            "stages; the warm-up is min(p - r - 1, m)")
-
-
-def student_line(error: dict) -> str:
-    """'\n    at q07_pipeline_communicate.py line 12, in ...: <the line>' for the innermost frame of the
-    answer under test (harness/worker.py names those frames by the answer's file), or ''."""
-    where = [w for w in error.get("where", []) if w[0].startswith("q")]
-    if not where:
-        return ""
-    file, line, fn, text = where[-1]
-    return f"\n    at {file} line {line}, in {fn}: {text}"
-
-
-def wrong_peer(rank: int, kind: str, peer, ring: int | None = None) -> str | None:
-    """Why `peer` is the wrong partner for `kind` on `rank`, or None if it is the right one. `ring`: the
-    ranks form a ring of this many (interleaved), where rank ring - 1 and rank 0 are neighbours too."""
-    op = Op.of(kind)
-    if peer is None or op is None or op.is_compute or isinstance(peer, list):
-        return None
-    right = rank + 1 if op.towards_next else rank - 1
-    if peer == right or (ring and peer == right % ring):
-        return None
-    return f"wrong peer: in {kind}, {op.describe_peer(rank, rank + 2)}, not rank {peer}"
-

@@ -10,7 +10,7 @@ through this stage's part of the graph and returns the gradient of `input`, to s
 stage. On the last stage `output` is the loss and `output_grad` is None.
 
 `send` and `recv` take the model chunk they work for (0 unless the rank holds several: see
-pipeline/chunked.py); it is recorded with the message.
+topics/interleaved/chunked.py); it is recorded with the message.
 
 `send` and `recv` (and `post_recv`) are the only way stages exchange tensors: they are traced, and they
 check what they are given, so that a mistake is reported where it happens rather than as a hang or a

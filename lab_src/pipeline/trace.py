@@ -6,7 +6,8 @@ collective (q14's all-reduces):
     (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk, held[, group])
 
 `rank` and `peer` are pipeline ranks; `kind` is an operation of `schedules.Op` ("forward", "send_forward",
-...) or a collective of COLLECTIVES ("allreduce_dp", "allreduce_tied", q17's "allreduce_tp", ...); `chunk` is the model chunk of the
+...) or a collective of COLLECTIVES, which the topics declare (q14's "allreduce_dp", q17's "allreduce_tp", ...:
+lab_src/topics/<topic>/__init__.py); `chunk` is the model chunk of the
 rank (0 unless the schedule is interleaved); `held` is the activation memory the rank holds when the
 operation ends: bytes of tensors saved for backward and not yet freed (harness/memory.py counts them while a
 pipeline case runs its step; 0 where nothing was counted); `group`, for a collective only, the global ranks
@@ -27,15 +28,15 @@ import time
 from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 
+from lab_src import topics
 from lab_src.pipeline.ops import Op
 
 COMPUTE = tuple(o.value for o in Op if o.is_compute)
 SENDS = tuple(o.value for o in Op if o.is_send)
 RECVS = tuple(o.value for o in Op if o.is_recv)
-# Collectives, by what they reduce: the data-parallel gradient average, the tied embedding's gradient sum;
-# and the raw collectives of a tensor-parallel answer (q17, recorded by harness/rawcoll.py).
-TP_COLLECTIVES = ("allreduce_tp", "allgather_tp", "reducescatter_tp", "broadcast_tp", "reduce_tp")
-COLLECTIVES = ("allreduce_dp", "allreduce_tied") + TP_COLLECTIVES
+# Collectives, as the topics declare them (q14's data-parallel average and tied-embedding sum, the raw
+# collectives of a tensor-parallel answer, ...)
+COLLECTIVES = tuple(e.name for e in topics.event_kinds() if e.collective)
 KINDS = tuple(o.value for o in Op) + COLLECTIVES
 # A case's barrier (harness/case_barrier.py), journalled for the deadlock watch only: not an event of the
 # run, and not the operation a rank's error names
@@ -248,7 +249,7 @@ class Posted:
 
     @contextlib.contextmanager
     def posting(self):
-        """Around the call that posts it: the rank is in this operation (so harness/rawp2p.py, which records
+        """Around the call that posts it: the rank is in this operation (so topics/p2p/rawp2p.py, which records
         raw torch.distributed calls made outside any operation, leaves it to this record)."""
         t = self.tracer
         if t is None:

@@ -3,27 +3,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lab_src import topics
 from lab_src.views.bubble import bytes_sent, measured_bubble, theoretical_bubble, theory_text, zero_bubble_text
 from lab_src.pipeline.trace import SENDS, Event, op_text
 from lab_src.views.clocks import clock_offsets, shift
 from lab_src.pipeline.matching import Matching, match
 
 COLORS = {"forward": "#4c78a8", "backward": "#f58518", "send": "#54a24b", "recv": "#9e9e9e",
-          "idle": "#f1f1f1", "cursor": "#d62728", "wait": "#d62728", "allreduce_dp": "#9467bd",
-          "allreduce_tied": "#e377c2", "backward_input": "#d4621b", "backward_weight": "#eeca3b",
-          "allreduce_tp": "#17becf", "allgather_tp": "#bcbd22", "reducescatter_tp": "#8c564b",
-          "broadcast_tp": "#7f7f7f", "reduce_tp": "#7f7f7f"}
-COLLECTIVE_LABELS = {"allreduce_dp": "data-parallel all-reduce", "allreduce_tied": "tied-embedding all-reduce",
-                     "allreduce_tp": "tensor-parallel all-reduce", "allgather_tp": "tensor-parallel all-gather",
-                     "reducescatter_tp": "tensor-parallel reduce-scatter", "broadcast_tp": "broadcast",
-                     "reduce_tp": "reduce"}
-# a backward split in two (zero bubble, q16): each half in its own colour, named in the legend when drawn
-SPLIT_LABELS = {"backward_input": "I: input's gradient", "backward_weight": "W: weights' gradients"}
+          "idle": "#f1f1f1", "cursor": "#d62728", "wait": "#d62728",
+          **{e.name: e.colour for e in topics.event_kinds()}}
+# what a legend calls the kinds the topics declare: collectives, and compute boxes of their own (zero bubble's
+# split backward, each half in its own colour), named only when drawn
+COLLECTIVE_LABELS = {e.name: e.label for e in topics.event_kinds() if e.collective}
+BOX_LABELS = {e.name: e.label for e in topics.event_kinds() if not e.collective}
 
 
 def legend_kinds(events) -> tuple:
     """The kinds of a run's events that the legend names only when they are drawn: collectives, split backwards."""
-    return tuple(sorted({e.kind for e in events if e.is_collective or e.kind in SPLIT_LABELS}))
+    return tuple(sorted({e.kind for e in events if e.is_collective or e.kind in BOX_LABELS}))
 
 
 def box_color(e: Event, chunks: int = 1) -> str:

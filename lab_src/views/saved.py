@@ -17,7 +17,7 @@ def case_view(outcome) -> dict:
     """What the timeline needs of one case (a `harness.runner.CaseOutcome`): its events and its shape,
     and for a run that did not finish, where each rank was left (`waits`, `ends`) and why (`verdict`)."""
     case = outcome.case
-    layers = [len(outcome.obs.get(r, {}).get("layers") or []) for r in range(case.stages)]
+    layers = [len(outcome.obs[r].optional("layers") or []) if r in outcome.obs else 0 for r in range(case.stages)]
     return {"events": outcome.events(recovered=True), "stages": case.stages, "microbatches": case.microbatches,
             "schedule": case.schedule, "stage_layers": layers if all(layers) else None, "label": case.label,
             "waits": outcome.waits(), "ends": [list(e) for e in outcome.ends()], "verdict": verdict(outcome)}

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, SPLIT_LABELS, Timeline, box_color, box_label,
+from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, BOX_LABELS, Timeline, box_color, box_label,
                                    collective_calls, legend_kinds, wait_label)
 
 ROW = 0.7     # height of a compute box, in rows
@@ -123,7 +123,7 @@ def legend_handles(collectives: tuple = (), chunks: int = 1, unfinished: bool = 
                     Patch(facecolor=COLORS["idle"], hatch="///", edgecolor="#c8c8c8", label="idle (bubble)"),
                     Line2D([], [], color="#555", marker=">", markersize=5, lw=1, label="message: send → receive")] + \
         [Patch(color=COLORS[k], label=COLLECTIVE_LABELS[k]) for k in COLLECTIVE_LABELS if k in collectives] + \
-        [Patch(color=COLORS[k], label=SPLIT_LABELS[k]) for k in SPLIT_LABELS if k in collectives]
+        [Patch(color=COLORS[k], label=BOX_LABELS[k]) for k in BOX_LABELS if k in collectives]
 
 
 def figure(timelines: list[Timeline], title: str = "", memory_unit: str = "bytes") -> TimelineFigure:

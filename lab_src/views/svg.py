@@ -11,7 +11,7 @@ import math
 from html import escape
 
 from lab_src.views import memory
-from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, SPLIT_LABELS, Timeline, box_color, box_label,
+from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, BOX_LABELS, Timeline, box_color, box_label,
                                    collective_calls, describe, describe_wait, legend_kinds, wait_label)
 
 LEFT, RIGHT, TOP, ROW_H, BOX_H, BAR_H, AXIS_H, LEGEND_H = 62, 118, 10, 46, 28, 10, 36, 22
@@ -83,7 +83,7 @@ def _legend_items(collectives: tuple, chunks: int, unfinished: bool) -> list[tup
              ("box", "url(#pp-idle)", "idle (bubble)", BOX_H)]
     items += [("box", COLORS[k], COLLECTIVE_LABELS[k].replace("-embedding", ""), BAR_H) for k in COLLECTIVE_LABELS
               if k in collectives]
-    items[2:2] = [("box", COLORS[k], SPLIT_LABELS[k], BOX_H) for k in SPLIT_LABELS if k in collectives]
+    items[2:2] = [("box", COLORS[k], BOX_LABELS[k], BOX_H) for k in BOX_LABELS if k in collectives]
     if unfinished:
         items = [("wait", None, "left waiting", BOX_H)] + [i for i in items if i[2] != "idle (bubble)"]
     return items + [("arrow", None, "message: send → receive", BAR_H)]

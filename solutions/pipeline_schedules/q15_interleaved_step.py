@@ -286,7 +286,7 @@ bridge.figure() if bridge else None
 # is enough: `"blocks.3"` means "stage 1 begins where the forward enters `blocks.3`". Each node goes to the
 # stage of the last cut point before it, and `torch.fx.passes.split_module` builds one module per stage; the
 # values that cross a cut become the outputs of one stage and the inputs of the next.
-# (`lab_src/pipeline/traced.py` does this in about forty lines.)
+# (`lab_src/topics/interleaved/traced.py` does this in about forty lines.)
 #
 # Set `CUT_POINTS`, in the cell below, to the cut points that give the same stages as your Q5 for 8 blocks
 # on 3 stages. The cell after it traces the model, cuts it there, and compares each traced stage with the

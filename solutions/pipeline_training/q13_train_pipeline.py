@@ -33,7 +33,7 @@
 # scikit-learn ships a small data set of 1,797 handwritten digits: 8x8 pixels, each one of 17 grey
 # levels (0 to 16). It lives inside the scikit-learn package, so it works on a machine without network
 # (many course hubs have none), and it is small enough that two CPU cores train a classifier on it in
-# minutes. The lab reads it in `lab_src.pipeline.digits`:
+# minutes. The lab reads it in `lab_src.topics.training.digits`:
 #
 # - an image becomes a sequence of 64 tokens, its pixels row by row; a token is a grey level, so the
 #   vocabulary has 17 entries and the model of the earlier notebooks is used unchanged;

@@ -78,7 +78,7 @@ from lab_src.checks import check
 # ## First, predict the traffic
 #
 # Before you run anything, predict how many bytes one step sends on the 2 × 2 grid the check runs first:
-# `lab_src.pipeline.traffic.PREDICTION_CONFIG`, that is 4 blocks (hidden 32, 4 heads, sequence 16,
+# `lab_src.topics.dp_pp.traffic.PREDICTION_CONFIG`, that is 4 blocks (hidden 32, 4 heads, sequence 16,
 # vocabulary 64), global batch 24, 3 micro-batches per replica, 2 replicas of a 2-stage pipeline, tied
 # embeddings, float32 (4 bytes a number). Count, summed over all four ranks:
 #
@@ -93,7 +93,7 @@ from lab_src.checks import check
 
 # %%
 from lab_src import build_model
-from lab_src.pipeline.traffic import PREDICTION_CONFIG
+from lab_src.topics.dp_pp.traffic import PREDICTION_CONFIG
 
 _model = build_model(PREDICTION_CONFIG.replace(tie_embeddings=False))
 for _name, _piece in [("embed", _model.embed), ("one block", _model.blocks[0]), ("head", _model.head)]:

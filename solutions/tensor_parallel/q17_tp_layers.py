@@ -48,7 +48,7 @@
 # %%
 # %load_ext lab_src
 from lab_src.checks import check
-from lab_src.views.tp_figure import tp_figure
+from lab_src.topics.tensor_parallel.figure import tp_figure
 
 tp_figure(t=2)
 

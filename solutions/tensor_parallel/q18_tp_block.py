@@ -44,7 +44,7 @@
 # %%
 # %load_ext lab_src
 from lab_src.checks import check
-from lab_src.views.tp_block_figure import tp_block_figure
+from lab_src.topics.tensor_parallel.block_figure import tp_block_figure
 
 tp_block_figure(t=2)
 

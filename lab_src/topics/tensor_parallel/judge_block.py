@@ -1,0 +1,220 @@
+"""The judge of q18's tensor-parallel block (the "tp_block" case kind, topics/tensor_parallel/kind_block.py).
+
+What each rank should have got is computed here from the unsharded block of the case's configuration,
+run once in this process on the inputs the seed draws (topics/tensor_parallel/runtime.py), with dropout drawn as
+pipeline/dropout.py defines it for t shards. Per part ("block": dropout off; "dropout": on) and rank:
+
+    numbers         the output, the input's gradient, every shard's weight and bias gradients (qkv by
+                    heads, proj by its heads' columns, the MLP's up and down, the whole LayerNorms) against
+                    the unsharded block's (float64 to 1e-10); with dropout on, a wrong output is read for its
+                    cause: outputs that differ between the ranks mean the replicated region drew different
+                    masks on different ranks; outputs equal on every rank but not the single process's mean the
+                    masks inside the sharded region (the attention of each rank's heads) were not each
+                    shard's own
+    replicated      the LayerNorms' weights and biases after one AdamW step: identical on every rank (that
+                    they are the single process's follows from their gradients, judged under numbers)
+    communication   one all-reduce of the activation after the attention and one after the MLP in the forward,
+                    one before each in the backward (kind, bytes, group); extra or missing rounds named
+    holds           qkv (3h/t, h), proj (h, h/t), 1/t of the four matrices
+
+`judge_part(part, outcome)` returns {"numbers", "replicated", "communication", "holds"} problems.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from lab_src.judge.problems import Problem
+from lab_src.topics.tensor_parallel.judge_layers import KIND_WORDS, TOLERANCE, round_key, rounds_text, close
+from lab_src.topics.tensor_parallel import runtime as tpmod
+from lab_src.topics.tensor_parallel.records import BLOCK_DROPOUT, part_config
+from lab_src.pipeline.model import build_piece
+
+WHAT = {"block": "the block (dropout off)", "dropout": f"the block with dropout {BLOCK_DROPOUT}"}
+GRADS = {"qkv": "qkv (column parallel by heads)", "proj": "proj (row parallel)", "up": "the MLP's up",
+         "down": "the MLP's down", "attn_norm": "the attention's LayerNorm", "mlp_norm": "the MLP's LayerNorm"}
+NORMS = ("attn_norm", "mlp_norm")
+LR = 1e-2
+
+
+@functools.lru_cache(maxsize=16)
+def _full(part: str, cfg, t: int) -> dict:
+    """The unsharded block's run: output, input gradient, parameter gradients, LayerNorms after AdamW."""
+    block = build_piece(part_config(part, cfg, t), tpmod.BLOCK)
+    block.train()
+    data = tpmod.block_inputs(cfg)
+    x = data["x"].clone().requires_grad_()
+    y = block(x)
+    y.backward(data["grad"])
+    grads = {n: q.grad.detach().clone() for n, q in block.named_parameters()}
+    torch.optim.AdamW(block.parameters(), lr=LR).step()
+    after = {n: q.detach().clone() for n, q in block.named_parameters() if n.split(".")[0] in NORMS}
+    return {"out": y.detach(), "in_grad": x.grad.detach(), "grads": grads, "after": after, "block": block}
+
+
+def expected(part: str, cfg, t: int) -> list[dict]:
+    """Per rank: the tensors it should record (keys as the rank records them) and its collectives."""
+    full = _full(part, cfg, t)
+    g, block = full["grads"], full["block"]
+    h, heads = cfg.hidden_size, cfg.num_heads
+    act = full["out"].numel() * full["out"].element_size()
+    one = [["allreduce_tp", act, list(range(t))]] * 2
+    shapes = {"qkv": [3 * h // t, h], "proj": [h, h // t], "up": [4 * h // t, h], "down": [h, 4 * h // t],
+              "attn_norm": [h], "mlp_norm": [h]}
+    params = (3 * h * h + 3 * h + h * h + 4 * h * h + 4 * h + 4 * h * h) // t + h + h + 4 * h
+    out = []
+    for r in range(t):
+        rows = tpmod.heads_rows(h, heads, r, t)
+        want = {"out": full["out"], "in_grad": full["in_grad"],
+                "qkv_weight_grad": g["qkv.weight"][rows], "qkv_bias_grad": g["qkv.bias"][rows],
+                "proj_weight_grad": tpmod.shard(g["proj.weight"], r, t, 1), "proj_bias_grad": g["proj.bias"],
+                "up_weight_grad": tpmod.shard(g["up.weight"], r, t, 0), "up_bias_grad": tpmod.shard(g["up.bias"], r, t, 0),
+                "down_weight_grad": tpmod.shard(g["down.weight"], r, t, 1), "down_bias_grad": g["down.bias"],
+                "fwd": one, "bwd": one, "params": params,
+                "full_params": sum(q.numel() for q in block.parameters())}
+        for key in NORMS:
+            want[f"{key}_weight_grad"], want[f"{key}_bias_grad"] = g[f"{key}.weight"], g[f"{key}.bias"]
+            want[f"{key}_weight_after"], want[f"{key}_bias_after"] = full["after"][f"{key}.weight"], \
+                full["after"][f"{key}.bias"]
+        want.update({f"{k}_weight_shape": v for k, v in shapes.items()})
+        out.append(want)
+    return out
+
+
+def _name(key: str) -> str:
+    if key == "out":
+        return "the output"
+    if key == "in_grad":
+        return "the input's gradient"
+    mod, what = key.rsplit("_", 2)[0], key.rsplit("_", 2)[1]
+    return f"{GRADS[mod]}'s {what} gradient"
+
+
+def numbers(part: str, r: int, t: int, got: dict, want: dict, tol: float, outs: list) -> list[Problem]:
+    if got.get("returned"):
+        return [Problem(f"tp_block returned {got['returned']}", rank=r)]
+    if got.get("out_shape") is not None:
+        return [Problem(f"{WHAT[part]}'s output has shape {tuple(got['out_shape'])}; the block's is "
+                        f"{tuple(want['out'].shape)}: every rank returns the whole output", rank=r)]
+    if got.get("no_graph"):
+        return [Problem(f"the output of {WHAT[part]} has no autograd graph (grad_fn is None)", rank=r)]
+    keys = ["out", "in_grad"] + [k for k in want if k.endswith("_grad") and k != "in_grad"]
+    for key in keys:
+        if close(got.get(key), want[key], tol):
+            continue
+        v = got.get(key)
+        if not isinstance(v, torch.Tensor) or tuple(v.shape) != tuple(want[key].shape):
+            return [Problem(f"{_name(key)} of {WHAT[part]} has "
+                            f"{'shape ' + str(tuple(v.shape)) if isinstance(v, torch.Tensor) else 'nothing (None)'}; "
+                            f"the unsharded block's is {tuple(want[key].shape)}", rank=r)]
+        err = float((v.double() - want[key].double()).abs().max())
+        text = f"{_name(key)} of {WHAT[part]} differs from the unsharded block's by up to {err:.3g}"
+        if key == "out" and part == "dropout":
+            text += _dropout_cause(r, outs, tol)
+        return [Problem(text, rank=r)]     # the gradients of a wrong output say nothing more
+    return []
+
+
+def _dropout_cause(r: int, outs: list, tol: float) -> str:
+    """Why a dropout output is wrong, read from every rank's output (data, not text)."""
+    mine = outs[r]
+    others = [o for k, o in enumerate(outs) if k != r and isinstance(o, torch.Tensor)]
+    if any(not close(mine, o, tol) for o in others):
+        return (". The output differs between the ranks: outside the sharded region (the residual stream, "
+                "around the replicated LayerNorms) every rank must draw the same mask, from the shared stream, "
+                "dropout.stream(block.seed, block.name). Seeded per rank, the replicated activations (and the "
+                "LayerNorms' gradients and weights) drift apart between ranks")
+    return (". It is the same on every rank, but not the single process's: the masks inside the sharded region "
+            "(the attention probabilities of this rank's heads) must each be this shard's own, drawn from "
+            "dropout.stream(block.seed, block.name, shard=tp.rank). A mask shared by the ranks drops the same "
+            "positions in every shard's heads, which the unsharded model never does")
+
+
+def replicated(part: str, t: int, obs: list) -> list[Problem]:
+    """The LayerNorms after one AdamW step: identical on every rank."""
+    out = []
+    for key in NORMS:
+        for name in ("weight", "bias"):
+            k = f"{key}_{name}_after"
+            have = [o.get(k) if o else None for o in obs]
+            if any(not isinstance(v, torch.Tensor) for v in have):
+                continue        # the part did not get that far (its problem is said elsewhere)
+            if any(not torch.equal(have[0], v) for v in have[1:]):
+                spread = max(float((have[0].double() - v.double()).abs().max()) for v in have[1:])
+                out.append(Problem(f"{GRADS[key]}'s {name} differs between the ranks after one AdamW step (by up "
+                                   f"to {spread:.3g}): a replicated parameter must stay identical everywhere, which "
+                                   f"it does only if every rank computes the same gradient for it (the same input, "
+                                   f"the same masks outside the sharded region)"))
+    return out
+
+
+def communication(part: str, r: int, got: dict, want: dict) -> list[Problem]:
+    out = []
+    for phase, word in (("fwd", "forward"), ("bwd", "backward")):
+        have, need = got.get(phase) or [], want[phase]
+        if sorted(map(round_key, have)) == sorted(map(round_key, need)):
+            continue
+        kinds = [k for k, _, _ in have]
+        why = ""
+        if any(tuple(g) != tuple(need[0][2]) for _, _, g in have):
+            why = ": over the wrong ranks; the tensor-parallel group is tp.group"
+        elif "allgather_tp" in kinds:
+            why = (". An all-gather is an extra round: q, k, v stay sharded by heads, each rank's attention "
+                   "output is exactly the input its row-parallel proj needs")
+        elif kinds.count("allreduce_tp") > 2:
+            why = (". The block needs one round per sub-layer each way (after proj and after the MLP's down in the "
+                   "forward; before qkv and before up in the backward). Three column-parallel layers for q, k "
+                   "and v each copy into the region: one copy before one qkv layer is enough")
+        elif len(have) < 2:
+            why = ": each of the two sub-layers (attention, MLP) reduces once each way"
+        out.append(Problem(f"{WHAT[part]}'s {word} made {rounds_text(have)}; it needs {rounds_text(need)}{why}",
+                           rank=r))
+    return out
+
+
+def holds(part: str, r: int, t: int, got: dict, want: dict) -> list[Problem]:
+    out = []
+    for key in ("qkv", "proj"):
+        have, need = got.get(f"{key}_weight_shape"), want[f"{key}_weight_shape"]
+        if have != need:
+            out.append(Problem(f"{GRADS[key]}'s weight held has shape {tuple(have) if have else None}; rank {r}'s "
+                               f"shard has shape {tuple(need)} (" + (
+                                   "the q, k and v rows of its heads" if key == "qkv" else
+                                   "the input features of its heads") + ")", rank=r))
+    if not out and got.get("params") != want["params"]:
+        p = got.get("params")
+        whole = p is not None and p >= want["full_params"]
+        out.append(Problem(f"this rank holds {p if p is None else format(p, ',')} parameter elements"
+                           + (f", the whole block ({want['full_params']:,})" if whole else "")
+                           + f"; its share is {want['params']:,} (1/{t} of the four matrices, the whole LayerNorms "
+                             f"and the biases added after a reduction)", rank=r))
+    return out
+
+
+def judge_part(part: str, outcome) -> dict[str, list[Problem]]:
+    cfg, t = outcome.case.config, outcome.case.stages
+    tol = TOLERANCE[cfg.dtype]
+    want = expected(part, cfg, t)
+    found = {"numbers": [], "replicated": [], "communication": [], "holds": []}
+    recs = [(outcome.obs.get(r, {}).get("tp_block") or {}).get(part) for r in range(t)]
+    outs = [(g or {}).get("out") for g in recs]
+    for r, got in enumerate(recs):
+        if got is None:
+            found["numbers"].append(Problem(f"{WHAT[part]} was not run on this rank (see the errors above)", rank=r))
+            continue
+        found["holds"] += holds(part, r, t, got, want[r])
+        if got.get("raised"):
+            line = f" ({got['line']})" if got.get("line") else ""
+            found["numbers"].append(Problem(f"{WHAT[part]} raised {got['raised']}: {got['message']}{line}", rank=r))
+            continue
+        found["numbers"] += numbers(part, r, t, got, want[r], tol, outs)
+        found["communication"] += communication(part, r, got, want[r])
+    found["replicated"] = replicated(part, t, recs)
+    if any(g is None or g.get("raised") or g.get("returned") for g in recs):
+        found["replicated"].append(Problem(f"the LayerNorms of {WHAT[part]} could not be compared after an "
+                                           f"optimizer step: the part did not run on every rank (see above)"))
+    return found
+
+
+__all__ = ["judge_part", "expected", "KIND_WORDS"]

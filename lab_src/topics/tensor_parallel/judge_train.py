@@ -1,0 +1,77 @@
+"""The judge of q18's training runs (the "tp_train" case kind, topics/tensor_parallel/kind_train.py).
+
+The single-process run is computed here (topics/training/single_process.py: the whole model, the same seed,
+batches and dropout, its attention masks drawn per shard of t as pipeline/dropout.py defines them), and
+each rank that reports a loss (the last stage's) is compared with it step by step, within q13's tolerance
+(topics/training/judge.py: CURVE_RTOL, 1e-5 relative in float32). A curve that leaves it is read for its cause:
+ranks of one stage whose curves differ drew different masks outside the sharded region (seeded per
+rank); ranks that agree with each other but not with one process drew the masks inside it wrong. The
+replicated parameters (the LayerNorms) must end training equal on the ranks of a stage.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from lab_src.judge.problems import Problem
+from lab_src.topics.training.judge import CURVE_RTOL, relative_differences
+
+
+@functools.lru_cache(maxsize=8)
+def single_process(cfg, steps: int, lr: float) -> list[float]:
+    from lab_src.topics.training.digits import Digits
+    from lab_src.topics.training.single_process import train_single_process
+    return train_single_process(cfg, Digits(cfg, 1), steps, lr)["losses"]
+
+
+def curve_deviation(got: list[float], want: list[float]) -> float:
+    return max(relative_differences(got, want)) if got and len(got) == len(want) else float("inf")
+
+
+def judge_training(outcome, steps: int, lr: float, want: list[float] | None = None) -> dict[str, list[Problem]]:
+    """{"curves": [...], "replicated": [...]}: each reporting rank's curve, and the replicas' equality.
+    `want`: one process's curve, if the caller has it (the grader keeps it on disk); else computed here."""
+    cfg, n = outcome.case.config, outcome.case.stages
+    rtol = CURVE_RTOL[cfg.dtype]
+    want = want if want is not None else single_process(cfg, steps, lr)
+    found = {"curves": [], "replicated": []}
+    curves = {r: (outcome.obs.get(r) or {}).get("losses") for r in range(n)}
+    reporting = {r: c for r, c in curves.items() if c}
+    if not reporting:
+        found["curves"].append(Problem("no rank reported a loss curve (see the errors above)"))
+    t, p = (outcome.obs.get(0) or {}).get("grid") or [1, 1]
+    for r, got in reporting.items():
+        if len(got) != len(want):
+            found["curves"].append(Problem(f"{len(got)} losses for {len(want)} steps", rank=r))
+            continue
+        diffs = relative_differences(got, want)
+        if max(diffs) <= rtol:
+            continue
+        bad = next(i for i, d in enumerate(diffs) if d > rtol)
+        peers = [c for q, c in reporting.items() if q != r and q % p == r % p and len(c) == len(got)]
+        apart = any(max(relative_differences(got, c)) > rtol for c in peers)
+        cause = (" The ranks of this stage disagree with each other: outside the sharded region they drew different "
+                 "dropout masks (the shared stream seeded per rank), so the replicated LayerNorms and residual "
+                 "stream drift apart." if apart else
+                 " The ranks agree with each other but not with one process: the masks inside the sharded region "
+                 "(each rank's heads) are not each shard's own stream's." if cfg.dropout else "")
+        found["curves"].append(Problem(
+            f"the loss curve leaves the single process's at step {bad}: {got[bad]:.6g} against {want[bad]:.6g} "
+            f"(relative difference {diffs[bad]:.1e}, tolerance {rtol:.0e}; largest over the run "
+            f"{max(diffs):.1e}).{cause}", rank=r))
+    by_stage: dict[int, list] = {}
+    for r in range(n):
+        norms = (outcome.obs.get(r) or {}).get("norms")
+        if norms:
+            by_stage.setdefault(r % p, []).append((r, norms))
+    for stage, ranks in by_stage.items():
+        (r0, first), rest = ranks[0], ranks[1:]
+        for r, norms in rest:
+            differ = [name for name, v in norms.items() if name in first and not torch.equal(v, first[name])]
+            if differ:
+                found["replicated"].append(Problem(
+                    f"after training, the replicated {', '.join(differ[:3])}{' ...' if len(differ) > 3 else ''} "
+                    f"differ between ranks {r0} and {r} of stage {stage}: replicated parameters stay identical "
+                    f"only if every rank computes the same gradient for them", rank=r))
+    return found

@@ -1,0 +1,115 @@
+"""Kind "tp_block" (q18): the answer's tensor-parallel block on the case's t ranks, one part after another.
+
+The case's `settings["parts"]` name the parts (all of records.BLOCK_PARTS by default):
+
+    block      the block of the case's configuration, dropout off: one forward from the same x on every
+               rank, a backward from the same output gradient, then one AdamW step of the module's parameters
+    dropout    the same with dropout on (`records.BLOCK_DROPOUT`), its attention masks drawn per
+               shard of t (pipeline/dropout.py), in training mode
+
+For each part the rank records (plain values and tensors, never a verdict): the output, the input's
+gradient, the shapes, values and gradients of what its module holds (qkv, proj, mlp.up, mlp.down, the two
+LayerNorms), its parameter elements, the collectives its forward and backward made, and the LayerNorms'
+weights and biases after the optimizer's step. A part that raises is recorded as such and the next runs.
+
+The answer gets q17's pieces (`q17`): in a notebook the student's q17 answer, in grading the reference's.
+"""
+from __future__ import annotations
+
+import traceback
+from types import SimpleNamespace
+
+import torch
+
+from lab_src import answers, exercises
+from lab_src.harness import observe
+from lab_src.topics.tensor_parallel.records import BLOCK_PARTS, part_config
+from lab_src.topics.tensor_parallel import rawcoll
+from lab_src.harness.case import Case
+from lab_src.topics.tensor_parallel.kind_layers import PIECES, Part, _backward, detached, piece
+from lab_src.topics.tensor_parallel import runtime as tpmod
+from lab_src.pipeline import waiting
+from lab_src.pipeline.model import build_piece
+
+LR = 1e-2
+# the sub-modules of the answer's block the lab reads, by the name the records use
+HELD = {"qkv": "qkv", "proj": "proj", "up": "mlp.up", "down": "mlp.down", "attn_norm": "attn_norm",
+        "mlp_norm": "mlp_norm"}
+NORMS = ("attn_norm", "mlp_norm")
+
+
+def q17_pieces() -> SimpleNamespace:
+    """The q17 answer's pieces, as the answer's `q17` argument."""
+    return SimpleNamespace(**{name: piece(name) for name in PIECES}, tp_layers=exercises.tp_layers)
+
+
+def sub(module, path: str):
+    for name in path.split("."):
+        module = getattr(module, name, None)
+        if module is None:
+            return None
+    return module
+
+
+def run_part(part: str, cfg, tp, tracer, rec: dict) -> None:
+    dev = tp.device
+    block = build_piece(part_config(part, cfg, tp.size), tpmod.BLOCK, dev)
+    module = exercises.tp_block(block, tp, q17_pieces())
+    if not isinstance(module, torch.nn.Module):
+        rec["returned"] = f"{type(module).__name__}, not an nn.Module"
+        return
+    module.train()
+    rec["params"] = sum(p.numel() for p in module.parameters())
+    for key, path in HELD.items():
+        m = sub(module, path)
+        w = getattr(m, "weight", None)
+        rec[f"{key}_weight_shape"] = list(w.shape) if isinstance(w, torch.Tensor) else None
+    data = tpmod.block_inputs(cfg)
+    x = data["x"].to(dev).clone().requires_grad_()
+    p = Part(tracer, rec)
+    out = module(x)
+    p.forward_done()
+    rec["out"] = detached(out)
+    if _backward(out, data["grad"].to(dev), rec):
+        p.backward_done()
+    rec["in_grad"] = detached(x.grad)
+    for key, path in HELD.items():
+        m = sub(module, path)
+        for name in ("weight", "bias"):
+            rec[f"{key}_{name}_grad"] = detached(getattr(getattr(m, name, None), "grad", None))
+    params = [q for q in module.parameters() if q.grad is not None]
+    if params:
+        torch.optim.AdamW(params, lr=LR).step()
+    for key in NORMS:
+        m = sub(module, key)
+        for name in ("weight", "bias"):
+            rec[f"{key}_{name}_after"] = detached(getattr(m, name, None))
+
+
+def run(case: Case, ctx, group, tracer, obs) -> None:
+    cfg = case.config
+    tp = tpmod.TensorParallel(ctx.rank, case.stages, group, ctx.device)
+    obs["tp_block"] = {}
+    rawcoll.CASE_RANKS[:] = range(case.stages)
+    try:
+        for part in (case.settings or {}).get("parts") or BLOCK_PARTS:
+            observe.barrier(group)
+            start = len(tracer.events)
+            rec = obs["tp_block"][part] = {}
+            try:
+                run_part(part, cfg, tp, tracer, rec)
+            except (answers.StubCalled, waiting.StoppedWaiting):
+                raise
+            except Exception as e:  # noqa: BLE001 - a part that raises is an observation; the next part runs
+                message = str(e) or (f"still the stub from the release (raise NotImplementedError()): write it "
+                                     f"in {exercises.tp_block.exercise.notebook}"
+                                     if isinstance(e, NotImplementedError) else "")
+                frames = [f for f in traceback.extract_tb(e.__traceback__) if "q18_" in (f.filename or "")]
+                rec.update(raised=type(e).__name__, message=message[:800],
+                           line=f"line {frames[-1].lineno}: {frames[-1].line}" if frames else "",
+                           rounds=[[ev.kind, ev.bytes, list(ev.group or ())]
+                                   for ev in tracer.events[start:] if ev.is_collective])
+        observe.finish_messages(None, group, tracer)
+    finally:
+        rawcoll.CASE_RANKS.clear()
+        observe.record_instrumentation(obs, tracer)

@@ -1,0 +1,108 @@
+"""Raw `torch.distributed` collectives, recorded like q14's all-reduces (q17's tensor parallelism).
+
+Students of q17 call `dist.all_reduce` (and perhaps `all_gather`, `all_gather_into_tensor`,
+`reduce_scatter_tensor`, `broadcast`, `reduce`) themselves, inside their autograd functions. Inside the
+processes of a check or of the grader, `install()` replaces those entry points of `torch.distributed` and
+`distributed_c10d` by wrappers that record each call as an `Event` of the event record (pipeline/trace.py):
+its kind (`KINDS`: "allreduce_tp", "allgather_tp", ...), the global ranks of its group, and the bytes of
+the tensor this rank handed to it. The judge of q17 (topics/tensor_parallel/judge_layers.py) counts them per forward and backward;
+the timeline draws them as it draws q14's.
+
+A blocking call is made as an asynchronous one and waited for in a wait the check can stop
+(pipeline/waiting.py), so a rank left alone in an all-reduce is reported, not hung. Calls made inside an
+operation the lab traces itself (q14's `Grid.all_reduce`, a barrier) are not recorded twice, and nothing is
+recorded outside a tracer (the worker's own bookkeeping, code run in a notebook's kernel).
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from lab_src.pipeline import trace, waiting
+
+# torch.distributed function -> the event kind it is recorded as
+KINDS = {"all_reduce": "allreduce_tp", "all_gather": "allgather_tp", "all_gather_into_tensor": "allgather_tp",
+         "reduce_scatter_tensor": "reducescatter_tp", "reduce_scatter": "reducescatter_tp",
+         "broadcast": "broadcast_tp", "reduce": "reduce_tp"}
+_ORIGINAL: dict = {}
+# the global ranks of the case running now (set by its kind): a collective over other ranks too would wait
+# for ranks that are not in the case, so it is refused at once, with the group to use
+CASE_RANKS: list = []
+
+
+class WrongGroup(ValueError):
+    """A collective over ranks outside the case's own (the default group, the whole world)."""
+
+
+def _recording() -> bool:
+    t = trace.active()
+    return t is not None and t.pending is None
+
+
+def _members(group) -> tuple:
+    try:
+        return tuple(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
+    except Exception:  # noqa: BLE001 - not a member: recorded without its ranks, the judge says so
+        return ()
+
+
+def _nbytes(name: str, bound: dict) -> tuple[tuple | None, int]:
+    """The shape and bytes of what this rank hands to the collective: its input tensor (for an all-gather,
+    its own piece; for a reduce-scatter, the whole buffer it scatters)."""
+    if name in ("all_gather", "all_gather_into_tensor"):
+        piece = bound.get("tensor", bound.get("input_tensor"))
+    elif name in ("reduce_scatter", "reduce_scatter_tensor"):
+        piece = bound.get("input", bound.get("input_list"))
+    else:
+        piece = bound.get("tensor")
+    tensors = piece if isinstance(piece, (list, tuple)) else [piece]
+    nbytes = sum(t.numel() * t.element_size() for t in tensors if hasattr(t, "numel"))
+    first = tensors[0] if tensors else None
+    return (tuple(first.shape) if hasattr(first, "shape") else None), nbytes
+
+
+def _wrapper(name: str):
+    original = _ORIGINAL[name]
+    kind = KINDS[name]
+    signature = inspect.signature(original)
+
+    def wrapper(*args, **kwargs):
+        if not _recording():
+            return original(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs).arguments
+        except TypeError:
+            return original(*args, **kwargs)     # torch's own message for a malformed call
+        shape, nbytes = _nbytes(name, bound)
+        members = _members(bound.get("group"))
+        if CASE_RANKS and not set(members) <= set(CASE_RANKS):
+            raise WrongGroup(f"{name.replace('_', '-')} over ranks {list(members)}"
+                             f"{' (the default group: no group= given)' if bound.get('group') is None else ''}, "
+                             f"but the tensor-parallel group is ranks {list(CASE_RANKS)}: pass group=tp.group")
+        with trace.span(kind, None, None, shape, nbytes, group=members):
+            bound_async = bool(bound.get("async_op"))
+            work = original(**{**bound, "async_op": True})
+            if work is not None:
+                waiting.wait(work)       # a wait the check can stop; an async_op caller's own wait() returns at once
+        return work if bound_async else None
+    wrapper.__name__, wrapper.__qualname__ = original.__name__, original.__qualname__
+    wrapper.__doc__, wrapper.__wrapped__ = original.__doc__, original
+    return wrapper
+
+
+def install() -> None:
+    """Record raw collectives in this process from now on (idempotent)."""
+    if _ORIGINAL:
+        return
+    for name in KINDS:
+        _ORIGINAL[name] = getattr(c10d, name)
+    for name in KINDS:
+        fn = _wrapper(name)
+        setattr(c10d, name, fn)
+        setattr(dist, name, fn)
+
+
+def installed() -> bool:
+    return bool(_ORIGINAL)

@@ -1,0 +1,38 @@
+"""What the tensor-parallel kinds (kind_*.py) and judges (judge_*.py) share, torch-free: the parts a q18 block
+case tries and their configurations, and the record each kind's ranks fill."""
+from __future__ import annotations
+
+from lab_src.harness.observed import Observed
+
+LAYER_PARTS = ("copy", "reduce", "column", "row", "mlp")   # q17's parts, in the order a case runs them
+BLOCK_PARTS = ("block", "dropout")                          # q18's block cases: dropout off, then on
+BLOCK_DROPOUT = 0.2             # the dropout of q18's "dropout" part: high enough that a wrong mask shows
+
+
+def block_config(cfg, t: int, dropout: float = 0.0):
+    """`cfg` with the block's dropout, its attention masks drawn per shard of t (pipeline/dropout.py)."""
+    return cfg.replace(dropout=dropout, dropout_shards=t if dropout else 1)
+
+
+def part_config(part: str, cfg, t: int):
+    """The configuration a q18 block case of `part` runs on t ranks."""
+    return block_config(cfg, t, BLOCK_DROPOUT if part == "dropout" else 0.0)
+
+
+class LayersObserved(Observed):
+    tp: dict                    # q17's part -> what the rank observed of it (kind_layers.py)
+
+
+class BlockObserved(Observed):
+    tp_block: dict              # q18's part ("block", "dropout") -> what the rank observed of it (kind_block.py)
+
+
+class TrainObserved(Observed):
+    grid: list                  # [t, p]
+    stage: int                  # the rank's pipeline stage
+    tp_ranks: list              # the global ranks of its tensor-parallel group
+    params: int                 # the parameters the rank holds
+    losses: list                # the loss after each step (the last stage's)
+    step_events: list           # per step, the events it recorded
+    sent_bytes: int             # what the rank sent to the next stage
+    norms: dict                 # the replicated LayerNorms after training
