@@ -50,12 +50,18 @@ def run_until(cmd: list[str], env: dict, *, work_started: str, timeout: float = 
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
-    lines = []
+    lines, stopped = [], False
     try:
         for line in proc.stdout:
             lines.append(line)
             if work_started in line or time.monotonic() - started > timeout:
+                stopped = True
                 break
+        if not stopped:     # its output ended: it is exiting (or closed its output and goes on: stop it then)
+            try:
+                proc.wait(max(1.0, timeout - (time.monotonic() - started)))
+            except subprocess.TimeoutExpired:
+                pass
     finally:
         code = proc.poll()
         if code is None:
