@@ -24,7 +24,7 @@ def main(argv=None) -> int:
     from grader.reference import reference_sources
     from lab_src.harness.case import Case
     from lab_src.harness.runner import run_cases
-    from lab_src.topics.training.judge import relative_differences
+    from lab_src.topics.training.records import relative_differences
     from lab_src.topics.training.digits import DIGITS, Digits
     from lab_src.topics.training.single_process import train_single_process
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

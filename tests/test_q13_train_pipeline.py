@@ -173,7 +173,7 @@ def test_labels_left_set_during_the_evaluation_are_named_as_the_cause():
     from types import SimpleNamespace
 
     from lab_src.judge.problems import Problem
-    from lab_src.topics.training.judge import labels_left_set, with_known_cause
+    from lab_src.topics.training.judge_run import labels_left_set, with_known_cause
     step = [{"microbatch": k, "training": True, "grad": True, "labelled": True} for k in range(4)]
     evaluation = [{"microbatch": 0, "training": False, "grad": False, "labelled": True}]
     obs = {3: {"forwards": step + evaluation, "step_spans": [[0, 0, 10, 4, 4]]}}

@@ -9,7 +9,8 @@ the loss reported by the last); the held-out loss and accuracy, evaluated in eva
 Two configurations: 4 stages in float32 for 30 steps, and 3 stages with uneven layers in float64.
 """
 from lab_src.judge.problems import Problem, stamped
-from lab_src.topics.training.judge import PARTS, LearningMargin, judge_training, with_known_cause
+from lab_src.topics.training.judge import PARTS, LearningMargin, judge_training
+from lab_src.topics.training.judge_run import with_known_cause
 from lab_src.topics.training.digits import DIGITS
 
 from .common import Item, case_problems

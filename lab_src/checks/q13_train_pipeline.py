@@ -13,11 +13,12 @@ def check() -> CheckReport:
     import time
 
     from lab_src.judge.problems import stamped
-    from lab_src.topics.training.judge import LearningMargin, curve_tolerance, judge_training, relative_differences
+    from lab_src.topics.training.judge import LearningMargin, judge_training
+    from lab_src.topics.training.records import curve_tolerance, relative_differences
     from lab_src.topics.training.digits import Digits
     from lab_src.topics.training.single_process import train_single_process
     from lab_src.views import text_grid
-    from lab_src.topics.training.judge import step_events
+    from lab_src.topics.training.judge_run import step_events
     ex = exercise("q13")
     srcs = sources("q13")
     cfg, margin = DIGITS, LearningMargin(0.10, 5)
@@ -32,7 +33,7 @@ def check() -> CheckReport:
     out = run.outcomes[0]
     problems = errors(out, "q13", label)
     if problems:
-        from lab_src.topics.training.judge import with_known_cause
+        from lab_src.topics.training.judge_run import with_known_cause
         return finish("q13", run, stamped(with_known_cause(out, problems), "q13", label), lines)
     started = time.monotonic()
     single = train_single_process(cfg, Digits(cfg, TEST_MICROBATCHES), STEPS, LR)

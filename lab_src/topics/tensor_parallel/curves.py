@@ -9,7 +9,7 @@ stays at float32's rounding (about 1e-7), a wrong one leaves it from the first s
 """
 from __future__ import annotations
 
-from lab_src.topics.training.judge import CURVE_RTOL, relative_differences
+from lab_src.topics.training.records import CURVE_RTOL, relative_differences
 
 COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2", "#72b7b2")
 

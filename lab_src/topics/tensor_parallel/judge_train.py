@@ -15,7 +15,7 @@ import functools
 import torch
 
 from lab_src.judge.problems import Problem
-from lab_src.topics.training.judge import CURVE_RTOL, relative_differences
+from lab_src.topics.training.records import CURVE_RTOL, relative_differences
 
 
 @functools.lru_cache(maxsize=8)

@@ -30,7 +30,7 @@ import torch
 
 from lab_src.judge.problems import Problem
 from lab_src.topics.training.judge_run import evaluation_problems, pipeline_problems
-from lab_src.topics.training.records import CURVE_RTOL, curve_tolerance, relative_differences, settings  # noqa: F401
+from lab_src.topics.training.records import curve_tolerance, relative_differences, settings
 from lab_src.topics.training.single_process import MISTAKES
 
 PARTS = ("curves", "learning", "pipeline", "evaluation")
