@@ -194,7 +194,8 @@ def cmd_text(course: Course, args) -> int:
 
 def cmd_new(course: Course, args) -> int:
     from .new_exercise import create
-    for path in create(args.qid, args.function, args.title, args.points, args.schedule, args.needs, args.module):
+    for path in create(args.qid, args.function, args.title, args.points, args.schedule, args.needs, args.module,
+                       args.topic):
         print(f"wrote {path}")
     print("Now write the prose, the reference answer, the check and the hidden tests; add realistic mistakes "
           "to grader/cohort/answers/ and students.py; then `python -m grader text` and `python -m grader release`.")
@@ -258,6 +259,8 @@ def main(argv=None) -> int:
                    help="the exercises whose answers its checks run (default with --schedule: those of q08)")
     p.add_argument("--module", default="pipeline_lab",
                    help="the course module (assignment) it joins (lab_src/registry.py MODULES; default pipeline_lab)")
+    p.add_argument("--topic", default="", metavar="NAME",
+                   help="an exercise of this topic after the core (lab_src/topics/NAME/, written when it is new)")
     args = ap.parse_args(argv)
     course = Course(args.course)
     command = {"release": cmd_release, "collect": cmd_collect, "autograde": cmd_autograde, "feedback": cmd_feedback,

@@ -150,9 +150,13 @@ def {function}(stage, data_iter, num_microbatches):
 
 
 def create(qid: str, function: str, title: str = "TODO title", points: int = 10, schedule: str = "",
-           needs: tuple[str, ...] | None = None, module: str = ASSIGNMENT) -> list[Path]:
+           needs: tuple[str, ...] | None = None, module: str = ASSIGNMENT, topic: str = "") -> list[Path]:
     """Write the skeleton of exercise `qid`; with `schedule`, a pipelined step judged against that schedule,
-    whose answers `needs` by default those of the lab's first step (q08)."""
+    whose answers `needs` by default those of the lab's first step (q08); with `topic`, an exercise of that
+    topic after the core, checked and graded through the topic's case kind (grader/new_topic.py writes the
+    topic's folder when it is new)."""
+    if schedule and topic:
+        raise SystemExit("--schedule and --topic: a step of the core's schedules, or an exercise of a topic, not both")
     if not re.fullmatch(r"q\d\d", qid) or not re.fullmatch(r"[a-z][a-z0-9_]*", function):
         raise SystemExit("usage: python -m grader new qNN function_name (e.g. q11 p2p_exchange)")
     if qid in EXERCISES:
@@ -182,9 +186,15 @@ def create(qid: str, function: str, title: str = "TODO title", points: int = 10,
     jupytext.write(nb, nb_path, fmt="ipynb")
     written.append(nb_path)
     put(nb_path.with_suffix(".py"), as_text(nb_path))
-    names = dict(qid=qid, function=function, schedule=schedule)
-    put(ROOT / "lab_src" / "checks" / f"{module}.py", (STEP_CHECK if schedule else VISIBLE_CHECK).format(**names))
-    put(ROOT / "grader" / "hidden" / f"{module}.py", (STEP_HIDDEN_TESTS if schedule else HIDDEN_TESTS).format(**names))
+    names = dict(qid=qid, function=function, schedule=schedule, topic=topic)
+    if topic:
+        from .new_topic import TOPIC_CHECK, TOPIC_HIDDEN_TESTS, add
+        written += add(topic, qid, function, title)
+        check, hidden = TOPIC_CHECK, TOPIC_HIDDEN_TESTS
+    else:
+        check, hidden = (STEP_CHECK, STEP_HIDDEN_TESTS) if schedule else (VISIBLE_CHECK, HIDDEN_TESTS)
+    put(ROOT / "lab_src" / "checks" / f"{module}.py", check.format(**names))
+    put(ROOT / "grader" / "hidden" / f"{module}.py", hidden.format(**names))
 
     registry = ROOT / "lab_src" / "registry.py"
     text = registry.read_text()

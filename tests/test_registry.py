@@ -201,3 +201,52 @@ def test_grader_new_writes_a_schedule_exercise_whose_check_and_hidden_tests_run(
     assert sum("match the unsharded baseline" in line for line in got["lines"]) == 2
     assert got["hidden"] == [1.0, 6, 6]
     assert got["declared"] == ["afab", "q99", ["q02", "q03", "q04", "q05", "q06", "q07"]]
+
+
+# In the copy, after `grader new q99 toy_sum --topic toy`: the topic's kind in the core's tables, the visible
+# check and the hidden tests of an answer that returns 3, each printed as one JSON line.
+TOY_TOPIC_PROBE = """
+import json, os, sys
+from pathlib import Path
+sys.path.insert(0, "tests")
+from grader.reference import reference_sources
+from hidden_grading import grade_answer
+from lab_src.checks import check
+from lab_src.harness.kinds import KINDS
+from lab_src.harness.observed import record_class
+
+ref = reference_sources()
+answer = Path("q99_toy_sum.py")
+answer.write_text("def toy_sum():\\n    return 3\\n")
+mapping = Path("answers.json")
+mapping.write_text(json.dumps({**ref, "q99": str(answer.resolve())}))
+os.environ["LAB_ANSWERS"] = str(mapping.resolve())
+report = check("q99")
+hidden = grade_answer("q99", answer.read_text(), ref, Path("graded"), sandboxed=False)
+print(json.dumps({"kind": KINDS["toy"].module, "record": record_class("toy").__name__, "ok": report.ok,
+                  "lines": report.lines, "hidden": [hidden["fraction"], hidden["passed"], hidden["total"]]}))
+"""
+
+
+@pytest.mark.slow
+def test_grader_new_writes_a_topic_that_the_core_reads_without_a_core_table_changed(tmp_path):
+    """`grader new q99 toy_sum --topic toy`: one new folder, lab_src/topics/toy/, and of the core only the
+    registry's entry and the contract; the kinds table, the records, the visible check and the hidden tests
+    know the topic's kind, and the layout's rules (tests/test_topics.py) hold in the copy."""
+    copy, run = repository_copy(tmp_path)
+    made = run("-m", "grader", "new", "q99", "toy_sum", "--title", "Toy", "--topic", "toy")
+    assert made.returncode == 0, made.stderr
+    written = sorted(Path(line.split(" ", 1)[1]).relative_to(copy).as_posix() for line in made.stdout.splitlines()
+                     if line.startswith("wrote "))
+    assert written == ["grader/hidden/q99_toy_sum.py", "lab_src/checks/q99_toy_sum.py", "lab_src/exercises.py",
+                       "lab_src/registry.py", "lab_src/topics/toy/__init__.py", "lab_src/topics/toy/judge.py",
+                       "lab_src/topics/toy/kind.py", "lab_src/topics/toy/records.py",
+                       "solutions/pipeline_lab/q99_toy_sum.ipynb", "solutions/pipeline_lab/q99_toy_sum.py"], written
+    probe = run("-c", TOY_TOPIC_PROBE)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    got = json.loads(probe.stdout.splitlines()[-1])
+    assert got["kind"] == "lab_src.topics.toy.kind" and got["record"] == "ToyObserved"
+    assert got["ok"], "\n".join(got["lines"])
+    assert got["hidden"] == [1.0, 2, 2]
+    rules = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_topics.py")
+    assert rules.returncode == 0, rules.stdout[-3000:]
