@@ -20,6 +20,7 @@ from pathlib import Path
 from lab_src.registry import ASSIGNMENT, EXERCISES
 
 from . import RELEASE, ROOT, SOURCE, plan as course_plan
+from .index import write_index
 
 COURSE_ID = "pipeline-lab"
 # nbgrader's kernel must answer within this (nbgrader's own default: 60 s), else one fresh start
@@ -241,7 +242,6 @@ class Course:
     def generate_release(self) -> Path:
         """nbgrader generate_assignment: solutions/<assignment>/ -> notebooks/<assignment>/ (and the gradebook's
         record of it), opened by the assignment's index (grader/index.py)."""
-        from .index import write_index
         self.nbgrader("generate_assignment", self.assignment, "--force")
         write_index(self)
         return self.release / self.assignment
