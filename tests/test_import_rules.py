@@ -5,7 +5,8 @@ relative. `import_graph()` builds the graph once ({module: the modules it import
 reads it. Rules so far:
 1. no import circle: no two modules import each other, directly or through others. A module's edges to the
    packages that hold it (its parent, and theirs) are left out: Python imports a package before any of its
-   modules, so `pkg/__init__.py` importing `pkg.sub` is not a circle with `pkg.sub` importing from `pkg`.
+   modules, so `pkg/__init__.py` importing `pkg.sub` is not a circle with `pkg.sub` importing from `pkg`;
+2. the grading limits (lab_src/harness/limits.py) import nothing.
 """
 from __future__ import annotations
 
@@ -166,3 +167,11 @@ def test_the_circle_finder_sees_a_circle_through_a_function_and_a_relative_impor
     (pkg / "c.py").write_text("X = 1\n")
     (pkg / "a.py").write_text("from . import d\n")
     assert circles(import_graph(tmp_path, ("lab_src",))) == ["lab_src.a <-> lab_src.d"]
+
+
+def test_the_grading_limits_import_nothing():
+    """lab_src/harness/limits.py (every time, size and count limit of grading) is read by the ranks in the
+    sandbox, the launching process and grader/: it imports nothing (no torch), so any of them may read it."""
+    tree = ast.parse((ROOT / "lab_src" / "harness" / "limits.py").read_text())
+    imports = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert imports == ["from __future__ import annotations"], imports
