@@ -1,6 +1,6 @@
 """Benchmark: how long nbgrader's kernels take to start while students are graded several at a time, and
 how often a start fails, with nbgrader's own limit (60 s, no retry: "before") and the grader's (the
-course's STARTUP_TIMEOUT_S and one fresh start: "after").
+course's KERNEL_STARTUP_TIMEOUT_S (lab_src/harness/limits.py) and one fresh start: "after").
 
 Each run grades the sample cohort (or --students) in a fresh course with `grader.autograde.grade_all`,
 `--jobs` at a time, exactly as `python -m grader autograde` does: one student's hidden tests keep the

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lab_src.grading import GRADER_TIMELINES
+from lab_src.harness import limits
 from lab_src.registry import MODULES
 
 from . import verdicts
@@ -42,9 +43,6 @@ from .staging import stage_submission
 # Students graded at once by default (`grader autograde --jobs`): one per core, at most 4. Measured on 2
 # cores (benchmarks/kernel_start.py, README "Kernel start under load"): no kernel start failed at 2 or 4.
 DEFAULT_JOBS = max(1, min(4, os.cpu_count() or 1))
-NBGRADER_TIMEOUT_S = 900
-TRUSTED_TIMEOUT_S = 900
-VERDICTS_LIMIT_BYTES = 8 << 20
 
 
 def status_path(course: Course, student: str) -> Path:
@@ -82,9 +80,9 @@ def run_trusted(course: Course, student: str, unsafe_no_sandbox: bool = False,
         finally:
             os.close(write_end)
         with os.fdopen(read_end, "rb") as channel:
-            text = channel.read(VERDICTS_LIMIT_BYTES)
+            text = channel.read(limits.VERDICTS_LIMIT_BYTES)
         try:
-            code = proc.wait(timeout=TRUSTED_TIMEOUT_S)
+            code = proc.wait(timeout=limits.TRUSTED_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
@@ -136,7 +134,7 @@ def grade_student(course: Course, student: str, unsafe_no_sandbox: bool = False)
         timelines = course.grading_dir(student) / "work" / "timeline"
         nb = course.nbgrader("autograde", course.assignment, "--student", student, "--force",
                              f"--CourseDirectory.submitted_directory={course.grading_root.name}", check=False,
-                             timeout=NBGRADER_TIMEOUT_S,
+                             timeout=limits.NBGRADER_TIMEOUT_S,
                              env={GRADER_TIMELINES: str(timelines), SHARED: str(course.autograded(student).parent),
                                   **({UNSAFE: "1"} if unsafe_no_sandbox else {})})
         log = course.grading_dir(student) / "nbgrader.log"
@@ -202,7 +200,7 @@ def grade_student_course(course: Course, student: str, parts: list[Course],
         unreadable = {p.assignment: stage_submission(p, student, home / p.assignment) for p in parts}
         # nbgrader takes the assignment as a glob: "*" autogrades every one staged in grader/<student>/
         nb = course.nbgrader("autograde", "*", "--student", student, "--force",
-                             "--CourseDirectory.submitted_directory=grader", check=False, timeout=NBGRADER_TIMEOUT_S,
+                             "--CourseDirectory.submitted_directory=grader", check=False, timeout=limits.NBGRADER_TIMEOUT_S,
                              env={GRADER_TIMELINES: str(home / "work" / "timeline"),
                                   SHARED: str(course.autograded(student).parent),   # one kernels' fork server
                                   **({UNSAFE: "1"} if unsafe_no_sandbox else {})})

@@ -17,13 +17,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lab_src.harness import limits
 from lab_src.registry import ASSIGNMENT, EXERCISES
 
 from . import RELEASE, ROOT, SOURCE, plan as course_plan
+from .index import write_index
 
 COURSE_ID = "pipeline-lab"
-# nbgrader's kernel must answer within this (nbgrader's own default: 60 s), else one fresh start
-STARTUP_TIMEOUT_S = 180
 
 # Files a run of a notebook leaves beside it, which must never ship or be collected as part of the release.
 IGNORE = [".ipynb_checkpoints", "*.pyc", "__pycache__", "answers", "runs", "feedback", ".*", "*.log",
@@ -53,8 +53,8 @@ c.Execute.kernel_manager_class = "grader.kernel_sandbox.SandboxedKernelManager"
 c.Execute.startup_timeout = {startup_timeout}
 c.RetryingExecute.startup_retries = {startup_retries}
 # Huge outputs (a student printing megabytes) are cut down in the autograded notebook.
-c.LimitOutput.max_lines = 200
-c.LimitOutput.max_traceback = 60
+c.LimitOutput.max_lines = {output_max_lines}
+c.LimitOutput.max_traceback = {output_max_traceback}
 # ... and by characters, right after nbgrader's own LimitOutput (one print of megabytes is one line)
 from nbgrader.converters.autograde import Autograde as _Autograde
 from nbgrader.preprocessors import LimitOutput as _LimitOutput
@@ -92,8 +92,9 @@ c.Exchange.root = {exchange!r}
 
 
 class Course:
-    def __init__(self, root: Path | str = "course", cell_timeout: int = 120, release: Path = RELEASE,
-                 source: Path = SOURCE, startup_timeout: int = STARTUP_TIMEOUT_S, startup_retries: int = 1,
+    def __init__(self, root: Path | str = "course", cell_timeout: int = limits.CELL_TIMEOUT_S, release: Path = RELEASE,
+                 source: Path = SOURCE, startup_timeout: int = limits.KERNEL_STARTUP_TIMEOUT_S,
+                 startup_retries: int = limits.KERNEL_START_RETRIES,
                  exchange: Path | str | None = None, assignment: str | None = None):
         self.root = Path(root).resolve()
         self.plan = course_plan.load(self.root)
@@ -162,7 +163,9 @@ class Course:
         path.write_text(CONFIG.format(course_id=COURSE_ID, root=str(self.root), source=str(source),
                                       release=str(self.release), db_url=f"sqlite:///{self.db_path}",
                                       ignore=IGNORE, cell_timeout=self.cell_timeout, notebooks=self.notebook_pattern(),
-                                      startup_timeout=self.startup_timeout, startup_retries=self.startup_retries)
+                                      startup_timeout=self.startup_timeout, startup_retries=self.startup_retries,
+                                      output_max_lines=limits.OUTPUT_MAX_LINES,
+                                      output_max_traceback=limits.OUTPUT_MAX_TRACEBACK)
                         + (EXCHANGE.format(exchange=str(self.exchange)) if self.exchange else ""))
         if self.exchange and not self.exchange.is_dir():
             self.exchange.mkdir(parents=True)
@@ -241,7 +244,6 @@ class Course:
     def generate_release(self) -> Path:
         """nbgrader generate_assignment: solutions/<assignment>/ -> notebooks/<assignment>/ (and the gradebook's
         record of it), opened by the assignment's index (grader/index.py)."""
-        from .index import write_index
         self.nbgrader("generate_assignment", self.assignment, "--force")
         write_index(self)
         return self.release / self.assignment

@@ -24,6 +24,8 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
+from lab_src.harness import limits
+
 RETRY_MARK = "KERNEL-START-RETRY"
 START_MARK = "KERNEL-START answered"
 DEATH_MARK = "KERNEL-DIED"
@@ -33,9 +35,10 @@ KERNEL_DIED = ("KernelDied", "the process running this notebook ended while this
 
 
 class RetryingExecute(Execute):
-    startup_retries = Integer(1, help="fresh kernel starts after one did not answer within startup_timeout"
-                              ).tag(config=True)
-    kernel_deaths = Integer(2, help="fresh kernels per notebook after one died while a cell ran").tag(config=True)
+    startup_retries = Integer(limits.KERNEL_START_RETRIES,
+                              help="fresh kernel starts after one did not answer within startup_timeout").tag(config=True)
+    kernel_deaths = Integer(limits.KERNEL_DEATHS,
+                            help="fresh kernels per notebook after one died while a cell ran").tag(config=True)
 
     async def async_start_new_kernel_client(self):
         attempt = 0

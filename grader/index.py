@@ -7,8 +7,8 @@ import json
 
 from lab_src.registry import MODULES, module_of
 
-from .course import Course
-
+# `course` below is a grader.course.Course, which calls this module (generate_release): it is named in the
+# annotations as a string and never imported here, so that the two modules do not import each other.
 TITLES = {
     "pipeline_lab": "Pipeline parallelism, the core: seeds, stages, communication, All-Forward-All-Backward, checks",
     "pipeline_schedules": "Schedules: point-to-point messages, 1F1B, interleaved 1F1B",
@@ -20,7 +20,7 @@ TITLES = {
 CHECK_TIME = "up to a minute"
 
 
-def points_of(course: Course, ex) -> tuple[float, float]:
+def points_of(course: "Course", ex) -> tuple[float, float]:
     """(autograded, written) points of `ex` in `course`: course.toml's, else the source notebook's."""
     nb = json.loads((course.source / ex.assignment / ex.notebook).read_text())
     auto = written = 0.0
@@ -35,7 +35,7 @@ def points_of(course: Course, ex) -> tuple[float, float]:
     return auto, written
 
 
-def index_text(course: Course) -> str:
+def index_text(course: "Course") -> str:
     a = course.assignment
     order = list(course.plan.modules)
     earlier = sorted({module_of(n) for ex in course.exercises for n in ex.needs} - {a}, key=order.index)
@@ -64,7 +64,7 @@ def index_text(course: Course) -> str:
     return "\n".join(lines)
 
 
-def write_index(course: Course) -> None:
+def write_index(course: "Course") -> None:
     folder = course.release / course.assignment
     if folder.is_dir() and MODULES.get(course.assignment):
         (folder / "README.md").write_text(index_text(course))

@@ -44,7 +44,7 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 
 from lab_src.grading import GRADER_TIMELINES
-from lab_src.harness import sandbox
+from lab_src.harness import limits, sandbox
 
 UNSAFE = "LAB_UNSAFE_NO_SANDBOX"
 NO_ZYGOTE = "LAB_KERNEL_NO_FORK_SERVER"      # "1": a sandbox of its own per kernel (benchmarks compare the two)
@@ -54,7 +54,6 @@ PASSED = ("NBGRADER_EXECUTION", GRADER_TIMELINES, "NBGRADER_VALIDATING")
 
 
 SHIM = Path(__file__).with_name("kernel_shim.py")
-ZYGOTE_READY_S = 120
 
 
 class KernelZygote:
@@ -70,10 +69,10 @@ class KernelZygote:
         cmd = sandbox.wrap([sys.executable, "-m", "lab_src.harness.kernel_zygote", str(self.socket)],
                            writable=folder, env=env, read_only=pictures, also_writable=(self.dir,))
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
-        ready, _, _ = select.select([self.proc.stdout], [], [], ZYGOTE_READY_S)
+        ready, _, _ = select.select([self.proc.stdout], [], [], limits.KERNEL_ZYGOTE_READY_S)
         if not ready or self.proc.stdout.readline().strip() != b"READY":
             self.close()
-            raise RuntimeError(f"the kernels' fork server did not start within {ZYGOTE_READY_S} s")
+            raise RuntimeError(f"the kernels' fork server did not start within {limits.KERNEL_ZYGOTE_READY_S} s")
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -5,9 +5,11 @@ from __future__ import annotations
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Integer
 
+from lab_src.harness import limits
+
 
 class LimitOutputChars(NbGraderPreprocessor):
-    max_chars = Integer(20_000, help="characters kept of each output").tag(config=True)
+    max_chars = Integer(limits.OUTPUT_MAX_CHARS, help="characters kept of each output").tag(config=True)
 
     def _cut(self, text: str) -> str:
         if len(text) <= self.max_chars:

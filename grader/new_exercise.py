@@ -8,9 +8,11 @@ Writes (never overwriting an existing file):
 and adds the exercise's declaration to lab_src/registry.py and its contract to lab_src/exercises.py.
 Without `--schedule` the exercise is a function called directly ("units" cases). With `--schedule NAME`
 (a schedule of lab_src/pipeline/schedules.py, one chunk per rank) it is a pipelined step judged against
-that schedule: its check is the pipeline check (lab_src/checks/step_check.py), its hidden tests the
-pipeline item of grader/hidden/common.py on every grading configuration, its registry entry declares
-the schedule, and its notebook draws the run.
+that schedule, as q08 is. Its check is q08's, the pipeline check (lab_src/checks/step_check.py). Its hidden
+tests are q08's, `pipeline_cases` judged by `pipeline_item` (grader/hidden/common.py): a pipeline case on
+every grading configuration, where in every case of 2 stages or more rank 0 changes its embedding by an
+amount the answer cannot know (lab_src/pipeline/perturb.py), so that outputs that do not come from the
+received activations fail. Its registry entry declares the schedule, and its notebook draws the run.
 What is left by hand: the prose, the reference answer, the check, the hidden tests, the cohort's
 realistic mistakes (grader/cohort/answers/, handed in by students of grader/cohort/students.py). Everything
 else (API, README table, zip-collect pattern, pytest marker, Slurm test totals) follows from the registry.
@@ -108,6 +110,7 @@ def {function}():
 '''
 
 
+# q08's visible check (lab_src/checks/q08_afab_step.py): the same pipeline check on the same configurations
 STEP_CHECK = '''"""Visible check of {qid} ({function}): the step on 4 stages with 4 micro-batches and on 3 uneven stages
 with 2, compared with the unsharded baseline, checked to be a real pipeline and judged against the
 "{schedule}" schedule (lab_src/checks/step_check.py). TODO say what else it shows."""
@@ -121,16 +124,19 @@ def check() -> CheckReport:
     return pipeline_check("{qid}", [VISIBLE, VISIBLE.replace(num_stages=3, num_layers=7, num_microbatches=2)], [])
 '''
 
+# q08's hidden tests (grader/hidden/q08_afab_step.py), the same case builder and judging helper: a test
+# (tests/test_registry.py) compares the cases this writes with q08's
 STEP_HIDDEN_TESTS = '''"""Hidden tests of {qid} ({function}): full pipelines of 1 to 4 stages, 1 to 6 micro-batches, uneven layers,
 float64 and other seeds, compared with the baseline, checked to be real pipelines and judged against the
-"{schedule}" schedule. TODO say what else they judge."""
-from .common import CONFIGS, pipeline_item
+"{schedule}" schedule: in every case of 2 stages or more the lab changes stage 0's weights once built, and the
+outputs must follow. TODO say what else they judge."""
+from .common import pipeline_cases, pipeline_item
 
 QID = "{qid}"
 
 
 def cases(ctx):
-    return [ctx.case(QID, "pipeline", c) for c in CONFIGS]
+    return pipeline_cases(ctx, QID)
 
 
 def judge(ctx, outcomes):

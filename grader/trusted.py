@@ -25,6 +25,7 @@ from pathlib import Path
 from lab_src.judge.problems import Problem
 from lab_src.judge.summary import render
 from lab_src.registry import CODED, exercise
+from lab_src.harness import limits
 from lab_src.harness.runner import run_cases
 
 from .answer_cells import write_answer_files
@@ -32,12 +33,6 @@ from .lean_imports import leave_out
 from .hidden import hidden_tests
 from .hidden.common import CONFIGS, Context, Item
 from .reference import reference_sources
-
-# Per-case limits while grading: a receive gives up after TIMEOUT_S, a case is stopped after DEADLINE_S.
-# Generous, so that a loaded machine (several students graded at once) never fails a correct answer;
-# a deadlocking exercise costs two timeouts, then its other cases are skipped (lab_src/harness/worker.py).
-TIMEOUT_S = 15.0
-DEADLINE_S = 45.0
 
 
 def score(items: list[Item]) -> float:
@@ -146,7 +141,8 @@ def grade_submission(submission: Path | list[Path], work: Path, only: list[str] 
         all_cases += cases_of[ex.id]
     if all_cases:   # an assignment with no answer to grade (returned untouched) needs no baseline
         ctx.baselines.add(CONFIGS.values())
-    run = run_cases(all_cases, work / "run", case_deadline_s=DEADLINE_S, timeout_s=TIMEOUT_S,
+    run = run_cases(all_cases, work / "run", case_deadline_s=limits.GRADING_CASE_DEADLINE_S,
+                    timeout_s=limits.GRADING_RECV_TIMEOUT_S,
                     sandboxed=sandboxed) if all_cases else None
     for qid, cases in cases_of.items():
         outcomes = [run.outcomes[c.index] for c in cases]

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from grader.hidden import hidden_tests
 from grader.hidden.common import CONFIGS, Context
-from grader.trusted import DEADLINE_S, TIMEOUT_S, summarize
+from grader.trusted import summarize
+from lab_src.harness.limits import GRADING_CASE_DEADLINE_S, GRADING_RECV_TIMEOUT_S
 from lab_src.harness.runner import run_cases
 
 
-def grade_answer(qid: str, text: str, reference: dict, folder: Path, timeout_s: float = TIMEOUT_S,
+def grade_answer(qid: str, text: str, reference: dict, folder: Path, timeout_s: float = GRADING_RECV_TIMEOUT_S,
                  sandboxed: bool = True) -> dict:
     """{fraction, passed, total, messages} of `text` as the answer to `qid` (the grader's verdict)."""
     folder = Path(folder)
@@ -23,7 +24,8 @@ def grade_answer(qid: str, text: str, reference: dict, folder: Path, timeout_s: 
     ctx.baselines.add(CONFIGS.values())
     tests = hidden_tests(qid)
     cases = tests.cases(ctx)
-    run = run_cases(cases, folder / "run", case_deadline_s=DEADLINE_S, timeout_s=timeout_s, sandboxed=sandboxed)
+    run = run_cases(cases, folder / "run", case_deadline_s=GRADING_CASE_DEADLINE_S, timeout_s=timeout_s,
+                    sandboxed=sandboxed)
     verdict = summarize(qid, tests.judge(ctx, run.outcomes))
     verdict["wall_s"] = run.wall_s
     return verdict

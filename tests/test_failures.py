@@ -224,8 +224,8 @@ def test_a_case_slowed_by_a_busy_machine_is_not_stopped_at_its_deadline(answers_
     """The case deadline reads the ranks' clock (own_time.TreeClock): about 7 s of wall time, 1 s of their
     own, passes a 4 s deadline (the CI run where uma's q13, 30 training steps on a loaded machine, passed 45 s).
     The wall clock's backstop, 3 deadlines, is moved out of the way: on a loaded machine the 7 s grow."""
-    from lab_src.harness import runner
-    monkeypatch.setattr(runner, "BUSY_BACKSTOP", 20)
+    from lab_src.harness import limits
+    monkeypatch.setattr(limits, "BUSY_BACKSTOP", 20)
     busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(3)]
     try:
         started = time.monotonic()
@@ -274,7 +274,8 @@ def test_the_startup_deadline_waits_for_loading_answers_up_to_a_backstop(tmp_pat
     """Ranks end a slow load on their own clock; the launch's watch, on the wall clock, waits while they
     load (up to LOADING_BACKSTOP load limits more), so that a busy machine does not end the launch first."""
     from lab_src.harness import runfolder
-    from lab_src.harness.runner import LOADING_BACKSTOP, _CaseWatch
+    from lab_src.harness.limits import LOADING_BACKSTOP
+    from lab_src.harness.runner import _CaseWatch
 
     def stopped_after(loading: bool) -> float:
         folder = tmp_path / f"loading-{loading}"

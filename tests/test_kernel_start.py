@@ -3,9 +3,10 @@ nbgrader autograde failed anyway is `failed` with the reason, never `graded`.
 
 The slow kernel is a real one: a kernelspec named python3 (found first on JUPYTER_PATH) whose launcher,
 the first time it runs, sleeps instead of answering, and afterwards starts ipykernel. nbgrader's startup
-limit is lowered for the test; the course's default is STARTUP_TIMEOUT_S. The course hands out the
-tensor-parallel module alone (two notebooks, needing no other module): what is tested is a kernel's start,
-which every notebook's kernel goes through alike, and ten notebooks' kernels would cost make test a minute.
+limit is lowered for the test; the course's default is KERNEL_STARTUP_TIMEOUT_S (lab_src/harness/limits.py).
+The course hands out the tensor-parallel module alone (two notebooks, needing no other module): what is tested
+is a kernel's start, which every notebook's kernel goes through alike, and ten notebooks' kernels would cost
+make test a minute.
 """
 from __future__ import annotations
 

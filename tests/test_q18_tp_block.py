@@ -148,7 +148,8 @@ def grade(reference, tmp_path, answers: dict[str, str]) -> dict[str, tuple[float
     """Grade each q18 answer text through the hidden tests, all cases in one launch."""
     from grader.hidden import hidden_tests
     from grader.hidden.common import Context
-    from grader.trusted import DEADLINE_S, TIMEOUT_S, summarize
+    from grader.trusted import summarize
+    from lab_src.harness.limits import GRADING_CASE_DEADLINE_S, GRADING_RECV_TIMEOUT_S
     from lab_src.harness.runner import run_cases
     tests = hidden_tests("q18")
     contexts, spans, cases = {}, {}, []
@@ -159,7 +160,8 @@ def grade(reference, tmp_path, answers: dict[str, str]) -> dict[str, tuple[float
         made = tests.cases(contexts[name])
         spans[name] = (len(cases), len(made))
         cases += made
-    run = run_cases(cases, tmp_path / "run", case_deadline_s=DEADLINE_S, timeout_s=TIMEOUT_S)
+    run = run_cases(cases, tmp_path / "run", case_deadline_s=GRADING_CASE_DEADLINE_S,
+                    timeout_s=GRADING_RECV_TIMEOUT_S)
     out = {}
     for name, (start, n) in spans.items():
         verdict = summarize("q18", tests.judge(contexts[name], run.outcomes[start:start + n]))

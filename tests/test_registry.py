@@ -172,9 +172,13 @@ mapping.write_text(json.dumps({**ref, "q99": str(answer.resolve())}))
 report = check("q99")
 hidden = grade_answer("q99", answer.read_text(), ref, Path("graded"), sandboxed=False)
 ex = exercise("q99")
+from grader.hidden import hidden_tests
+from grader.hidden.common import Context
+perturbed = [bool(c.settings.get("perturb")) for c in hidden_tests("q99").cases(Context(student={"q99": str(answer)},
+                                                                                         reference=ref))]
 print(json.dumps({"stub": [p.message for p in stub.problems], "ok": report.ok, "lines": report.lines,
                   "hidden": [hidden["fraction"], hidden["passed"], hidden["total"]],
-                  "declared": [ex.schedule, ex.step_exercise, list(ex.needs)]}))
+                  "declared": [ex.schedule, ex.step_exercise, list(ex.needs)], "perturbed": perturbed}))
 """
 
 
@@ -189,7 +193,8 @@ def test_grader_new_writes_a_schedule_exercise_whose_check_and_hidden_tests_run(
     written = [line.split(" ", 1)[1] for line in made.stdout.splitlines() if line.startswith("wrote ")]
     assert len(written) <= 7, written
     assert "pipeline_check(" in (copy / "lab_src" / "checks" / "q99_toy_step.py").read_text()
-    assert "pipeline_item(" in (copy / "grader" / "hidden" / "q99_toy_step.py").read_text()
+    hidden_text = (copy / "grader" / "hidden" / "q99_toy_step.py").read_text()
+    assert "pipeline_cases(" in hidden_text and "pipeline_item(" in hidden_text, "q08's case builder and judge"
     refused = run("-m", "grader", "new", "q98", "toy_step", "--schedule", "no_such_schedule")
     assert refused.returncode != 0 and "no schedule 'no_such_schedule'" in refused.stderr
     probe = run("-c", TOY_STEP_PROBE)
@@ -250,3 +255,42 @@ def test_grader_new_writes_a_topic_that_the_core_reads_without_a_core_table_chan
     assert got["hidden"] == [1.0, 2, 2]
     rules = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_topics.py")
     assert rules.returncode == 0, rules.stdout[-3000:]
+
+
+    assert got["perturbed"] == [False, True, True, True, True, True], "q08's perturbed cases (pipeline_cases)"
+
+
+def _function_ast(text: str, name: str) -> str:
+    return next(ast.dump(node) for node in ast.parse(text).body if isinstance(node, ast.FunctionDef) and node.name == name)
+
+
+def test_grader_new_schedule_template_checks_and_grades_as_q08_does(tmp_path):
+    """The `--schedule` templates, written for q08 itself, against q08's own files: the hidden tests build the
+    same cases (common.pipeline_cases: every case of 2 stages or more has rank 0 change its embedding by an
+    amount the answer cannot know, evidence from outside the answer) and judge them with the same helper
+    (common.pipeline_item); the visible check is the same pipeline check on the same configurations. A
+    template that builds its own cases (`ctx.case(...)` without the perturbation) grades a new step weaker
+    than q08 is graded, and fails here."""
+    import importlib.util
+
+    from grader import new_exercise
+    from grader.hidden import hidden_tests
+    from grader.hidden.common import Context
+    names = dict(qid="q08", function="afab_step", schedule="afab")
+    written = tmp_path / "q08_from_template.py"
+    written.write_text(new_exercise.STEP_HIDDEN_TESTS.format(**names))
+    spec = importlib.util.spec_from_file_location("grader.hidden.q08_from_template", written)
+    made = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(made)
+    q08 = hidden_tests("q08")
+    ctx = Context(student={"q08": str(tmp_path / "q08_answer.py")},
+                  reference={e.id: str(tmp_path / f"reference_{e.id}.py") for e in CODED})
+    got, want = made.cases(ctx), q08.cases(ctx)
+    assert [c.to_dict() for c in got] == [c.to_dict() for c in want]
+    several = [c for c in got if c.config.num_stages > 1]
+    assert several and all(c.kind == "pipeline" and c.settings.get("perturb") for c in several), \
+        "every case of 2 stages or more perturbs stage 0's embedding, as q08's do"
+    assert _function_ast(written.read_text(), "judge") == \
+        _function_ast((ROOT / "grader" / "hidden" / "q08_afab_step.py").read_text(), "judge")
+    assert _function_ast(new_exercise.STEP_CHECK.format(**names), "check") == \
+        _function_ast((ROOT / "lab_src" / "checks" / "q08_afab_step.py").read_text(), "check")

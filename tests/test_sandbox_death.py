@@ -15,14 +15,16 @@ pytestmark = pytest.mark.skipif(not sandbox.available(), reason="bubblewrap cann
 def test_an_answer_that_kills_the_fork_server_costs_only_its_exercise(reference, tmp_path, no_leftovers):
     from grader.hidden import hidden_tests
     from grader.hidden.common import Context
-    from grader.trusted import DEADLINE_S, TIMEOUT_S, score
+    from grader.trusted import score
+    from lab_src.harness.limits import GRADING_CASE_DEADLINE_S, GRADING_RECV_TIMEOUT_S
     from lab_src.harness.runner import run_cases
     killer = tmp_path / "q02_answer.py"
     killer.write_text(answer("q02_kill_fork_server"))
     ctx = Context(student={**reference, "q02": str(killer)}, reference=reference)
     tests = {q: hidden_tests(q) for q in ("q02", "q03")}
     cases = {q: t.cases(ctx) for q, t in tests.items()}
-    run = run_cases(cases["q02"] + cases["q03"], tmp_path / "run", case_deadline_s=DEADLINE_S, timeout_s=TIMEOUT_S,
+    run = run_cases(cases["q02"] + cases["q03"], tmp_path / "run", case_deadline_s=GRADING_CASE_DEADLINE_S,
+                    timeout_s=GRADING_RECV_TIMEOUT_S,
                     sandboxed=True)
     n = len(cases["q02"])
     q02 = tests["q02"].judge(ctx, run.outcomes[:n])
@@ -48,7 +50,8 @@ KILL_THE = {
 def test_an_answer_that_kills_while_a_case_runs_costs_only_its_exercise(victim, reference, tmp_path, no_leftovers):
     from grader.hidden import hidden_tests
     from grader.hidden.common import Context
-    from grader.trusted import DEADLINE_S, TIMEOUT_S, score
+    from grader.trusted import score
+    from lab_src.harness.limits import GRADING_CASE_DEADLINE_S, GRADING_RECV_TIMEOUT_S
     from lab_src.harness.runner import run_cases
     killer = tmp_path / "q02_answer.py"
     helper, target = KILL_THE[victim]
@@ -57,7 +60,8 @@ def test_an_answer_that_kills_while_a_case_runs_costs_only_its_exercise(victim, 
         "    if num_stages < 1:", f"    os.kill({target}, signal.SIGKILL)\n    if num_stages < 1:", 1))
     ctx = Context(student={**reference, "q02": str(killer)}, reference=reference)
     cases = {q: hidden_tests(q).cases(ctx) for q in ("q02", "q03")}
-    run = run_cases(cases["q02"] + cases["q03"], tmp_path / "run", case_deadline_s=DEADLINE_S, timeout_s=TIMEOUT_S,
+    run = run_cases(cases["q02"] + cases["q03"], tmp_path / "run", case_deadline_s=GRADING_CASE_DEADLINE_S,
+                    timeout_s=GRADING_RECV_TIMEOUT_S,
                     sandboxed=True)
     n = len(cases["q02"])
     failures = [o.failure or "" for o in run.outcomes[:n]]

@@ -27,8 +27,9 @@ import time
 import traceback
 import uuid
 
+from lab_src.harness import limits
+
 MONITOR_INTERVAL_S = 0.02
-FORKED_LIMIT_S = 30.0               # how long a rank waits for its siblings to be forked
 _CLOSE_IN_RANK: list[int] = []      # descriptors of the agent that a rank closes before anything else
 _FORKED: list[mmap.mmap] = []       # one byte per local rank, shared by the agent and the ranks it forks
 
@@ -56,7 +57,7 @@ def die_with_parent() -> None:
 
 
 def hold_until_all_forked(flags: mmap.mmap, local_rank: int, nproc: int,
-                          limit_s: float = FORKED_LIMIT_S) -> bool:
+                          limit_s: float = limits.FORKED_LIMIT_S) -> bool:
     """Mark this rank forked in `flags` (shared memory the agent made before forking) and wait until all
     `nproc` ranks are; return whether they were within `limit_s`.
 

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from lab_src.harness import deadlock, own_time, runfolder, sandbox
+from lab_src.harness import deadlock, limits, own_time, runfolder, sandbox
 from lab_src.harness.observed import observed
 from lab_src.harness.case import Case, CaseOutcome, Run
 from lab_src.harness import warm_launch
@@ -25,10 +25,7 @@ from lab_src.pipeline.trace import save_events
 from lab_src.registry import EXERCISES
 
 # Deadlines on the ranks' own clocks (harness/own_time.py), so that a busy machine does not decide a verdict,
-# with a backstop on the wall clock: while ranks load answers, the startup deadline waits up to this many load
-# limits more; a case ends at its deadline on its ranks' clock or at this many deadlines on the wall clock
-LOADING_BACKSTOP = 2
-BUSY_BACKSTOP = 3
+# with backstops on the wall clock; every limit of a launch, with why it has its value: harness/limits.py
 
 
 class _CaseWatch:
@@ -36,7 +33,7 @@ class _CaseWatch:
     will send (at once, harness/deadlock.py), and the launch when a case overruns its deadline."""
 
     def __init__(self, run_dir: Path, nproc: int, case_deadline_s: float, startup_s: float,
-                 stages: dict[int, int] | None = None, settle_s: float = 0.3, stop_grace_s: float = 5.0,
+                 stages: dict[int, int] | None = None, settle_s: float = 0.3, stop_grace_s: float = limits.STOP_GRACE_S,
                  disk_limit: int | None = None, load_limit_s: float = 0.0):
         self.run_dir = run_dir
         self.paths = [runfolder.journal_path(run_dir, r) for r in range(nproc)]
@@ -53,7 +50,7 @@ class _CaseWatch:
         # The ranks end a load on their own clock (worker.load_answers_under_test), which leaves out the time
         # a busy machine kept them waiting: this wall clock would not, and would decide the verdict by the load
         self.loading_s, self.polled_at = 0.0, self.started_at
-        self.loading_backstop_s = LOADING_BACKSTOP * load_limit_s
+        self.loading_backstop_s = limits.LOADING_BACKSTOP * load_limit_s
         self.died: set[int] = set()                     # cases whose answer, as it loaded, killed the ranks' parents
         self.progress = deadlock.Progress()
         self.stuck: dict[int, deadlock.Stuck] = {}      # case -> its state when the watch stopped it
@@ -127,7 +124,7 @@ class _CaseWatch:
         used = sandbox.disk_usage(self.run_dir)
         if used <= self.disk_limit * sandbox.Limits().disk_stop_factor:
             return None
-        sandbox.remove_large_files(self.run_dir, OBS_LIMIT_BYTES)
+        sandbox.remove_large_files(self.run_dir, limits.OBS_LIMIT_BYTES)
         qid = self.qids.get(self.current, "an exercise") if self.current is not None else None
         return sandbox.disk_limit_message(qid, used, self.disk_limit)
 
@@ -165,7 +162,7 @@ class _CaseWatch:
     def _past_case_deadline(self, now: float) -> bool:
         """Past the wall clock's deadline, is the case past it on its ranks' clock too (the time a busy
         machine kept them waiting for a CPU does not count), or past the backstop? Read twice a second."""
-        if self.case_clock is None or now - self.current_since > BUSY_BACKSTOP * self.case_deadline_s:
+        if self.case_clock is None or now - self.current_since > limits.BUSY_BACKSTOP * self.case_deadline_s:
             return True
         if now - self.clock_read_at < 0.5:
             return False
@@ -178,14 +175,11 @@ class _CaseWatch:
 OBSERVED = ("forward", "backward", "backward_input", "backward_weight",
             "recv_forward", "send_forward", "recv_backward", "send_backward")
 
-# An observation is a few tensors of a small model; a larger file is not something a rank should write.
-OBS_LIMIT_BYTES = 64 << 20
-
 
 def _load_obs(path: Path) -> dict | None:
     import torch
     try:
-        if path.stat().st_size > OBS_LIMIT_BYTES:
+        if path.stat().st_size > limits.OBS_LIMIT_BYTES:
             return {"error": RankError("OversizedObservation", f"{path.name} is {path.stat().st_size} bytes, "
                                                                f"more than a rank observes").to_dict()}
         return torch.load(path, weights_only=True)
@@ -286,9 +280,11 @@ def stage_inputs(cases: list[Case], run_dir: Path, folder: Path | None = None) -
     return staged
 
 
-def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0, timeout_s: float = 10.0,
-              startup_s: float = 120.0, env: dict | None = None, max_launch_failures_per_exercise: int = 2,
-              log_limit: int = 200_000, sandboxed: bool = False, stop_deadlocks: bool = True,
+def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = limits.CHECK_CASE_DEADLINE_S,
+              timeout_s: float = limits.CHECK_RECV_TIMEOUT_S, startup_s: float = limits.STARTUP_S,
+              env: dict | None = None,
+              max_launch_failures_per_exercise: int = limits.LAUNCH_FAILURES_PER_EXERCISE,
+              log_limit: int = limits.RANK_LOG_CHARS, sandboxed: bool = False, stop_deadlocks: bool = True,
               load_limit_s: float | None = None) -> Run:
     """Run `cases` in as few launches as possible (see the module's docstring). `sandboxed`: every
     launch in bubblewrap (harness/sandbox.py), as the grader runs students' code. `stop_deadlocks`:
@@ -308,7 +304,8 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = 30.0
     failures_by_exercise: dict[str, int] = {}
     remaining = list(cases)
     while remaining:
-        deadline = startup_s + LOADING_BACKSTOP * load_limit_s + BUSY_BACKSTOP * case_deadline_s * len(remaining) + 30
+        deadline = (startup_s + limits.LOADING_BACKSTOP * load_limit_s
+                    + limits.BUSY_BACKSTOP * case_deadline_s * len(remaining) + limits.LAUNCH_SLACK_S)
         if sandboxed:
             groups = group_cases(remaining)
             remaining = [c for g in groups for c in g]      # the order they run in
@@ -435,7 +432,7 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
         folders[i].mkdir()
         spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "log_limit": log_limit, "load_limit_s": load_limit_s,
                 "cases": stage_inputs(groups[i], run_dir, folders[i]),
-                "disk_limit": [sandbox.Limits().disk_bytes, OBS_LIMIT_BYTES]}     # worker.over_disk_limit
+                "disk_limit": [sandbox.Limits().disk_bytes, limits.OBS_LIMIT_BYTES]}     # worker.over_disk_limit
         specs[i][0].write_text(json.dumps(spec))
         for r in range(specs[i][1]):
             runfolder.journal_path(run_dir, r).unlink(missing_ok=True)
@@ -443,7 +440,7 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
     def after(i: int) -> None:
         watches[i]._read()                          # its journals' last lines, before the next group's replace them
         shutil.rmtree(folders[i] / "inputs", ignore_errors=True)
-        sandbox.remove_large_files(run_dir, OBS_LIMIT_BYTES)    # the run folder emptied of what a group wrote
+        sandbox.remove_large_files(run_dir, limits.OBS_LIMIT_BYTES)    # the run folder emptied of what a group wrote
 
     def watchdog(i: int, nproc: int):
         watches.append(_CaseWatch(run_dir, nproc, case_deadline_s, startup_s,
@@ -456,5 +453,5 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
                            before_group=before, after_group=after, env=env)
     for folder in folders:                          # a stopped launch leaves its last group's inputs
         shutil.rmtree(folder / "inputs", ignore_errors=True)
-    sandbox.remove_large_files(run_dir, OBS_LIMIT_BYTES)
+    sandbox.remove_large_files(run_dir, limits.OBS_LIMIT_BYTES)
     return result, watches

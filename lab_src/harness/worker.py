@@ -29,6 +29,7 @@ import time
 import traceback
 from pathlib import Path
 
+from lab_src.harness import limits
 from lab_src.harness.records import Q11_CALL, RankError, gave_up_waiting
 from lab_src.registry import exercise
 
@@ -111,9 +112,6 @@ def _describe(e: BaseException, tracer, case=None) -> RankError:
                      at=time.perf_counter(), traceback=full[-20_000:], call=getattr(e, Q11_CALL, None))
 
 
-LOAD_LIMIT_S = 60.0     # for a spec that does not say (runner.run_cases always does; scripts/train.py does not)
-
-
 class SlowToLoad(Exception):
     def __init__(self, limit_s: float):
         super().__init__(f"the cell was still running after {limit_s:g} s: the code outside the function runs "
@@ -194,7 +192,6 @@ def over_disk_limit(run_dir: Path, disk_limit: list | None, qid: str, before: in
     return RankError("DiskLimit", sandbox.disk_limit_message(qid, used, disk_limit[0])), used - freed
 
 
-SKIP_AFTER_TIMEOUTS = 2
 STOP_REASON = ("stopped by the check: every rank of this run was waiting, for a message that no rank was "
                "going to send or in a collective that a member of its group was not going to join")
 
@@ -204,7 +201,7 @@ def main(spec_path: str) -> int:
     run_dir = Path(spec["run_dir"])
     rank = int(os.environ["RANK"])
     from lab_src.harness.runfolder import rank_log_path
-    _redirect_output(rank_log_path(run_dir, rank), spec.get("log_limit", 200_000))
+    _redirect_output(rank_log_path(run_dir, rank), spec.get("log_limit", limits.RANK_LOG_CHARS))
     _die_with_parent()
     from lab_src.harness import lineage
     chain = lineage.ancestors()     # the agent (or torchrun) and the process that started it
@@ -236,7 +233,7 @@ def main(spec_path: str) -> int:
     sync = torch.cuda.synchronize if ctx.device.type == "cuda" else None
 
     cases = [Case.from_dict(d) for d in spec["cases"]]
-    load_answers_under_test(cases, rank, spec.get("load_limit_s", LOAD_LIMIT_S), journal, chain)
+    load_answers_under_test(cases, rank, spec.get("load_limit_s", limits.LOAD_LIMIT_S), journal, chain)
     wait_for_every_rank(ctx.world_size, rank)
 
     timeouts: dict[str, int] = {}
@@ -256,8 +253,8 @@ def main(spec_path: str) -> int:
             tracer = trace.Tracer(rank, write_op, sync, label=str(index))
             case_barrier.begin(store, index, rank, stages, ctx.timeout_s)
             obs = observed.record_class(case.kind)(kind=case.kind, rank=rank, stages=stages, error=None)
-            if timeouts.get(qid, 0) >= SKIP_AFTER_TIMEOUTS:
-                obs["error"] = RankError("NotRun", f"not run: {SKIP_AFTER_TIMEOUTS} earlier cases of {qid} "
+            if timeouts.get(qid, 0) >= limits.SKIP_AFTER_TIMEOUTS:
+                obs["error"] = RankError("NotRun", f"not run: {limits.SKIP_AFTER_TIMEOUTS} earlier cases of {qid} "
                                                    f"deadlocked or timed out").to_dict()
             else:
                 try:
