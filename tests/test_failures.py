@@ -275,12 +275,12 @@ def test_the_startup_deadline_waits_for_loading_answers_up_to_a_backstop(tmp_pat
     load (up to LOADING_BACKSTOP load limits more), so that a busy machine does not end the launch first."""
     from lab_src.harness import runfolder
     from lab_src.harness.limits import LOADING_BACKSTOP
-    from lab_src.harness.runner import _CaseWatch
+    from lab_src.harness.case_watch import CaseWatch
 
     def stopped_after(loading: bool) -> float:
         folder = tmp_path / f"loading-{loading}"
         folder.mkdir()
-        watch = _CaseWatch(folder, 1, case_deadline_s=30, startup_s=0.2, load_limit_s=0.4)
+        watch = CaseWatch(folder, 1, case_deadline_s=30, startup_s=0.2, load_limit_s=0.4)
         if loading:
             runfolder.journal_path(folder, 0).write_text(runfolder.case_line("load", 0))
         while watch() is None:

@@ -1,6 +1,7 @@
 """The layout of lab_src: the core by role, each topic after the core in its own folder (lab_src/topics/).
 
-The rules, read from the source's imports (every import, at the top of a module or inside a function):
+The rules, read from the source's imports (tests/test_import_rules.py's graph: every import, at the top of a
+module or inside a function; that file holds the rule against import circles):
 1. the core (`pipeline/`, `harness/`, `judge/`, `views/`) imports no topic's module: it reads the topics'
    declarations through `lab_src.topics` alone;
 2. a topic imports the core and the topics before it in course order (MODULES), never a later one;
@@ -13,56 +14,20 @@ recorder has `install`, each event kind has a colour and a label the pictures us
 """
 from __future__ import annotations
 
-import ast
 import importlib
 import subprocess
 import sys
-from pathlib import Path
-
 import pytest
 
 from conftest import ROOT
+from test_import_rules import import_graph
 
 CORE = ("lab_src.pipeline", "lab_src.harness", "lab_src.judge", "lab_src.views")
 
 
-def modules() -> dict[str, Path]:
-    found = {}
-    for top in ("lab_src", "grader"):
-        for path in (ROOT / top).rglob("*.py"):
-            if "cohort/answers" in path.as_posix():
-                continue            # a student's answer text, never imported
-            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-            found[name.removesuffix(".__init__")] = path
-    return found
-
-
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The known modules `name` imports (absolute, relative, inside functions), each as the longest known name."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        targets = []
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(parts + ([base] if base else []))
-            targets = [base] + [f"{base}.{a.name}" for a in node.names]
-        for t in targets:
-            while t and t not in known:
-                t = t.rpartition(".")[0]
-            if t and t != name:
-                out.add(t)
-    return out
-
-
 @pytest.fixture(scope="module")
 def graph() -> dict[str, set[str]]:
-    mods = modules()
-    return {name: imports_of(name, path, set(mods)) for name, path in mods.items()}
+    return import_graph()
 
 
 def topic_name(module: str) -> str | None:

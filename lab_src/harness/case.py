@@ -77,7 +77,7 @@ class CaseOutcome:
     # rank -> what its journal says it did, for a rank that left no observations (for the pictures only)
     recovered: dict[int, dict] = field(default_factory=dict)
     # rank -> the compute operations and messages it began, [kind, micro-batch, chunk, when read], as the
-    # launching process read them live from its journal (harness/runner.py `_CaseWatch`; judge/record.py)
+    # launching process read them live from its journal (harness/case_watch.py `CaseWatch`; judge/record.py)
     observed: dict[int, list] = field(default_factory=dict)
 
     def __post_init__(self):

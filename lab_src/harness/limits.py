@@ -31,7 +31,7 @@ from __future__ import annotations
 # small model, even with several students graded at once.
 GRADING_RECV_TIMEOUT_S = 15.0
 
-# A case, from its start to its end on every rank, on the ranks' own clock: harness/runner.py `_CaseWatch`
+# A case, from its start to its end on every rank, on the ranks' own clock: harness/case_watch.py `CaseWatch`
 # ends the launch, the case fails and the cases after it are launched again. Passed to run_cases by
 # grader/trusted.py. Generous, so that a loaded machine never fails a correct answer: a long graded case
 # (uma's q13, 30 training steps) ran over 45 s of wall time on 2 busy cores, before the deadline read the
@@ -46,7 +46,7 @@ CHECK_RECV_TIMEOUT_S = 10.0
 CHECK_CASE_DEADLINE_S = 30.0
 
 # From a launch's start until its ranks start the first case (forked, process groups joined, every answer
-# under test loaded once: LOAD_LIMIT_S), on the wall clock: harness/runner.py `_CaseWatch` ("the ranks did
+# under test loaded once: LOAD_LIMIT_S), on the wall clock: harness/case_watch.py `CaseWatch` ("the ranks did
 # not start within 120 s"), run_cases's `startup_s`, for the checks and the grader alike. A healthy start
 # takes well under a second from a warm process; it was reached by ranks that hung at their start (about
 # one launch in 400), which harness/elastic.py `hold_until_all_forked` prevents (benchmarks/README.md).
@@ -59,7 +59,7 @@ STARTUP_S = 120.0
 # loads took over 60 s of wall time on one rank in CI (mallory's q06), which the own clock leaves out.
 LOAD_LIMIT_S = STARTUP_S / 2
 
-# Wall-clock backstops of the two limits on the ranks' own clock, in harness/runner.py `_CaseWatch`: the
+# Wall-clock backstops of the two limits on the ranks' own clock, in harness/case_watch.py `CaseWatch`: the
 # startup deadline does not count the time ranks spent loading answers, up to LOADING_BACKSTOP load limits
 # more; a case ends at its deadline on its ranks' clock, or at BUSY_BACKSTOP deadlines of wall time
 # whatever that clock says.
@@ -74,7 +74,7 @@ LAUNCH_SLACK_S = 30
 
 # After the watch has asked the ranks of a deadlocked case to stop waiting (harness/deadlock.py), they have
 # this long to do so before it ends the launch ("the ranks did not stop when asked"): harness/runner.py
-# `_CaseWatch`. A stopped wait returns within a poll of pipeline/waiting.py, well under a second.
+# `CaseWatch`. A stopped wait returns within a poll of pipeline/waiting.py, well under a second.
 STOP_GRACE_S = 5.0
 
 # In one launch, once this many cases of an exercise have deadlocked or timed out, its other cases are not

@@ -2,7 +2,7 @@
 
 The order rules (AFAB, 1F1B's order and its memory bound, the interleaved schedules) are judged from the
 events a rank returns at the end of a case. The rank also journals each operation as it begins, and the
-launching process reads those lines live, as they are written (harness/runner.py `_CaseWatch.observed`).
+launching process reads those lines live, as they are written (harness/case_watch.py `CaseWatch.observed`).
 A rank that rewrites its events afterwards (an All-Forward-All-Backward step whose records are put into
 1F1B's order once it has run) then returns an order that differs from the one read while it ran: the
 record is forged, and the case fails for it, whatever the order rules say of the forged one.
