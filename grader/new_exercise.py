@@ -12,7 +12,7 @@ that schedule: its check is the pipeline check (lab_src/checks/step_check.py), i
 pipeline item of grader/hidden/common.py on every grading configuration, its registry entry declares
 the schedule, and its notebook draws the run.
 What is left by hand: the prose, the reference answer, the check, the hidden tests, the cohort's
-realistic mistakes (grader/cohort/answers/, handed in by students of grader/cohort/students.py). Everything
+realistic mistakes (grader/cohort/mistakes.py, handed in by students of grader/cohort/students.py). Everything
 else (API, README table, zip-collect pattern, pytest marker, Slurm test totals) follows from the registry.
 """
 from __future__ import annotations
