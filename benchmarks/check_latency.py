@@ -11,7 +11,7 @@ them the same checks in turn, alternating, so that the shared machine's load fal
 
 - the q08 check from the call to its report (median of --repeat);
 - every check q02..q15 once, on the reference answers (their median);
-- a deadlocking q07 answer (grader/cohort/answers/q07_deadlock.py): from the call to the report;
+- a deadlocking q07 answer (q07_deadlock of grader/cohort/mistakes.py): from the call to the report;
 - peak memory of one q08 check, as benchmarks/hub_check_cost.py measures it (the summed resident
   memory of the kernel's process tree, sampled every 50 ms), and the proportional set size (PSS), which
   counts a page shared by forked ranks once.

@@ -198,7 +198,7 @@ def cmd_new(course: Course, args) -> int:
                        args.topic):
         print(f"wrote {path}")
     print("Now write the prose, the reference answer, the check and the hidden tests; add realistic mistakes "
-          "to grader/cohort/answers/ and students.py; then `python -m grader text` and `python -m grader release`.")
+          "to grader/cohort/mistakes.py and students.py; then `python -m grader text` and `python -m grader release`.")
     return 0
 
 

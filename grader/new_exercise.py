@@ -14,7 +14,7 @@ every grading configuration, where in every case of 2 stages or more rank 0 chan
 amount the answer cannot know (lab_src/pipeline/perturb.py), so that outputs that do not come from the
 received activations fail. Its registry entry declares the schedule, and its notebook draws the run.
 What is left by hand: the prose, the reference answer, the check, the hidden tests, the cohort's
-realistic mistakes (grader/cohort/answers/, handed in by students of grader/cohort/students.py). Everything
+realistic mistakes (grader/cohort/mistakes.py, handed in by students of grader/cohort/students.py). Everything
 else (API, README table, zip-collect pattern, pytest marker, Slurm test totals) follows from the registry.
 """
 from __future__ import annotations

@@ -9,11 +9,12 @@ No sandboxed process ever sees this folder: a launch gets copies in its own run 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
 
-from lab_src.registry import ASSIGNMENT, CODED
+from lab_src.registry import ASSIGNMENT, CODED, exercise
 
 from . import SOURCE
 from .answer_cells import answer_source, read_notebook
@@ -36,15 +37,24 @@ def cache_root() -> Path:
         Path(tempfile.gettempdir()) / f"pp-lab-cache-{os.geteuid()}"
 
 
+def _reference(nb: dict, ex) -> str:
+    text = answer_source(nb, ex.id)
+    if text is None:
+        raise RuntimeError(f"solutions/ has no reference answer for {ex.id} ({ex.notebook})")
+    return text
+
+
 def reference_texts() -> dict[str, str]:
     """{qid: the reference answer's source}, read from the source notebooks now."""
-    texts = {}
-    for ex in CODED:
-        text = answer_source(read_notebook(source_path(ex)), ex.id)
-        if text is None:
-            raise RuntimeError(f"solutions/ has no reference answer for {ex.id} ({ex.notebook})")
-        texts[ex.id] = text
-    return texts
+    return {ex.id: _reference(read_notebook(source_path(ex)), ex) for ex in CODED}
+
+
+def reference_text(qid: str) -> str:
+    """The reference answer to `qid`, read from its source notebook now: as plain JSON (no nbformat, whose
+    validation costs seconds) and without the cache folder, so it writes nothing anywhere. The sample
+    cohort's answers are built from it (grader/cohort/mistakes.py)."""
+    ex = exercise(qid)
+    return _reference(json.loads(source_path(ex).read_text(encoding="utf-8")), ex)
 
 
 def reference_sources() -> dict[str, str]:

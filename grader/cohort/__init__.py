@@ -1,4 +1,4 @@
-"""The sample cohort: made-up students (students.py) and their answers (answers/), the builder of their
+"""The sample cohort: made-up students (students.py) and their answers (mistakes.py: edits of the reference answers; answers/), the builder of their
 submissions (build.py), grading them all as the tests do (grading.py) and the record of what that gives
 (golden.py, tests/golden/cohort.json)."""
 from .build import ROSTER, build_cohort, build_student

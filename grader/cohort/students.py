@@ -2,8 +2,8 @@
 
 Each student starts from the release (`base="release"`: every answer still the stub) or from a full
 reference solution (`base="reference"`), then changes some answer cells and perhaps the files of the
-submission. Each changed answer is a file of answers/ (`answers/q07_deadlock.py`: the reference with that
-mistake in it). `expect` is what they deserve on the autograded part, as the fraction of each exercise's
+submission. Each changed answer is `answer(name)` of answers/: most are the reference with one mistake in it,
+declared as that edit in mistakes.py (`q07_deadlock`); the others are whole files of answers/. `expect` is what they deserve on the autograded part, as the fraction of each exercise's
 hidden-test points (exercises not listed: 1.0 for base="reference", 0.0 for base="release").
 
 A student returns the assignments (course modules, lab_src/registry.py MODULES) their story is about: those

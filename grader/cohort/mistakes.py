@@ -1,0 +1,539 @@
+"""The sample cohort's realistic mistakes, each declared as the edit of the reference answer it is.
+
+A mistake is its exercise and a short list of exact replacements, `(old, new)`, made in that exercise's
+reference answer (the answer cell of solutions/<module>/qNN_<function>.ipynb: grader/reference.py), under a
+comment that names the misconception (or with the line above the answer, `top`, in which the student named
+it). `answer(name)` (answers/__init__.py) builds the answer's text from the reference as it is now. An `old`
+is a string that must occur exactly once in the text it edits, or a `Span(first, last)`: the passage from
+`first` through `last`, each occurring exactly once, for a passage too long to quote. The edits of one list
+are all placed in the same text before any is made, so their order does not matter and two of them may not
+overlap. Where an `old` is missing or ambiguous (the reference answer changed at that place), building the
+answer fails, naming the mistake and the string: an edit is never made elsewhere than where it was meant.
+
+The cohort's answers were copied from earlier versions of the reference answers, and their texts are kept
+as they were to the byte (feedback quotes their lines by number; tests/golden/cohort.json records it). So a
+copy may lack the docstrings or the comments the reference has gained since, or write a line as it was
+then: its `Copy` says how (made first, on the reference), apart from its mistake (made on the copy), so that
+the mistake reads as the one change it is. `top` is put above the answer as it is, first line and all.
+A mistake may start from another answer of the cohort (`base`) instead of the reference: q14's start from
+the right answer q14_per_parameter, written differently from the reference. An edit of a reference answer
+reaches the answers made from it: where it changes their text, write the golden record again
+(`python -m grader.cohort golden --write`).
+
+This module is data and text handling: it imports nothing of the lab and no torch, and runs no answer.
+"""
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Span:
+    """The passage from `first` through `last` (each occurring exactly once in the text edited)."""
+    first: str
+    last: str
+
+
+@dataclass(frozen=True)
+class Copy:
+    """How a copy of the reference answer differs from the reference of today, beside its mistake."""
+    docstrings: bool = True                      # False: without the functions' docstrings
+    comments: bool = True                        # False: without the reference's comments
+    edits: list = field(default_factory=list)    # lines as an earlier reference wrote them: (old, new)
+
+    def of(self, text: str, where: str) -> str:
+        if not self.docstrings:
+            text = without_docstrings(text)
+        if not self.comments:
+            text = without_comments(text)
+        return replaced(text, self.edits, where)
+
+
+TODAY = Copy()                                         # the reference as it is now
+EARLIER = Copy(docstrings=False)                       # copied before the reference had docstrings
+
+
+@dataclass(frozen=True)
+class Mistake:
+    qid: str
+    edits: list                  # the mistake: (old, new), made on the copy
+    copy: Copy = TODAY           # the copy of the reference the mistake was made in
+    top: str = ""                # put above the answer
+    base: str | None = None      # the answer (of answers/) it starts from instead of qid's reference
+
+    def text(self, start: str, name: str) -> str:
+        """The answer, from `start` (qid's reference answer, or the text of `base`)."""
+        return self.top + replaced(self.copy.of(start, f"{name} (its copy)"), self.edits, name)
+
+
+class EditDoesNotApply(ValueError):
+    pass
+
+
+def replaced(text: str, edits, where: str) -> str:
+    """`text` with every edit of `edits` made, each at its one place in `text`."""
+    places = sorted((*_place(text, old, where), new) for old, new in edits)
+    out, at = [], 0
+    for start, end, new in places:
+        if start < at:
+            raise EditDoesNotApply(f"{where}: two edits overlap at {text[start:end]!r}")
+        out += [text[at:start], new]
+        at = end
+    return "".join(out) + text[at:]
+
+
+def _once(text: str, s: str, where: str) -> int:
+    if not s or text.count(s) != 1:
+        raise EditDoesNotApply(f"{where}: {s!r} occurs {text.count(s) if s else 'everywhere'} times in the text "
+                               f"it edits, not once: has the reference answer changed there?")
+    return text.index(s)
+
+
+def _place(text: str, old, where: str) -> tuple[int, int]:
+    if isinstance(old, Span):
+        start, last = _once(text, old.first, where), _once(text, old.last, where)
+        if last < start:
+            raise EditDoesNotApply(f"{where}: {old.last!r} comes before {old.first!r}")
+        return start, last + len(old.last)
+    start = _once(text, old, where)
+    return start, start + len(old)
+
+
+def without_docstrings(text: str) -> str:
+    """`text` without the docstrings of its functions (nested ones too)."""
+    drop = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and isinstance(node.body[0], ast.Expr) \
+                and isinstance(node.body[0].value, ast.Constant) and isinstance(node.body[0].value.value, str):
+            drop.update(range(node.body[0].lineno, node.body[0].end_lineno + 1))
+    return "".join(line for n, line in enumerate(text.splitlines(keepends=True), 1) if n not in drop)
+
+
+def without_comments(text: str) -> str:
+    """`text` without its comments: a line that is a comment goes, a comment after code is cut off."""
+    lines = text.splitlines(keepends=True)
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            row, col = token.start
+            code = lines[row - 1][:col].rstrip()
+            lines[row - 1] = code + "\n" if code else ""
+    return "".join(lines)
+
+
+# ---- the copies of earlier reference answers the mistakes were made in -------------------------------------
+# q05: the count of layers written into the range
+Q05_LOUD_COPY = Copy(docstrings=False, edits=[
+    ("    count = base + (1 if pp_rank < extra else 0)\n    return list(range(start, start + count))",
+     "    return list(range(start, start + base + (1 if pp_rank < extra else 0)))"),
+])
+# q07: each receive on one line; nothing raised for an unknown operation
+Q07_COPY = Copy(docstrings=False, edits=[
+    ("src=stage.pp_rank - 1, shape=stage.activation_shape,\n                          operation=",
+     "src=stage.pp_rank - 1, shape=stage.activation_shape, operation="),
+    ("src=stage.pp_rank + 1, shape=stage.activation_shape,\n                          operation=",
+     "src=stage.pp_rank + 1, shape=stage.activation_shape, operation="),
+    ('    raise ValueError(f"unknown operation {operation!r}")\n', ""),
+])
+# q08: the input's gradient named g; the loss summed with float()
+Q08_EDITS = [
+    ("        input_grad = stage.backward(", "        g = stage.backward("),
+    ("tensor=input_grad,", "tensor=g,"),
+    ("sum(loss.item() for loss in outputs)", "sum(float(o) for o in outputs)"),
+]
+Q08_COPY = Copy(docstrings=False, comments=False, edits=Q08_EDITS)
+# q11: the direction named by one tuple, nothing raised for an unknown operation (and, in some copies, the
+# tensor sent without .contiguous())
+Q11_EDITS = [
+    (Span("    towards_next = (", "    to_next = operation in towards_next"),
+     '    to_next = operation in ("send_forward", "recv_backward", "send_forward_recv_backward")'),
+]
+Q11_COPY = Copy(docstrings=False, comments=False, edits=Q11_EDITS)
+Q11_NOT_CONTIGUOUS = Copy(docstrings=False, comments=False, edits=[
+    *Q11_EDITS, (".detach().contiguous()", ".detach()")])
+# q12: shorter lines, the input's gradient named g
+Q12_COPY = Copy(docstrings=False, comments=False, edits=[
+    ("        if x is None:\n            x = next(data_iter).to(stage.device)",
+     "        x = next(data_iter).to(stage.device) if x is None else x"),
+    ("losses.append(float(outputs[mb].detach()))", "losses.append(float(outputs[mb]))"),
+    ('        x = p2p_communicate("recv_forward", stage, microbatch=mb)\n        y = forward(mb, x)',
+     '        y = forward(mb, p2p_communicate("recv_forward", stage, microbatch=mb))'),
+    ("        mb = warmup + i\n        y = forward(mb, x)\n", "        y = forward(warmup + i, x)\n"),
+    ("tensor=y, microbatch=mb, recv_microbatch=i)\n        input_grad = backward(i, grad)",
+     "tensor=y, microbatch=warmup + i, recv_microbatch=i)\n        g = backward(i, grad)"),
+    ('            p2p_communicate("send_backward", stage, tensor=input_grad, microbatch=i)',
+     '            p2p_communicate("send_backward", stage, tensor=g, microbatch=i)'),
+    ("tensor=input_grad, microbatch=i,\n                                recv_microbatch=mb + 1)",
+     "tensor=g, microbatch=i, recv_microbatch=warmup + i + 1)"),
+    ('        grad = p2p_communicate("recv_backward", stage, microbatch=mb)\n'
+     '        input_grad = backward(mb, grad)\n'
+     '        p2p_communicate("send_backward", stage, tensor=input_grad, microbatch=mb)',
+     '        g = backward(mb, p2p_communicate("recv_backward", stage, microbatch=mb))\n'
+     '        p2p_communicate("send_backward", stage, tensor=g, microbatch=mb)'),
+    ("    if stage.is_last_stage:\n        return logits, sum(losses)\n    return [], None",
+     "    return (logits, sum(losses)) if stage.is_last_stage else ([], None)"),
+])
+# q15: the loss read without detach(); the prediction's numbers worked out
+Q15_COPY = Copy(edits=[
+    ("            losses.append(float(y.detach()))", "            losses.append(float(y))"),
+    (Span('    """p = 4 ranks, m = 8 micro-batches, equal boxes', '"messages_v4": 2 * 8 * (16 - 1)}'),
+     '    """For p = 4 ranks and m = 8 micro-batches: the idle share (p-1)/(v·m+p-1) and the messages 2m(v·p-1)."""\n'
+     '    return {"bubble_v1": 3 / 11, "bubble_v2": 3 / 19, "bubble_v4": 3 / 35,\n'
+     '            "messages_v1": 48, "messages_v2": 112, "messages_v4": 240}'),
+])
+# q17: tp_layers last, without its docstring
+Q17_COPY = Copy(edits=[
+    (Span("def tp_layers(up, down, tp):\n", "    return TensorParallelMLP(up, down, tp)\n\n\n"), ""),
+    ("        return self.down(F.gelu(self.up(x)))\n",
+     "        return self.down(F.gelu(self.up(x)))\n\n\ndef tp_layers(up, down, tp):\n"
+     "    return TensorParallelMLP(up, down, tp)\n\n"),
+])
+# q18: predicted_bytes's docstring says what its comment now says
+Q18_COPY = Copy(edits=[
+    (Span('    """Bytes one training step of the digits model moves', "no tensor parallelism\n"),
+     '    """Bytes one training step of the digits model moves, summed over all ranks (numbers only):\n'
+     '    "tensor_parallel" with t = 2 (no pipeline), "pipeline" with p = 2 stages (no tensor parallelism)."""\n'),
+])
+# ---- places that several mistakes edit ----------------------------------------------------------------------
+# q16: where the W's run: the late one after each backward, and the ones left at the end of the step
+Q16_LATE_W = Span("        if len(done) > r:", "            stage.backward_weight(microbatch=done[len(done) - 1 - r])\n")
+Q16_LEFT_WS = Span("    for mb in done[max(0, len(done) - r):]:", "        stage.backward_weight(microbatch=mb)\n")
+
+# ---- the mistakes -------------------------------------------------------------------------------------------
+MISTAKES = {
+    # q03: the activation sent between stages taken for the model's output, (batch, seq, vocab)
+    "q03_vocab_shape": Mistake("q03", [
+        ("    return (micro_batch_size, cfg.seq_len, cfg.hidden_size)",
+         "    # the output of the model is (batch, seq, vocab), so that must be what travels\n"
+         "    return (micro_batch_size, cfg.seq_len, cfg.vocab_size)"),
+    ], EARLIER),
+    # q04: the sum of the output as the loss, not its mean
+    "q04_sum_loss": Mistake("q04", [("    loss = output.mean()", "    loss = output.sum()")], EARLIER),
+    # q05: the extra layers of an uneven split given to the last stages
+    "q05_late_extra": Mistake("q05", [
+        ("    base, extra = divmod(num_layers, pp_size)\n"
+         "    start = pp_rank * base + min(pp_rank, extra)\n"
+         "    count = base + (1 if pp_rank < extra else 0)",
+         "    # the last stages take the extra layers\n"
+         "    base, extra = divmod(num_layers, pp_size)\n"
+         "    first_big = pp_size - extra\n"
+         "    start = pp_rank * base + max(0, pp_rank - first_big)\n"
+         "    count = base + (1 if pp_rank >= first_big else 0)"),
+    ], EARLIER),
+    # q05: debugging prints left in, megabytes of them (the answer is right)
+    "q05_loud": Mistake("q05", [
+        ("    base, extra", '    print(f"rank {pp_rank}: " + "." * 100_000)\n    base, extra'),
+    ], Q05_LOUD_COPY, top='print("debugging distribute_layers " + "=" * 5_000_000)\n\n\n'),
+    # q06: every rank trains, so every rank is given a dataloader
+    "q06_every_rank": Mistake("q06", [
+        ("    return pp_rank == 0", "    # every rank trains, so every rank reads data\n    return True"),
+    ], EARLIER),
+    # q06: exit() called on rank 1 (it must cost q06 alone)
+    "q06_exit": Mistake("q06", [
+        ("    return pp_rank == 0", '    if pp_rank == 1:\n        exit("rank 1 has seen enough")\n    return pp_rank == 0'),
+    ], EARLIER),
+    # q07: the gradient received from the previous stage, not the next: the pipeline deadlocks
+    "q07_deadlock": Mistake("q07", [
+        ('    if operation == "recv_forward":',
+         "    # receives the gradient from the previous stage instead of the next one: every middle rank waits forever\n"
+         '    if operation == "recv_forward":'),
+        ("        return stage.recv(src=stage.pp_rank + 1,",
+         "        peer = stage.pp_rank - 1 if stage.pp_rank > 0 else stage.pp_rank + 1\n"
+         "        return stage.recv(src=peer,"),
+    ], Q07_COPY),
+    # q07: the first stage sends a gradient back too, to a rank that does not exist
+    "q07_no_end_check": Mistake("q07", [
+        ("        if not stage.is_first_stage:\n            stage.send(tensor, dst=stage.pp_rank - 1,",
+         "        # forgot: the first stage has nobody to send to\n        stage.send(tensor, dst=stage.pp_rank - 1,"),
+    ], Q07_COPY),
+    # q08: rank 1 crashes (the grader must go on with the other exercises)
+    "q08_crash_rank": Mistake("q08", [
+        ("    inputs, outputs, logits = [], [], []",
+         "    if stage.pp_rank == 1:\n        os._exit(3)                            # rank 1 dies\n"
+         "    inputs, outputs, logits = [], [], []"),
+    ], Copy(docstrings=False, comments=False, edits=[
+        *Q08_EDITS[:2],
+        (Span("        if x is None:\n", "            x.requires_grad_()"),
+         "        x = next(data_iter).to(stage.device) if x is None else x.requires_grad_()"),
+        ("    if stage.is_last_stage:\n        return logits, sum(loss.item() for loss in outputs)\n    return [], None",
+         "    return (logits, sum(float(o) for o in outputs)) if stage.is_last_stage else ([], None)"),
+    ]), top="import os\n"),
+    # q08: a received activation not made to require grad: no gradient flows back to the earlier stages
+    "q08_no_requires_grad": Mistake("q08", [("        else:\n            x.requires_grad_()\n", "")], Q08_COPY),
+    # q08: each micro-batch's loss not divided by their number (the reported loss divided instead)
+    "q08_no_scale": Mistake("q08", [
+        ("            y = y.mean() / num_microbatches",
+         "            y = y.mean()                      # each micro-batch's mean, not divided by the count"),
+        ("sum(float(o) for o in outputs)", "sum(float(o) for o in outputs) / num_microbatches"),
+    ], Q08_COPY),
+    # q09: only the first micro-batch compared with the baseline
+    "q09_first_only": Mistake("q09", [
+        ("    torch.testing.assert_close(torch.cat(outputs), baseline_output)",
+         "    first = outputs[0]\n    torch.testing.assert_close(first, baseline_output[: first.shape[0]])"),
+    ], EARLIER),
+    # q10: a parameter without a gradient skipped, not reported
+    "q10_skip_missing": Mistake("q10", [
+        ('            raise AssertionError(f"stage {stage.pp_rank}: {name} has no gradient")',
+         "            continue                           # nothing to compare"),
+    ], Copy(docstrings=False, edits=[(', msg=lambda m: f"{name}: {m}")', ")")])),
+    # q11: blocking send, then receive: two neighbours sending at once wait for each other forever
+    "q11_blocking": Mistake("q11", [
+        ("    to_next = operation in (",
+         "    # plain blocking calls, in order: first send, then receive\n    to_next = operation in ("),
+        ("    ops, received = [], None\n", ""),
+        (Span("        ops.append(dist.P2POp(dist.isend", "    return received"),
+         "        dist.send(tensor.detach(), group=stage.group, group_dst=peer)\n"
+         '    if "recv" not in operation:\n'
+         "        return None\n"
+         "    buffer = torch.empty(stage.activation_shape, dtype=stage.dtype, device=stage.device,\n"
+         '                         requires_grad=operation.endswith("recv_forward"))\n'
+         "    dist.recv(buffer, group=stage.group, group_src=peer)\n"
+         "    return buffer"),
+    ], Q11_COPY),
+    # q11: the direction read from the word "forward" in the operation's name
+    "q11_direction_from_name": Mistake("q11", [
+        ('    to_next = operation in ("send_forward", "recv_backward", "send_forward_recv_backward")',
+         '    # the direction read from the word "forward" in the name: recv_forward then talks to the NEXT rank\n'
+         '    to_next = "forward" in operation'),
+    ], Q11_COPY),
+    # q11: receive buffers of the default dtype on the CPU, not the stage's dtype and device
+    "q11_float32": Mistake("q11", [
+        (Span("        received = torch.empty(", "requires_grad=operation.endswith"),
+         "        received = torch.zeros(stage.activation_shape, requires_grad=operation.endswith"),
+    ], Q11_NOT_CONTIGUOUS),
+    # q11: a received activation that does not require grad
+    "q11_no_requires_grad": Mistake("q11", [
+        ('device=stage.device,\n                               requires_grad=operation.endswith("recv_forward"))',
+         "device=stage.device)"),
+    ], Q11_NOT_CONTIGUOUS),
+    # q11: the operations posted but never waited for
+    "q11_no_wait": Mistake("q11", [
+        ("    to_next = operation in (",
+         "    # posts the operations but never waits for them: the receive buffer is returned before its message "
+         "arrives\n    to_next = operation in ("),
+        ("    for request in dist.batch_isend_irecv(ops):\n        request.wait()", "    dist.batch_isend_irecv(ops)"),
+    ], Q11_COPY),
+    # q11: the stage's own send and recv called instead of torch.distributed's
+    "q11_stage_calls": Mistake("q11", [
+        ("import torch\nimport torch.distributed as dist\n\n\n", ""),
+        ("    ops, received = [], None\n", ""),
+        (Span("        ops.append(dist.P2POp(dist.isend", "    return received"),
+         '        stage.send(tensor, dst=peer, operation="send_forward" if to_next else "send_backward", '
+         "microbatch=microbatch)\n"
+         '    if "recv" not in operation:\n'
+         "        return None\n"
+         '    single = "recv_backward" if to_next else "recv_forward"\n'
+         "    mb = microbatch if recv_microbatch is None else recv_microbatch\n"
+         "    x = stage.recv(src=peer, shape=stage.activation_shape, operation=single, microbatch=mb)\n"
+         '    return x.requires_grad_() if single == "recv_forward" else x'),
+    ], Q11_COPY),
+    # q12: no cool-down: the backwards still waiting after the steady state are never run
+    "q12_no_cooldown": Mistake("q12", [
+        ("    for mb in range(m - warmup, m):\n"
+         '        g = backward(mb, p2p_communicate("recv_backward", stage, microbatch=mb))\n'
+         '        p2p_communicate("send_backward", stage, tensor=g, microbatch=mb)\n', ""),
+    ], Q12_COPY),
+    # q12: p - r - 1 warm-up forwards whatever m is, even more than there are micro-batches
+    "q12_warmup_no_min": Mistake("q12", [
+        ("    warmup = min(stage.pp_size - stage.pp_rank - 1, m)",
+         "    warmup = stage.pp_size - stage.pp_rank - 1  # p - r - 1 forwards before the first backward"),
+        ('    return {"m8_rank0": 3, "m8_rank1": 2, "m8_rank2": 1, "m8_rank3": 0,\n            "m2_rank0": 2,',
+         "    # p - r - 1 whatever m is, as in the step above: right for m = 8, not for m = 2\n"
+         '    return {"m8_rank0": 3, "m8_rank1": 2, "m8_rank2": 1, "m8_rank3": 0,\n            "m2_rank0": 3,'),
+    ], Q12_COPY),
+    # q12: p - r warm-up forwards, one too many
+    "q12_warmup_off_by_one": Mistake("q12", [
+        ("    warmup = min(stage.pp_size - stage.pp_rank - 1, m)",
+         "    warmup = min(stage.pp_size - stage.pp_rank, m)  # rank r holds p - r"),
+        (Span('    return {"m8_rank0": 3,', '"m2_rank3": 0}'),
+         "    # p - r forwards before the first backward, as in the step above: one too many\n"
+         '    return {"m8_rank0": 4, "m8_rank1": 3, "m8_rank2": 2, "m8_rank3": 1,\n'
+         '            "m2_rank0": 2, "m2_rank1": 2, "m2_rank2": 2, "m2_rank3": 1}'),
+    ], Q12_COPY),
+    # q13: evaluated in training mode, with the graph built: dropout on, gradients kept
+    "q13_eval_training": Mistake("q13", [
+        ("    stage.eval()                                               # evaluation: forward only, no graph\n", ""),
+        (Span("    with torch.no_grad():\n", "== target).sum())\n"),
+         "    for mb in range(data.num_test_microbatches):      # the same loop as training, forward only\n"
+         '        x = pipeline_communicate("recv_forward", stage, microbatch=mb)\n'
+         "        if x is None:\n"
+         "            x = tokens[mb].to(stage.device)\n"
+         "        y = stage.forward(x, microbatch=mb)\n"
+         '        pipeline_communicate("send_forward", stage, tensor=y, microbatch=mb)\n'
+         "        if stage.is_last_stage:\n"
+         "            target = labels[mb].to(y.device)\n"
+         "            test_loss += float(F.cross_entropy(y, target).detach())\n"
+         "            correct += int((y.detach().argmax(dim=-1) == target).sum())\n"),
+    ]),
+    # q13: the gradients never zeroed: each step adds to the last one's
+    "q13_never_zeroed": Mistake("q13", [
+        ("lr=lr)   # this stage's parameters, and only those", "lr=lr)   # (and no zero_grad anywhere)"),
+        ("        optimizer.zero_grad()                                  # before the step: its backwards accumulate\n",
+         ""),
+    ]),
+    # q14: the replicas' gradients summed, not averaged
+    "q14_summed": Mistake("q14", [(', "dp", op="avg")', ', "dp")')], base="q14_per_parameter"),
+    # q14: the tied embedding's two copies never summed
+    "q14_no_tied": Mistake("q14", [
+        ('        grid.all_reduce(stage.tied_embedding.grad, tied[dp_rank], "tied")', "        pass"),
+    ], base="q14_per_parameter"),
+    # q15: each receive blocks where its box begins, none posted ahead (an earlier reference's way)
+    "q15_blocking_receives": Mistake("q15", [
+        (" % p.\n        A receive is posted here and returned; its .wait() gives the tensor.", " % p."),
+        ("            return stage.post_recv(src=(r - 1) % p, shape=stage.activation_shape, operation=op, microbatch=mb,"
+         "\n                                   chunk=chunk)",
+         "            return stage.recv(src=(r - 1) % p, shape=stage.activation_shape, operation=op, microbatch=mb, "
+         "chunk=chunk)"),
+        ("            return stage.post_recv(src=(r + 1) % p, shape=stage.activation_shape, operation=op, microbatch=mb,"
+         "\n                                   chunk=chunk)",
+         "            return stage.recv(src=(r + 1) % p, shape=stage.activation_shape, operation=op, microbatch=mb, "
+         "chunk=chunk)"),
+        ("    def forward(k, received):\n        mb, chunk = order(k, backward=False)\n"
+         "        if received is None:                        # virtual",
+         "    def forward(k):\n        mb, chunk = order(k, backward=False)\n"
+         '        x = communicate("recv_forward", chunk, mb)\n'
+         "        if x is None:                               # virtual"),
+        ("            x = received.wait().requires_grad_()", "            x.requires_grad_()"),
+        ("    def backward(k, received):", "    def backward(k):"),
+        ("        grad = received.wait() if received is not None else None    # None: the last virtual stage's loss",
+         '        grad = communicate("recv_backward", chunk, mb)'),
+        (Span("    def receive_for(box):", '"recv_forward", chunk, mb)\n\n'), ""),
+        ("    boxes = [(forward, k) for k in range(warmup)]                   # warm-up",
+         "    for k in range(warmup):\n        forward(k)"),
+        ("        boxes += [(forward, warmup + i), (backward, i)]             # one forward, one backward",
+         "        forward(warmup + i)\n        backward(i)"),
+        (Span("    boxes += [(backward, k) for k in", "        received = after"),
+         "    for k in range(total - warmup, total):\n        backward(k)"),
+    ], Q15_COPY),
+    "q16_b_frees_graph": Mistake("q16", [
+        ("torch.autograd.grad(output_tensor, input_tensor, grad, retain_graph=True)",
+         "torch.autograd.grad(output_tensor, input_tensor, grad)"),
+    ], top="# backward_input lets autograd free the graph: W has nothing left to work on\n"),
+    "q16_no_last_w": Mistake("q16", [
+        (Q16_LEFT_WS, ""),
+    ], top="# the W's left at the end of the step are never run\n"),
+    "q16_one_f_one_b": Mistake("q16", [
+        ('    """One ZB-H1 step of this stage; returns (outputs, loss)."""',
+         '    """One-Forward-One-Backward, as in q12: whole backwards."""'),
+        ("        input_grad = stage.backward_input(", "        input_grad = stage.backward("),
+        ("        done.append(mb)\n", ""),
+        (Q16_LATE_W, ""),
+        (Q16_LEFT_WS, ""),
+    ], top="# q12's 1F1B handed in for q16: each backward whole, nothing split\n"),
+    "q16_send_after_w": Mistake("q16", [
+        ("        if not stage.is_first_stage:\n"
+         '            stage.send(input_grad, r - 1, "send_backward", mb)      # the previous stage waits for it: now\n',
+         ""),
+        ("            stage.backward_weight(microbatch=done[len(done) - 1 - r])\n",
+         "            stage.backward_weight(microbatch=done[len(done) - 1 - r])\n"
+         '        if not stage.is_first_stage:\n            stage.send(input_grad, r - 1, "send_backward", mb)\n'),
+    ], top="# the input's gradient goes to the previous stage only after this rank's W\n"),
+    "q16_two_passes": Mistake("q16", [
+        (Span("    \"\"\"I: the gradient of the stage's input only.", "        return found\n\n"),
+         "    \"\"\"I, the first way: the input's gradient, keeping the whole graph for a second pass.\"\"\"\n"),
+        ("    params = [p for p in stage.parameters() if p.requires_grad]\n    if input_tensor", "    if input_tensor"),
+        (Span('        return None, ("whole", output_tensor, grad, params)', "if node in caught])"),
+         "        return None, (output_tensor, grad)\n"
+         "    (input_grad,) = torch.autograd.grad(output_tensor, input_tensor, grad, retain_graph=True)\n"
+         "    return input_grad, (output_tensor, grad)"),
+        (Span("    \"\"\"W: the weights' gradients", "[g for _, g in edges], allow_unused=True))"),
+         "    \"\"\"W, the first way: a second pass from the output, which redoes the input's path on the way.\"\"\"\n"
+         "    output_tensor, grad = kept\n"
+         "    params = [p for p in stage.parameters() if p.requires_grad]\n"
+         "    for p, g in zip(params, torch.autograd.grad(output_tensor, params, grad, allow_unused=True)):\n"
+         "        if g is not None:\n"
+         "            p.grad = g if p.grad is None else p.grad.add_(g)"),
+    ], top="# the split done the first way: W runs a second backward from the output\n"),
+    "q16_w_before_b": Mistake("q16", [
+        ("        input_grad = stage.backward_input(",
+         "        stage.backward_weight(microbatch=mb)\n        input_grad = stage.backward_input("),
+        (Q16_LATE_W, ""),
+        (Q16_LEFT_WS, ""),
+    ], top="# W before its I: the weights' half of each backward first, then the input's\n"),
+    "q16_w_overwrites": Mistake("q16", [
+        ("                p.grad = g if p.grad is None else p.grad.add_(g)", "                p.grad = g"),
+    ], top="# W writes each weight's gradient into .grad instead of adding it to what is there\n"),
+    "q17_allreduce_both": Mistake("q17", [
+        ("        return F.linear(CopyToTensorParallel.apply(x, self.tp), self.weight, self.bias)",
+         "        out = F.linear(CopyToTensorParallel.apply(x, self.tp), self.weight, self.bias)\n"
+         '        return ReduceFromTensorParallel.apply(out, self.tp)     # "reduce after every parallel layer"'),
+    ], Q17_COPY, top="# q17: an all-reduce after each layer, the column-parallel one too (its outputs are slices, "
+                     "not partial sums)\n"),
+    "q17_bias_every_rank": Mistake("q17", [
+        ("        return ReduceFromTensorParallel.apply(F.linear(x, self.weight), self.tp) + self.bias",
+         "        return ReduceFromTensorParallel.apply(F.linear(x, self.weight, self.bias), self.tp)"),
+    ], Q17_COPY, top="# q17: the row-parallel layer adds its bias on every rank before the all-reduce: the sum "
+                     "counts it t times\n"),
+    "q17_gather": Mistake("q17", [
+        ("        return F.linear(CopyToTensorParallel.apply(x, self.tp), self.weight, self.bias)",
+         "        local = F.linear(CopyToTensorParallel.apply(x, self.tp), self.weight, self.bias)\n"
+         "        pieces = [torch.empty_like(local) for _ in range(self.tp.size)]\n"
+         "        dist.all_gather(pieces, local.contiguous(), group=self.tp.group)     "
+         "# every rank gets the whole activation\n"
+         "        pieces[self.tp.rank] = local                                        "
+         "# (keeps this rank's slice in the graph)\n"
+         "        return torch.cat(pieces, dim=-1)"),
+        ("        return ReduceFromTensorParallel.apply(F.linear(x, self.weight), self.tp) + self.bias",
+         "        x = x.chunk(self.tp.size, dim=-1)[self.tp.rank]          # takes the whole activation, keeps its slice\n"
+         "        return ReduceFromTensorParallel.apply(F.linear(x, self.weight), self.tp) + self.bias"),
+    ], Q17_COPY, top="# q17: the column-parallel layer all-gathers its output and the row-parallel layer slices it "
+                     "again: a round too many\n"),
+    "q17_no_backward_mirror": Mistake("q17", [
+        ("        grad = grad.contiguous().clone()\n        dist.all_reduce(grad, group=ctx.tp.group)\n"
+         "        return grad, None",
+         '        return grad, None       # "the forward is the identity, so the backward is too"'),
+    ], Q17_COPY, top="# q17: the copy into the tensor-parallel region is the identity both ways: the input gradient "
+                     "is one rank's share\n"),
+    "q17_wrong_dim": Mistake("q17", [
+        ("        self.weight = nn.Parameter(linear.weight.detach().chunk(tp.size, dim=0)[tp.rank].clone())",
+         '        self.weight = nn.Parameter(linear.weight.detach().chunk(tp.size, dim=1)[tp.rank].clone())   # "columns"'),
+        ("        self.weight = nn.Parameter(linear.weight.detach().chunk(tp.size, dim=1)[tp.rank].clone())",
+         '        self.weight = nn.Parameter(linear.weight.detach().chunk(tp.size, dim=0)[tp.rank].clone())   # "rows"'),
+    ], Q17_COPY, top="# q17: column and row read as the weight matrix's columns and rows: each layer cut along the "
+                     "other's dimension\n"),
+    "q18_mask_shared_inside": Mistake("q18", [
+        ("        self.own = dropout.stream(block.seed, block.name, shard=tp.rank)     # this rank's heads only",
+         "        self.own = dropout.stream(block.seed, block.name)                    # the same seed everywhere"),
+    ], Q18_COPY, top="# q18: one stream for every rank, inside the sharded region too: every shard's heads get the "
+                     "same attention mask\n"),
+    "q18_norm_seeded_per_rank": Mistake("q18", [
+        ("        self.shared = dropout.stream(block.seed, block.name)                 # the same on every rank",
+         "        self.shared = dropout.stream(block.seed + tp.rank, block.name)       # a seed of its own per rank"),
+    ], Q18_COPY, top="# q18: the replicated region (the LayerNorms' side, the residual stream) seeded per rank\n"),
+    "q18_world_group": Mistake("q18", [
+        ("import torch\nfrom torch import nn",
+         "import torch\nimport torch.distributed as dist\nimport torch.nn.functional as F\nfrom torch import nn"),
+        ("class TensorParallelBlock(nn.Module):",
+         "class SumHeads(torch.autograd.Function):\n"
+         '    """The heads\' partial sums added up: all-reduce forward, identity backward."""\n'
+         "\n"
+         "    @staticmethod\n"
+         "    def forward(ctx, x):\n"
+         "        x = x.contiguous().clone()\n"
+         "        dist.all_reduce(x)              # no group: every rank of the job\n"
+         "        return x\n"
+         "\n"
+         "    @staticmethod\n"
+         "    def backward(ctx, grad):\n"
+         "        return grad\n"
+         "\n"
+         "\n"
+         "class ProjByHeads(nn.Module):\n"
+         '    """proj\'s columns of this rank\'s heads; the bias whole, added once."""\n'
+         "\n"
+         "    def __init__(self, proj, tp):\n"
+         "        super().__init__()\n"
+         "        self.weight = nn.Parameter(proj.weight.detach().chunk(tp.size, dim=1)[tp.rank].clone())\n"
+         "        self.bias = nn.Parameter(proj.bias.detach().clone())\n"
+         "\n"
+         "    def forward(self, x):\n"
+         "        return SumHeads.apply(F.linear(x, self.weight)) + self.bias\n"
+         "\n"
+         "\n"
+         "class TensorParallelBlock(nn.Module):"),
+        ("        self.proj = q17.RowParallelLinear(block.proj, tp)", "        self.proj = ProjByHeads(block.proj, tp)"),
+    ], Q18_COPY, top="# q18: proj's own all-reduce over the default group: right while the job is one tensor-parallel "
+                     "group, wrong in a t x p grid\n"),
+}
