@@ -103,6 +103,12 @@ class Context:
         return self._ref_modules[qid]
 
 
+def code_of(modules: tuple[str, ...]) -> bytes:
+    """The source of `modules` (dotted names), for the key of a result computed from what they run (q13's and
+    q18's single-process curves, cached per grading user): a change to that code computes it again."""
+    return b"".join(Path(importlib.util.find_spec(m).origin).read_bytes() for m in modules)
+
+
 def case_problems(qid: str, outcome, label: str) -> list[Problem]:
     """A case that did not complete, or raised on some rank, as problems (empty when it ran cleanly):
     the causes first, then what they caused (lab_src/judge/failures.py)."""

@@ -13,7 +13,7 @@ from lab_src.topics.training.judge import PARTS, LearningMargin, judge_training
 from lab_src.topics.training.judge_run import with_known_cause
 from lab_src.topics.training.digits import DIGITS
 
-from .common import Item, case_problems
+from .common import Item, case_problems, code_of
 
 QID = "q13"
 
@@ -27,7 +27,8 @@ CASES = {
 
 _expected: dict = {}
 # what the single-process run depends on besides its arguments: the code of the model, data and loop
-_CODE = ("config.py", "model.py", "digits.py", "classifier.py", "single_process.py")
+_CODE = ("lab_src.pipeline.config", "lab_src.pipeline.model", "lab_src.topics.training.digits",
+         "lab_src.topics.training.classifier", "lab_src.topics.training.single_process")
 
 
 def expected(name: str, mistake: str | None = None) -> dict:
@@ -45,18 +46,16 @@ def _cached(name: str, mistake: str | None) -> dict:
     import hashlib
     import json
     import os
-    from pathlib import Path
 
     import torch
 
-    import lab_src.pipeline as pipeline
     from lab_src.topics.training.digits import Digits
     from lab_src.topics.training.single_process import train_single_process
 
     from ..reference import cache_root
     cfg, s, _ = CASES[name]
     blob = json.dumps([cfg.to_dict(), s, mistake, torch.__version__]).encode()
-    blob += b"".join((Path(pipeline.__file__).parent / f).read_bytes() for f in _CODE)
+    blob += code_of(_CODE)
     folder = cache_root() / "q13-single-process"
     path = folder / f"{hashlib.sha256(blob).hexdigest()[:20]}.pt"
     if path.exists():

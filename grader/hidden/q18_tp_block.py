@@ -26,7 +26,7 @@ from lab_src.pipeline.config import LabConfig
 from lab_src.topics.training.digits import DIGITS
 from lab_src.topics.tensor_parallel.traffic import PREDICTION, PREDICTION_NAME, expected_bytes
 
-from .common import Item, case_problems
+from .common import Item, case_problems, code_of
 
 QID = "q18"
 BLOCKS = {
@@ -50,7 +50,8 @@ HINTS = {
 }
 
 
-_CODE = ("config.py", "model.py", "dropout.py", "digits.py", "classifier.py", "single_process.py")
+_CODE = ("lab_src.pipeline.config", "lab_src.pipeline.model", "lab_src.pipeline.dropout", "lab_src.topics.training.digits",
+         "lab_src.topics.training.classifier", "lab_src.topics.training.single_process")
 
 
 def single_process_curve(cfg) -> list[float]:
@@ -63,12 +64,11 @@ def single_process_curve(cfg) -> list[float]:
 
     import torch
 
-    import lab_src.pipeline as pipeline
     from lab_src.topics.tensor_parallel.judge_train import single_process
 
     from ..reference import cache_root
     blob = json.dumps([cfg.to_dict(), STEPS, LR, torch.__version__]).encode()
-    blob += b"".join((Path(pipeline.__file__).parent / f).read_bytes() for f in _CODE)
+    blob += code_of(_CODE)
     folder = cache_root() / "q18-single-process"
     path = folder / f"{hashlib.sha256(blob).hexdigest()[:20]}.json"
     if path.exists():
