@@ -206,6 +206,7 @@ def test_grader_new_writes_a_schedule_exercise_whose_check_and_hidden_tests_run(
     assert sum("match the unsharded baseline" in line for line in got["lines"]) == 2
     assert got["hidden"] == [1.0, 6, 6]
     assert got["declared"] == ["afab", "q99", ["q02", "q03", "q04", "q05", "q06", "q07"]]
+    assert got["perturbed"] == [False, True, True, True, True, True], "q08's perturbed cases (pipeline_cases)"
 
 
 # In the copy, after `grader new q99 toy_sum --topic toy`: the topic's kind in the core's tables, the visible
@@ -255,9 +256,6 @@ def test_grader_new_writes_a_topic_that_the_core_reads_without_a_core_table_chan
     assert got["hidden"] == [1.0, 2, 2]
     rules = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_topics.py")
     assert rules.returncode == 0, rules.stdout[-3000:]
-
-
-    assert got["perturbed"] == [False, True, True, True, True, True], "q08's perturbed cases (pipeline_cases)"
 
 
 def _function_ast(text: str, name: str) -> str:
