@@ -3,6 +3,8 @@ judged on one process (the reference, the naive second pass and the cohort's spl
 launch), and wrong steps graded through the hidden tests (one launch each)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from grader.cohort.answers import answer
@@ -62,6 +64,19 @@ def test_w_before_its_i_and_a_late_gradient_break_the_rules():
     assert [(r, mb) for r, mb, _ in found] == [(1, 0)] and "only after W0: send it as soon as I0 ends" in found[0][2]
 
 
+@pytest.mark.parametrize("p,m", [(2, 4), (3, 2), (4, 6), (4, 8)])
+def test_w_right_after_its_own_i_breaks_zbh1_where_w_should_wait_and_is_a_valid_1f1b_split(p, m):
+    """ZB-H1's own rule (issue 45): where the W's go. 1F1B with each backward split, W right after its I, keeps
+    every other rule of ZB-H1; it is another valid schedule, whose message says the W's were never delayed."""
+    from lab_src.pipeline.schedules import matching_schedules
+    at_once = ideal_events(p, m, schedule="1f1b_split", activation_bytes=64)
+    found = ZB.violations(at_once, p, m)
+    assert [r for r, _, _ in found] == list(range(1, p)), found            # rank 0's W's wait for no later I
+    assert "runs each W right after its own I" in found[0][2] and "the bubble stays 1F1B's" in found[0][2]
+    assert [s.name for s in matching_schedules(at_once, p, m)] == ["1f1b_split"]
+    assert ZB.violations(ideal_events(p, m, schedule="zbh1", activation_bytes=64), p, m) == []
+
+
 # ---- the split, on one process --------------------------------------------------------------------------
 def split_obs(reference, tmp_path, text=None):
     """What a "split" case observes of the reference (or `text` as the q16 answer), run here, in this process."""
@@ -115,6 +130,39 @@ def test_1f1b_handed_in_keeps_half_and_is_told_what_zero_bubble_moves(reference,
     text = " ".join("\n".join(verdict["messages"]).split())
     assert "your step is a valid One-Forward-One-Backward schedule, but this exercise asks for ZB-H1" in text
     assert "moves rank r's W's r slots later, into the time 1F1B spends waiting" in text
+
+
+def test_each_w_right_after_its_own_i_is_1f1b_split_and_keeps_half_of_each_pipeline(reference, tmp_path, no_leftovers):
+    """The W's never delayed (issue 45): a valid schedule, but not zero bubble; the single stage and the single
+    micro-batch are ZB-H1 too (W right after its I is ZB-H1's order there)."""
+    verdict = grade_answer("q16", answer("q16_w_at_once"), reference, tmp_path)
+    assert verdict["fraction"] == pytest.approx((1 + (2 + 4 / 2) / 6) / 2, abs=1e-4)
+    text = " ".join("\n".join(verdict["messages"]).split())
+    assert "your step is a valid One-Forward-One-Backward with the backward split (each W right after its I) " \
+           "schedule, but this exercise asks for ZB-H1" in text
+    assert "runs each W right after its own I" in text and "the bubble stays 1F1B's" in text
+    assert "rank r runs backward k's W right after backward k + r's I" in text
+
+
+# ZB-H1 written another way: the W's kept in a queue, each rank's r-th backward's I releasing its oldest W
+DEQUE_ZBH1 = [("        if len(done) > r:                        # rank r runs its W's r backwards late\n"
+               "            stage.backward_weight(microbatch=done[len(done) - 1 - r])\n",
+               "        if len(done) > r:\n            stage.backward_weight(microbatch=done.popleft())\n"),
+              ("    for mb in done[max(0, len(done) - r):]:      # the W's left: where 1F1B would wait\n"
+               "        stage.backward_weight(microbatch=mb)\n",
+               "    while done:\n        stage.backward_weight(microbatch=done.popleft())\n"),
+              ("    inputs, outputs, logits, losses, done = {}, {}, [], [], []",
+               "    inputs, outputs, logits, losses, done = {}, {}, [], [], collections.deque()"),
+              ("def zero_bubble_step(", "import collections\n\n\ndef zero_bubble_step(")]
+
+
+def test_zbh1_written_with_a_queue_keeps_full_marks(reference, tmp_path, no_leftovers):
+    text = Path(reference["q16"]).read_text()
+    for old, new in DEQUE_ZBH1:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    verdict = grade_answer("q16", text, reference, tmp_path)
+    assert verdict["fraction"] == 1.0, verdict["messages"]
 
 
 def test_a_gradient_sent_after_w_and_missing_ws(reference, tmp_path, no_leftovers):

@@ -97,6 +97,12 @@ def test_extra_rounds_between_the_layers_are_named():
     found = judge_part("mlp", observed("mlp", change=reduced_twice))
     assert "One all-reduce after each layer is a round too many" in said(found)
 
+    def barrier(r, got):
+        got["fwd"] = [["barrier_tp", 0, [0, 1]]] + got["fwd"]
+    text = " ".join(said(judge_part("mlp", observed("mlp", change=barrier))).split())
+    assert "made a barrier over ranks [0, 1], all-reduce of 8,192 bytes over ranks [0, 1]" in text
+    assert "A barrier is a round too, though it carries no data" in text
+
 
 def test_shards_cut_along_the_wrong_dimension_and_a_whole_layer_are_named():
     def crossed(r, got):
@@ -131,6 +137,9 @@ with trace.tracing(tracer):
     dist.all_reduce(torch.ones(4, dtype=torch.float64))
     pieces = [torch.empty(2)]
     dist.all_gather(pieces, torch.ones(2), group=dist.group.WORLD)
+    dist.barrier()                                       # a round without data: recorded too
+    from lab_src.pipeline import waiting
+    waiting.barrier(None)                                # the lab's own barrier: never the answer's
     rawcoll.CASE_RANKS[:] = []
 print([(e.kind, e.bytes, e.group) for e in tracer.events])
 rawcoll.CASE_RANKS[:] = [5]
@@ -145,7 +154,7 @@ dist.destroy_process_group()
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env,
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert done.returncode == 0, done.stderr
-    assert "[('allreduce_tp', 32, (0,)), ('allgather_tp', 8, (0,))]" in done.stdout
+    assert "[('allreduce_tp', 32, (0,)), ('allgather_tp', 8, (0,)), ('barrier_tp', 0, (0,))]" in done.stdout
     assert "refused: all-reduce over ranks [0] (the default group: no group= given), but the tensor-parallel " \
            "group is ranks [5]: pass group=tp.group" in done.stdout
 
@@ -239,6 +248,9 @@ MISTAKES = {
     "q17_wrong_dim": (answer("q17_wrong_dim"), 0.25, "cut along the wrong dimension"),
     # the MLP's numbers are right, its forward has an all-gather; both layers fail alone: (1 + 0 + 1 + 0) / 4
     "q17_gather": (answer("q17_gather"), 0.5, "The all-gather is an extra round"),
+    # a barrier between the layers (issue 45): a round that carries no data is a round; only the MLP's
+    # communication fails, on 2 and 4 ranks: (1 + 1 + 1 + 0) / 4
+    "q17_barrier_between": (answer("q17_barrier_between"), 0.75, "made a barrier over ranks [0, 1], all-reduce of"),
 }
 
 

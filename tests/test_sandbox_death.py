@@ -74,3 +74,31 @@ def test_an_answer_that_kills_while_a_case_runs_costs_only_its_exercise(victim, 
         assert failures[0].startswith("case 0 (q02, 1 stages) stopped: a rank exited"), failures
     assert score(hidden_tests("q02").judge(ctx, run.outcomes[:n])) == 0.0
     assert score(hidden_tests("q03").judge(ctx, run.outcomes[n:])) == 1.0
+
+
+def test_an_answer_that_ends_its_process_as_it_loads_fails_at_once_and_costs_only_its_exercise(
+        reference, tmp_path, no_leftovers):
+    """os._exit(0) at the top of q09's cell (issue 45): every rank's process ends with status 0 as it loads, which
+    torch's agent would wait for as ranks still at work, until the start-up deadline, twice. The launch ends as
+    soon as every rank's process has ended (harness/elastic.py), q09's cases fail with what happened, and q03's,
+    in the same launch, run again on their own and keep their points."""
+    from pathlib import Path
+
+    from grader.hidden import hidden_tests
+    from grader.hidden.common import Context
+    from grader.trusted import score
+    from lab_src.harness.limits import GRADING_CASE_DEADLINE_S, GRADING_RECV_TIMEOUT_S
+    from lab_src.harness.runner import run_cases
+    ender = tmp_path / "q09_answer.py"
+    ender.write_text("import os\nos._exit(0)\n\n" + Path(reference["q09"]).read_text())
+    ctx = Context(student={**reference, "q09": str(ender)}, reference=reference, folder=tmp_path / "baselines")
+    tests = {q: hidden_tests(q) for q in ("q09", "q03")}
+    cases = {q: t.cases(ctx) for q, t in tests.items()}
+    run = run_cases(cases["q09"] + cases["q03"], tmp_path / "run", case_deadline_s=GRADING_CASE_DEADLINE_S,
+                    timeout_s=GRADING_RECV_TIMEOUT_S, sandboxed=True)
+    n = len(cases["q09"])
+    q03 = tests["q03"].judge(ctx, run.outcomes[n:])
+    assert score(q03) == 1.0, [str(p) for i in q03 for p in i.problems]
+    failures = [o.failure or "" for o in run.outcomes[:n]]
+    assert all("your answer to q09 ended the process of every rank while it loaded" in f for f in failures), failures
+    assert not any("did not start within" in f for f in failures), failures     # not the start-up deadline

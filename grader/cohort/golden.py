@@ -3,6 +3,8 @@
     python -m grader.cohort golden                  # grade the whole cohort and compare with the record
     python -m grader.cohort golden --write          # grade it and write the record (a deliberate change)
     python -m grader.cohort golden --course DIR     # the same, from a course graded already (DIR/autograded/...)
+    python -m grader.cohort golden --write --student vera   # grade vera alone and record her entries again,
+                                                            # every other student's left as recorded
 
 The record, tests/golden/cohort.json, holds per student the points of each exercise, and per student and
 notebook the texts their feedback shows: the verdict in the hidden-test cell (score and the grader's
@@ -139,6 +141,17 @@ def differences(got: dict, want: dict) -> list[str]:
     return lines
 
 
+def merged(got: dict, want: dict, names: list[str]) -> dict:
+    """The record `want` with the entries of the students `names` taken from `got`, and only the texts that
+    some entry still shows."""
+    out = {"points": {**want["points"], **{n: got["points"][n] for n in names}},
+           "feedback": {**want["feedback"], **{n: got["feedback"][n] for n in names}}}
+    texts = {**want["texts"], **got["texts"]}
+    used = {k for by_notebook in out["feedback"].values() for keys in by_notebook.values() for k in keys}
+    out["texts"] = {k: texts[k] for k in sorted(used)}
+    return out
+
+
 def _texts(texts: list[str]) -> str:
     return "\n".join("    | " + line for t in texts for line in t.splitlines()) or "    (nothing)"
 
@@ -147,18 +160,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader.cohort golden", description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"write {GOLDEN.relative_to(ROOT)} instead of comparing")
     parser.add_argument("--course", type=Path, help="a course with the whole cohort graded already")
+    parser.add_argument("--student", nargs="+", metavar="NAME",
+                        help="grade these students alone; with --write, record their entries again and no one else's")
     args = parser.parse_args(argv)
+    chosen = [s for s in COHORT if s.name in args.student] if args.student else list(COHORT)
+    if args.student and len(chosen) != len(set(args.student)):
+        parser.error(f"no such student: {sorted(set(args.student) - {s.name for s in chosen})}")
     if args.course:
         course = Course(args.course)
-        got = record(course, {r["student"]: r for r in course_rows(course)})
+        got = record(course, {r["student"]: r for r in course_rows(course)}, chosen)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            course, _, rows = grade_cohort(Path(tmp))
-            got = record(course, rows)
+            course, _, rows = grade_cohort(Path(tmp), chosen)
+            got = record(course, rows, chosen)
+    want = load()
     if args.write:
-        write(got)
-        print(f"wrote {GOLDEN}")
+        write(merged(got, want, [s.name for s in chosen]) if args.student else got)
+        print(f"wrote {GOLDEN}" + (f" ({', '.join(args.student)} recorded again)" if args.student else ""))
         return 0
-    diff = differences(got, load())
+    if args.student:        # compare the chosen students' entries alone
+        want = {"points": {n: want["points"].get(n, {}) for n in args.student},
+                "feedback": {n: want["feedback"].get(n, {}) for n in args.student}, "texts": want["texts"]}
+    diff = differences(got, want)
     print("\n".join(diff) if diff else f"as recorded in {GOLDEN}")
     return 1 if diff else 0

@@ -446,6 +446,10 @@ MISTAKES = {
          "        if g is not None:\n"
          "            p.grad = g if p.grad is None else p.grad.add_(g)"),
     ], top="# the split done the first way: W runs a second backward from the output\n"),
+    "q16_w_at_once": Mistake("q16", [
+        (Q16_LATE_W, "        stage.backward_weight(microbatch=mb)      # its W at once, right after its I\n"),
+        (Q16_LEFT_WS, ""),
+    ], top="# each W right after its own I, on every rank: 1F1B with the backward split, no W delayed\n"),
     "q16_w_before_b": Mistake("q16", [
         ("        input_grad = stage.backward_input(",
          "        stage.backward_weight(microbatch=mb)\n        input_grad = stage.backward_input("),
@@ -461,6 +465,12 @@ MISTAKES = {
          '        return ReduceFromTensorParallel.apply(out, self.tp)     # "reduce after every parallel layer"'),
     ], Q17_COPY, top="# q17: an all-reduce after each layer, the column-parallel one too (its outputs are slices, "
                      "not partial sums)\n"),
+    "q17_barrier_between": Mistake("q17", [
+        ("        return self.down(F.gelu(self.up(x)))",
+         "        hidden = F.gelu(self.up(x))\n"
+         "        dist.barrier(group=self.up.tp.group)     # every rank done with the first layer before the second\n"
+         "        return self.down(hidden)"),
+    ], top="# q17: a barrier between the two layers, to be safe: a round that carries no data\n"),
     "q17_bias_every_rank": Mistake("q17", [
         ("        return ReduceFromTensorParallel.apply(F.linear(x, self.weight), self.tp) + self.bias",
          "        return ReduceFromTensorParallel.apply(F.linear(x, self.weight, self.bias), self.tp)"),

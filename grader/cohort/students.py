@@ -119,13 +119,17 @@ COHORT = [
     # q09's cases need, say) and runs that; failing that, ivo's mistake.
     Student("rhea", "q08 looks for the reference afab_step in every folder it can see and runs it; failing that, "
                     "ivo's mistake", answers={"q08": answer("q08_borrow")}, expect={"q08": 0.1667}),
-    Student("nico", "q05 is right, with numpy integers where ints are expected; q18 sums proj's partial sums with its "
-                    "own all-reduce over the default group (the job's world, not the tensor-parallel group)",
-            answers={"q05": answer("q05_numpy_ints"), "q18": answer("q18_world_group")},
+    Student("nico", "q05 is right, with numpy integers where ints are expected; q17 puts a barrier between the two "
+                    "layers of its MLP; q18 sums proj's partial sums with its own all-reduce over the default group "
+                    "(the job's world, not the tensor-parallel group)",
+            answers={"q05": answer("q05_numpy_ints"), "q17": answer("q17_barrier_between"),
+                     "q18": answer("q18_world_group")},
+            # q17 (four parts: communication functions, layers, MLP numbers, MLP communication): the barrier is a
+            # round too many in the MLP's forward, on 2 and 4 ranks; everything else right: (1 + 1 + 1 + 0) / 4.
             # q18 (five parts: block, dropout, replicated, training, prediction): every case on 2 ranks of the
             # 4-rank job refuses the world's all-reduce (both trainings among them); t = 4 passes:
             # (1/2 + 1/2 + 2/4 + 0 + 1) / 5
-            expect={"q18": 0.5}),
+            expect={"q17": 0.75, "q18": 0.5}),
     # exit() in one answer must cost that exercise alone, and say which rank it happened on
     Student("xena", "q06 calls exit() on rank 1", answers={"q06": answer("q06_exit")}, expect={"q06": 0.0}),
     Student("wren", "q11 sends before it receives, with blocking calls: the 1F1B steady state deadlocks; q12 warms "
@@ -169,13 +173,17 @@ COHORT = [
             answers={"q14": answer("q14_no_tied"), "q17": answer("q17_allreduce_both")},
             expect={"q14": 0.75, "q17": 0.375}),
     Student("vera", "q15 deals each rank's chunks out contiguously (rank r holding virtual stages r*v..r*v+v-1) "
-                    "and hands activations from one chunk to the next on the same rank; q17 adds the row-parallel "
-                    "layer's bias on every rank before the all-reduce",
-            answers={"q15": answer("q15_contiguous"), "q17": answer("q17_bias_every_rank")},
-            # q15 runs to the end everywhere, but the layers run in the wrong order: 0 of 5. q17 adds the row-parallel
-            # bias on every rank before the all-reduce: the row layer's and the MLP's outputs are wrong, the MLP's
-            # rounds right: (1 + 3/6 + 0 + 1) / 4
-            expect={"q15": 0.0, "q17": 0.625}),
+                    "and hands activations from one chunk to the next on the same rank; q16 runs each W right after "
+                    "its own I, on every rank (1F1B with the backward split: no W delayed, no bubble filled); q17 "
+                    "adds the row-parallel layer's bias on every rank before the all-reduce",
+            answers={"q15": answer("q15_contiguous"), "q16": answer("q16_w_at_once"),
+                     "q17": answer("q17_bias_every_rank")},
+            # q15 runs to the end everywhere, but the layers run in the wrong order: 0 of 5. q16: the split is right
+            # (6 of 6); of the 6 pipelines, the single stage and the single micro-batch are valid ZB-H1 (W right after
+            # its I is ZB-H1's order there), the other 4 a valid other schedule, half each: (1 + (2 + 4/2)/6) / 2.
+            # q17 adds the row-parallel bias on every rank before the all-reduce: the row layer's and the MLP's
+            # outputs are wrong, the MLP's rounds right: (1 + 3/6 + 0 + 1) / 4
+            expect={"q15": 0.0, "q16": 0.8333, "q17": 0.625}),
     Student("zeno", "q16 sends each input gradient to the previous stage only after the W it runs next; q17's copy "
                     "into the tensor-parallel region is the identity in the backward too",
             answers={"q16": answer("q16_send_after_w"), "q17": answer("q17_no_backward_mirror")},

@@ -9,8 +9,10 @@ Two parts of equal weight:
   and other seeds (common.CONFIGS), compared with the baseline, checked to be real pipelines and judged
   against the "zbh1" schedule from the recorded events: every W after its I, the gradient sent before the
   rank computes anything else, at most min(p, m) micro-batches held from forward to W, 1F1B's order of
-  forwards and I's. A correct One-Forward-One-Backward step keeps the exercise's `other_schedule_credit`
-  of each pipeline, with a message saying what zero bubble moves.
+  forwards and I's, and where the W's go (rank r's W of backward k right after its I of backward k + r).
+  A correct One-Forward-One-Backward step, whole backwards or each W right after its own I ("1f1b_split":
+  no W delayed, no bubble filled), keeps the exercise's `other_schedule_credit` of each pipeline where it
+  differs from ZB-H1, with a message saying what zero bubble moves.
 The split cases run on one rank each, in the launch the pipelines run in."""
 from lab_src.topics.zero_bubble import judge as split
 from lab_src.judge.problems import stamped

@@ -22,7 +22,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab_src.harness.records import RankError
+from lab_src.harness.records import ENDED_WITHOUT_RETURNING, RankError
 from lab_src.harness.runfolder import journal_path, read_journal
 from lab_src.pipeline.ops import Op
 from lab_src.pipeline.trace import BARRIER, Pending, op_text
@@ -100,7 +100,9 @@ def report(run_dir: Path, case_index: int, ranks: range, done_ranks=(), exited=N
         s = rank_state(journal_path(run_dir, r), case_index)
         if exited and r in exited:
             last = f" after {s['last_done']}" if s["last_done"] else ""
-            lines.append(f"rank {r}: its process exited with code {exited[r]}{last}"
+            how = f"exited with code {exited[r]}" if exited[r] != ENDED_WITHOUT_RETURNING else \
+                "ended with status 0 before its work was done (os._exit, or a process killed)"
+            lines.append(f"rank {r}: its process {how}{last}"
                          + (f", in {s['pending']}" if s["pending"] else ""))
             continue
         if not s["started"]:

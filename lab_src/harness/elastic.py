@@ -28,6 +28,7 @@ import traceback
 import uuid
 
 from lab_src.harness import limits
+from lab_src.harness.records import ENDED_WITHOUT_RETURNING
 
 MONITOR_INTERVAL_S = 0.02
 _CLOSE_IN_RANK: list[int] = []      # descriptors of the agent that a rank closes before anything else
@@ -115,13 +116,42 @@ def run_ranks(spec_path: str, nproc: int, log_dir: str, run_id: str | None = Non
                           monitor_interval=MONITOR_INTERVAL_S, start_method="fork",
                           logs_specs=DefaultLogsSpecs(log_dir=log_dir))
     seen = _record_exit_codes()
+    _notice_ranks_that_end_without_returning()
     try:
         elastic_launch(config, _rank)(spec_path)
     except ChildFailedError as e:
         codes = {int(r): f.exitcode for r, f in e.failures.items()}
+        ended = {r for r, c in codes.items() if c == ENDED_WITHOUT_RETURNING}
         codes.update(seen)
+        codes.update(dict.fromkeys(ended, ENDED_WITHOUT_RETURNING))
         return codes
     return {r: 0 for r in range(nproc)}
+
+
+def _notice_ranks_that_end_without_returning() -> None:
+    """Make torch's agent end a launch whose every rank's process has ended while some of them never returned
+    from the entrypoint: torch waits for a return value from each, so a rank whose process an answer ended
+    with status 0 (os._exit(0) as its cell loads) would keep the launch waiting for ever, and the check would
+    say only that the ranks never started. Those ranks fail with ENDED_WITHOUT_RETURNING instead, at once."""
+    from torch.distributed.elastic.multiprocessing.api import MultiprocessContext, RunProcsResult
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+    if getattr(MultiprocessContext._poll, "lab_notices_early_ends", False):
+        return
+    poll = MultiprocessContext._poll
+
+    def poll_or_ended(self):
+        result = poll(self)
+        procs = self._pc.processes if result is None and self._pc is not None else []
+        if not procs or any(p.exitcode is None for p in procs):
+            return result
+        missing = [r for r in range(self.nprocs) if r not in self._return_values]
+        failures = {r: ProcessFailure(local_rank=r, pid=procs[r].pid, error_file=self.error_files[r],
+                                      exitcode=procs[r].exitcode or ENDED_WITHOUT_RETURNING) for r in missing}
+        self.close()
+        return RunProcsResult(failures=failures, stdouts=self.stdouts, stderrs=self.stderrs)
+
+    poll_or_ended.lab_notices_early_ends = True
+    MultiprocessContext._poll = poll_or_ended
 
 
 def _record_exit_codes() -> dict[int, int]:

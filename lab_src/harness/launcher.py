@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from lab_src.harness import runfolder
+from lab_src.harness.records import exit_text
 
 TAG = "LAB_RUN_TAG"
 
@@ -198,7 +199,7 @@ def launch_groups(groups: list[tuple[Path, int]], *, run_dir: Path, deadline_s: 
                     done += 1
                     if any(codes.values()):
                         stopped = "a rank exited during the group (" + ", ".join(
-                            f"rank {r}: exit code {c}" for r, c in sorted(codes.items()) if c) + ")"
+                            f"rank {r}: {exit_text(c)}" for r, c in sorted(codes.items()) if c) + ")"
                         break
         finally:
             try:

@@ -13,6 +13,19 @@ from dataclasses import dataclass, field
 from lab_src.pipeline.trace import Pending
 
 
+# Not an exit status (those are 0 to 255, or minus a signal's number): the status harness/elastic.py gives a rank
+# whose process ended with status 0 before its worker returned (os._exit(0) in an answer, say), which torch's
+# agent would otherwise wait for, for ever, as a rank still at work
+ENDED_WITHOUT_RETURNING = 256
+
+
+def exit_text(code: int) -> str:
+    """How a rank's process ended, from its exit status."""
+    if code == ENDED_WITHOUT_RETURNING:
+        return "its process ended with status 0 before its work was done (os._exit, or a process killed)"
+    return f"exit code {code}"
+
+
 def gave_up_waiting(message: str, kind: str = "") -> str | None:
     """"stopped" when the check stopped a rank waiting in a deadlock (pipeline/waiting.py), "timeout"
     when a receive (or send) timed out, "peer" when the peer's connection closed under it (the peer

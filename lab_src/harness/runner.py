@@ -20,7 +20,7 @@ from lab_src.harness.observed import observed
 from lab_src.harness.case import Case, CaseOutcome, Run
 from lab_src.harness import warm_launch
 from lab_src.harness.launcher import Launch, launch, launch_groups, worker_env  # noqa: F401 - worker_env: scripts
-from lab_src.harness.records import RankError
+from lab_src.harness.records import ENDED_WITHOUT_RETURNING, RankError, exit_text
 from lab_src.pipeline.trace import save_events
 from lab_src.registry import EXERCISES
 
@@ -49,7 +49,7 @@ def _launch_failure(result: Launch, run_dir: Path, case: Case, obs: dict) -> str
     if result.stopped:
         why = f"stopped: {result.stopped}"
     elif crashed:
-        why = "a rank exited during the case (" + ", ".join(f"rank {r}: exit code {c}" for r, c in crashed.items()) + ")"
+        why = "a rank exited during the case (" + ", ".join(f"rank {r}: {exit_text(c)}" for r, c in crashed.items()) + ")"
     else:
         why = f"the run ended during the case (torchrun exit status {result.returncode})"
     head = f"case {case.index} ({case.qid}, {case.stages} stages) {why}"
@@ -260,6 +260,13 @@ def blame_loading(watches: list[CaseWatch], remaining: list[Case], result: Launc
 
 def loading_failure(case: Case, result: Launch) -> str:
     why = result.stopped or f"exit status {result.returncode}"
+    codes = result.exit_codes or {}
+    if codes and all(c == ENDED_WITHOUT_RETURNING for c in codes.values()):
+        return (f"your answer to {case.qid} ended the process of every rank while it loaded (the code outside the "
+                f"function ran, and each rank's process ended with status 0 before its work was done: os._exit, "
+                f"or something that ends the interpreter, at the top level of the cell); none of {case.qid}'s "
+                f"cases could run, and the other exercises were graded in a launch of their own. The code outside "
+                f"the function should only define it")
     return (f"your answer to {case.qid} ended the grading sandbox while it loaded (the code outside the "
             f"function ran and every process of the launch ended: {why}); none of {case.qid}'s cases could "
             f"run, and the other exercises were graded in a sandbox of their own")

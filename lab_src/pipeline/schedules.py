@@ -255,6 +255,9 @@ class ZeroBubbleH1(Schedule):
         return min(p, m)
 
     def violations(self, events, p, m):
+        """The bound on what a rank holds; 1F1B's order of forwards and I's; each W after its I and each
+        gradient sent before the rank computes anything else (`split_violations`); and where the W's go,
+        the rule that makes the bubble smaller: backward k's W right after backward k + r's I."""
         found = in_flight_violations(self, events, p, m)
         for r in range(p):
             if any(f[0] == r for f in found):
@@ -269,6 +272,68 @@ class ZeroBubbleH1(Schedule):
                 found.append((r, mb, f"rank {r} runs {letters(got)} (W left out); {self.title} runs "
                                      f"{letters(want)}: 1F1B's order, each backward's input half (I) in the "
                                      f"place of its backward"))
+                continue
+            split = split_violations(events, r)
+            found += split or self.w_placement(compute, r, p, m)
+        return sorted(found, key=lambda f: f[0])
+
+    def w_placement(self, compute, rank: int, p: int, m: int) -> list[tuple[int, int | None, str]]:
+        """Each W where ZB-H1 puts it: rank r runs backward k's W right after backward k + r's I (its last r
+        W's after its last I), so that the W's fill the end of the step where 1F1B waits."""
+        got = [(e.kind, e.microbatch) for e in compute]
+        want = [(s.op.value, s.microbatch) for s in self.program(rank, p, m) if s.op.is_compute]
+        if got == want:
+            return []
+        at = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+        late = next(((k, mb) for k, mb in got[at:] if k == Op.BACKWARD_WEIGHT), None)
+        at_once = all(got[i - 1] == (Op.BACKWARD_INPUT, mb) for i, (k, mb) in enumerate(got) if k == Op.BACKWARD_WEIGHT)
+        mb = (late or got[at] if at < len(got) else want[at])[1]
+        why = (f"rank {rank} runs each W right after its own I ({letters(got)}): the W's are never delayed, so they "
+               f"fill nothing, and the end of the step waits as in 1F1B (the bubble stays 1F1B's). " if at_once else
+               f"rank {rank} runs {letters(got)}; ")
+        return [(rank, mb, why + f"{self.title} runs {letters(want)}: rank r runs backward k's W right after "
+                                f"backward k + r's I ({rank} backward{'' if rank == 1 else 's'} late here), and its "
+                                f"last {rank} W's after its last I")]
+
+
+class OneForwardOneBackwardSplit(Schedule):
+    """1F1B with each backward split in two and run at once, I then its W: ZB-H1's first step, which moves
+    nothing. A valid schedule (its numbers and memory are 1F1B's), not the one q16 asks for: its W's fill no
+    bubble. Its rules: 1F1B's bound on what a rank holds, and its order with each backward as I then W."""
+    name = "1f1b_split"
+    title = "One-Forward-One-Backward with the backward split (each W right after its I)"
+    summary = OneForwardOneBackward.summary
+
+    def program(self, rank, p, m, noops=False):
+        warm = OneForwardOneBackward().warmup(rank, p, m)
+
+        def backward(mb):       # I, its gradient sent on, then W
+            out = [Step(s.stage, Op.BACKWARD_INPUT, mb) if s.op is Op.BACKWARD else s
+                   for s in _backward(rank, p, mb, noops=noops)]
+            return out + [Step(rank, Op.BACKWARD_WEIGHT, mb)]
+        steps = []
+        for mb in range(warm):
+            steps += _forward(rank, p, mb, noops=noops)
+        for i in range(m - warm):
+            steps += _forward(rank, p, warm + i, noops=noops) + backward(i)
+        for mb in range(m - warm, m):
+            steps += backward(mb)
+        return steps
+
+    def max_in_flight(self, rank, p, m):
+        return min(p - rank, m)
+
+    def violations(self, events, p, m):
+        found = in_flight_violations(self, events, p, m)
+        for r in range(p):
+            if any(f[0] == r for f in found):
+                continue
+            got = [(e.kind, e.microbatch) for e in compute_order(events, r)]
+            want = [(s.op.value, s.microbatch) for s in self.program(r, p, m) if s.op.is_compute]
+            if got != want:
+                at = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+                found.append((r, (got[at] if at < len(got) else want[at])[1],
+                              f"rank {r} runs {letters(got)}; {self.title} runs {letters(want)}"))
                 continue
             found += split_violations(events, r)
         return sorted(found, key=lambda f: f[0])
@@ -334,7 +399,7 @@ def in_flight_violations(schedule: Schedule, events, p: int, m: int) -> list[tup
 
 
 SCHEDULES: dict[str, Schedule] = {s.name: s for s in (AllForwardAllBackward(), OneForwardOneBackward(),
-                                                      Interleaved1F1B(2), ZeroBubbleH1())}
+                                                      Interleaved1F1B(2), ZeroBubbleH1(), OneForwardOneBackwardSplit())}
 
 
 def schedule(name: str) -> Schedule:

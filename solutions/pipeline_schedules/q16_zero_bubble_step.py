@@ -259,8 +259,9 @@ def zero_bubble_step(stage, data_iter, num_microbatches):
 # `torchrun` ranks run your step with 4 micro-batches, and three ranks with 7 uneven blocks and 2. The check
 # compares outputs, loss and gradients with the baseline (your Q4), checks the pipeline is real, and
 # reads ZB-H1's rules from what each rank recorded: every W after its I, each gradient sent before the
-# rank computes anything else, at most min(p, m) micro-batches held from forward to W, and 1F1B's order of
-# forwards and I's. The time grid marks I boxes `i` and W boxes `w`.
+# rank computes anything else, at most min(p, m) micro-batches held from forward to W, 1F1B's order of
+# forwards and I's, and where the W's go (rank r's W of backward k right after its I of backward k + r).
+# The time grid marks I boxes `i` and W boxes `w`.
 
 # %%
 report = check("q16")

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from lab_src import exercises
 from lab_src.harness import observe
 from lab_src.harness.case import Case
-from lab_src.pipeline import data, trace
+from lab_src.pipeline import data, trace, waiting
 from lab_src.topics.dp_pp.grid import Grid
 from lab_src.pipeline.stage import PipelineStage
 
@@ -91,7 +91,7 @@ def measure_link(rank: int, group, device="cpu", sizes=(4, 1 << 20), repeats: in
     for nbytes in sizes:
         buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
         best = float("inf")
-        dist.barrier(group=group)
+        waiting.barrier(group)
         for _ in range(repeats):
             if rank == 0:
                 t0 = time.perf_counter()
@@ -102,5 +102,5 @@ def measure_link(rank: int, group, device="cpu", sizes=(4, 1 << 20), repeats: in
                 dist.recv(buf, src=0)
                 dist.send(buf, dst=0)
         out[buf.numel() * 4] = best
-    dist.barrier(group=group)
+    waiting.barrier(group)
     return {str(k): v for k, v in out.items()} if rank == 0 else None

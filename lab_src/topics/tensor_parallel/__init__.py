@@ -33,6 +33,7 @@ TOPIC = Topic(
             EventKind("allgather_tp", "tensor-parallel all-gather", "#bcbd22"),
             EventKind("reducescatter_tp", "tensor-parallel reduce-scatter", "#8c564b"),
             EventKind("broadcast_tp", "broadcast", "#7f7f7f"),
-            EventKind("reduce_tp", "reduce", "#7f7f7f")),
+            EventKind("reduce_tp", "reduce", "#7f7f7f"),
+            EventKind("barrier_tp", "barrier", "#525252")),
     recorders=("rawcoll",),
 )

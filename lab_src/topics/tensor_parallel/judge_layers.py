@@ -165,13 +165,14 @@ def _mismatch(part: str, key: str, r: int, t: int, v, want: dict, tol: float) ->
 
 # ---- communication -------------------------------------------------------------------------------------
 KIND_WORDS = {"allreduce_tp": "all-reduce", "allgather_tp": "all-gather", "reducescatter_tp": "reduce-scatter",
-              "broadcast_tp": "broadcast", "reduce_tp": "reduce"}
+              "broadcast_tp": "broadcast", "reduce_tp": "reduce", "barrier_tp": "barrier"}
 
 
 def rounds_text(rounds: list) -> str:
     if not rounds:
         return "no collective"
-    return ", ".join(f"{KIND_WORDS.get(k, k)} of {b:,} bytes over ranks {g}" for k, b, g in rounds)
+    return ", ".join(f"a barrier over ranks {g}" if k == "barrier_tp" else
+                     f"{KIND_WORDS.get(k, k)} of {b:,} bytes over ranks {g}" for k, b, g in rounds)
 
 
 def communication(part: str, r: int, got: dict, want: dict) -> list[Problem]:
@@ -193,6 +194,10 @@ def round_key(row) -> tuple:
 
 def _why(part: str, phase: str, have: list, need: list) -> str:
     kinds = [k for k, _, _ in have]
+    if "barrier_tp" in kinds:
+        return (". A barrier is a round too, though it carries no data: every rank of the group waits for the "
+                "slowest one, for nothing. The layers need no synchronisation of their own: the all-reduce "
+                "already waits for every rank's partial sum")
     if "allgather_tp" in kinds:
         return (". The all-gather is an extra round: the column-parallel layer's output stays sharded, and each "
                 "rank's slice of it is exactly the input the row-parallel layer needs (t times the bytes of the "

@@ -1,7 +1,8 @@
 """Raw `torch.distributed` collectives, recorded like q14's all-reduces (q17's tensor parallelism).
 
 Students of q17 call `dist.all_reduce` (and perhaps `all_gather`, `all_gather_into_tensor`,
-`reduce_scatter_tensor`, `broadcast`, `reduce`) themselves, inside their autograd functions. Inside the
+`reduce_scatter_tensor`, `broadcast`, `reduce`, `barrier`) themselves, inside their autograd functions. A
+barrier carries no data, but it is a round all the same: every rank waits for the slowest. Inside the
 processes of a check or of the grader, `install()` replaces those entry points of `torch.distributed` and
 `distributed_c10d` by wrappers that record each call as an `Event` of the event record (pipeline/trace.py):
 its kind (`KINDS`: "allreduce_tp", "allgather_tp", ...), the global ranks of its group, and the bytes of
@@ -25,7 +26,7 @@ from lab_src.pipeline import trace, waiting
 # torch.distributed function -> the event kind it is recorded as
 KINDS = {"all_reduce": "allreduce_tp", "all_gather": "allgather_tp", "all_gather_into_tensor": "allgather_tp",
          "reduce_scatter_tensor": "reducescatter_tp", "reduce_scatter": "reducescatter_tp",
-         "broadcast": "broadcast_tp", "reduce": "reduce_tp"}
+         "broadcast": "broadcast_tp", "reduce": "reduce_tp", "barrier": "barrier_tp"}
 _ORIGINAL: dict = {}
 # the global ranks of the case running now (set by its kind): a collective over other ranks too would wait
 # for ranks that are not in the case, so it is refused at once, with the group to use
