@@ -244,3 +244,24 @@ def test_validate_of_the_released_q18_runs_the_check_and_skips_the_experiment(re
     print(f"nbgrader validate q18: {time.monotonic() - started:.1f} s\n{out}")
     assert "Success! Your notebook passes all the tests." in out
     assert not list((tmp_path / "runs").glob("q18-seeds-*")), "the experiment launched under Validate"
+
+
+@pytest.mark.slow
+def test_a_collective_that_times_out_ends_its_case_and_says_so(reference, tmp_path, no_leftovers):
+    """Ranks late to an all-reduce (here ranks 2 and 3 of t = 4, 6 s asleep in their first forward, under a 3 s
+    group timeout, as ranks starved of CPU on a loaded machine would be) make their peers' all-reduce time out.
+    The feedback names the timeout and the collective, never a deadlock: the group is unusable after a failed
+    collective, so the case ends there (rawcoll.CollectiveGaveUp) instead of running its next part."""
+    from pathlib import Path
+
+    from hidden_grading import grade_answer
+    text = Path(reference["q18"]).read_text().replace("import copy\n", "import copy\nimport time\n_LATE = []\n")
+    late = ("        a = self.proj(attn.transpose(1, 2).reshape(b, s, h // self.tp.size))\n")
+    assert late in text
+    text = text.replace(late, "        if self.tp.size == 4 and self.tp.rank >= 2 and not _LATE:\n            _LATE.append(1)\n"
+                              "            time.sleep(6)\n" + late)
+    verdict = grade_answer("q18", text, reference, tmp_path, timeout_s=3)
+    said = " ".join(" ".join(verdict["messages"]).split())
+    assert verdict["fraction"] < 1, said
+    assert "waited in allreduce_tp over ranks [0, 1, 2, 3] until the timeout" in said, said
+    assert "will not join" not in said, said

@@ -161,7 +161,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
             rec = obs["tp"][part] = {}
             try:
                 run_part(part, cfg, tp, data, tracer, rec)
-            except (answers.StubCalled, waiting.StoppedWaiting):
+            except (answers.StubCalled, waiting.StoppedWaiting, rawcoll.CollectiveGaveUp):
                 raise
             except Exception as e:  # noqa: BLE001 - a part that raises is an observation; the next part runs
                 message = str(e) or (f"still the stub from the release (raise NotImplementedError()): write it "

@@ -21,6 +21,7 @@ import inspect
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from lab_src.harness.records import gave_up_waiting
 from lab_src.pipeline import trace, waiting
 
 # torch.distributed function -> the event kind it is recorded as
@@ -35,6 +36,13 @@ CASE_RANKS: list = []
 
 class WrongGroup(ValueError):
     """A collective over ranks outside the case's own (the default group, the whole world)."""
+
+
+class CollectiveGaveUp(RuntimeError):
+    """A collective that timed out, or whose peer's connection closed under it. The group's state is undefined
+    after it (some members may have gone through, some not, a message half-sent), so the case ends here: a part
+    run after it would pair its collectives with the wrong ones of the others and read a deadlock, or wrong
+    numbers, into a correct answer (the kinds re-raise it; harness/worker.py reports the timeout)."""
 
 
 def _recording() -> bool:
@@ -84,9 +92,18 @@ def _wrapper(name: str):
                              f"but the tensor-parallel group is ranks {list(CASE_RANKS)}: pass group=tp.group")
         with trace.span(kind, None, None, shape, nbytes, group=members):
             bound_async = bool(bound.get("async_op"))
-            work = original(**{**bound, "async_op": True})
-            if work is not None:
-                waiting.wait(work)       # a wait the check can stop; an async_op caller's own wait() returns at once
+            try:
+                work = original(**{**bound, "async_op": True})
+                if work is not None:
+                    waiting.wait(work)   # a wait the check can stop; an async_op caller's own wait() returns at once
+            except RuntimeError as e:
+                how = gave_up_waiting(str(e), type(e).__name__)
+                if how not in ("timeout", "peer"):
+                    raise               # a malformed call (a shape, a dtype): the answer's, an observation
+                raise CollectiveGaveUp(
+                    f"{name.replace('_', '-')} over ranks {list(members)} "
+                    + ("timed out: a member did not come in time" if how == "timeout" else
+                       "lost a member: its connection closed by peer (that rank timed out or died first)")) from None
         return work if bound_async else None
     wrapper.__name__, wrapper.__qualname__ = original.__name__, original.__qualname__
     wrapper.__doc__, wrapper.__wrapped__ = original.__doc__, original
