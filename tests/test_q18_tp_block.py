@@ -99,6 +99,23 @@ def test_a_wrong_dropout_output_is_read_for_its_cause():
     assert "It is the same on every rank, but not the single process's: the masks inside the sharded region" in text
 
 
+def test_an_output_dropped_in_evaluation_mode_is_named_once_the_rest_is_right():
+    """The dropout part's forward in evaluation mode must drop nothing: the training mode's masks applied there
+    are named as such; the block part, which runs no evaluation forward, is not judged on it; and a wrong
+    training output keeps its own message (the evaluation is judged only once the rest is right)."""
+    def dropped(r, got):
+        got["eval_out"] = got["out"].clone()           # the training mode's output: masks drawn in eval mode too
+    text = " ".join(said(judge_part("dropout", observed("dropout", change=dropped))).split())
+    assert "in evaluation mode (module.eval()), the output of the block with dropout 0.2 differs" in text
+    assert "The masks must be drawn only while self.training is true" in text
+    assert not any(judge_part("block", observed("block", change=lambda r, got: got.pop("eval_out"))).values())
+
+    def both(r, got):
+        got["eval_out"], got["out"] = got["out"].clone(), got["out"] + 0.01
+    text = " ".join(said(judge_part("dropout", observed("dropout", change=both))).split())
+    assert "evaluation mode" not in text and "It is the same on every rank, but not the single process's" in text
+
+
 def test_three_column_layers_for_q_k_v_are_named_a_round_too_many():
     def three(r, got):
         got["bwd"] = got["bwd"] + got["bwd"]
@@ -182,6 +199,11 @@ MISTAKES = {
     # world's all-reduce (the block, dropout and replicated items at t = 2, the t = 2 and t x p trainings);
     # t = 4, where the world is the tensor-parallel group, passes: (1/2 + 1/2 + 2/4 + 0 + 1) / 5
     "q18_world_group": (answer("q18_world_group"), 0.5, "but the tensor-parallel group is ranks [0, 1]"),
+    # masks drawn in evaluation mode too: the dropout part fails on 2 and 4 ranks, the rest passes: (1 + 0 + 1 + 1 + 1) / 5
+    # shards seeded from the global rank: wrong only on two groups side by side, judged in the t = 2 dropout item
+    "q18_global_rank_seed": (answer("q18_global_rank_seed"), 0.9, "not the global ranks (dist.get_rank())"),
+    "q18_drops_in_eval": (answer("q18_drops_in_eval"), 0.8,
+                          "in evaluation mode (module.eval()), the output of the block with dropout 0.2 differs"),
 }
 
 

@@ -508,6 +508,16 @@ MISTAKES = {
          "        self.own = dropout.stream(block.seed, block.name)                    # the same seed everywhere"),
     ], Q18_COPY, top="# q18: one stream for every rank, inside the sharded region too: every shard's heads get the "
                      "same attention mask\n"),
+    "q18_global_rank_seed": Mistake("q18", [
+        ("import torch\nfrom torch import nn", "import torch\nimport torch.distributed as dist\nfrom torch import nn"),
+        ("        self.own = dropout.stream(block.seed, block.name, shard=tp.rank)     # this rank's heads only",
+         "        self.own = dropout.stream(block.seed, block.name, shard=dist.get_rank())   # this rank's heads only"),
+    ], Q18_COPY, top="# q18: each shard's stream seeded from the global rank: right while the job is one tensor-parallel "
+                     "group\n"),
+    "q18_drops_in_eval": Mistake("q18", [
+        ("        drop = self.p > 0 and self.training",
+         "        drop = self.p > 0                                        # dropout is on: drop"),
+    ], Q18_COPY, top="# q18: masks drawn whenever dropout is on, in evaluation mode too (model.eval() ignored)\n"),
     "q18_norm_seeded_per_rank": Mistake("q18", [
         ("        self.shared = dropout.stream(block.seed, block.name)                 # the same on every rank",
          "        self.shared = dropout.stream(block.seed + tp.rank, block.name)       # a seed of its own per rank"),

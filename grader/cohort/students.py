@@ -159,13 +159,16 @@ COHORT = [
     # q14: three parts of a third each: data parallel (5 grids), tied embeddings (4 tied grids), the prediction
     Student("uma", "q13 evaluates in training mode with autograd on; q14 sums the replicas' gradients instead of "
                    "averaging them; q17's column-parallel layer all-gathers its output and the row-parallel layer "
-                   "slices it again",
-            answers={"q13": answer("q13_eval_training"), "q14": answer("q14_summed"), "q17": answer("q17_gather")},
+                   "slices it again; q18 keeps dropping in evaluation mode",
+            answers={"q13": answer("q13_eval_training"), "q14": answer("q14_summed"), "q17": answer("q17_gather"),
+                     "q18": answer("q18_drops_in_eval")},
             # q13: the evaluation part fails, the other three pass. q14: right only on the 1 x 4 grid (one
             # replica): (1/5 + 4/4 + 3/3) / 3. q17 (four parts: communication functions, layers, MLP numbers, MLP
             # communication): the MLP's numbers are right, its forward has an all-gather, both layers fail
-            # alone: (1 + 0 + 1 + 0) / 4
-            expect={"q13": 0.75, "q14": 0.7333, "q17": 0.5}),
+            # alone: (1 + 0 + 1 + 0) / 4. q18: right in training mode everywhere; the dropout part's output in
+            # evaluation mode is dropped on 2 and 4 ranks (its training forward, gradients and trainings are right):
+            # (1 + 0 + 1 + 1 + 1) / 5
+            expect={"q13": 0.75, "q14": 0.7333, "q17": 0.5, "q18": 0.8}),
     Student("vito", "q14 never all-reduces the tied embedding's gradient: the copies drift apart; q17 all-reduces "
                     "after the column-parallel layer too",
             # the tied part holds only on the 4 x 1 grid (one stage, one parameter): (5/5 + 1/4 + 3/3) / 3. q17: the
@@ -185,12 +188,16 @@ COHORT = [
             # outputs are wrong, the MLP's rounds right: (1 + 3/6 + 0 + 1) / 4
             expect={"q15": 0.0, "q16": 0.8333, "q17": 0.625}),
     Student("zeno", "q16 sends each input gradient to the previous stage only after the W it runs next; q17's copy "
-                    "into the tensor-parallel region is the identity in the backward too",
-            answers={"q16": answer("q16_send_after_w"), "q17": answer("q17_no_backward_mirror")},
+                    "into the tensor-parallel region is the identity in the backward too; q18 seeds each shard's "
+                    "stream from the global rank (dist.get_rank()), not the tensor-parallel one",
+            answers={"q16": answer("q16_send_after_w"), "q17": answer("q17_no_backward_mirror"),
+                     "q18": answer("q18_global_rank_seed")},
             # the split is right (6 of 6); of the 6 pipelines only the single stage and the single micro-batch,
             # where nothing is sent after a W, keep ZB-H1's rules: (1 + 2/6) / 2. q17: the copy, the column layer,
-            # the MLP's input gradient and its backward round fail: (3/6 + 3/6 + 0 + 0) / 4
-            expect={"q16": 0.6667, "q17": 0.25}),
+            # the MLP's input gradient and its backward round fail: (3/6 + 3/6 + 0 + 0) / 4. q18: right wherever the
+            # global rank is the tensor-parallel one; on two groups side by side (ranks [0, 2], [1, 3]) the dropout
+            # part's masks are other shards' (its LayerNorms agree within each group): (1 + 1/2 + 1 + 1 + 1) / 5
+            expect={"q16": 0.6667, "q17": 0.25, "q18": 0.9}),
     # ---- the grader's last holes (issue 26): one bad answer each, every other exercise the reference
     Student("dora", "q05 'caches' its plan in three files of 500 MB each: over the sandbox's disk limit",
             # the first call writes 1.5 GB: every case of q05 ends over the 1 GB limit and fails, named, on the

@@ -5,7 +5,9 @@ and the student's predicted bytes of one training step, tensor parallel against 
 Five parts, each a fifth of the points:
     block          dropout off: output, input gradient, every shard's gradients, what each rank holds, and
                    one all-reduce after each sub-layer forward and before each backward (t = 2, t = 4)
-    dropout        dropout on: the same numbers, the masks reproducing the single process's (t = 2, t = 4)
+    dropout        dropout on: the same numbers, the masks reproducing the single process's, and in
+                   evaluation mode (module.eval()) nothing dropped (t = 2, t = 4); at t = 2 also on two
+                   tensor-parallel groups side by side (ranks [0, 2], [1, 3]: tp.rank is not the global rank)
     replicated     the LayerNorms identical on every rank after one AdamW step (each part, each t)
     training       the digits model trained with t = 2 (dropout on), and with t = 2 x p = 2 on 4 ranks
                    (tensor parallel inside pipeline stages), following one process's loss curve step by step
@@ -34,6 +36,11 @@ BLOCKS = {
     "t = 4, float64, seed 11": (4, LabConfig(num_stages=4, global_batch_size=6, num_microbatches=2, dtype="float64",
                                              seed=11)),
 }
+# The dropout part once more on 4 ranks: two tensor-parallel groups of t = 2 side by side (ranks [0, 2] and [1, 3],
+# as in the trainings' t x p grid), where a global rank is not the tensor-parallel one. Judged inside the items of
+# the block on 2 ranks (its dropout and its LayerNorms): it says something only where that block was right.
+GRID = "t = 2, two groups side by side, float64"
+GRID_JOINS = "t = 2, float64"
 STEPS, LR = 20, 1e-2
 # name -> (configuration, t, ranks)
 TRAINING = {
@@ -88,13 +95,18 @@ def cases(ctx):
     out = [ctx.case(QID, "tp_block", cfg, stages=t, label=label) for label, (t, cfg) in BLOCKS.items()]
     out += [ctx.case(QID, "tp_train", cfg, stages=n, label=label, settings={"t": t, "steps": STEPS, "lr": LR})
             for label, (cfg, t, n) in TRAINING.items()]
+    out.append(ctx.case(QID, "tp_block", BLOCKS[GRID_JOINS][1], stages=4, label=GRID,
+                        settings={"parts": ["dropout"], "replicas": 2}))
     return out
 
 
 def judge(ctx, outcomes):
-    items = []
+    items, grid = [], None
     for out in outcomes:
         label = out.case.label
+        if label == GRID:
+            grid = out
+            continue
         failed = list(stamped(case_problems(QID, out, label), QID, label))
         if out.case.kind == "tp_train":
             found = {"curves": [], "replicated": []} if failed else \
@@ -107,7 +119,24 @@ def judge(ctx, outcomes):
             items.append(Item(part, label, failed + stamped(found["holds"] + found["numbers"] + found["communication"],
                                                             QID, label)))
             items.append(Item("replicated", f"{part}, {label}", failed + stamped(found["replicated"], QID, label)))
+    if grid is not None:
+        grid_into(items, grid)
     return items + prediction_items(ctx)
+
+
+def grid_into(items: list[Item], out) -> None:
+    """The grid case's problems, added to the items of the dropout part on 2 ranks where those passed: a mistake
+    only the grid shows (the shards' streams seeded from the global rank) fails them; a mistake the 2 ranks show
+    already is not counted twice."""
+    failed = list(stamped(case_problems(QID, out, GRID), QID, GRID))
+    found = {"numbers": [], "replicated": [], "communication": [], "holds": []} if failed else \
+        judge_part("dropout", out)
+    numbers = next(i for i in items if i.part == "dropout" and i.name == GRID_JOINS)
+    norms = next(i for i in items if i.part == "replicated" and i.name == f"dropout, {GRID_JOINS}")
+    if numbers.passed:
+        numbers.problems += failed + stamped(found["holds"] + found["numbers"] + found["communication"], QID, GRID)
+    if norms.passed:
+        norms.problems += failed + stamped(found["replicated"], QID, GRID)
 
 
 def prediction_items(ctx) -> list[Item]:

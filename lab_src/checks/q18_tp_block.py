@@ -3,7 +3,8 @@
 - the answer's tensor-parallel block on 2 ranks and on 4, in float64, against the unsharded block of the
   lab's model (topics/tensor_parallel/judge_block.py), dropout off and then on: the output, the input's gradient, every shard's
   gradients, the collectives of the forward and the backward, and the replicated LayerNorms after one AdamW
-  step (identical on every rank);
+  step (identical on every rank); the block with dropout once more on two groups of 2 side by side (ranks
+  [0, 2] and [1, 3]), where tp.rank is not the global rank, and in evaluation mode (nothing dropped);
 - the digits model trained with it (topics/tensor_parallel/judge_train.py), t = 2 with dropout, and t = 2 x p = 2 on 4 ranks
   (tensor parallel inside pipeline stages), against one process's loss curve (q13's 1e-5 in float32); and a
   plain 2-stage pipeline of the same model, for the bytes: what one step moved, tensor parallel against
@@ -23,6 +24,8 @@ from lab_src.topics.training.digits import DIGITS
 
 CONFIGS = [(2, LabConfig(num_stages=2, global_batch_size=4, num_microbatches=2, dtype="float64")),
            (4, LabConfig(num_stages=4, global_batch_size=4, num_microbatches=2, dtype="float64", seed=5))]
+# the dropout part on two groups of t = 2 side by side (ranks [0, 2] and [1, 3]): tp.rank is not the global rank there
+GRID = "t = 2 x 2 groups"
 STEPS, LR = 20, 1e-2
 # label -> (configuration, t, ranks)
 TRAINING = {"t = 2, dropout 0.1": (DIGITS.replace(num_stages=1, dropout=0.1, dropout_shards=2), 2, 2),
@@ -56,6 +59,10 @@ def check() -> CheckReport:
     from lab_src.topics.tensor_parallel.judge_block import WHAT, judge_part
     srcs = sources("q18")
     cases = [make_case("tp_block", cfg, srcs, "q18", stages=t, label=f"t = {t}") for t, cfg in CONFIGS]
+    # before the trainings: the 2-rank pipeline's groups are made on ranks 0 and 1 alone, after which ranks 2 and 3
+    # would number the grid's groups differently (kind_block.py `run`)
+    cases.append(make_case("tp_block", CONFIGS[0][1], srcs, "q18", stages=4, label=GRID,
+                           settings={"parts": ["dropout"], "replicas": 2}))
     cases += [make_case("tp_train", cfg, srcs, "q18", stages=n, label=label, settings={"t": t, "steps": STEPS, "lr": LR})
               for label, (cfg, t, n) in TRAINING.items()]
     run = run_cases(cases, run_dir("q18"))
@@ -82,7 +89,19 @@ def check() -> CheckReport:
         if got.get("params") is not None:
             lines.append(f"      rank 0 holds qkv {tuple(got.get('qkv_weight_shape') or ())}, proj "
                          f"{tuple(got.get('proj_weight_shape') or ())}: {got['params']:,} parameter elements")
-    training, more = training_lines(run.outcomes[len(CONFIGS):], problems)
+    grid = run.outcomes[len(CONFIGS)]
+    lines.append(f"\n  {GRID}: the tensor-parallel groups are ranks [0, 2] and [1, 3] (tp.rank 0, 1 in each)")
+    errs = errors(grid, "q18", GRID)
+    if errs:
+        problems += errs
+        lines.append(UNFINISHED)
+    else:
+        found = judge_part("dropout", grid)
+        problems += stamped(found["holds"] + found["numbers"] + found["replicated"] + found["communication"],
+                            "q18", GRID)
+        verdict = "matches the unsharded block" if not (found["numbers"] or found["holds"]) else "see the problems"
+        lines.append(f"    {WHAT['dropout']}: {verdict}, in both groups")
+    training, more = training_lines(run.outcomes[len(CONFIGS) + 1:], problems)
     lines += more
     views = [{"events": o.events(recovered=True), "stages": o.case.stages, "microbatches": 1,
               "title": f"q18: {o.case.label}, every collective of each rank"} for o in run.outcomes[:len(CONFIGS)]]

@@ -6,7 +6,8 @@ pipeline/dropout.py defines it for t shards. Per part ("block": dropout off; "dr
 
     numbers         the output, the input's gradient, every shard's weight and bias gradients (qkv by
                     heads, proj by its heads' columns, the MLP's up and down, the whole LayerNorms) against
-                    the unsharded block's (float64 to 1e-10); with dropout on, a wrong output is read for its
+                    the unsharded block's (float64 to 1e-10), and with dropout on the output in evaluation mode
+                    too (nothing dropped; judged once the rest is right); with dropout on, a wrong output is read for its
                     cause: outputs that differ between the ranks mean the replicated region drew different
                     masks on different ranks; outputs equal on every rank but not the single process's mean the
                     masks inside the sharded region (the attention of each rank's heads) were not each
@@ -28,7 +29,7 @@ import torch
 from lab_src.judge.problems import Problem
 from lab_src.topics.tensor_parallel.judge_layers import KIND_WORDS, TOLERANCE, round_key, rounds_text, close
 from lab_src.topics.tensor_parallel import runtime as tpmod
-from lab_src.topics.tensor_parallel.records import BLOCK_DROPOUT, part_config
+from lab_src.topics.tensor_parallel.records import BLOCK_DROPOUT, grid_members, part_config
 from lab_src.pipeline.model import build_piece
 
 WHAT = {"block": "the block (dropout off)", "dropout": f"the block with dropout {BLOCK_DROPOUT}"}
@@ -42,15 +43,19 @@ LR = 1e-2
 def _full(part: str, cfg, t: int) -> dict:
     """The unsharded block's run: output, input gradient, parameter gradients, LayerNorms after AdamW."""
     block = build_piece(part_config(part, cfg, t), tpmod.BLOCK)
-    block.train()
     data = tpmod.block_inputs(cfg)
+    block.eval()
+    with torch.no_grad():
+        evaluated = block(data["x"])        # the lab's model draws no mask in evaluation mode
+    block.train()
     x = data["x"].clone().requires_grad_()
     y = block(x)
     y.backward(data["grad"])
     grads = {n: q.grad.detach().clone() for n, q in block.named_parameters()}
     torch.optim.AdamW(block.parameters(), lr=LR).step()
     after = {n: q.detach().clone() for n, q in block.named_parameters() if n.split(".")[0] in NORMS}
-    return {"out": y.detach(), "in_grad": x.grad.detach(), "grads": grads, "after": after, "block": block}
+    return {"out": y.detach(), "in_grad": x.grad.detach(), "grads": grads, "after": after, "block": block,
+            "eval_out": evaluated}
 
 
 def expected(part: str, cfg, t: int) -> list[dict]:
@@ -66,7 +71,7 @@ def expected(part: str, cfg, t: int) -> list[dict]:
     out = []
     for r in range(t):
         rows = tpmod.heads_rows(h, heads, r, t)
-        want = {"out": full["out"], "in_grad": full["in_grad"],
+        want = {"out": full["out"], "in_grad": full["in_grad"], "eval_out": full["eval_out"],
                 "qkv_weight_grad": g["qkv.weight"][rows], "qkv_bias_grad": g["qkv.bias"][rows],
                 "proj_weight_grad": tpmod.shard(g["proj.weight"], r, t, 1), "proj_bias_grad": g["proj.bias"],
                 "up_weight_grad": tpmod.shard(g["up.weight"], r, t, 0), "up_bias_grad": tpmod.shard(g["up.bias"], r, t, 0),
@@ -91,7 +96,11 @@ def _name(key: str) -> str:
     return f"{GRADS[mod]}'s {what} gradient"
 
 
-def numbers(part: str, r: int, t: int, got: dict, want: dict, tol: float, outs: list) -> list[Problem]:
+def numbers(part: str, k: int, t: int, got: dict, want: dict, tol: float, outs: list, rank: int | None = None,
+            members: list | None = None) -> list[Problem]:
+    """The numbers of the rank that is its group's k-th (`outs`: its group's outputs, in that order); problems
+    name `rank`, its global rank (k itself where the group is the case's first ranks)."""
+    r = k if rank is None else rank
     if got.get("returned"):
         return [Problem(f"tp_block returned {got['returned']}", rank=r)]
     if got.get("out_shape") is not None:
@@ -111,13 +120,23 @@ def numbers(part: str, r: int, t: int, got: dict, want: dict, tol: float, outs: 
         err = float((v.double() - want[key].double()).abs().max())
         text = f"{_name(key)} of {WHAT[part]} differs from the unsharded block's by up to {err:.3g}"
         if key == "out" and part == "dropout":
-            text += _dropout_cause(r, outs, tol)
+            text += _dropout_cause(k, outs, tol, members)
         return [Problem(text, rank=r)]     # the gradients of a wrong output say nothing more
+    if part == "dropout" and not close(got.get("eval_out"), want["eval_out"], tol):
+        v = got.get("eval_out")
+        err = (f"differs from the unsharded block's by up to {float((v.double() - want['eval_out'].double()).abs().max()):.3g}"
+               if isinstance(v, torch.Tensor) and tuple(v.shape) == tuple(want["eval_out"].shape) else
+               f"is {'shaped ' + str(tuple(v.shape)) if isinstance(v, torch.Tensor) else 'nothing (None)'}")
+        return [Problem(f"in evaluation mode (module.eval()), the output of {WHAT[part]} {err}, though in training "
+                        f"mode it is right: evaluation drops nothing. The masks must be drawn only while "
+                        f"self.training is true (a validation pass, or any model.eval(), would otherwise see a "
+                        f"model with its activations still dropped and scaled)", rank=r)]
     return []
 
 
-def _dropout_cause(r: int, outs: list, tol: float) -> str:
-    """Why a dropout output is wrong, read from every rank's output (data, not text)."""
+def _dropout_cause(r: int, outs: list, tol: float, members: list | None = None) -> str:
+    """Why a dropout output is wrong, read from the outputs of every rank of the group (data, not text); `r`:
+    this rank's place in it. `members`: the group's global ranks, where they are not 0 .. t - 1."""
     mine = outs[r]
     others = [o for k, o in enumerate(outs) if k != r and isinstance(o, torch.Tensor)]
     if any(not close(mine, o, tol) for o in others):
@@ -128,25 +147,37 @@ def _dropout_cause(r: int, outs: list, tol: float) -> str:
     return (". It is the same on every rank, but not the single process's: the masks inside the sharded region "
             "(the attention probabilities of this rank's heads) must each be this shard's own, drawn from "
             "dropout.stream(block.seed, block.name, shard=tp.rank). A mask shared by the ranks drops the same "
-            "positions in every shard's heads, which the unsharded model never does")
+            "positions in every shard's heads, which the unsharded model never does" + (
+                f". Here the tensor-parallel group is ranks {members}: its shards are tp.rank "
+                f"{', '.join(map(str, range(len(members))))}, not the global ranks (dist.get_rank()), which name "
+                f"another shard's stream in every group but the first (as in a t x p grid)"
+                if members is not None and list(members) != list(range(len(members))) else ""))
 
 
-def replicated(part: str, t: int, obs: list) -> list[Problem]:
-    """The LayerNorms after one AdamW step: identical on every rank."""
+def replicated(part: str, t: int, obs: list, groups: list | None = None) -> list[Problem]:
+    """The LayerNorms after one AdamW step: identical on every rank of each tensor-parallel group (`groups`, the
+    global ranks of each; by default the one group of all ranks)."""
     out = []
     for key in NORMS:
         for name in ("weight", "bias"):
             k = f"{key}_{name}_after"
-            have = [o.get(k) if o else None for o in obs]
-            if any(not isinstance(v, torch.Tensor) for v in have):
-                continue        # the part did not get that far (its problem is said elsewhere)
-            if any(not torch.equal(have[0], v) for v in have[1:]):
-                spread = max(float((have[0].double() - v.double()).abs().max()) for v in have[1:])
+            spreads = [_spread([obs[m].get(k) if obs[m] else None for m in members])
+                       for members in (groups or [list(range(len(obs)))])]
+            spreads = [x for x in spreads if x]
+            if spreads:
                 out.append(Problem(f"{GRADS[key]}'s {name} differs between the ranks after one AdamW step (by up "
-                                   f"to {spread:.3g}): a replicated parameter must stay identical everywhere, which "
-                                   f"it does only if every rank computes the same gradient for it (the same input, "
-                                   f"the same masks outside the sharded region)"))
+                                   f"to {max(spreads):.3g}): a replicated parameter must stay identical everywhere, "
+                                   f"which it does only if every rank computes the same gradient for it (the same "
+                                   f"input, the same masks outside the sharded region)"))
     return out
+
+
+def _spread(have: list) -> float:
+    """How far the tensors `have` are apart (0 when identical, or when one is missing: the part did not get that
+    far, and its problem is said elsewhere)."""
+    if any(not isinstance(v, torch.Tensor) for v in have) or all(torch.equal(have[0], v) for v in have[1:]):
+        return 0.0
+    return max(float((have[0].double() - v.double()).abs().max()) for v in have[1:])
 
 
 def communication(part: str, r: int, got: dict, want: dict) -> list[Problem]:
@@ -193,24 +224,34 @@ def holds(part: str, r: int, t: int, got: dict, want: dict) -> list[Problem]:
 
 
 def judge_part(part: str, outcome) -> dict[str, list[Problem]]:
-    cfg, t = outcome.case.config, outcome.case.stages
+    """The part's problems on every rank. A case of several tensor-parallel groups side by side (`replicas`,
+    kind_block.py) judges each rank as its group's rank k: the k-th shard of the same unsharded block."""
+    cfg = outcome.case.config
+    replicas = (outcome.case.settings or {}).get("replicas", 1)
+    n = outcome.case.stages
+    t = n // replicas
     tol = TOLERANCE[cfg.dtype]
     want = expected(part, cfg, t)
     found = {"numbers": [], "replicated": [], "communication": [], "holds": []}
-    recs = [(outcome.obs.get(r, {}).get("tp_block") or {}).get(part) for r in range(t)]
-    outs = [(g or {}).get("out") for g in recs]
+    recs = [(outcome.obs.get(r, {}).get("tp_block") or {}).get(part) for r in range(n)]
     for r, got in enumerate(recs):
         if got is None:
             found["numbers"].append(Problem(f"{WHAT[part]} was not run on this rank (see the errors above)", rank=r))
             continue
-        found["holds"] += holds(part, r, t, got, want[r])
+        members = grid_members(r % replicas, t, replicas)
+        mine = want[r // replicas]
+        if replicas > 1:        # its collectives are over its own group
+            mine = {**mine, **{phase: [[kind, nbytes, members] for kind, nbytes, _ in mine[phase]]
+                               for phase in ("fwd", "bwd")}}
+        found["holds"] += holds(part, r, t, got, mine)
         if got.get("raised"):
             line = f" ({got['line']})" if got.get("line") else ""
             found["numbers"].append(Problem(f"{WHAT[part]} raised {got['raised']}: {got['message']}{line}", rank=r))
             continue
-        found["numbers"] += numbers(part, r, t, got, want[r], tol, outs)
-        found["communication"] += communication(part, r, got, want[r])
-    found["replicated"] = replicated(part, t, recs)
+        outs = [(recs[m] or {}).get("out") for m in members]
+        found["numbers"] += numbers(part, members.index(r), t, got, mine, tol, outs, rank=r, members=members)
+        found["communication"] += communication(part, r, got, mine)
+    found["replicated"] = replicated(part, t, recs, [grid_members(g, t, replicas) for g in range(replicas)])
     if any(g is None or g.get("raised") or g.get("returned") for g in recs):
         found["replicated"].append(Problem(f"the LayerNorms of {WHAT[part]} could not be compared after an "
                                            f"optimizer step: the part did not run on every rank (see above)"))

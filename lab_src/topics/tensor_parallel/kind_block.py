@@ -1,11 +1,14 @@
 """Kind "tp_block" (q18): the answer's tensor-parallel block on the case's t ranks, one part after another.
 
-The case's `settings["parts"]` name the parts (all of records.BLOCK_PARTS by default):
+The case's `settings["parts"]` name the parts (all of records.BLOCK_PARTS by default), and its `settings["replicas"]`
+how many tensor-parallel groups of stages / replicas ranks run the block side by side (1 by default; q18's grid
+case, where global ranks are not the tensor-parallel ones: records.grid_members):
 
     block      the block of the case's configuration, dropout off: one forward from the same x on every
                rank, a backward from the same output gradient, then one AdamW step of the module's parameters
     dropout    the same with dropout on (`records.BLOCK_DROPOUT`), its attention masks drawn per
-               shard of t (pipeline/dropout.py), in training mode
+               shard of t (pipeline/dropout.py), in training mode; between its forward and backward, one more
+               forward from the same x in evaluation mode (`evaluated`), where nothing may be dropped
 
 For each part the rank records (plain values and tensors, never a verdict): the output, the input's
 gradient, the shapes, values and gradients of what its module holds (qkv, proj, mlp.up, mlp.down, the two
@@ -16,14 +19,16 @@ The answer gets q17's pieces (`q17`): in a notebook the student's q17 answer, in
 """
 from __future__ import annotations
 
+import datetime
 import traceback
 from types import SimpleNamespace
 
 import torch
+import torch.distributed as dist
 
 from lab_src import answers, exercises
 from lab_src.harness import observe
-from lab_src.topics.tensor_parallel.records import BLOCK_PARTS, part_config
+from lab_src.topics.tensor_parallel.records import BLOCK_PARTS, grid_members, part_config
 from lab_src.topics.tensor_parallel import rawcoll
 from lab_src.harness.case import Case
 from lab_src.topics.tensor_parallel.kind_layers import PIECES, Part, _backward, detached, piece
@@ -51,6 +56,17 @@ def sub(module, path: str):
     return module
 
 
+def evaluated(module, x):
+    """The module's output in evaluation mode (module.eval(), as a validation pass runs it; no autograd), its
+    training mode restored after: with dropout on, nothing may be dropped."""
+    module.eval()
+    try:
+        with torch.no_grad():
+            return detached(module(x))
+    finally:
+        module.train()
+
+
 def run_part(part: str, cfg, tp, tracer, rec: dict) -> None:
     dev = tp.device
     block = build_piece(part_config(part, cfg, tp.size), tpmod.BLOCK, dev)
@@ -70,6 +86,9 @@ def run_part(part: str, cfg, tp, tracer, rec: dict) -> None:
     out = module(x)
     p.forward_done()
     rec["out"] = detached(out)
+    if part == "dropout":
+        rec["eval_out"] = evaluated(module, data["x"].to(dev))
+        p.start = len(tracer.events)    # its collectives are neither the forward's nor the backward's
     if _backward(out, data["grad"].to(dev), rec):
         p.backward_done()
     rec["in_grad"] = detached(x.grad)
@@ -87,12 +106,26 @@ def run_part(part: str, cfg, tp, tracer, rec: dict) -> None:
 
 
 def run(case: Case, ctx, group, tracer, obs) -> None:
-    cfg = case.config
-    tp = tpmod.TensorParallel(ctx.rank, case.stages, group, ctx.device)
+    cfg, settings = case.config, case.settings or {}
+    # `replicas` > 1: that many tensor-parallel groups side by side, each running the whole block (the layout of
+    # records.grid_members, as in a t x p grid): only there does a global rank differ from the tensor-parallel one
+    replicas = settings.get("replicas", 1)
+    t, mine = case.stages // replicas, ctx.rank % replicas
+    made, finished = [], False
+    if replicas == 1:
+        tp_group = group
+    else:
+        # every rank of the case makes every group, in the same order (as the trainings' grid does). torch numbers
+        # the groups a process makes, and every rank of the launch must have made the same ones before: a case of
+        # fewer ranks that makes groups (a 2-rank pipeline's) runs after this one, never before (checks/q18_tp_block.py)
+        for s in range(replicas):
+            made.append(dist.new_group(grid_members(s, t, replicas), timeout=datetime.timedelta(seconds=ctx.timeout_s)))
+        tp_group = made[mine]
+    tp = tpmod.TensorParallel(ctx.rank // replicas, t, tp_group, ctx.device)
     obs["tp_block"] = {}
-    rawcoll.CASE_RANKS[:] = range(case.stages)
+    rawcoll.CASE_RANKS[:] = grid_members(mine, t, replicas)
     try:
-        for part in (case.settings or {}).get("parts") or BLOCK_PARTS:
+        for part in settings.get("parts") or BLOCK_PARTS:
             observe.barrier(group)
             start = len(tracer.events)
             rec = obs["tp_block"][part] = {}
@@ -110,6 +143,9 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                            rounds=[[ev.kind, ev.bytes, list(ev.group or ())]
                                    for ev in tracer.events[start:] if ev.is_collective])
         observe.finish_messages(None, group, tracer)
+        finished = True
     finally:
         rawcoll.CASE_RANKS.clear()
         observe.record_instrumentation(obs, tracer)
+        if made and finished:
+            dist.destroy_process_group(made[mine])      # its threads; nothing is in flight on it any more

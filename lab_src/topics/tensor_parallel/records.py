@@ -19,6 +19,13 @@ def part_config(part: str, cfg, t: int):
     return block_config(cfg, t, BLOCK_DROPOUT if part == "dropout" else 0.0)
 
 
+def grid_members(s: int, t: int, p: int) -> list[int]:
+    """The global ranks of tensor-parallel group s of a t x p grid (ranks k * p + s, k < t): q18's trainings
+    lay pipeline stages out this way, and its block's grid case (kind_block, `replicas`) the groups side by side.
+    Rank k * p + s is tp.rank k: in every group but the first, a global rank is not the tensor-parallel one."""
+    return [k * p + s for k in range(t)]
+
+
 class LayersObserved(Observed):
     tp: dict                    # q17's part -> what the rank observed of it (kind_layers.py)
 
