@@ -23,6 +23,7 @@ def grade_cohort(base: Path, students=COHORT, jobs: int = JOBS, assignment: str 
     chooses its modules), graded: (course, results by student, grade rows by student over its assignments)."""
     base = Path(base)
     build_cohort(base / "submissions", students)
+    (base / "course").mkdir(parents=True, exist_ok=True)    # made by the first submission collected, if any
     course = Course(base / "course", assignment=assignment)
     for one in course.each(assignment):   # every assignment of the course (its course.toml), or `assignment`
         collect_folder(one, base / "submissions")
