@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from lab_src import exercises
 from lab_src.harness import observe
 from lab_src.topics.tensor_parallel import rawcoll
+from lab_src.topics.tensor_parallel.records import grid_members
 from lab_src.harness.case import Case
 from lab_src.topics.tensor_parallel.kind_block import q17_pieces
 from lab_src.pipeline import dropout, trace, waiting
@@ -157,14 +158,14 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     t = s["t"]
     p = case.stages // t
     stage = ctx.rank % p
-    members = [k * p + stage for k in range(t)]
+    members = grid_members(stage, t, p)
     obs.update(losses=[], step_events=[], grid=[t, p], stage=stage, tp_ranks=members, sent_bytes=0)
     made, finished = [], False
     if p == 1:
         tp_group = group
     else:          # every rank of the case makes every stage's group, in the same order (as q14's grid does)
         for s_ in range(p):
-            g = dist.new_group([k * p + s_ for k in range(t)], timeout=datetime.timedelta(seconds=ctx.timeout_s))
+            g = dist.new_group(grid_members(s_, t, p), timeout=datetime.timedelta(seconds=ctx.timeout_s))
             made.append(g)
         tp_group = made[stage]
     tp = tpmod.TensorParallel(ctx.rank // p, t, tp_group, ctx.device)
