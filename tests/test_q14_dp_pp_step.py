@@ -385,3 +385,33 @@ def test_the_grid_timeline_names_each_rows_coordinates_and_keeps_its_legend_whol
     texts = re.findall(r'<text x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]*)</text>', svg)
     x, y, _ = next(t for t in texts if t[2] == "message: send → receive")
     assert float(x) + 6.2 * len("message: send → receive") <= view_w and float(y) <= view_h
+
+
+@pytest.mark.slow
+def test_groups_made_on_some_ranks_only_cost_no_later_case_of_the_launch(reference, tmp_path, no_leftovers):
+    """torch names a process group by how many groups its process has made. A q14 answer that makes one group
+    more on rank 0 than on the others (here a group of rank 0 alone, harmless to its own step) leaves rank 0's
+    count ahead; the next groups made in the same launch (q18's t x p training makes its stages' groups
+    [0, 2], [1, 3]) would then carry other names on rank 0 than on its peers and never connect. The worker
+    puts every rank on the highest count after each case, so the q18 case that follows runs as it does alone."""
+    from lab_src.harness.case import Case
+    from lab_src.harness.limits import GRADING_CASE_DEADLINE_S, GRADING_RECV_TIMEOUT_S
+    from lab_src.harness.runner import run_cases
+    from lab_src.topics.dp_pp.traffic import PREDICTION_CONFIG
+    from lab_src.topics.training.digits import DIGITS
+    text = q14_answer()
+    line = "    pipelines = [grid.new_group("
+    assert line in text
+    text = text.replace(line, "    if grid.rank == 0:\n        grid.new_group([0])\n" + line, 1)
+    path = tmp_path / "q14_extra_group.py"
+    path.write_text(text)
+    uneven = Case(kind="grid", qid="q14", config=PREDICTION_CONFIG, answers={**reference, "q14": str(path)}, stages=4,
+                  step="q14")
+    grid = Case(kind="tp_train", qid="q18", config=DIGITS.replace(num_stages=2), answers=reference, stages=4,
+                settings={"t": 2, "steps": 2, "lr": 1e-2})
+    run = run_cases([uneven, grid], tmp_path / "run", case_deadline_s=GRADING_CASE_DEADLINE_S,
+                    timeout_s=GRADING_RECV_TIMEOUT_S)
+    first, second = run.outcomes
+    assert first.failure is None and not first.errors(), first.errors()
+    assert second.failure is None and not second.errors(), second.errors()
+    assert all(len(second.obs[r]["losses"]) == 2 for r in range(4))

@@ -59,8 +59,7 @@ def check() -> CheckReport:
     from lab_src.topics.tensor_parallel.judge_block import WHAT, judge_part
     srcs = sources("q18")
     cases = [make_case("tp_block", cfg, srcs, "q18", stages=t, label=f"t = {t}") for t, cfg in CONFIGS]
-    # before the trainings: the 2-rank pipeline's groups are made on ranks 0 and 1 alone, after which ranks 2 and 3
-    # would number the grid's groups differently (kind_block.py `run`)
+    # the block's dropout on two tensor-parallel groups side by side, judged with the blocks above
     cases.append(make_case("tp_block", CONFIGS[0][1], srcs, "q18", stages=4, label=GRID,
                            settings={"parts": ["dropout"], "replicas": 2}))
     cases += [make_case("tp_train", cfg, srcs, "q18", stages=n, label=label, settings={"t": t, "steps": STEPS, "lr": LR})

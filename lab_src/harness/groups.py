@@ -7,7 +7,9 @@ instead of waiting forever.
 Pipeline groups: a check may run a 2-stage and a 4-stage pipeline in one launch of 4 processes. A
 p-stage pipeline runs on ranks 0..p-1 through its own group, and the ranks talk in pipeline ranks
 (`group_src`/`group_dst` of torch.distributed). A failed case poisons its group (a message may still
-be in flight), so `fresh()` replaces every pipeline group before the next case.
+be in flight), so `fresh()` replaces every pipeline group before the next case. A case's kind may ask
+for a longer timeout (tensor parallelism: harness/limits.py COLLECTIVE_TIMEOUT_FACTOR): a group per size
+and timeout.
 """
 from __future__ import annotations
 
@@ -66,18 +68,20 @@ def init(timeout_s: float, world_timeout_s: float | None = None) -> Dist:
 
 
 class PipeGroups:
-    """Pipeline groups by size, created collectively: every rank must call `get` in the same order."""
+    """Pipeline groups by size and timeout, created collectively: every rank must call `get` in the same order."""
 
     def __init__(self, ctx: Dist):
         self.ctx = ctx
         self._groups: dict = {}
 
-    def get(self, size: int):
-        """The process group of a `size`-stage pipeline on global ranks 0..size-1."""
-        if size not in self._groups:
-            self._groups[size] = dist.new_group(list(range(size)),
-                                                timeout=datetime.timedelta(seconds=self.ctx.timeout_s))
-        return self._groups[size]
+    def get(self, size: int, timeout_s: float | None = None):
+        """The process group of a `size`-stage pipeline on global ranks 0..size-1, whose operations give up
+        after `timeout_s` (the launch's timeout when None)."""
+        timeout_s = timeout_s or self.ctx.timeout_s
+        if (size, timeout_s) not in self._groups:
+            self._groups[(size, timeout_s)] = dist.new_group(list(range(size)),
+                                                             timeout=datetime.timedelta(seconds=timeout_s))
+        return self._groups[(size, timeout_s)]
 
     def fresh(self) -> None:
         """Forget every pipeline group; the next `get` builds new ones."""

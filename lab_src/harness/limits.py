@@ -29,11 +29,21 @@ from __future__ import annotations
 # The last resort: a deadlock is stopped at once by the runner's watch (harness/deadlock.py), so this mostly
 # ends a wait the watch cannot see through, as after another rank's error (gus's q07, mo's q08 in the cohort:
 # 60 s, tried, left those to the case deadline and changed their feedback). It is on the wall clock (gloo's):
-# in a CI run with another whole test run beside it (load 50 to 70) the reference's q18 at t = 4 lost 4 of 12
-# checks, and passed alone and beside 16 busy processes. A collective that does time out ends its case
-# (topics/tensor_parallel/rawcoll.py `CollectiveGaveUp`) instead of leaving a group in an undefined state to the
-# case's next part.
+# tensor-parallel cases wait longer (COLLECTIVE_TIMEOUT_FACTOR below). A collective that does time out ends its
+# case (topics/tensor_parallel/rawcoll.py `CollectiveGaveUp`) instead of leaving a group in an undefined state to
+# the case's next part.
 GRADING_RECV_TIMEOUT_S = 15.0
+
+# The cases of a kind whose ranks wait for each other at every collective (tensor parallelism: each sub-layer's
+# all-reduce joins all t ranks) give their groups and barriers this many times the timeout above (the kind's
+# `timeout_factor`, topics/__init__.py `Kind`; harness/worker.py passes the case's timeout in `ctx`). One rank
+# starved of CPU holds all t there, and at 15 s a loaded machine failed the reference: in the full test run
+# (the cohort graded eight students at a time beside the other tests) ada's, rui's and wren's q18 lost 6 of 20
+# points at t = 4 (ranks 0, 1 timed out in proj's all-reduce, ranks 2, 3 came late and were left alone), and
+# graded alone were right each time. A collective that hangs is still stopped at once by the deadlock watch;
+# this only ends the waits the watch cannot see through, later. Below the world group's 4 x 15 + 30 s, which
+# waits for the slowest rank's whole case.
+COLLECTIVE_TIMEOUT_FACTOR = 4
 
 # A case, from its start to its end on every rank, on the ranks' own clock: harness/case_watch.py `CaseWatch`
 # ends the launch, the case fails and the cases after it are launched again. Passed to run_cases by

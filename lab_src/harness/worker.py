@@ -19,6 +19,7 @@ of a timeout.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import importlib
 import io
 import json
@@ -208,6 +209,7 @@ def main(spec_path: str) -> int:
 
     import torch
     import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
 
     from lab_src.answers import use_answers
     from lab_src.exercises import running_for
@@ -240,7 +242,11 @@ def main(spec_path: str) -> int:
     disk_used = sandbox.disk_usage(run_dir) if spec.get("disk_limit") else 0      # see over_disk_limit
     for case in cases:
         index, stages, qid = case.index, case.stages, case.qid
-        group = groups.get(stages)
+        # the case's timeout, for its group, its barriers and the groups its kind makes (ctx.timeout_s): the
+        # launch's, times its kind's factor (harness/limits.py COLLECTIVE_TIMEOUT_FACTOR)
+        factor = getattr(kinds.KINDS.get(case.kind), "timeout_factor", 1)
+        case_ctx = dataclasses.replace(ctx, timeout_s=ctx.timeout_s * factor)
+        group = groups.get(stages, case_ctx.timeout_s)      # on every rank, in the cases' order
         journal.write(runfolder.case_line("start", index))
         failed = 0
         if rank < stages:
@@ -251,7 +257,7 @@ def main(spec_path: str) -> int:
             model.reset_instrumentation()
             data.CREATED["dataloaders"] = 0
             tracer = trace.Tracer(rank, write_op, sync, label=str(index))
-            case_barrier.begin(store, index, rank, stages, ctx.timeout_s)
+            case_barrier.begin(store, index, rank, stages, case_ctx.timeout_s)
             obs = observed.record_class(case.kind)(kind=case.kind, rank=rank, stages=stages, error=None)
             if timeouts.get(qid, 0) >= limits.SKIP_AFTER_TIMEOUTS:
                 obs["error"] = RankError("NotRun", f"not run: {limits.SKIP_AFTER_TIMEOUTS} earlier cases of {qid} "
@@ -261,7 +267,7 @@ def main(spec_path: str) -> int:
                     with use_answers(case.answers), running_for(qid), trace.tracing(tracer), \
                             waiting.stop_when(asked_to_stop):
                         try:
-                            runners[case.kind](case, ctx, group, tracer, obs)
+                            runners[case.kind](case, case_ctx, group, tracer, obs)
                         except BaseException as e:
                             meet_the_others(e, tracer)
                             raise
@@ -287,11 +293,16 @@ def main(spec_path: str) -> int:
             torch.save(obs.plain(), tmp)
             os.replace(tmp, final)
             tracer.finished()
-        flag = torch.tensor([failed], device=ctx.device)
+        # torch names the process groups a process makes by their number (distributed_c10d's group_count), and
+        # ranks that made different numbers in this case (a rank that failed while making one, an answer's
+        # new_group called on some ranks only) would give the next group of the launch different names, joined
+        # to nothing or to a stale group: every rank goes on from the highest number, a name no rank has used
+        flag = torch.tensor([failed, c10d._world.group_count], device=ctx.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        if flag.item():
+        failed_anywhere, c10d._world.group_count = int(flag[0]), int(flag[1])
+        if failed_anywhere:
             groups.fresh()
-        if flag.item() == 2:
+        if failed_anywhere == 2:
             timeouts[qid] = timeouts.get(qid, 0) + 1
         journal.write(runfolder.case_line("end", index))
     dist.barrier()

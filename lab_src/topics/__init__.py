@@ -38,6 +38,7 @@ class Kind:
     what: str                   # what its ranks do, in a line or two
     step: bool = False          # its ranks also call the case's step, and what that step uses
     record: str = ""            # "module:Class", the typed record its ranks fill ("": harness/observed.py's Observed)
+    timeout_factor: int = 1     # its groups' and barriers' timeout is this many times the launch's (harness/worker.py)
 
     def within(self, package: str) -> "Kind":
         def full(name: str) -> str:

@@ -10,6 +10,7 @@ case calls without importing torch; a rank imports the kinds' modules before it 
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 
 from lab_src import topics
 from lab_src.registry import EXERCISES
@@ -31,7 +32,7 @@ CORE = {
     "units": Kind("units", record="UnitsObserved", calls=(), what="exercise functions called on given arguments"),
     "seeds": Kind("seeds", record="SeedsObserved", calls=(), what="what the seed does to weights on different ranks (q01 demo)"),
 }
-KINDS = {**{name: Kind(f"{__name__}.{k.module}", k.calls, k.what, k.step, f"lab_src.harness.observed:{k.record}")
+KINDS = {**{name: replace(k, module=f"{__name__}.{k.module}", record=f"lab_src.harness.observed:{k.record}")
             for name, k in CORE.items()},
          **topics.kinds()}
 

@@ -11,6 +11,7 @@ dropout seeds, training to one process's curve, tensor parallel inside pipeline 
     traffic.py       what a training step moves, tensor against pipeline parallel
     figure.py, block_figure.py, timeline.py, curves.py   the pictures
 """
+from lab_src.harness.limits import COLLECTIVE_TIMEOUT_FACTOR
 from lab_src.topics import EventKind, Kind, Topic
 
 TOPIC = Topic(
@@ -19,12 +20,15 @@ TOPIC = Topic(
     exercises=("q17", "q18"),
     kinds={
         "tp": Kind("kind_layers", record="records:LayersObserved", calls=("tp_layers",),
+                   timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                    what="q17's tensor-parallel pieces on the case's t ranks: the two communication functions, the "
                         "column- and row-parallel layers, the MLP; outputs, gradients, shards and collectives"),
         "tp_block": Kind("kind_block", record="records:BlockObserved", calls=("tp_layers", "tp_block"),
+                         timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                          what="q18's tensor-parallel block on the case's t ranks, dropout off and on: outputs, "
                               "gradients, shards, collectives, the replicated LayerNorms after an optimizer step"),
         "tp_train": Kind("kind_train", record="records:TrainObserved", calls=("tp_layers", "tp_block"),
+                         timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                          what="the digits model with q18's tensor-parallel blocks, trained on t ranks (or t x p: "
                               "tensor parallel inside pipeline stages); each rank's loss curve"),
     },

@@ -115,9 +115,9 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     if replicas == 1:
         tp_group = group
     else:
-        # every rank of the case makes every group, in the same order (as the trainings' grid does). torch numbers
-        # the groups a process makes, and every rank of the launch must have made the same ones before: a case of
-        # fewer ranks that makes groups (a 2-rank pipeline's) runs after this one, never before (checks/q18_tp_block.py)
+        # every rank of the case makes every group, in the same order (as the trainings' grid does): torch names
+        # the groups a process makes by their number (the worker starts every case with the same number on
+        # every rank of the launch: harness/worker.py)
         for s in range(replicas):
             made.append(dist.new_group(grid_members(s, t, replicas), timeout=datetime.timedelta(seconds=ctx.timeout_s)))
         tp_group = made[mine]
