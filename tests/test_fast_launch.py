@@ -198,3 +198,23 @@ def test_nccl_ranks_start_cuda_after_the_fork(reference, tmp_path, monkeypatch, 
     run = run_cases([case(reference)], tmp_path, timeout_s=30)
     assert run.outcomes[0].failure is None and not run.outcomes[0].errors()
     assert all(o["device"].startswith("cuda") for o in run.outcomes[0].obs.values() if "device" in o)
+
+
+def test_what_a_ranks_first_split_case_would_import_is_imported_before_the_ranks_are_forked():
+    """A rank's first case of a split step (q16) runs torch's first autograd.grad given grad_outputs, which
+    imports sympy (about 1 s of CPU). In the forked rank, after the fork server's preload, that imports nothing
+    more: on a loaded machine the import had held one rank past the 15 s its peers wait at the case's barrier."""
+    code = textwrap.dedent("""
+        import sys
+        from lab_src.harness import elastic
+        elastic.preload()
+        before = set(sys.modules)
+        from lab_src.pipeline import split
+        split.warm_up()
+        new = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("sympy", "mpmath", "torch"))
+        print(f"{len(new)} modules: {new[:5]}" if new else "none")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "none", out.stdout

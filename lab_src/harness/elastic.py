@@ -41,6 +41,11 @@ def preload() -> None:
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
     import torch.distributed.launcher.api  # noqa: F401
+    # what torch imports on a process's first autograd.grad given grad_outputs (sympy, ~1 s of CPU): here, not in
+    # a rank's first split case (pipeline/split.py warm_up), where on a loaded machine it held that rank so long
+    # (over the 15 s its peers wait at the case's barrier) that only its error was seen (the full test run:
+    # untouched's q16 read "rank 3: StubCalled" in the first 4-stage case instead of ranks 0, 1, 2, 3)
+    import torch.fx.experimental.symbolic_shapes  # noqa: F401
 
     from lab_src import topics
     from lab_src.harness import groups, kinds, runfolder, worker  # noqa: F401
