@@ -104,6 +104,39 @@ def test_extra_rounds_between_the_layers_are_named():
     assert "A barrier is a round too, though it carries no data" in text
 
 
+def test_a_result_not_made_of_its_recorded_all_reduce_is_named_and_a_sum_in_any_layout_passes():
+    """What each all-reduce gave back (rawcoll.CARRIED) against the part's result: an output right without its
+    all-reduce (zeros reduced to look like one round) is named; the sum with the bias added after it, or kept
+    flat, passes."""
+    want = expected("mlp", CFG, 2)
+
+    def carried(fwd, bwd):
+        def change(r, got):
+            got["fwd_carried"] = [{"sent": None, "got": fwd(r, got)}]
+            got["bwd_carried"] = [{"sent": None, "got": bwd(r, got)}]
+        return change
+    honest = carried(lambda r, got: got["out"] - want[r]["full_bias"], lambda r, got: got["in_grad"])
+    assert not any(judge_part("mlp", observed("mlp", change=honest)).values())
+    inside_flat = carried(lambda r, got: got["out"].reshape(-1), lambda r, got: got["in_grad"].reshape(-1))
+    assert not any(judge_part("mlp", observed("mlp", change=inside_flat)).values())
+    zeros = carried(lambda r, got: torch.zeros_like(got["out"]), lambda r, got: torch.zeros_like(got["in_grad"]))
+    found = judge_part("mlp", observed("mlp", change=zeros))
+    text = " ".join(" ".join(str(p) for p in found["communication"]).split())
+    assert not found["numbers"] and not found["holds"]
+    assert "tp_layers' MLP's forward made its one all-reduce, but its output is not what that all-reduce gave " \
+           "back: it gave back zeros (every rank handed it zeros)" in text
+    assert "backward made its one all-reduce, but its input's gradient is not what" in text
+    assert "computed from more than this rank's shards" in text
+    copy = judge_part("copy", observed("copy", change=lambda r, got: got.update(
+        bwd_carried=[{"sent": None, "got": got["in_grad"] * 2}])))
+    assert "CopyToTensorParallel's backward made its one all-reduce, but its input's gradient is not what that " \
+           "all-reduce gave back: it gave back a tensor the result is not made of" in " ".join(said(copy).split())
+    # a wrong result is named by its numbers, once: not also as not made of its sum
+    wrong = judge_part("copy", observed("copy", change=lambda r, got: got.update(
+        in_grad=got["in_grad"] * 3, bwd_carried=[{"sent": None, "got": got["in_grad"]}])))
+    assert wrong["numbers"] and not wrong["communication"]
+
+
 def test_shards_cut_along_the_wrong_dimension_and_a_whole_layer_are_named():
     def crossed(r, got):
         got["weight_shape"] = [128, 16]
@@ -251,6 +284,25 @@ MISTAKES = {
     # a barrier between the layers (issue 45): a round that carries no data is a round; only the MLP's
     # communication fails, on 2 and 4 ranks: (1 + 1 + 1 + 0) / 4
     "q17_barrier_between": (answer("q17_barrier_between"), 0.75, "made a barrier over ranks [0, 1], all-reduce of"),
+    # a forgery (issue 45): the MLP gathers the whole weights through torch's unwrapped all_gather (nothing
+    # recorded), computes the unsharded MLP and reduces zeros once each way; its numbers are right, its rounds
+    # are not what its output is made of: (1 + 1 + 1 + 0) / 4
+    "q17_gather_unrecorded": (answer("q17_gather_unrecorded"), 0.75,
+                              "its output is not what that all-reduce gave back: it gave back zeros (every rank "
+                              "handed it zeros)"),
+}
+# Valid answers written otherwise keep every point: the forward's sum made in a flat buffer of its own, and each
+# all-reduce asynchronous, waited for at once
+VALID = {
+    "sum in a flat buffer": [
+        ("        x = x.contiguous().clone()\n        dist.all_reduce(x, group=tp.group)\n        return x\n",
+         "        flat = x.reshape(-1).clone()\n        dist.all_reduce(flat, group=tp.group)\n"
+         "        return flat.view(x.shape)\n")],
+    "asynchronous all-reduces": [
+        ("        dist.all_reduce(grad, group=ctx.tp.group)\n", "        dist.all_reduce(grad, group=ctx.tp.group, "
+         "async_op=True).wait()\n"),
+        ("        dist.all_reduce(x, group=tp.group)\n", "        dist.all_reduce(x, group=tp.group, async_op=True)"
+         ".wait()\n")],
 }
 
 
@@ -259,11 +311,19 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
     from pathlib import Path
     texts = {name: text if text is not None else Path(reference["q17"]).read_text()
              for name, (text, _, _) in MISTAKES.items()}
+    right = Path(reference["q17"]).read_text()
+    for name, edits in VALID.items():
+        texts[name] = right
+        for old, new in edits:
+            assert old in texts[name], (name, old)
+            texts[name] = texts[name].replace(old, new)
     graded = grade(reference, tmp_path, texts)
     for name, (_, fraction, says) in MISTAKES.items():
         got, lines = graded[name]
         assert got == pytest.approx(fraction, abs=1e-4), (name, lines)
         assert says in " ".join("\n".join(lines).split()), (name, lines)   # messages wrap at 110 columns
+    for name in VALID:
+        assert graded[name][0] == 1.0, (name, graded[name][1])
 
 
 @pytest.mark.slow

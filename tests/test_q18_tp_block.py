@@ -123,6 +123,31 @@ def test_three_column_layers_for_q_k_v_are_named_a_round_too_many():
     assert "one copy before one qkv layer is enough" in text
 
 
+def test_a_curve_that_is_not_the_changed_models_is_named_as_computed_outside_the_run():
+    """A hidden training changes stage 0's embedding by a seed only the run knows (pipeline/perturb.py): the
+    changed model's curve passes; the configuration's own model's curve (what an answer computes for itself)
+    is named as not the run's; a record without the seed is named as rewritten."""
+    from lab_src.topics.tensor_parallel.judge_train import judge_training, single_process
+    from lab_src.topics.training.digits import DIGITS
+    cfg, steps, lr, seed = DIGITS.replace(num_stages=1), 3, 1e-2, 12345
+
+    def outcome(losses, perturbed=seed):
+        obs = {r: {"grid": [2, 1], "losses": list(losses)} for r in range(2)}
+        if perturbed is not None:
+            obs[0]["perturbed"] = perturbed
+        settings = {"t": 2, "steps": steps, "lr": lr, "perturb": True}
+        return CaseOutcome(Case(kind="tp_train", qid="q18", config=cfg, stages=2, settings=settings), obs)
+    changed, unchanged = single_process(cfg, steps, lr, seed), single_process(cfg, steps, lr)
+    assert max(abs(a - b) for a, b in zip(changed, unchanged)) > 1e-3
+    assert not any(judge_training(outcome(changed), steps, lr, unchanged=unchanged).values())
+    found = judge_training(outcome(unchanged), steps, lr, unchanged=unchanged)
+    text = " ".join(" ".join(str(p) for p in found["curves"]).split())
+    assert len(found["curves"]) == 2 and "one process's training of the model as the configuration builds it" in text
+    assert "The curve was computed outside the run" in text and "masks" not in text
+    found = judge_training(outcome(changed, perturbed=None), steps, lr, unchanged=unchanged)
+    assert "lacks the seed of the change the lab made" in " ".join(str(p) for p in found["curves"])
+
+
 def test_the_byte_counts():
     from lab_src.topics.tensor_parallel.traffic import PREDICTION, expected_bytes
     assert expected_bytes(PREDICTION, 2, 1) == {"tensor_parallel": 8_388_608, "pipeline": 0}
@@ -204,6 +229,11 @@ MISTAKES = {
     "q18_global_rank_seed": (answer("q18_global_rank_seed"), 0.9, "not the global ranks (dist.get_rank())"),
     "q18_drops_in_eval": (answer("q18_drops_in_eval"), 0.8,
                           "in evaluation mode (module.eval()), the output of the block with dropout 0.2 differs"),
+    # a forgery (issue 45): the reference's block, but the recorded losses overwritten with one process's curve
+    # computed in the rank from the configuration; every hidden training changes the embedding once built, so
+    # both trainings fail and the rest passes: (1 + 1 + 1 + 0 + 1) / 5
+    "q18_forged_curve": (answer("q18_forged_curve"), 0.8,
+                         "The curve was computed outside the run and written over the run's own"),
 }
 
 

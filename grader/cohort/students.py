@@ -145,9 +145,12 @@ COHORT = [
             # ranks, the t = 2 training leaves one process's curve; the ranks agree: (1 + 0 + 1 + 1/2 + 1) / 5
             expect={"q11": 0.475, "q12": 0.3125, "q18": 0.7}),
     Student("yuki", "q11 receives activations into buffers that do not require grad; q12 has no cool-down; q13 never "
-                    "zeroes the gradients; q18 seeds the replicated region (the LayerNorms' side) per rank",
+                    "zeroes the gradients; q17's MLP gathers the whole weights through torch's unwrapped all_gather "
+                    "(unrecorded) and all-reduces zeros to look like one round each way; q18 seeds the replicated "
+                    "region (the LayerNorms' side) per rank",
             answers={"q11": answer("q11_no_requires_grad"), "q12": answer("q12_no_cooldown"),
-                     "q13": answer("q13_never_zeroed"), "q18": answer("q18_norm_seeded_per_rank")},
+                     "q13": answer("q13_never_zeroed"), "q17": answer("q17_gather_unrecorded"),
+                     "q18": answer("q18_norm_seeded_per_rank")},
             # q11: every message right (6 of 6), no buffer right (0 of 5), no pipeline, the prediction right: 2/4. q12: only the
             # single stage, which needs no cool-down, passes (1 of 7); the others wait for the missing backwards;
             # the warm-up prediction is right (2 of 8 items)
@@ -155,7 +158,9 @@ COHORT = [
             # at step 2 and the loss falls too little; the pipeline and the evaluation are right: 2 of 4 parts
             # q18: the dropout part fails on 2 and 4 ranks and its LayerNorms differ between ranks after a step,
             # the t = 2 training leaves one process's curve: (1 + 0 + 2/4 + 1/2 + 1) / 5
-            expect={"q11": 0.5, "q12": 0.25, "q13": 0.5, "q18": 0.6}),
+            # q17: the MLP's numbers are right, but neither its output nor its input's gradient is what its one
+            # recorded all-reduce gave back (zeros): the MLP communication part fails: (1 + 1 + 1 + 0) / 4
+            expect={"q11": 0.5, "q12": 0.25, "q13": 0.5, "q17": 0.75, "q18": 0.6}),
     # q14: three parts of a third each: data parallel (5 grids), tied embeddings (4 tied grids), the prediction
     Student("uma", "q13 evaluates in training mode with autograd on; q14 sums the replicas' gradients instead of "
                    "averaging them; q17's column-parallel layer all-gathers its output and the row-parallel layer "
@@ -212,13 +217,17 @@ COHORT = [
             # only the single stage passes: in every other case rank 0's weights were changed once built
             expect={"q08": 0.1667}),
     Student("fern", "q12 runs All-Forward-All-Backward, then rewrites its events into 1F1B's order; q17 reads column "
-                    "and row parallel as the weight's columns and rows",
-            answers={"q12": answer("q12_forged_events"), "q17": answer("q17_wrong_dim")},
+                    "and row parallel as the weight's columns and rows; q18's block is right, but it writes one "
+                    "process's loss curve, which it computes in the rank, over the losses the lab records",
+            answers={"q12": answer("q12_forged_events"), "q17": answer("q17_wrong_dim"),
+                     "q18": answer("q18_forged_curve")},
             # 1 of 7 cases: only the one-micro-batch case, where AFAB and 1F1B run one order and the rewrite changes
             # nothing; every other case's events contradict what the grader read from its journal as it ran; the
             # warm-up prediction is right: 2 of 8 items. q17 cuts each layer along the other's dimension: both
-            # layers and the MLP raise, the communication functions are right: (1 + 0 + 0 + 0) / 4
-            expect={"q12": 0.25, "q17": 0.25}),
+            # layers and the MLP raise, the communication functions are right: (1 + 0 + 0 + 0) / 4. q18: every
+            # hidden training changes stage 0's embedding once built, so the curve computed from the configuration
+            # is not the run's: both trainings fail, the rest passes: (1 + 1 + 1 + 0 + 1) / 5
+            expect={"q12": 0.25, "q17": 0.25, "q18": 0.8}),
 ]
 
 BY_NAME = {s.name: s for s in COHORT}

@@ -61,6 +61,19 @@ def ranks() -> list[int]:
     return list(_current.ranks)
 
 
+def shared(name: str, make) -> str:
+    """A value the case's first rank makes (`make()`, a str) and every rank of the case reads, through the
+    store: a secret of the case's own (q18's change to the embedding, pipeline/perturb.py) that no message of
+    the answer's carries and no other case can read."""
+    case = _current
+    key = f"lab-case/{case.index}/shared/{name}"
+    if case.rank == case.ranks[0]:
+        case.store.set(key, make())
+    else:
+        waiting.until(lambda: case.store.check([key]), case.timeout_s, f"the case's {name} from rank {case.ranks[0]}")
+    return case.store.get(key).decode()
+
+
 def reach() -> None:
     """A body barrier: return once every other rank of the case has reached its same one, or ended."""
     case = _current

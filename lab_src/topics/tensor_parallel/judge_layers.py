@@ -10,7 +10,11 @@ trusted but their results. Per part (copy, reduce, column, row, mlp) and rank:
                     (the bias added t times, a gradient that is one rank's share or 1/t of the sum)
     communication   the collectives of the forward and of the backward, in kind, bytes and group, against the
                     part's one all-reduce; an extra round (an all-gather between the layers, an all-reduce after
-                    each layer) or a missing one is named
+                    each layer) or a missing one is named; and that the result is made of that all-reduce: the
+                    output (less the bias) or the input's gradient is what it gave back. A record of the answer's
+                    collectives can be stepped around (torch's own entry points are in the rank's reach), the sum
+                    cannot: an answer that computes the whole layer from weights it gathered, or kept, outside the
+                    record and reduces zeros to look right is told so
     holds           the parameter elements a rank holds: 1/t of the weights, not the whole layer
 
 `judge_part(part, outcome)` returns {"numbers": [...], "communication": [...], "holds": [...]} problems.
@@ -187,6 +191,42 @@ def communication(part: str, r: int, got: dict, want: dict) -> list[Problem]:
     return out
 
 
+# what a part's one all-reduce must give back, per phase: the output it makes (a row-parallel output: with or
+# without its bias, added after the sum or once inside it), or the input's gradient it makes
+MADE_OF = {("reduce", "fwd"): "out", ("row", "fwd"): "out", ("mlp", "fwd"): "out",
+           ("copy", "bwd"): "in_grad", ("column", "bwd"): "in_grad", ("mlp", "bwd"): "in_grad"}
+
+
+def made_of_the_sum(part: str, r: int, got: dict, want: dict, tol: float) -> list[Problem]:
+    """Where a phase made its one all-reduce as it should: is the part's result what that all-reduce gave back?"""
+    out = []
+    for phase, word in (("fwd", "forward"), ("bwd", "backward")):
+        key = MADE_OF.get((part, phase))
+        carried, result = got.get(f"{phase}_carried") or [], got.get(key)
+        if key is None or len(carried) != 1 or not isinstance(result, torch.Tensor) or \
+                sorted(map(round_key, got.get(phase) or [])) != sorted(map(round_key, want[phase])):
+            continue
+        back = carried[0]["got"]
+        if not isinstance(back, torch.Tensor) or back.numel() != result.numel():
+            continue        # another shape: the communication check has named the bytes already
+        back = back.reshape(result.shape)
+        if close(back, result, tol) or ("full_bias" in want and close(back + want["full_bias"], result, tol)) \
+                or not close(result, want[key], tol):
+            continue        # made of its sum; or a wrong result, which the numbers name already
+        zeros = not bool(back.abs().max() > 0) if back.numel() else False
+        what = "output" if key == "out" else "input's gradient"
+        gave = "zeros (every rank handed it zeros)" if zeros else "a tensor the result is not made of"
+        why = ("the t row-parallel partial outputs" if key == "out" else
+               "the t partial input gradients (one per rank's slice of the weights)")
+        out.append(Problem(
+            f"{WHAT[part]}'s {word} made its one all-reduce, but its {what} is not what that all-reduce gave back: "
+            f"it gave back {gave}. The all-reduce is where {why} are added up; this {what} matches the unsharded "
+            f"layer's without it, so it was computed from more than this rank's shards: the whole weights, "
+            f"gathered or kept outside the lab's record of collectives. That is the memory, the compute and the "
+            f"traffic tensor parallelism exists to divide by t", rank=r))
+    return out
+
+
 def round_key(row) -> tuple:
     kind, nbytes, group = row
     return kind, int(nbytes), tuple(group)
@@ -277,5 +317,5 @@ def judge_part(part: str, outcome) -> dict[str, list[Problem]]:
             found["numbers"].append(Problem(f"{WHAT[part]} raised {got['raised']}: {got['message']}{line}", rank=r))
             continue
         found["numbers"] += numbers(part, r, t, got, want[r], tol)
-        found["communication"] += communication(part, r, got, want[r])
+        found["communication"] += communication(part, r, got, want[r]) + made_of_the_sum(part, r, got, want[r], tol)
     return found

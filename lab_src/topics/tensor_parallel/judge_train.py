@@ -19,23 +19,37 @@ from lab_src.topics.training.records import CURVE_RTOL, relative_differences
 
 
 @functools.lru_cache(maxsize=8)
-def single_process(cfg, steps: int, lr: float) -> list[float]:
+def single_process(cfg, steps: int, lr: float, perturbed: int | None = None) -> list[float]:
+    """One process's curve; `perturbed`: with the change a hidden case made to the embedding (the seed its
+    rank 0 reported, pipeline/perturb.py)."""
     from lab_src.topics.training.digits import Digits
     from lab_src.topics.training.single_process import train_single_process
-    return train_single_process(cfg, Digits(cfg, 1), steps, lr)["losses"]
+    return train_single_process(cfg, Digits(cfg, 1), steps, lr, perturbed=perturbed)["losses"]
 
 
 def curve_deviation(got: list[float], want: list[float]) -> float:
     return max(relative_differences(got, want)) if got and len(got) == len(want) else float("inf")
 
 
-def judge_training(outcome, steps: int, lr: float, want: list[float] | None = None) -> dict[str, list[Problem]]:
+def judge_training(outcome, steps: int, lr: float, want: list[float] | None = None,
+                   unchanged: list[float] | None = None) -> dict[str, list[Problem]]:
     """{"curves": [...], "replicated": [...]}: each reporting rank's curve, and the replicas' equality.
-    `want`: one process's curve, if the caller has it (the grader keeps it on disk); else computed here."""
+    `want`: one process's curve, if the caller has it (the grader keeps it on disk); else computed here. On a
+    case that changed the embedding (settings "perturb"), `want` is the changed model's, and `unchanged` the
+    configuration's own model's: a curve that follows the latter was not computed by the run."""
     cfg, n = outcome.case.config, outcome.case.stages
     rtol = CURVE_RTOL[cfg.dtype]
-    want = want if want is not None else single_process(cfg, steps, lr)
     found = {"curves": [], "replicated": []}
+    if outcome.case.settings.get("perturb"):
+        seed = (outcome.obs.get(0) or {}).get("perturbed")
+        if not isinstance(seed, int):
+            found["curves"].append(Problem(
+                "rank 0's record of the run lacks the seed of the change the lab made to stage 0's embedding once "
+                "it was built: the record was rewritten, and its losses cannot be told from a curve computed "
+                "outside the run", rank=0))
+            return found
+        want = single_process(cfg, steps, lr, seed)
+    want = want if want is not None else single_process(cfg, steps, lr)
     curves = {r: (outcome.obs.get(r) or {}).get("losses") for r in range(n)}
     reporting = {r: c for r, c in curves.items() if c}
     if not reporting:
@@ -49,6 +63,14 @@ def judge_training(outcome, steps: int, lr: float, want: list[float] | None = No
         if max(diffs) <= rtol:
             continue
         bad = next(i for i, d in enumerate(diffs) if d > rtol)
+        if unchanged is not None and len(unchanged) == len(got) and max(relative_differences(got, unchanged)) <= rtol:
+            found["curves"].append(Problem(
+                f"the losses this rank reported are one process's training of the model as the configuration builds "
+                f"it ({got[0]:.6g} at step 0), not of the model this run trained: the lab changed stage 0's embedding "
+                f"once it was built, by an amount only the run knew, and a run of it starts at {want[0]:.6g}. The "
+                f"curve was computed outside the run and written over the run's own: the loss is the last stage's "
+                f"output, read as the run makes it", rank=r))
+            continue
         peers = [c for q, c in reporting.items() if q != r and q % p == r % p and len(c) == len(got)]
         apart = any(max(relative_differences(got, c)) > rtol for c in peers)
         cause = (" The ranks of this stage disagree with each other: outside the sharded region they drew different "

@@ -12,7 +12,9 @@ The case's `calls` name the parts (all of records.LAYER_PARTS by default):
 For each part the rank records (plain values and tensors, never a verdict): the output, the input's
 gradient, the shards the layer holds (shapes right after construction, values, gradients), the number of
 parameter elements it holds, and the collectives its forward and its backward made (kind, bytes, global
-ranks), read from the event record (topics/tensor_parallel/rawcoll.py records the answer's own torch.distributed calls).
+ranks), read from the event record (topics/tensor_parallel/rawcoll.py records the answer's own torch.distributed calls),
+with what each all-reduce was handed and gave back: the judge checks that the output (or the input's gradient)
+is made of that sum, which an answer that computes the whole layer some other way cannot fake by reducing zeros.
 A part that raises is recorded as such and the next part runs. The inputs are drawn from the
 configuration's seed (topics/tensor_parallel/runtime.py), so the judge (topics/tensor_parallel/judge_layers.py) draws the same ones.
 """
@@ -72,18 +74,24 @@ def grads(module, prefix: str = "") -> dict:
 
 
 class Part:
-    """One part's record `rec`: the collectives of the phase in progress go to "fwd" or "bwd"."""
+    """One part's record `rec`: the collectives of the phase in progress go to "fwd" or "bwd", and what each of
+    its all-reduces was handed and gave back to "fwd_carried" or "bwd_carried" (rawcoll.CARRIED)."""
 
     def __init__(self, tracer, rec: dict):
         self.tracer, self.rec, self.start = tracer, rec, len(tracer.events)
-        rec.update(fwd=[], bwd=[])
+        self.carried = len(rawcoll.CARRIED or ())
+        rec.update(fwd=[], bwd=[], fwd_carried=[], bwd_carried=[])
+
+    def _phase(self, phase: str) -> None:
+        self.rec[phase] = rounds(self.tracer, self.start)
+        self.rec[f"{phase}_carried"] = list((rawcoll.CARRIED or [])[self.carried:])
+        self.start, self.carried = len(self.tracer.events), len(rawcoll.CARRIED or ())
 
     def forward_done(self) -> None:
-        self.rec["fwd"] = rounds(self.tracer, self.start)
-        self.start = len(self.tracer.events)
+        self._phase("fwd")
 
     def backward_done(self) -> None:
-        self.rec["bwd"] = rounds(self.tracer, self.start)
+        self._phase("bwd")
 
 
 def _backward(out, grad, rec: dict) -> bool:
@@ -154,6 +162,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     data = tpmod.inputs(cfg, case.stages)
     obs["tp"] = {}
     rawcoll.CASE_RANKS[:] = range(case.stages)
+    rawcoll.CARRIED = []
     try:
         for part in case.calls or LAYER_PARTS:
             observe.barrier(group)
@@ -172,6 +181,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         observe.finish_messages(None, group, tracer)
     finally:
         rawcoll.CASE_RANKS.clear()
+        rawcoll.CARRIED = None
         observe.record_instrumentation(obs, tracer)
 
 

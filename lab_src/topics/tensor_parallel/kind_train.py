@@ -22,6 +22,12 @@ While it runs, a collective over ranks outside this rank's tensor-parallel group
 loss of every step (the last stage's ranks), its LayerNorms' parameters after training, and its events.
 With `settings["seed_policy"]` other than "answer" (the notebook's experiment, never graded), the
 answer's `dropout.stream` calls are answered by a wrong policy (`POLICIES`): what it does to the curve.
+
+With `settings["perturb"]` (every hidden training case), the ranks of stage 0 change their embedding once
+built by noise drawn from a seed the case's rank 0 draws (os.urandom) and hands to the case's ranks through the
+launch's store, never through a message of the answer's (pipeline/perturb.py); rank 0 reports the seed. The
+judge trains one process with the same change: a curve the answer computed itself from the configuration, and
+wrote over the run's, is the unchanged model's, and is told so (judge_train.py).
 """
 from __future__ import annotations
 
@@ -38,7 +44,8 @@ from lab_src.topics.tensor_parallel import rawcoll
 from lab_src.topics.tensor_parallel.records import grid_members
 from lab_src.harness.case import Case
 from lab_src.topics.tensor_parallel.kind_block import q17_pieces
-from lab_src.pipeline import dropout, trace, waiting
+from lab_src.harness import case_barrier
+from lab_src.pipeline import dropout, perturb, trace, waiting
 from lab_src.topics.training import digits
 from lab_src.topics.tensor_parallel import runtime as tpmod
 from lab_src.topics.training.classifier import class_scores
@@ -94,9 +101,11 @@ def _recv(shape, dtype, device, src: int, group) -> torch.Tensor:
     return t
 
 
-def train(cfg, s: dict, rank: int, t: int, p: int, tp, group, tracer, obs: dict) -> None:
+def train(cfg, s: dict, rank: int, t: int, p: int, tp, group, tracer, obs: dict, perturbed: int | None = None) -> None:
     stage = rank % p
     model = Stage(cfg, stage, p, tp)
+    if perturbed is not None and model.embed is not None:
+        perturb.perturb_embedding(model.embed, perturbed)   # every replica of stage 0 alike
     model.train()
     obs["params"] = sum(q.numel() for q in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"])
@@ -170,10 +179,15 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         tp_group = made[stage]
     tp = tpmod.TensorParallel(ctx.rank // p, t, tp_group, ctx.device)
     rawcoll.CASE_RANKS[:] = members
+    perturbed = None
+    if s.get("perturb"):
+        perturbed = int(case_barrier.shared("perturbation", lambda: str(perturb.new_seed())))
+        if ctx.rank == 0:
+            obs["perturbed"] = perturbed
     try:
         observe.barrier(group)
         with seed_policy(s["seed_policy"], ctx.rank // p):
-            train(cfg, s, ctx.rank, t, p, tp, group, tracer, obs)
+            train(cfg, s, ctx.rank, t, p, tp, group, tracer, obs, perturbed)
         observe.finish_messages(None, group, tracer)
         finished = True
     finally:

@@ -9,6 +9,10 @@ its kind (`KINDS`: "allreduce_tp", "allgather_tp", ...), the global ranks of its
 the tensor this rank handed to it. The judge of q17 (topics/tensor_parallel/judge_layers.py) counts them per forward and backward;
 the timeline draws them as it draws q14's.
 
+While a q17 case runs, each recorded all-reduce also keeps what this rank handed it and what it gave back
+(`CARRIED`): the record above can be stepped around (torch's own functions stay in the answer's reach), so the
+judge also asks whether the part's result is made of that sum (judge_layers.made_of_the_sum).
+
 A blocking call is made as an asynchronous one and waited for in a wait the check can stop
 (pipeline/waiting.py), so a rank left alone in an all-reduce is reported, not hung. Calls made inside an
 operation the lab traces itself (q14's `Grid.all_reduce`, a barrier) are not recorded twice, and nothing is
@@ -32,6 +36,9 @@ _ORIGINAL: dict = {}
 # the global ranks of the case running now (set by its kind): a collective over other ranks too would wait
 # for ranks that are not in the case, so it is refused at once, with the group to use
 CASE_RANKS: list = []
+# while a q17 case runs (kind_layers arms it with a list): per recorded all-reduce, what this rank handed it and
+# what it gave back, so that the judge can tell whether the part's output is made of the sum it recorded
+CARRIED: list | None = None
 
 
 class WrongGroup(ValueError):
@@ -90,12 +97,16 @@ def _wrapper(name: str):
             raise WrongGroup(f"{name.replace('_', '-')} over ranks {list(members)}"
                              f"{' (the default group: no group= given)' if bound.get('group') is None else ''}, "
                              f"but the tensor-parallel group is ranks {list(CASE_RANKS)}: pass group=tp.group")
+        keep = CARRIED is not None and name == "all_reduce" and hasattr(bound.get("tensor"), "detach")
+        sent = bound["tensor"].detach().cpu().clone() if keep else None
         with trace.span(kind, None, None, shape, nbytes, group=members):
             bound_async = bool(bound.get("async_op"))
             try:
                 work = original(**{**bound, "async_op": True})
                 if work is not None:
                     waiting.wait(work)   # a wait the check can stop; an async_op caller's own wait() returns at once
+                if keep:
+                    CARRIED.append({"sent": sent, "got": bound["tensor"].detach().cpu().clone()})
             except RuntimeError as e:
                 how = gave_up_waiting(str(e), type(e).__name__)
                 if how not in ("timeout", "peer"):

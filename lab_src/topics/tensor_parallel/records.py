@@ -43,3 +43,4 @@ class TrainObserved(Observed):
     step_events: list           # per step, the events it recorded
     sent_bytes: int             # what the rank sent to the next stage
     norms: dict                 # the replicated LayerNorms after training
+    perturbed: int              # the seed of the lab's change to stage 0's embedding (pipeline/perturb.py)

@@ -14,6 +14,7 @@ from lab_src.topics.training.classifier import class_scores
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.training.digits import Digits
 from lab_src.pipeline.model import build_model
+from lab_src.pipeline.perturb import perturb_embedding
 
 # A training loop's usual mistakes, reproduced in one process, and what each means.
 MISTAKES = {
@@ -29,22 +30,26 @@ MISTAKES = {
 
 
 def train_single_process(cfg: LabConfig, data: Digits, num_steps: int, lr: float, mistake: str | None = None,
-                         device="cpu", progress=None) -> dict:
+                         device="cpu", progress=None, perturbed: int | None = None) -> dict:
     """Train the whole model for `num_steps` batches of `data`; evaluate it on the held-out images.
     Returns the loss of every step, the held-out loss and accuracy, and the final parameters.
-    `progress(step)`, if given, is called after every step."""
+    `progress(step)`, if given, is called after every step. `perturbed`: the seed of the change a hidden case
+    made to the embedding once built (pipeline/perturb.py), made here too."""
     if mistake is not None and mistake not in MISTAKES:
         raise ValueError(f"unknown mistake {mistake!r}; known: {', '.join(MISTAKES)}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)        # a small model: more threads only wait for each other, more so on a busy machine
     try:
-        return _train(cfg, data, num_steps, lr, mistake, device, progress)
+        return _train(cfg, data, num_steps, lr, mistake, device, progress, perturbed)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(cfg: LabConfig, data: Digits, num_steps: int, lr: float, mistake: str | None, device, progress) -> dict:
+def _train(cfg: LabConfig, data: Digits, num_steps: int, lr: float, mistake: str | None, device, progress,
+           perturbed: int | None = None) -> dict:
     model = build_model(cfg, device)
+    if perturbed is not None:
+        perturb_embedding(model.embed, perturbed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     losses = []
     for k in range(num_steps):
