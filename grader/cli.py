@@ -152,11 +152,26 @@ def cmd_feedback(course: Course, args) -> int:
           f"{len(students)} submissions")
     for student, why in sorted(missing.items()):
         print(f"  NO FEEDBACK for {student}: {why}")
+    print(ungraded_note(course, students))
     if args.release:
         from . import exchange
         exchange.release_feedback(course, args.exchange or None)
         print("feedback released into nbgrader's exchange: students fetch it in the Assignments panel")
     return 1 if missing else 0
+
+
+def ungraded_note(course: Course, students: list[str]) -> str:
+    """What the instructor must know before handing feedback out: written answers not graded by hand yet show
+    in it as 0 of their points, like a wrong answer ("" when there are none)."""
+    from .report import grade_rows
+    pending = {r["student"]: r["written_pending"] for r in grade_rows(course)
+               if r["student"] in students and r.get("written_pending")}
+    if not pending:
+        return f"{course.assignment}: no written answer of these submissions waits for a grade"
+    names = ", ".join(f"{s} {n}" for s, n in sorted(pending.items())[:8]) + (" ..." if len(pending) > 8 else "")
+    return (f"NOTE: {sum(pending.values())} written answers of {len(pending)} of these submissions are not graded "
+            f"yet ({names}): their feedback shows each as 0 of its points, as if it were wrong. Grade them in "
+            f"formgrader (Manual Grading), then run `python -m grader feedback` again before handing it out")
 
 
 def cmd_export(course: Course, args) -> int:

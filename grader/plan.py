@@ -60,6 +60,11 @@ class Plan:
     def exercises(self, assignment: str) -> list:
         return [EXERCISES[q] for q in MODULES[assignment]]
 
+    def is_default(self) -> bool:
+        """Whether this plan is the default course's (every module, no due dates, the notebooks' points),
+        whatever file it came from: the repository's notebooks/ hold that course's release."""
+        return self.modules == Plan().modules and not self.due and not self.points
+
     def choose(self, assignment: str | None) -> list[str]:
         """The assignments a command acts on: `assignment`, or (None) every one of the course."""
         if assignment is None:

@@ -42,7 +42,12 @@ def validating() -> bool:
 
 
 class CheckNotPassed(AssertionError):
-    pass
+    """Validate's failure of a test cell whose check did not pass: its message is the whole story."""
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows this instead of a traceback: the student's cell is the test cell they can see, and a frame
+        # of the lab (File .../lab_src/grading.py, in require_check) would say nothing they can act on
+        return [f"{type(self).__name__}: {self}"]
 
 
 # What each visible check did in this kernel: qid -> None (passed) or the check's own message.

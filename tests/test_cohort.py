@@ -115,9 +115,12 @@ def test_written_answers_wait_for_the_instructor(cohort):
     assert rows["untouched"]["written_pending"] == 0    # unanswered: nbgrader scores them 0 at once
 
 
-def test_feedback_shows_verdicts_but_not_the_hidden_tests(cohort):
+def test_feedback_shows_verdicts_but_not_the_hidden_tests(cohort, capsys):
     course, _, _ = cohort
     assert grader_cli(["--course", str(course.root), "feedback", "--student", "ivo", "hana"]) == 0
+    # written answers not graded by hand yet show as 0 in the feedback: the instructor is told (issue 41)
+    said = " ".join(capsys.readouterr().out.split())
+    assert "NOTE: 12 written answers of 2 of these submissions are not graded yet (hana 6, ivo 6)" in said, said
     ivo = " ".join((course.feedback("ivo") / "q08_afab_step.html").read_text().split())   # messages wrap
     assert "Score 3.33 / 20" in ivo and "number of micro-batches" in ivo
     hana = " ".join((course.feedback("hana") / "q07_pipeline_communicate.html").read_text().split())

@@ -259,6 +259,23 @@ def test_runs_keeps_the_last_few_runs_of_each_exercise(tmp_path, monkeypatch):
     assert prune(tmp_path, "q12-bubble") == []                     # 0 keeps every run
 
 
+def test_runs_holds_at_most_its_size_and_keeps_no_observations(tmp_path):
+    """runs/ on a hub (issue 41): a cap in MB over every run, the oldest removed first and the newest always
+    kept; a finished check's observations (read into its report) are not kept on disk."""
+    import os
+    from lab_src.harness.runfolder import cap_size, drop_observations
+    for i, (name, mb) in enumerate([("q15-bubble-1", 30), ("q16-study-1", 30), ("q12-1", 1), ("q16-study-2", 30)]):
+        (tmp_path / name / "obs").mkdir(parents=True)
+        (tmp_path / name / "obs" / "c0.rank0.pt").write_bytes(b"0" * int(mb * 1e6))
+        (tmp_path / name / "events-c0.json").write_text("[]")
+        os.utime(tmp_path / name, (i, i))
+    assert [d.name for d in cap_size(tmp_path, 62)] == ["q15-bubble-1"]          # 91 MB -> 61 MB
+    assert [d.name for d in cap_size(tmp_path, 10)] == ["q16-study-1", "q12-1"]   # the newest stays, over the cap
+    assert cap_size(tmp_path, 0) == [] and [d.name for d in tmp_path.iterdir()] == ["q16-study-2"]
+    drop_observations(tmp_path / "q16-study-2")
+    assert sorted(p.name for p in (tmp_path / "q16-study-2").iterdir()) == ["events-c0.json"]
+
+
 # ---- issue 27: the warm-up prediction, graded (judge/one_f_one_b.py) ------------------------------------
 def test_the_warm_up_prediction_is_graded_without_giving_the_counts(tmp_path):
     from grader.hidden.q12_one_f_one_b_step import prediction_item

@@ -261,3 +261,21 @@ def test_validate_of_the_released_q16_runs_the_check_and_skips_the_study(referen
     print(f"nbgrader validate q16: {time.monotonic() - started:.1f} s\n{out}")
     assert "Success! Your notebook passes all the tests." in out
     assert not list((tmp_path / "runs").glob("q16-study-*")), "the study launched under Validate"
+
+
+def test_a_half_still_the_release_stub_is_named_as_the_stub():
+    """backward_input and backward_weight are called by the lab's stage, not through lab_src.exercises: their
+    release stub (a bare NotImplementedError()) used to be reported with a blank cause (issue 41)."""
+    from lab_src import answers
+    from lab_src.pipeline.split import _named_stub
+
+    def backward_input(stage, input_tensor, output_tensor, output_grad):
+        raise NotImplementedError()
+
+    def own(stage, kept):
+        raise NotImplementedError("W of a frozen layer")
+    with pytest.raises(answers.StubCalled, match=r"q16 backward_input\(\) is still the stub from the release .*"
+                                                 r"replace it with your code in q16_zero_bubble_step.ipynb"):
+        _named_stub(backward_input, "q16", "backward_input")(None, None, None, None)
+    with pytest.raises(NotImplementedError, match="W of a frozen layer"):
+        _named_stub(own, "q16", "backward_weight")(None, None)

@@ -75,6 +75,25 @@ def test_a_core_only_course_releases_the_ten_core_notebooks_with_their_index(tmp
         assert str(gb.find_assignment("pipeline_lab").duedate).startswith("2026-10-09 23:59")
 
 
+def test_a_course_of_its_own_releases_into_its_folder_and_leaves_the_tracked_release_alone(tmp_path):
+    """`python -m grader release` for a course.toml of one module (issue 41): its index says "Assignment 1 of 1",
+    so it goes into the course's release/, never over the repository's notebooks/ (the default course's,
+    tracked and compared with its source). A course.toml that says what the default says keeps notebooks/."""
+    from grader import RELEASE
+    tracked = (RELEASE / "tensor_parallel" / "README.md").read_text()
+    plan.write(tmp_path / "tp", ["tensor_parallel"])
+    course = Course(tmp_path / "tp")
+    assert course.release == (tmp_path / "tp" / "release").resolve()
+    path = course.generate_release()
+    assert path == course.release / "tensor_parallel" and "Assignment 1 of 1" in (path / "README.md").read_text()
+    plan.write(tmp_path / "all", [m for m in MODULES if MODULES[m]])
+    assert Course(tmp_path / "all").release == RELEASE.resolve()          # what the default course says
+    assert Course(tmp_path / "none").release == RELEASE.resolve()         # no course.toml: the default course
+    plan.write(tmp_path / "due", [m for m in MODULES if MODULES[m]], due={"tensor_parallel": "2026-12-01 23:59:00 UTC"})
+    assert Course(tmp_path / "due").release == (tmp_path / "due" / "release").resolve()
+    assert (RELEASE / "tensor_parallel" / "README.md").read_text() == tracked
+
+
 def test_a_course_toml_that_breaks_the_module_order_is_refused(tmp_path):
     with pytest.raises(plan.PlanError, match="q11 of pipeline_schedules builds on q02 of pipeline_lab"):
         plan.write(tmp_path, ["pipeline_schedules"])

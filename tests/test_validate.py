@@ -64,6 +64,7 @@ def test_validate_on_the_released_q05(case, tmp_path, reference, no_leftovers):
         return
     assert "VALIDATION FAILED ON 1 CELL(S)" in out and "Success" not in out
     assert 'require_check("q05")' in out and "CheckNotPassed: q05: the check did not pass." in out
+    assert "grading.py" not in out and "Traceback" not in out      # no frame of the lab's (issue 41)
     if case == "unanswered":
         assert "q05 distribute_layers() is still the stub from the" in out
     else:

@@ -18,7 +18,6 @@ from pathlib import Path
 from lab_src import answers
 from lab_src.grading import autograding, grader_view
 from lab_src.harness.case import Case, CaseOutcome, Run
-from lab_src.harness.runner import run_cases
 from lab_src.judge.failures import case_problems
 from lab_src.judge.problems import Problem, sanitize, stamped
 from lab_src.judge.summary import counts, render
@@ -74,7 +73,7 @@ class CheckReport:
         """The animated P2P timeline of one case of this run (a static figure while autograding): by
         default the first case that failed, with where each rank was left waiting."""
         if not self.views:
-            print("No run to draw: the check stopped before launching anything (see its message above).")
+            print(nothing_to_draw(self))
             return None
         v = self.views[self.failed_case() if case is None else case]
         return draw(v, f"{self.qid}: {v.get('label') or ''}")
@@ -161,10 +160,22 @@ def sources(qid: str) -> dict[str, str | None]:
 
 def run_dir(qid: str) -> Path:
     """A new folder under runs/ for a run of `qid` (an exercise, or an experiment: "q12-bubble"); the oldest
-    runs of the same name beyond the last few are removed first (harness/runfolder.py, `prune`)."""
-    from lab_src.harness.runfolder import prune
+    runs of the same name beyond the last few are removed first (harness/runfolder.py, `prune`), and the
+    oldest of all while runs/ weighs more than its cap (`cap_size`)."""
+    from lab_src.harness.runfolder import cap_size, prune
     prune(Path("runs"), qid)
+    cap_size(Path("runs"))
     return Path("runs") / f"{qid}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+def run_cases(cases, folder, **kwargs) -> Run:
+    """harness/runner.py's run_cases for a check or an experiment in a notebook: the run's observations, read
+    into its outcomes, are not kept on disk (runfolder.drop_observations)."""
+    from lab_src.harness import runner
+    from lab_src.harness.runfolder import drop_observations
+    run = runner.run_cases(cases, folder, **kwargs)
+    drop_observations(run.run_dir)
+    return run
 
 
 def make_case(kind: str, cfg: LabConfig, srcs, qid: str, **extra) -> Case:
@@ -195,6 +206,14 @@ def finish(qid: str, run: Run | None, problems: list[Problem], lines: list[str],
         print(verdict, file=sys.stderr, flush=True)
         print("\n" + rest if rest else "", flush=True)
     return report
+
+
+def nothing_to_draw(report, what: str = "run") -> str:
+    """Why a figure cell draws nothing: while autograding the check launched nothing (and the grader kept no run
+    of this answer to show); otherwise the check stopped before launching anything."""
+    if getattr(report, "skipped", False):
+        return f"No {what} to draw: the visible check is skipped while autograding (the hidden tests' verdict is above)."
+    return f"No {what} to draw: the check stopped before launching anything (see its message above)."
 
 
 def autograding_report(qid: str) -> CheckReport:

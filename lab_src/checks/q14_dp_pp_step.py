@@ -10,8 +10,8 @@ student's prediction for the 2 x 2 grid.
 """
 from __future__ import annotations
 
-from lab_src.checks.common import (UNFINISHED, CheckReport, errors, finish, indent, make_case, run_cases, run_dir,
-                                   sources)
+from lab_src.checks.common import (UNFINISHED, CheckReport, errors, finish, indent, make_case, nothing_to_draw,
+                                   run_cases, run_dir, sources)
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.dp_pp.traffic import PREDICTION_CONFIG, PREDICTION_NAME
 
@@ -26,7 +26,7 @@ class GridReport(CheckReport):
     def timeline(self, case: int | None = None):
         """The run of one grid (by default the first that failed, else the 2 x 2 one)."""
         if not self.views:
-            print("No run to draw: the check stopped before launching anything (see its message above).")
+            print(nothing_to_draw(self))
             return None
         from lab_src.topics.dp_pp.timeline import show_grid
         v = self.views[self.failed_case() if case is None else case]

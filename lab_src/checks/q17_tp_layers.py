@@ -9,7 +9,7 @@ rank holds.
 """
 from __future__ import annotations
 
-from lab_src.checks.common import UNFINISHED, CheckReport, errors, finish, indent, make_case, run_cases, run_dir, sources
+from lab_src.checks.common import UNFINISHED, CheckReport, nothing_to_draw, errors, finish, indent, make_case, run_cases, run_dir, sources
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.tensor_parallel.records import LAYER_PARTS
 
@@ -25,7 +25,7 @@ class TPReport(CheckReport):
     def timeline(self, case: int | None = None):
         """One case's run (by default the first that failed, else the 4-rank one): every rank's collectives."""
         if not self.views:
-            print("No run to draw: the check stopped before launching anything (see its message above).")
+            print(nothing_to_draw(self))
             return None
         from lab_src.topics.tensor_parallel.timeline import show_tp_timeline
         failed = self.failed_case()

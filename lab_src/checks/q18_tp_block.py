@@ -16,7 +16,7 @@
 """
 from __future__ import annotations
 
-from lab_src.checks.common import UNFINISHED, CheckReport, errors, finish, make_case, run_cases, run_dir, sources
+from lab_src.checks.common import UNFINISHED, CheckReport, nothing_to_draw, errors, finish, make_case, run_cases, run_dir, sources
 from lab_src.checks.q17_tp_layers import TPReport
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.tensor_parallel.records import BLOCK_PARTS
@@ -48,7 +48,8 @@ def curves(report):
     difference per step. A report without them (autograding: the check launched nothing) draws nothing."""
     from lab_src.topics.tensor_parallel.curves import curves_figure
     if not getattr(report, "training", None):
-        print("No training to draw: the check did not train (see its message above).")
+        print(nothing_to_draw(report, "training") if getattr(report, "skipped", False) else
+              "No training to draw: the check did not train (see its message above).")
         return None
     return curves_figure(report.training, "q18: the digits model, tensor parallel against one process")
 

@@ -81,5 +81,5 @@ def why_above(events, cfg, qid: str = "") -> str:
         return ""
     return ("\n    (far above the formula, which assumes messages cost nothing: on this small model a message "
             "between two processes takes about as long as a layer's compute, so the ranks also wait on messages. "
-            + ("The bubble study below measures it on a model where compute dominates.)" if qid == "q12" else
-               "Q12 measures the bubble on a model where compute dominates.)"))
+            + ("The bubble study below measures it on a model where compute dominates.)" if qid in ("q12", "q15", "q16") else
+               "Q12's bubble study measures it on a model where compute dominates.)"))

@@ -101,6 +101,54 @@ def read_journal(path: Path) -> list[tuple[float, str, list | str]]:
 # ---- keeping runs/ small ------------------------------------------------------------------------------
 KEEP_RUNS = "LAB_KEEP_RUNS"     # how many runs of each exercise (or experiment) runs/ keeps; default 3
 DEFAULT_KEEP = 3
+RUNS_MB = "LAB_RUNS_MB"         # the most runs/ holds, all runs together, in MB; default 50 (0: no cap)
+DEFAULT_RUNS_MB = 50
+
+
+def size_of(folder: Path) -> int:
+    """The bytes of the files under `folder`."""
+    total = 0
+    for p in Path(folder).rglob("*"):
+        try:
+            if p.is_file() and not p.is_symlink():
+                total += p.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def drop_observations(run_dir: Path) -> None:
+    """Remove a finished run's observation files (obs/): the run's outcomes hold them in memory once read, and
+    they are most of a run's bytes (a bubble study's outputs and gradients, 200 MB). The events, the journals
+    and the ranks' logs stay: what the figures, the deadlock report and report.outputs() read."""
+    import shutil
+    shutil.rmtree(Path(run_dir) / "obs", ignore_errors=True)
+
+
+def cap_size(parent: Path, limit_mb: float | None = None) -> list[Path]:
+    """Remove the oldest run folders of `parent` until all of them together weigh at most `limit_mb`
+    ($LAB_RUNS_MB, or 50; 0: no cap), the newest one always kept: a hub holds each student's runs/, and a
+    cap by count alone let one pass through a module leave 829 MB. Returns the folders removed."""
+    import os
+    import shutil
+    if limit_mb is None:
+        try:
+            limit_mb = float(os.environ.get(RUNS_MB, DEFAULT_RUNS_MB))
+        except ValueError:
+            limit_mb = DEFAULT_RUNS_MB
+    parent = Path(parent)
+    if limit_mb <= 0 or not parent.is_dir():
+        return []
+    runs = sorted((d for d in parent.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    sizes = {d: size_of(d) for d in runs}
+    total, removed = sum(sizes.values()), []
+    for d in runs[:-1]:
+        if total <= limit_mb * 1e6:
+            break
+        shutil.rmtree(d, ignore_errors=True)
+        total -= sizes[d]
+        removed.append(d)
+    return removed
 
 
 def prune(parent: Path, prefix: str, keep: int | None = None) -> list[Path]:
