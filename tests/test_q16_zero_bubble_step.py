@@ -279,3 +279,17 @@ def test_a_half_still_the_release_stub_is_named_as_the_stub():
         _named_stub(backward_input, "q16", "backward_input")(None, None, None, None)
     with pytest.raises(NotImplementedError, match="W of a frozen layer"):
         _named_stub(own, "q16", "backward_weight")(None, None)
+
+
+def test_the_study_before_q11_is_answered_says_what_to_do_without_a_traceback(reference, in_tmp, monkeypatch, capsys):
+    """The study runs q12's step, which needs q11: with no q11 answer yet it says so and runs nothing (it raised
+    a 20-line traceback through the lab, issue 41)."""
+    import json
+    from lab_src.checks.zero_bubble_study import zero_bubble_study
+    (in_tmp / "map.json").write_text(json.dumps({q: p for q, p in reference.items() if q != "q11"}))
+    monkeypatch.setenv("LAB_ANSWERS", str(in_tmp / "map.json"))
+    assert zero_bubble_study() is None
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("Nothing was run: q12 needs your answer to q11 (p2p_communicate): open "
+                          "q11_p2p_communicate.ipynb"), err
+    assert not (in_tmp / "runs").exists()

@@ -220,6 +220,8 @@ def test_the_timeline_steps_through_the_collectives_in_the_widget_and_is_static_
     assert "16,384 B" in widget.side.value and "one all-reduce of the activation" in widget.side.value
     widget.slider.value = 2
     assert "step 2/4" in widget.info.value
+    q18 = show_tp_timeline(events, 2, "q18: t = 2", ("block", "dropout"))      # q18's own lesson, not the MLP's
+    assert "A correct block makes one all-reduce" in q18.side.value and "correct MLP" not in q18.side.value
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     assert not isinstance(show_tp_timeline(events, 2, "q17: t = 2", ("mlp",)), TimelineWidget)
 

@@ -158,6 +158,20 @@ def sources(qid: str) -> dict[str, str | None]:
     return srcs
 
 
+def study_sources(*qids: str) -> dict | None:
+    """sources() of each of `qids`, for a study or an experiment (no check of its own): an answer still missing
+    is said as what to do (the stub's message, on stderr) and None returned, not raised as a traceback
+    through the lab."""
+    srcs = {}
+    try:
+        for qid in qids:
+            srcs.update(sources(qid))
+    except answers.StubCalled as e:
+        print(f"Nothing was run: {e}", file=sys.stderr, flush=True)
+        return None
+    return srcs
+
+
 def run_dir(qid: str) -> Path:
     """A new folder under runs/ for a run of `qid` (an exercise, or an experiment: "q12-bubble"); the oldest
     runs of the same name beyond the last few are removed first (harness/runfolder.py, `prune`), and the

@@ -9,7 +9,7 @@ import os
 import sys
 
 from lab_src.checks.common import (UNFINISHED, VISIBLE, CheckReport, autograding, exercise, failed_in_notebook, finish,
-                                   indent, make_case, run_cases, run_dir, sources)
+                                   indent, make_case, run_cases, run_dir, sources, study_sources)
 from lab_src.checks.experiments import skipped_under_validate
 from lab_src.grading import check_not_passed
 from lab_src.topics.interleaved.judge import check_interleaved_run, interleaved_errors
@@ -118,7 +118,9 @@ def bubble_study(chunks=(1, 2, 4), stages: int | None = None, cfg: LabConfig = S
         return None
     stages = stages or (4 if (os.cpu_count() or 1) >= 4 else 2)
     cfg = cfg.replace(num_stages=stages, num_microbatches=2 * stages, global_batch_size=4 * stages)
-    srcs = sources(QID)
+    srcs = study_sources(QID)
+    if srcs is None:
+        return None
     # a first, unmeasured run: the launch's first step pays for allocations and connections
     configs = [(cfg.replace(num_microbatches=stages, global_batch_size=2 * stages), chunks[0])] + \
               [(cfg, v) for v in chunks]

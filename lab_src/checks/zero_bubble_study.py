@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from lab_src.checks.common import CheckReport, autograding, make_case, run_cases, run_dir, sources
+from lab_src.checks.common import CheckReport, autograding, make_case, run_cases, run_dir, study_sources
 from lab_src.checks.experiments import skipped_under_validate
 from lab_src.grading import check_not_passed
 from lab_src.judge.problems import stamped
@@ -53,7 +53,9 @@ def zero_bubble_study(ms=(4, 8, 16), stages: int | None = None, cfg: LabConfig =
               f"  {not_passed.splitlines()[0]}", file=sys.stderr)
         return None
     stages = stages or (4 if (os.cpu_count() or 1) >= 4 else 2)
-    srcs = {**sources(ONE_F_ONE_B), **sources(QID)}
+    srcs = study_sources(ONE_F_ONE_B, QID)
+    if srcs is None:
+        return None
     runs = [(cfg.replace(num_stages=stages, num_microbatches=stages, global_batch_size=2 * stages), QID)]  # warm-up
     runs += [(cfg.replace(num_stages=stages, num_microbatches=m, global_batch_size=2 * m), q) for m in ms
              for q in (ONE_F_ONE_B, QID)]

@@ -58,5 +58,12 @@ def collectives_panel(events: list[Event], t: int, parts=()) -> str:
     return (f'<div class="pp-timeline-side" style="font-size:12px; line-height:1.45">'
             f"<b>Collectives</b> ({escape(', '.join(kinds)) or 'none'})<table>"
             f"<tr><td></td><td>calls</td><td>bytes handed</td></tr>{rows}</table><br>"
-            f"<div style='color:#555'>{escape(order)} A correct MLP makes one all-reduce of the activation in its "
-            f"forward and one in its backward, on every rank.</div></div>")
+            f"<div style='color:#555'>{escape(order)} {escape(lesson(parts))}</div></div>")
+
+
+def lesson(parts=()) -> str:
+    """What a right answer's collectives look like, for the parts the case ran (q17's or q18's)."""
+    if "block" in parts or "dropout" in parts:
+        return ("A correct block makes one all-reduce of the activation after its attention and one after its MLP "
+                "in the forward, and one before each in the backward, on every rank.")
+    return "A correct MLP makes one all-reduce of the activation in its forward and one in its backward, on every rank."

@@ -66,6 +66,8 @@ def curves_figure(pipeline: list[float], single: list[float], *, tolerance: floa
     if held_out:
         lines.append("held out: " + " · ".join(f"{k} accuracy {acc:.1%}, loss {loss:.3f}"
                                               for k, (acc, loss) in held_out.items()))
-    if lines:
-        top.set_title("\n".join(lines), fontsize=9.5, loc="left")
+    if lines:      # wrapped to the figure's width (9 in at 9.5 pt): a longer line was clipped mid-word
+        import textwrap
+        top.set_title("\n".join(textwrap.fill(part, 105) for line in lines for part in line.split("\n")),
+                      fontsize=9.5, loc="left")
     return fig
