@@ -122,6 +122,8 @@ def test_feedback_shows_verdicts_but_not_the_hidden_tests(cohort, capsys):
     said = " ".join(capsys.readouterr().out.split())
     assert "NOTE: 12 written answers of 2 of these submissions are not graded yet (hana 6, ivo 6)" in said, said
     ivo = " ".join((course.feedback("ivo") / "q08_afab_step.html").read_text().split())   # messages wrap
+    # the lab's table and figure rules (nbgrader's page resets td padding: q17's f/g table ran together), once
+    assert ivo.count('<style id="lab-feedback">') == 1 and "td, th {padding: 3px 12px" in ivo
     assert "Score 3.33 / 20" in ivo and "number of micro-batches" in ivo
     hana = " ".join((course.feedback("hana") / "q07_pipeline_communicate.html").read_text().split())
     assert "wrong peer" in hana and "gradients come back from the next stage" in hana
