@@ -407,7 +407,10 @@ def test_the_cut_points_say_they_are_an_ungraded_experiment(reference, in_tmp, m
     report = traced_partition(["blocks.2", "blocks.5"])
     err = capsys.readouterr().err
     assert not report.ok
-    assert err.startswith("q15 Part 2, the cut points in CUT_POINTS (an experiment: not graded): FAILED"), err
+    err = " ".join(err.split())
+    # issue 41: not "FAILED" either, above a test cell that says Q15 passed
+    assert err.startswith("q15 Part 2, the cut points in CUT_POINTS (an experiment: not graded): 3 differences "
+                          "from your Q5's stages (your Q15 score does not depend on them)"), err
 
 
 def test_a_rank_left_waiting_is_labelled_with_its_chunk_and_the_way_its_message_goes():

@@ -14,7 +14,7 @@ from lab_src.checks.experiments import skipped_under_validate
 from lab_src.grading import check_not_passed
 from lab_src.topics.interleaved.judge import check_interleaved_run, interleaved_errors
 from lab_src.judge.problems import stamped
-from lab_src.judge.summary import summary
+from lab_src.judge.summary import counts, summary
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.schedules import Interleaved1F1B
 from lab_src.views import bubble, text_grid
@@ -207,7 +207,12 @@ class TracedPartition(CheckReport):
 
     def verdict(self) -> list[str]:
         first, *rest = super().verdict()
-        return [self.TITLE + first[len(self.qid):]] + rest
+        if self.ok or self.skipped:
+            return [self.TITLE + first[len(self.qid):]] + rest
+        # not "FAILED" above a test cell that says Q15 passed: what differs, and that it costs no points
+        causes, _ = counts(self.problems)
+        return [f"{self.TITLE}: {causes} difference{'s' if causes != 1 else ''} from your Q5's stages (your Q15 "
+                f"score does not depend on them)"] + rest
 
 
 def traced_partition(cut_points: list[str], num_layers: int = 8) -> CheckReport | None:
