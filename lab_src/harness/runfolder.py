@@ -105,6 +105,15 @@ RUNS_MB = "LAB_RUNS_MB"         # the most runs/ holds, all runs together, in MB
 DEFAULT_RUNS_MB = 50
 
 
+def _setting(name: str, default, kind):
+    """$`name` as a number of `kind`, or `default` when it is unset or not a number."""
+    import os
+    try:
+        return kind(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
 def size_of(folder: Path) -> int:
     """The bytes of the files under `folder`."""
     total = 0
@@ -129,13 +138,8 @@ def cap_size(parent: Path, limit_mb: float | None = None) -> list[Path]:
     """Remove the oldest run folders of `parent` until all of them together weigh at most `limit_mb`
     ($LAB_RUNS_MB, or 50; 0: no cap), the newest one always kept: a hub holds each student's runs/, and a
     cap by count alone let one pass through a module leave 829 MB. Returns the folders removed."""
-    import os
     import shutil
-    if limit_mb is None:
-        try:
-            limit_mb = float(os.environ.get(RUNS_MB, DEFAULT_RUNS_MB))
-        except ValueError:
-            limit_mb = DEFAULT_RUNS_MB
+    limit_mb = _setting(RUNS_MB, DEFAULT_RUNS_MB, float) if limit_mb is None else limit_mb
     parent = Path(parent)
     if limit_mb <= 0 or not parent.is_dir():
         return []
@@ -156,13 +160,8 @@ def prune(parent: Path, prefix: str, keep: int | None = None) -> list[Path]:
     is about to be made): a student's home holds the last few runs of each exercise, not every one (a
     bubble study's observations weigh over a hundred MB). `keep` defaults to $LAB_KEEP_RUNS, or 3; 0 keeps
     every run. Returns the folders removed."""
-    import os
     import shutil
-    if keep is None:
-        try:
-            keep = int(os.environ.get(KEEP_RUNS, DEFAULT_KEEP))
-        except ValueError:
-            keep = DEFAULT_KEEP
+    keep = _setting(KEEP_RUNS, DEFAULT_KEEP, int) if keep is None else keep
     parent = Path(parent)
     if keep <= 0 or not parent.is_dir():
         return []

@@ -179,12 +179,12 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         tp_group = made[stage]
     tp = tpmod.TensorParallel(ctx.rank // p, t, tp_group, ctx.device)
     rawcoll.CASE_RANKS[:] = members
-    perturbed = None
-    if s.get("perturb"):
-        perturbed = int(case_barrier.shared("perturbation", lambda: str(perturb.new_seed())))
-        if ctx.rank == 0:
-            obs["perturbed"] = perturbed
     try:
+        perturbed = None
+        if s.get("perturb"):
+            perturbed = int(case_barrier.shared("perturbation", lambda: str(perturb.new_seed())))
+            if ctx.rank == 0:
+                obs["perturbed"] = perturbed
         observe.barrier(group)
         with seed_policy(s["seed_policy"], ctx.rank // p):
             train(cfg, s, ctx.rank, t, p, tp, group, tracer, obs, perturbed)
