@@ -51,21 +51,33 @@ def _network():
         pass
 
 
+_FORKER = """
+import os, sys, time
+children = []
+try:
+    for _ in range(3000):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        children.append(pid)
+except OSError:
+    pass
+for pid in children:          # give the slots back: the limit held, that is all this wanted to know
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+print(len(children))
+"""
+
+
 def _fork_past_the_limit():
-    children = []
+    # From a small process of her own: forking the kernel itself (torch loaded, hundreds of MB) copies its page
+    # tables each time, 17 s for 450 forks on an idle machine, long enough under load to time the cell out.
     try:
-        for _ in range(3000):
-            pid = os.fork()
-            if pid == 0:
-                time.sleep(30)
-                os._exit(0)
-            children.append(pid)
-    except OSError:
+        done = subprocess.run([sys.executable, "-S", "-c", _FORKER], capture_output=True, text=True, timeout=90)
+        _seen["forks"] = int(done.stdout.split()[-1])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
         pass
-    _seen["forks"] = len(children)
-    for pid in children:          # give the slots back: the limit held, that is all this wanted to know
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
 
 
 def _linger_and_forge():
