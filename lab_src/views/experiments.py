@@ -43,7 +43,10 @@ def bubble_figure(runs) -> TimelineFigure:
     ax = fig.subplots()
     dense = [m / 4 for m in range(4, 4 * max(ms + [1]) + 1)]
     ax.plot(dense, [theoretical_bubble(p, m) for m in dense], color="#888", lw=1.4, label="theory (p-1)/(m+p-1)")
-    ax.plot(ms, [row["bubble"] for row in rows], marker="o", color="#e45756", lw=1.6, label="measured")
+    ax.plot(ms, [row["bubble"] for row in rows], marker="o", color="#e45756", lw=1.6, label="measured (wall clock)")
+    if any(row.get("emulated") is not None for row in rows):
+        ax.plot(ms, [row.get("emulated") for row in rows], marker="s", color="#4c78a8", lw=1.6,
+                label="emulated compute (your run's order)")
     for row in rows:
         if row["m"] == 1:
             ax.annotate("m = 1: naive model parallelism\n(one stage works at a time)", (1, row["bubble"]),

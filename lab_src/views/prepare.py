@@ -57,6 +57,7 @@ class Timeline:
     ends: list[tuple[int, float, str]] = field(default_factory=list)
     verdict: str = ""                   # why the run did not finish, in one line
     row_notes: list[str] = field(default_factory=list)   # a second line under each rank's label ("dp 1, pp 1")
+    hide_bubble: bool = False           # a figure above a prediction of the bubble does not give it away
 
     @property
     def unfinished(self) -> bool:
@@ -100,6 +101,8 @@ class Timeline:
         return bytes_sent(self.events, self.p)
 
     def bubble_text(self) -> str:
+        if self.hide_bubble:
+            return "bubble: yours to predict below"
         got = "n/a (no forward/backward recorded)" if self.bubble is None else f"{self.bubble:.1%}"
         return f"bubble {got} vs {zero_bubble_text(self.events, self.p, self.m) or theory_text(self.p, self.m, self.chunks)}"
 

@@ -28,8 +28,9 @@ def with_in_flight(events: list[Event]) -> list[Event]:
 
 
 def schedule_figure(names=("afab", "1f1b"), p: int = 4, m: int = 8, cost: CostModel = FREE_MESSAGES,
-                    title: str | None = None):
-    """A matplotlib figure: for each schedule, its ideal step and the micro-batches each rank holds."""
+                    title: str | None = None, bubbles: bool = True):
+    """A matplotlib figure: for each schedule, its ideal step and the micro-batches each rank holds.
+    `bubbles=False`: the titles leave the bubbles out (the figure sits above a prediction of them)."""
     from lab_src.views.static import figure
     timelines = []
     for name in names:
@@ -39,6 +40,7 @@ def schedule_figure(names=("afab", "1f1b"), p: int = 4, m: int = 8, cost: CostMo
         note = (f"every layer costs the same, a backward twice a forward, messages free; most micro-batches "
                 f"held per rank: {' / '.join(map(str, held))}")
         timelines.append(prepare(events, p, m, kind=sched.title, note=note, align=False))
+        timelines[-1].hide_bubble = not bubbles
     if title is None:
         title = f"{' vs '.join(schedule(n).title for n in names)}: {p} stages, {m} micro-batches (the schedule model)"
     return figure(timelines, title, memory_unit="micro-batches")

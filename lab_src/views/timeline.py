@@ -32,10 +32,20 @@ from lab_src.pipeline.matching import Matching, UnmatchedMessages, check_matchin
 
 def timelines(events: list[Event], p: int, m: int, *, schedule: str = "afab", activation_bytes: int | None = None,
               stage_layers: list[int] | None = None, cost: CostModel | None = None, waits: list[Event] = (),
-              ends=(), verdict: str = "") -> tuple[Timeline, Timeline]:
+              ends=(), verdict: str = "", emulate: dict | None = None) -> tuple[Timeline, Timeline]:
     """(measured, ideal) for one run of `schedule`. `stage_layers` is the number of blocks each rank
     ran, as the run recorded it. The ideal's compute comes from `cost`, else from the run itself.
-    `waits`, `ends`, `verdict`: where a run that did not finish left its ranks (prepare.Timeline)."""
+    `waits`, `ends`, `verdict`: where a run that did not finish left its ranks (prepare.Timeline).
+    `emulate`: {kind: seconds} of each compute box ({} for the run's own medians): the second view is then
+    this run's own order with emulated compute (views/emulated.py) instead of the schedule model's step."""
+    v = schedules.schedule(schedule).chunks_per_rank if isinstance(schedule, str) else schedule.chunks_per_rank
+    if emulate is not None and not waits and not verdict:
+        from lab_src.views import emulated
+        times = emulate or emulated.box_times(events)
+        replayed = emulated.emulated_events(events, p, times, stage_layers=stage_layers)
+        if replayed:
+            return (prepare(events, p, m, chunks=v),
+                    prepare(replayed, p, m, kind=emulated.LABEL, note=emulated.note(times), align=False, chunks=v))
     messages = [e for e in events if e.is_send or e.is_recv]
     if activation_bytes is None:
         activation_bytes = max((e.bytes for e in messages), default=0)
@@ -48,7 +58,6 @@ def timelines(events: list[Event], p: int, m: int, *, schedule: str = "afab", ac
     from lab_src.views.memory import modelled
     ideal = modelled(ideal_events(p, m, cost, schedule=schedule, stage_layers=stage_layers,
                                   activation_bytes=activation_bytes, shape=shape), events, p)
-    v = schedules.schedule(schedule).chunks_per_rank if isinstance(schedule, str) else schedule.chunks_per_rank
     return (prepare(events, p, m, chunks=v, waits=waits, ends=ends, verdict=verdict),
             prepare(ideal, p, m, kind="ideal", note=note, align=False, chunks=v))
 

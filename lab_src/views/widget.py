@@ -24,10 +24,13 @@ from lab_src.views.prepare import Timeline, describe
 
 class TimelineWidget(w.VBox):
     def __init__(self, measured: Timeline, ideal: Timeline | None, title: str = "", interval_ms: int = 200):
-        self.views = {"measured": measured} if ideal is None else {"measured": measured, "ideal": ideal}
+        # the second view: the schedule model's step ("ideal"), or this run's own order with emulated compute
+        self.views = {"measured": measured} if ideal is None else {"measured": measured, ideal.kind: ideal}
+        second = ("your run's order, each box a cost model's length (views/emulated.py)" if ideal is not None
+                  and ideal.kind != "ideal" else "the same schedule under a simple cost model")
         self.toggle = w.ToggleButtons(options=list(self.views), value="measured",
-                                      tooltips=["what your run did", "the same schedule under a simple cost model"][:len(self.views)],
-                                      style={"button_width": "90px"})
+                                      tooltips=["what your run did", second][:len(self.views)],
+                                      style={"button_width": "130px" if len(max(self.views, key=len)) > 8 else "90px"})
         self.play = w.Play(interval=interval_ms, min=1, max=1, step=1, description="play")
         self.slider = w.IntSlider(min=1, max=1, description="step", continuous_update=True,
                                   layout=w.Layout(width="420px"))
@@ -74,7 +77,7 @@ class TimelineWidget(w.VBox):
                            f"t = {e.t_end * 1e3:.2f} ms · {escape(describe(e, tl.arrow_of(e), tl.chunks))}</div>")
 
     def _side_panel(self) -> str:
-        measured, ideal = self.views["measured"], self.views["ideal"]
+        measured, ideal = self.views["measured"], list(self.views.values())[-1]
 
         def pct(x):
             return "n/a" if x is None else f"{x:.1%}"
@@ -96,15 +99,15 @@ class TimelineWidget(w.VBox):
                            "and where a rank raised.")
         if not measured.matching.ok:
             notes.append("Unmatched messages: " + "; ".join(measured.matching.problems()))
-        notes.append(f"Ideal: {ideal.note}.")
+        notes.append(f"{ideal.kind.capitalize()}: {ideal.note.removeprefix(ideal.kind + ': ')}.")
         if not measured.has_compute:
             notes.append("No forward/backward was recorded: the messages are all there is.")
         return (f'<div class="pp-timeline-side" style="font-size:12px; line-height:1.45">'
                 f"<b>Bubble</b> (idle share of the step)<br>"
-                f"measured: <b>{pct(measured.bubble)}</b>{raw}<br>ideal: {pct(ideal.bubble)}<br>"
+                f"measured: <b>{pct(measured.bubble)}</b>{raw}<br>{ideal.kind}: {pct(ideal.bubble)}<br>"
                 f"{escape(theory_text(pipeline_p, measured.m, measured.chunks).rsplit(' = ', 1)[0])} = "
                 f"<b>{measured.theory:.1%}</b><br>"
-                f"step time: measured {measured.span * 1e3:.1f} ms, ideal {ideal.span * 1e3:.1f} ms<br><br>"
+                f"step time: measured {measured.span * 1e3:.1f} ms, {ideal.kind} {ideal.span * 1e3:.1f} ms<br><br>"
                 f"<b>Bytes sent</b> ({self.toggle.value})<table>{rows}</table><br>"
                 + (f"<b>Activation memory</b> (peak held for backward)<br>"
                    f"{escape(memory.describe_peaks(measured.events, measured.p))}<br><br>"

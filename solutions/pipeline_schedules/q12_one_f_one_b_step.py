@@ -195,20 +195,28 @@ thousand_microbatches(1000, runs)
 # The check's small model is the wrong place to measure this: its layers take about as long as a message
 # between two processes, so the waiting for messages, not the schedule, dominates its idle time (your Q8
 # check printed a bubble far above the formula). The DEMO model below is large enough that a layer's
-# compute dominates a message. The cell runs your 1F1B step on it for m = 1, 2, 4, 8 and 16 (about a
-# minute on 2 CPU cores).
+# compute dominates a message. The cell runs your 1F1B step on it, on 4 ranks, for m = 1, 2, 4, 8 and 16
+# (under a minute on 2 CPU cores), and prints two bubbles for each run:
+#
+# - **emulated compute**: your run replayed, each rank's operations in the order it ran them and each
+#   receive waiting for its send, with every forward and backward box given the median length of its kind
+#   in this run and every message a fixed small price. It is the idle time your *schedule* makes, whatever
+#   else the machine runs.
+# - **measured**: the wall clock of the same run. On a hub the 4 ranks share 2 cores: a rank that waits
+#   for a core counts as busy, and a box that waited for one is longer.
 
 # %%
 bubbles = bubble_vs_microbatches()
 bubbles.figure() if bubbles else None
 
 # %% [markdown]
-# Where compute dominates, the measured bubble follows the formula: about 75 % at m = 1, falling as m
-# grows. The formula leaves out what a real step also spends: each message's latency, the Python overhead
-# of every call, several processes sharing a few CPU cores. While a micro-batch's compute is large these
-# are small beside it. But the batch is fixed here (32 samples), so a larger m means smaller micro-batches:
-# at m = 16 each holds 2 samples, its compute shrinks towards the cost of a message, and the measured
-# bubble leaves the formula and rises above it again.
+# The emulated bubble follows the formula at every m, within half a point (its messages are not free):
+# 75 % at m = 1, 27.5 % at m = 8. The measured one follows it while a micro-batch's compute is large
+# (about 75 % at m = 1, 60 % at m = 2) and leaves it as m grows, by a few points either way from run to
+# run: besides the schedule it pays each message's latency, the Python of every call, and 4 processes on 2
+# cores. The batch is fixed here (32 samples), so a larger m means smaller micro-batches: at m = 16 each
+# holds 2 samples, its compute shrinks towards the cost of a message, and the measured bubble rises above
+# the formula (22 % and 25 % in two runs on a 2-core machine, against 15.8 %).
 #
 # The check's small model lives in that regime all the time: a layer's compute there is about as short as
 # a message between two processes, so every stage waits on messages as long as it computes, and the
@@ -216,9 +224,10 @@ bubbles.figure() if bubbles else None
 # it does nothing about messages that cost as much as the work between them.
 
 # %% [markdown]
-# Your own step from that study, the run with m = 8: where compute dominates, the measured timeline shows
-# the schedule (warm-up, the alternation of the steady state, the cool-down) as the ideal view under it
-# does, and the memory lane under each shows every rank levelling off after its warm-up.
+# Your own step from that study, the run with m = 8, measured and, with the toggle, with emulated compute:
+# the emulated view shows the schedule itself (warm-up, the alternation of the steady state, the
+# cool-down), and the memory lane under each shows every rank levelling off after its warm-up. In the
+# measured view the same order is there, with boxes stretched wherever a rank waited for a core.
 
 # %%
 bubbles.timeline(8) if bubbles else None
