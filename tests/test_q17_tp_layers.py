@@ -203,8 +203,37 @@ def test_the_opening_figure_and_the_timeline_draw_from_the_lab_and_the_record():
     events = [Event(r, "allreduce_tp", None, None, (2, 16, 32), 8192, 0.001 * r, 0.004, 0, group=(0, 1))
               for r in range(2)]
     fig = tp_timeline_figure(events, 2, "q17: t = 2", ("mlp",))
-    assert fig.axes[0].get_title(loc="left") == "1 collective on rank 0 · the parts, in order: mlp"
-    assert "tensor-parallel all-reduce" in [t.get_text() for t in fig.legends[0].get_texts()]
+    assert fig.axes[0].get_title(loc="left") == "2 ranks · 1 collective on rank 0 · the parts, in order: mlp"
+    # issue 41: a layer has no pipeline bubble: the legend names the collectives alone, nothing is hatched idle
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["tensor-parallel all-reduce"]
+    assert not [p for p in fig.axes[0].patches if p.get_hatch()]
+
+
+def test_the_timeline_labels_each_call_cuts_the_start_up_and_the_set_up_between_parts():
+    """Issue 41, item 3: q17's and q18's timelines were mostly start-up skew (a 320 ms first all-reduce) and
+    set-up between parts (q18's dropout part 3.6 s after the block's), with unlabelled bars."""
+    from lab_src.pipeline.trace import Event
+    from lab_src.topics.tensor_parallel.timeline import cut_gaps, labelled, tp_timeline_figure, without_start_up
+    def call(r, t0, t1):
+        return Event(r, "allreduce_tp", None, None, (2, 16, 32), 8192, t0, t1, 0, group=(0, 1))
+    events = [call(0, 0.0, 0.330), call(1, 0.320, 0.330),       # rank 0 waited 320 ms for rank 1 to start
+              call(0, 0.340, 0.350), call(1, 0.341, 0.350),
+              call(0, 3.950, 3.960), call(1, 3.951, 3.960)]     # the next part, 3.6 s of set-up later
+    labels = {(r, k): name for r in range(2) for k, name in enumerate(["mlp, forward", "mlp, backward", "row, forward"])}
+    names = labelled(events, labels)
+    moved, names, wait = without_start_up(events, names)
+    assert wait == pytest.approx(0.320) and min(e.t_start for e in moved) == 0.0
+    assert sorted(names.values()) == ["mlp, backward", "mlp, backward", "mlp, forward", "mlp, forward",
+                                      "row, forward", "row, forward"]
+    cut, names, cuts = cut_gaps(moved, names)
+    assert len(cuts) == 1 and cuts[0][1] == pytest.approx(3.6 - 0.01, abs=0.002)
+    assert max(e.t_end for e in cut) < 0.06 and len(names) == 6
+    fig = tp_timeline_figure(events, 2, "q17: t = 2", ("mlp", "row"), labels)
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert {"mlp, forward", "mlp, backward", "row, forward"} <= set(texts)
+    assert any("ms cut" in t for t in texts) and "320 ms before the last" in ax.get_title(loc="left")
+    assert ax.get_xlim()[1] < 60        # ms: the calls fill the axis
 
 
 def test_the_timeline_steps_through_the_collectives_in_the_widget_and_is_static_while_autograding(monkeypatch):
@@ -214,12 +243,15 @@ def test_the_timeline_steps_through_the_collectives_in_the_widget_and_is_static_
     events = [Event(r, "allreduce_tp", None, None, (2, 16, 32), 8192, 0.001 * r + s, 0.004 + s, 0, group=(0, 1))
               for s in (0.0, 0.01) for r in range(2)]
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
-    widget = show_tp_timeline(events, 2, "q17: t = 2", ("mlp",))
+    labels = {(r, k): f"mlp, {word}" for r in range(2) for k, word in enumerate(("forward", "backward"))}
+    widget = show_tp_timeline(events, 2, "q17: t = 2", ("mlp",), labels)
     assert isinstance(widget, TimelineWidget) and widget.toggle.options == ("measured",)
+    assert "<li>mlp, forward</li><li>mlp, backward</li>" in widget.side.value
     assert widget.slider.max == 4 and "<svg" in widget.frame.value
     assert "16,384 B" in widget.side.value and "one all-reduce of the activation" in widget.side.value
     widget.slider.value = 2
-    assert "step 2/4" in widget.info.value
+    assert "step 2/4" in widget.info.value and "mlp, forward" in widget.info.value
+    assert "idle (bubble)" not in widget.frame.value and "pp-idle)\"/>" not in widget.frame.value.split("</defs>")[-1]
     q18 = show_tp_timeline(events, 2, "q18: t = 2", ("block", "dropout"))      # q18's own lesson, not the MLP's
     assert "A correct block makes one all-reduce" in q18.side.value and "correct MLP" not in q18.side.value
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")

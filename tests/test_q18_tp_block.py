@@ -183,6 +183,9 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
     assert "t = 2 x p = 2: the largest relative difference from one process over 20 steps:" in out
     widget = report.timeline()          # the animated timeline, as q17's; the static figure while autograding
     assert "The parts ran one after another: block, dropout;" in widget.side.value and "<svg" in widget.frame.value
+    # issue 41: each call named from the parts' records, the evaluation-mode forward of the dropout part too
+    assert "<li>block, forward</li><li>block, forward</li><li>block, backward</li>" in widget.side.value
+    assert "<li>dropout, eval</li><li>dropout, eval</li><li>dropout, backward</li>" in widget.side.value
     assert report.curves().axes[1].get_legend() is not None
 
 

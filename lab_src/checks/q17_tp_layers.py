@@ -5,7 +5,7 @@ and backward made (read from the event record: the answer's own torch.distribute
 rank holds.
 
     report = check("q17")
-    report.timeline()          # the 4-rank run: every collective, on a measured time axis
+    report.timeline()          # the 4-rank run (or the first that failed): every collective, on a measured time axis
 """
 from __future__ import annotations
 
@@ -23,19 +23,20 @@ class TPReport(CheckReport):
     parts = LAYER_PARTS      # the parts of each case, in the order they ran (q18's report names its own)
 
     def timeline(self, case: int | None = None):
-        """One case's run (by default the first that failed, else the 4-rank one): every rank's collectives."""
+        """One case's run (by default the first that failed, else the last, 4 ranks): every rank's collectives."""
         if not self.views:
             print(nothing_to_draw(self))
             return None
         from lab_src.topics.tensor_parallel.timeline import show_tp_timeline
         failed = self.failed_case()
         v = self.views[case if case is not None else (failed if not self.ok else len(self.views) - 1)]
-        return show_tp_timeline(v["events"], v["stages"], v["title"], self.parts)
+        return show_tp_timeline(v["events"], v["stages"], v["title"], self.parts, v.get("labels"))
 
 
 def check() -> CheckReport:
     from lab_src.judge.problems import stamped
     from lab_src.topics.tensor_parallel.judge_layers import WHAT, judge_part
+    from lab_src.topics.tensor_parallel.timeline import call_labels
     srcs = sources("q17")
     cases = [make_case("tp", cfg, srcs, "q17", stages=t, label=f"t = {t}") for t, cfg in CONFIGS]
     run = run_cases(cases, run_dir("q17"))
@@ -58,7 +59,8 @@ def check() -> CheckReport:
                          f"backward: {_rounds(got.get('bwd'))}")
         lines.append(indent(held_table(out), "      "))
     views = [{"events": o.events(recovered=True), "stages": o.case.stages, "microbatches": 1,
-              "title": f"q17: {o.case.label}, every collective of each rank"} for o in run.outcomes]
+              "title": f"q17: {o.case.label}, every collective of each rank",
+              "labels": call_labels(o, "tp", LAYER_PARTS)} for o in run.outcomes]
     return finish("q17", run, problems, lines, views=views, cls=TPReport)
 
 

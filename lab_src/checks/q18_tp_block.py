@@ -12,7 +12,7 @@
 
     report = check("q18")
     curves(report)             # the loss curves against one process's, and how far apart
-    report.timeline()          # the 4-rank block run: every collective, on a measured time axis
+    report.timeline()          # the 4-rank block run (or the first that failed): every collective, on a measured time axis
 """
 from __future__ import annotations
 
@@ -103,8 +103,10 @@ def check() -> CheckReport:
         lines.append(f"    {WHAT['dropout']}: {verdict}, in both groups")
     training, more = training_lines(run.outcomes[len(CONFIGS) + 1:], problems)
     lines += more
+    from lab_src.topics.tensor_parallel.timeline import call_labels
     views = [{"events": o.events(recovered=True), "stages": o.case.stages, "microbatches": 1,
-              "title": f"q18: {o.case.label}, every collective of each rank"} for o in run.outcomes[:len(CONFIGS)]]
+              "title": f"q18: {o.case.label}, every collective of each rank",
+              "labels": call_labels(o, "tp_block", BLOCK_PARTS)} for o in run.outcomes[:len(CONFIGS)]]
     report = finish("q18", run, problems, lines, views=views, cls=BlockReport)
     report.training = training
     return report

@@ -82,6 +82,12 @@ class Timeline:
         return max((e.t_end for e in self.events), default=0.0)
 
     @property
+    def collectives_only(self) -> bool:
+        """Only collectives were recorded (a tensor-parallel run: its compute is not recorded), so the time
+        between two bars is the rank's compute, not a bubble: nothing is drawn as idle there."""
+        return bool(self.events) and all(e.is_collective for e in self.events)
+
+    @property
     def has_compute(self) -> bool:
         return any(e.is_compute for e in self.events)
 

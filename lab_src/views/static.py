@@ -33,7 +33,8 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
     for a run that did not finish a little more, for where its ranks were left waiting)."""
     ms = 1e3
     t_max = t_max or tl.drawn_until or 1e-3
-    for r in range(tl.p):   # the whole step is hatched idle time; what the rank did is drawn over it
+    for r in range(tl.p) if not tl.collectives_only else ():   # the whole step is hatched idle time; what
+        # the rank did is drawn over it (a run of collectives alone: between them the rank computes)
         ax.barh(r, tl.span * ms, left=0, height=ROW, color=COLORS["idle"], hatch="///", edgecolor="#d4d4d4", lw=0)
     for e in tl.events:
         if e.is_compute:
@@ -64,7 +65,8 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
     sent = tl.bytes_sent()
     for r, n in sent.items() if any(sent.values()) or any(reduced.values()) else ():   # a model's step: no bytes
         extra = f"\n+ {reduced[r]:,} B all-reduced" if reduced[r] else ""
-        ax.text(1.005, r, f"sent {n:,} B{extra}", transform=ax.get_yaxis_transform(), va="center", fontsize=8)
+        text = f"{reduced[r]:,} B all-reduced" if tl.collectives_only else f"sent {n:,} B{extra}"
+        ax.text(1.005, r, text, transform=ax.get_yaxis_transform(), va="center", fontsize=8)
     ax.set_yticks(range(tl.p), [f"rank {r}" for r in range(tl.p)])
     ax.set_ylim(tl.p - 0.5, -0.5)     # rank 0 on top
     ax.set_xlim(0, t_max * ms * 1.01)
@@ -108,9 +110,14 @@ def _draw_unfinished(ax, tl: Timeline, t_max: float) -> None:
         ax.text(x, rank - ROW / 2, f" {what}", color=red, fontsize=7.5, ha="left", va="bottom")
 
 
-def legend_handles(collectives: tuple = (), chunks: int = 1, unfinished: bool = False) -> list:
+def legend_handles(collectives: tuple = (), chunks: int = 1, unfinished: bool = False,
+                   pipeline: bool = True) -> list:
+    """What the colours mean; `pipeline=False` for a run of collectives alone (no boxes, messages or bubble)."""
     extra = [Patch(facecolor=COLORS["wait"], alpha=0.3, edgecolor=COLORS["wait"], linestyle="--",
                    label="left waiting")] if unfinished else []
+    if not pipeline:
+        return extra + [Patch(color=COLORS[k], label=COLLECTIVE_LABELS[k]) for k in COLLECTIVE_LABELS
+                        if k in collectives]
     later = []
     if chunks > 1:     # the palest forward and backward: the last chunk
         from lab_src.pipeline.trace import Event

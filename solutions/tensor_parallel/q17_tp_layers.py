@@ -222,11 +222,12 @@ report = check("q17")
 # %% [markdown]
 # ## What your code did
 #
-# The 4-rank run on a measured time axis (press play, or move the slider, to step through it one call at a
-# time): each bar is one collective your code made, in every rank's lane
-# (the copy's and the column layer's in the backward, the reduction's and the row layer's in the forward,
-# the MLP's one of each). Where would the bars of an all-gather between the layers go, and how wide would
-# they be?
+# The run on 4 ranks (or, if a case failed, the first that failed: the title says how many ranks) on a
+# measured time axis (press play, or move the slider, to step through it one call at a time): each bar is
+# one collective your code made, in every rank's lane, labelled with the part and the direction that made
+# it. Between two bars a rank computes; the wait of the first call for the last rank to start, and long
+# set-up between parts, are cut off (the figure says how long they were). Where would the bars of an
+# all-gather between the layers go, and how wide would they be?
 
 # %%
 report.timeline()

@@ -231,10 +231,12 @@ seed_policies()
 # %% [markdown]
 # ## What your code did
 #
-# The 4-rank block run on a measured time axis: the four all-reduces of each part (two forward, two
-# backward). Per step of the digits model that is 16 all-reduces of the whole activation against the
-# pipeline's 8 micro-batch messages of a quarter of it each: the check's byte counts. Which link would you
-# give to each, on a cluster of nodes with 8 GPUs each?
+# The block's run on 4 ranks (or the first case that failed: the title says how many ranks) on a measured
+# time axis, each call labelled with its part and direction: the all-reduces of each part (two forward, two
+# backward; the dropout part also runs its forward once in evaluation mode, "eval"). Per step of the
+# digits model that is 16 all-reduces of the whole activation against the pipeline's 8 micro-batch messages
+# of a quarter of it each: the check's byte counts. Which link would you give to each, on a cluster of
+# nodes with 8 GPUs each?
 
 # %%
 report.timeline()

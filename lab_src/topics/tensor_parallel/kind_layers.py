@@ -84,6 +84,7 @@ class Part:
 
     def _phase(self, phase: str) -> None:
         self.rec[phase] = rounds(self.tracer, self.start)
+        self.rec[f"{phase}_span"] = [self.start, len(self.tracer.events)]    # which of the rank's events, for the timeline
         self.rec[f"{phase}_carried"] = list((rawcoll.CARRIED or [])[self.carried:])
         self.start, self.carried = len(self.tracer.events), len(rawcoll.CARRIED or ())
 
