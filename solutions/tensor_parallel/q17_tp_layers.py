@@ -105,11 +105,12 @@ tp_figure(t=2)
 #
 # <details><summary><b>Hint</b>: the layers (open it if you are stuck)</summary>
 #
-# `nn.Parameter(linear.weight.detach().chunk(tp.size, dim=0)[tp.rank].clone())`: dim 0 (rows, output
-# features) for the column-parallel layer and its bias, dim 1 (columns, input features) for the row-parallel
-# one, whose bias stays whole. Column: `F.linear(CopyToTensorParallel.apply(x, tp), weight, bias)`. Row:
-# `ReduceFromTensorParallel.apply(F.linear(x, weight), tp) + bias`: the bias after the reduction, or the
-# sum counts it t times.
+# Each layer keeps only its shard, as a parameter of its own: a detached copy of one t-th of the whole
+# weight, not a view of it. Which t-th: the column-parallel layer splits its output features (the weight's
+# rows) and its bias with them; the row-parallel layer splits its input features (the weight's columns) and
+# keeps its bias whole. In the forward, the column-parallel layer's input passes through your copy function
+# before its matmul; the row-parallel layer's partial output passes through your reduce function, and its
+# bias comes after the reduction (added before it, the sum would count it t times).
 # </details>
 
 # %% nbgrader={"grade": false, "grade_id": "q17_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}

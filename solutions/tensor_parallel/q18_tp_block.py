@@ -24,29 +24,19 @@
 # The two LayerNorms are small and not split: every rank holds the whole of each (*replicated*).
 #
 # Then dropout, and q01's question as code: **should the seeds be the same on the tensor-parallel ranks?**
-# Both answers are right, in different places. Outside the sharded region (the residual stream, where the
-# replicated LayerNorms live) every rank holds the same activation, so every rank must drop the same
-# elements, or the replicas drift apart. Inside it (the attention probabilities of each rank's heads) the
-# ranks hold different heads, and each must drop its own, or every shard's heads get the same mask, which
-# one process never draws. Megatron-LM keeps two random streams for exactly this (its `tensor_parallel/
-# random.py`: the default stream the same on every rank, a second one offset by the tensor-parallel rank).
+# The lab defines one process's masks so that a sharded run can reproduce them exactly (pipeline/dropout.py):
+# each block has a *shared* stream, `dropout.stream(seed, name)`, and one stream per shard j of t,
+# `dropout.stream(seed, name, shard=j)`. Which of them should each of the block's three dropouts draw from
+# on a tensor-parallel rank? That is the question this notebook asks you before you write any code.
 #
-# **How the lab defines the single process's masks** (pipeline/dropout.py), so that a sharded run can
-# reproduce them exactly: each block has a *shared* stream, `dropout.stream(seed, name)`, and one stream per
-# shard j of t, `dropout.stream(seed, name, shard=j)`. In each training forward the unsharded block draws,
-# for j = 0..t-1, the attention mask of the heads of shard j (shape (b, heads/t, s, s)) from shard j's
-# stream, then the residual mask after `proj` and the one after the MLP ((b, s, h) each) from the shared
-# stream. Undo the sharding of a right tensor-parallel run and its masks are these, element for element.
-#
-# The figure is the lab's block on 2 ranks: what each rank holds, where the four rounds are, which stream
-# each dropout draws from.
+# The figure is the lab's block on 2 ranks: what each rank holds and where the four rounds are.
 
 # %%
 # %load_ext lab_src
 from lab_src.checks import check
 from lab_src.topics.tensor_parallel.block_figure import tp_block_figure
 
-tp_block_figure(t=2)
+tp_block_figure(t=2, streams=False)
 
 # %% [markdown]
 # ## Predict first
@@ -68,6 +58,28 @@ tp_block_figure(t=2)
 # visible without a reference (compare the ranks).
 
 # %% [markdown]
+# ## Two streams
+#
+# Both answers are right, in different places. Outside the sharded region (the residual stream, where the
+# replicated LayerNorms live) every rank holds the same activation, so every rank must drop the same
+# elements, or the replicas drift apart. Inside it (the attention probabilities of each rank's heads) the
+# ranks hold different heads, and each must drop its own, or every shard's heads get the same mask, which
+# one process never draws. Megatron-LM keeps two random streams for exactly this (its `tensor_parallel/
+# random.py`: the default stream the same on every rank, a second one offset by the tensor-parallel rank).
+#
+# **How the lab defines the single process's masks** (pipeline/dropout.py), so that a sharded run can
+# reproduce them exactly: each block has a *shared* stream, `dropout.stream(seed, name)`, and one stream per
+# shard j of t, `dropout.stream(seed, name, shard=j)`. In each training forward the unsharded block draws,
+# for j = 0..t-1, the attention mask of the heads of shard j (shape (b, heads/t, s, s)) from shard j's
+# stream, then the residual mask after `proj` and the one after the MLP ((b, s, h) each) from the shared
+# stream. Undo the sharding of a right tensor-parallel run and its masks are these, element for element.
+#
+# The block again, with the stream each dropout draws from:
+
+# %%
+tp_block_figure(t=2)
+
+# %% [markdown]
 # ## Your task
 #
 # Write `tp_block(block, tp, q17)`: this rank's part of the block, an `nn.Module` whose forward takes the
@@ -87,7 +99,7 @@ tp_block_figure(t=2)
 # no more. With `block.dropout` > 0, in training mode, drop the attention probabilities of this rank's heads,
 # then `proj`'s output, then the MLP's output (each before its residual add), with masks from
 # `dropout.keep(generator, shape, block.dropout, like)` and two streams you make once, with the module, from
-# `dropout.stream(block.seed, block.name, shard=...)`: which stream draws which mask is the question. Causal
+# `dropout.stream(block.seed, block.name, shard=...)`, each mask from the stream the section above gives it. Causal
 # attention with a dropped probability mask: `dropout.attention(q, k, v, mask)` (without one, torch's). The
 # whole contract: `help(lab_src.exercises.tp_block)`.
 #

@@ -15,7 +15,8 @@ from lab_src.pipeline.config import LabConfig
 from lab_src.topics.tensor_parallel.figure import RANK_COLORS
 
 
-def tp_block_figure(t: int = 2, cfg: LabConfig = LabConfig(global_batch_size=4, num_microbatches=2)):
+def tp_block_figure(t: int = 2, cfg: LabConfig = LabConfig(global_batch_size=4, num_microbatches=2),
+                    streams: bool = True):
     """A matplotlib figure: who holds which heads and which features of the block on `t` ranks."""
     from matplotlib.patches import Rectangle
 
@@ -39,12 +40,14 @@ def tp_block_figure(t: int = 2, cfg: LabConfig = LabConfig(global_batch_size=4, 
         ax.text(0.0, y + row_h / 2, f"rank {r}", fontsize=10, fontweight="bold", va="center", color=c)
         box(0.8, y, 0.9, "attn_norm\n(whole)", grey)
         box(1.85, y, 1.25, f"qkv: heads\n{r * per}..{(r + 1) * per - 1}\n({3 * h // t}, {h})", c)
-        box(3.25, y, 1.45, f"attention of\nheads {r * per}..{(r + 1) * per - 1}\ndropout: own stream\n(shard {r})", c, 0.45)
+        # streams=False: the figure above q18's prediction leaves the question it asks open
+        own, shared = (f"own stream\n(shard {r})", "shared\nstream") if streams else ("which\nstream?", "which\nstream?")
+        box(3.25, y, 1.45, f"attention of\nheads {r * per}..{(r + 1) * per - 1}\ndropout: {own}", c, 0.45)
         box(4.85, y, 1.1, f"proj cols\n({h}, {h // t})", c)
-        box(6.35, y, 1.2, "+ residual\ndropout: shared\nstream", grey)
+        box(6.35, y, 1.2, f"+ residual\ndropout: {shared}", grey)
         box(7.7, y, 0.9, "mlp_norm\n(whole)", grey)
         box(8.75, y, 1.45, f"MLP (q17)\nup ({4 * h // t}, {h})\ndown ({h}, {4 * h // t})", c)
-        box(10.6, y, 1.2, "+ residual\ndropout: shared\nstream", grey)
+        box(10.6, y, 1.2, f"+ residual\ndropout: {shared}", grey)
     for x, label in ((1.77, "f"), (6.1, "g"), (8.67, "f"), (10.35, "g")):
         ax.add_patch(Rectangle((x - 0.07, 0.0), 0.14, top - gap + 0.1, fc=reduce_color, alpha=0.85))
         ax.text(x, top - gap + 0.2, label, ha="center", va="bottom", fontsize=9, color="#0b6f7a", fontweight="bold")
