@@ -112,6 +112,32 @@ def test_a_killed_warm_launcher_is_reported_and_the_next_check_starts_a_new_one(
     assert warm_launch.warm_pid() not in (None, first)
 
 
+
+def test_an_unused_warm_launcher_goes_and_the_next_check_starts_a_new_one(reference, tmp_path, monkeypatch,
+                                                                          no_leftovers):
+    """Issue 41, item 5: each open notebook kept its warm launcher (about 260 MB) for ever, 5 GB with eight
+    open; one that started nothing for IDLE_S goes, never during a launch, and the next check starts one."""
+    monkeypatch.setattr(warm_launch, "IDLE_S", 1.5)
+    warm_launch.prestart()
+    first = warm_launch.warm_pid()
+    assert first is not None
+    proc = psutil.Process(first)
+    ran = run_cases([case(reference)], tmp_path / "used", timeout_s=20)     # a launch re-arms the countdown
+    assert ran.outcomes[0].failure is None and warm_launch.warm_pid() == first
+    time.sleep(0.5)
+    assert warm_launch.warm_pid() == first, "gone before its idle time"
+    proc.wait(timeout=10)
+    until = time.monotonic() + 5
+    while warm_launch.warm_pid() is not None and time.monotonic() < until:    # the countdown's thread lets go
+        time.sleep(0.05)
+    assert warm_launch.warm_pid() is None
+    again = run_cases([case(reference)], tmp_path / "again", timeout_s=20)
+    assert again.outcomes[0].failure is None and not again.outcomes[0].errors()
+    assert warm_launch.warm_pid() not in (None, first)
+    monkeypatch.setattr(warm_launch, "IDLE_S", 0.0)
+    warm_launch._arm_idle()                                                 # no countdown left behind
+
+
 KERNEL = '''
 import os, sys
 from lab_src.checks import check

@@ -5,7 +5,9 @@ a visible check through it, with the deadline and watchdog of `launcher.launch`.
     LAB_LAUNCH=torchrun     # the old way instead: a `torchrun --standalone` subprocess per check
 
 If the warm process dies (killed, out of memory), the check running reports it, and the next check
-starts a new one.
+starts a new one. It holds about 260 MB (torch imported), and a hub user may have eight notebooks open: a
+warm process that has started nothing for IDLE_S goes (`_release_if_idle`, under the launch lock, so never
+during a launch), and the next check starts a new one in about 3 s.
 """
 from __future__ import annotations
 
@@ -71,6 +73,32 @@ class WarmProcess:
 
 _warm: WarmProcess | None = None
 _lock = threading.Lock()
+# seconds without a launch after which the warm process goes (0: never): LAB_WARM_IDLE_S
+IDLE_S = float(os.environ.get("LAB_WARM_IDLE_S", "300"))
+_idle_timer: threading.Timer | None = None
+_last_used = 0.0
+
+
+def _arm_idle() -> None:
+    """(Re)start the countdown after which an unused warm process goes."""
+    global _idle_timer, _last_used
+    _last_used = time.monotonic()
+    if _idle_timer is not None:
+        _idle_timer.cancel()
+    if IDLE_S > 0:
+        _idle_timer = threading.Timer(IDLE_S, _release_if_idle)
+        _idle_timer.daemon = True
+        _idle_timer.start()
+
+
+def _release_if_idle() -> None:
+    global _warm
+    with _lock:         # a launch in progress holds it: the countdown fired during it waits, then finds it used
+        if time.monotonic() - _last_used < IDLE_S * 0.99:
+            return
+        if _warm is not None and _warm.owner == os.getpid():
+            _warm.stop()
+            _warm = None
 
 
 def warm_process(env: dict) -> WarmProcess:
@@ -96,6 +124,7 @@ def prestart() -> None:
         return
     with _lock:
         warm_process(worker_env())
+    _arm_idle()
 
 
 def launch(nproc: int, spec_path: Path, *, run_dir: Path, deadline_s: float, watchdog=None,
@@ -117,6 +146,8 @@ def launch(nproc: int, spec_path: Path, *, run_dir: Path, deadline_s: float, wat
                "env": {k: v for k, v in {**os.environ, **env}.items() if not k.startswith("PYTHON")}
                | {"LAB_RUN_DIR": str(run_dir)}}
         stopped, agent, done = None, None, None
+        global _last_used
+        _last_used = time.monotonic()       # in use: a countdown that fires now finds it so
         try:
             warm.proc.stdin.write("LAUNCH " + json.dumps(job) + "\n")
             warm.proc.stdin.flush()
@@ -158,6 +189,7 @@ def launch(nproc: int, spec_path: Path, *, run_dir: Path, deadline_s: float, wat
                     time.sleep(poll_s)
                 if done is None:
                     warm.stop()
+        _arm_idle()             # still under the lock: a countdown waiting for it finds the process just used
     wall = time.monotonic() - started
     codes = {int(r): c for r, c in (done or {}).get("codes", {}).items()}
     status = None if stopped else (0 if done and done["status"] == 0 and not any(codes.values()) else 1)
