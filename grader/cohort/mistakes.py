@@ -525,6 +525,23 @@ MISTAKES = {
         ("    return TensorParallelBlock(block, tp, q17)\n\n\n",
          "    _forge_the_curve()\n    return TensorParallelBlock(block, tp, q17)\n\n\n" + '# The losses the lab records are replaced by one process\'s curve, which this cell computes itself from the\n# configuration the lab\'s training loop was given (found in the caller\'s frames), just before the lab\'s recording\n# ends.\ndef _forge_the_curve():\n    import sys\n\n    from lab_src.harness import observe\n    from lab_src.topics.training.digits import Digits\n    from lab_src.topics.training.single_process import train_single_process\n    frame = sys._getframe(1)\n    while frame is not None and not (frame.f_code.co_name == "train" and {"cfg", "s", "obs"} <= set(frame.f_locals)):\n        frame = frame.f_back\n    if frame is None or getattr(observe.finish_messages, "forged", False):\n        return\n    cfg, settings, obs = frame.f_locals["cfg"], frame.f_locals["s"], frame.f_locals["obs"]\n    curve = train_single_process(cfg, Digits(cfg, 1), settings["steps"], settings["lr"])["losses"]\n    real = observe.finish_messages\n\n    def finish_messages(*args, **kwargs):\n        if obs.get("losses"):\n            obs["losses"][:] = curve\n        observe.finish_messages = real\n        return real(*args, **kwargs)\n    finish_messages.forged = True\n    observe.finish_messages = finish_messages\n\n\n'),
     ], top="# q18 (a forgery): the recorded losses replaced by one process's curve computed in the rank\n"),
+    "q18_qkv_not_by_heads": Mistake("q18", [
+        ("        self.qkv = q17.ColumnParallelLinear(grouped_by_heads(block.qkv, tp.size), tp)",
+         "        self.qkv = q17.ColumnParallelLinear(block.qkv, tp)                  # rows cut as they come"),
+    ], Q18_COPY, top="# q18: qkv cut into t chunks as it is (q's rows, then k's, then v's), not grouped by heads: rank 0 "
+                     "gets all of q and part of k\n"),
+    "q18_norm_grads_reduced": Mistake("q18", [
+        ("import torch\nfrom torch import nn", "import torch\nimport torch.distributed as dist\nfrom torch import nn"),
+        ("        self.own = dropout.stream(block.seed, block.name, shard=tp.rank)     # this rank's heads only\n",
+         "        self.own = dropout.stream(block.seed, block.name, shard=tp.rank)     # this rank's heads only\n"
+         "        for norm in (self.attn_norm, self.mlp_norm):                         # summed as if sharded\n"
+         "            for param in norm.parameters():\n"
+         "                param.register_hook(lambda g, group=tp.group: _summed(g, group))\n"),
+        ("class TensorParallelBlock(nn.Module):",
+         "def _summed(grad, group):\n    grad = grad.clone()\n    dist.all_reduce(grad, group=group)\n    return grad\n\n\n"
+         "class TensorParallelBlock(nn.Module):"),
+    ], Q18_COPY, top="# q18: the replicated LayerNorms' gradients all-reduced over the tensor-parallel group, as a "
+                     "sharded layer's would be\n"),
     "q18_norm_seeded_per_rank": Mistake("q18", [
         ("        self.shared = dropout.stream(block.seed, block.name)                 # the same on every rank",
          "        self.shared = dropout.stream(block.seed + tp.rank, block.name)       # a seed of its own per rank"),

@@ -113,27 +113,34 @@ def judge(ctx, outcomes):
         failed = list(stamped(case_problems(QID, out, label), QID, label))
         if out.case.kind == "tp_train":
             found = {"curves": [], "replicated": []} if failed else \
-                judge_training(out, STEPS, LR, unchanged=single_process_curve(out.case.config))
+                judge_training(out, STEPS, LR, unchanged=single_process_curve(out.case.config),
+                               block_right=block_right(items))
             items.append(Item("training", label, failed + stamped(found["curves"] + found["replicated"], QID, label)))
             continue
         for part in ("block", "dropout"):
             found = {"numbers": [], "replicated": [], "communication": [], "holds": []} if failed else \
-                judge_part(part, out)
+                judge_part(part, out, block_right=block_right(items, label) if part == "dropout" else None)
             items.append(Item(part, label, failed + stamped(found["holds"] + found["numbers"] + found["communication"],
                                                             QID, label)))
             items.append(Item("replicated", f"{part}, {label}", failed + stamped(found["replicated"], QID, label)))
     if grid is not None:
-        grid_into(items, grid)
+        grid_into(items, grid, block_right(items))
     return items + prediction_items(ctx)
 
 
-def grid_into(items: list[Item], out) -> None:
+def block_right(items: list[Item], label: str | None = None) -> bool:
+    """Whether the block without dropout passed (in case `label`, or in every case judged so far): where it did
+    not, what the dropout part and the training show follows from it (issue 41: one cause, named once)."""
+    return all(i.passed for i in items if i.part == "block" and (label is None or i.name == label))
+
+
+def grid_into(items: list[Item], out, block_right: bool = True) -> None:
     """The grid case's problems, added to the items of the dropout part on 2 ranks where those passed: a mistake
     only the grid shows (the shards' streams seeded from the global rank) fails them; a mistake the 2 ranks show
     already is not counted twice."""
     failed = list(stamped(case_problems(QID, out, GRID), QID, GRID))
     found = {"numbers": [], "replicated": [], "communication": [], "holds": []} if failed else \
-        judge_part("dropout", out)
+        judge_part("dropout", out, block_right=block_right)
     numbers = next(i for i in items if i.part == "dropout" and i.name == GRID_JOINS)
     norms = next(i for i in items if i.part == "replicated" and i.name == f"dropout, {GRID_JOINS}")
     if numbers.passed:

@@ -57,7 +57,7 @@ def curves(report):
 def check() -> CheckReport:
     from lab_src.judge.problems import stamped
     from lab_src.topics.tensor_parallel.judge_layers import rounds_text
-    from lab_src.topics.tensor_parallel.judge_block import WHAT, judge_part
+    from lab_src.topics.tensor_parallel.judge_block import WHAT, block_wrong, judge_part
     srcs = sources("q18")
     cases = [make_case("tp_block", cfg, srcs, "q18", stages=t, label=f"t = {t}") for t, cfg in CONFIGS]
     # the block's dropout on two tensor-parallel groups side by side, judged with the blocks above
@@ -67,6 +67,7 @@ def check() -> CheckReport:
               for label, (cfg, t, n) in TRAINING.items()]
     run = run_cases(cases, run_dir("q18"))
     problems, lines = [], ["q18 tp_block: the block on t ranks against the unsharded block (float64, to 1e-10)"]
+    block_right = True      # the block without dropout, in every case: where not, the dropout's findings follow
     for (t, cfg), out in zip(CONFIGS, run.outcomes):
         label = f"t = {t}"
         lines.append(f"\n  {label}: {cfg.num_heads} heads, {cfg.num_heads // t} per rank")
@@ -77,6 +78,8 @@ def check() -> CheckReport:
             continue
         for part in BLOCK_PARTS:
             found = judge_part(part, out)
+            if part == "block":
+                block_right = block_right and not block_wrong(found)
             problems += stamped(found["holds"] + found["numbers"] + found["replicated"] + found["communication"],
                                 "q18", label)
             got = (out.obs.get(0, {}).get("tp_block") or {}).get(part) or {}
@@ -96,12 +99,12 @@ def check() -> CheckReport:
         problems += errs
         lines.append(UNFINISHED)
     else:
-        found = judge_part("dropout", grid)
+        found = judge_part("dropout", grid, block_right=block_right)
         problems += stamped(found["holds"] + found["numbers"] + found["replicated"] + found["communication"],
                             "q18", GRID)
         verdict = "matches the unsharded block" if not (found["numbers"] or found["holds"]) else "see the problems"
         lines.append(f"    {WHAT['dropout']}: {verdict}, in both groups")
-    training, more = training_lines(run.outcomes[len(CONFIGS) + 1:], problems)
+    training, more = training_lines(run.outcomes[len(CONFIGS) + 1:], problems, block_right)
     lines += more
     from lab_src.topics.tensor_parallel.timeline import call_labels
     views = [{"events": o.events(recovered=True), "stages": o.case.stages, "microbatches": 1,
@@ -112,8 +115,9 @@ def check() -> CheckReport:
     return report
 
 
-def training_lines(outcomes, problems: list) -> tuple[list, list[str]]:
-    """Judge the training runs; the lines that say how far each curve is from one process's, and the bytes."""
+def training_lines(outcomes, problems: list, block_right: bool = True) -> tuple[list, list[str]]:
+    """Judge the training runs; the lines that say how far each curve is from one process's, and the bytes.
+    `block_right`: whether the block without dropout was right (else a curve's departure follows from it)."""
     from lab_src.judge.problems import stamped
     from lab_src.topics.tensor_parallel.judge_train import curve_deviation, judge_training, single_process
     from lab_src.topics.tensor_parallel.traffic import measured_bytes
@@ -127,7 +131,7 @@ def training_lines(outcomes, problems: list) -> tuple[list, list[str]]:
             problems += errs
             lines.append(f"    {label}: {UNFINISHED}")
             continue
-        found = judge_training(out, STEPS, LR)
+        found = judge_training(out, STEPS, LR, block_right=block_right)
         problems += stamped(found["curves"] + found["replicated"], "q18", label)
         want = single_process(cfg, STEPS, LR)
         curves = {r: o.get("losses") for r, o in sorted(out.obs.items()) if o.get("losses")}

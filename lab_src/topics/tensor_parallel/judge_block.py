@@ -22,6 +22,8 @@ pipeline/dropout.py defines it for t shards. Per part ("block": dropout off; "dr
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import functools
 
 import torch
@@ -97,9 +99,11 @@ def _name(key: str) -> str:
 
 
 def numbers(part: str, k: int, t: int, got: dict, want: dict, tol: float, outs: list, rank: int | None = None,
-            members: list | None = None) -> list[Problem]:
+            members: list | None = None, block_right: bool = True) -> list[Problem]:
     """The numbers of the rank that is its group's k-th (`outs`: its group's outputs, in that order); problems
-    name `rank`, its global rank (k itself where the group is the case's first ranks)."""
+    name `rank`, its global rank (k itself where the group is the case's first ranks). `block_right`: whether
+    the block without dropout came out right; where it did not, a wrong dropout output follows from it, and
+    nothing in it can single out the masks (issue 41: a sharded LayerNorm was reported as wrong streams)."""
     r = k if rank is None else rank
     if got.get("returned"):
         return [Problem(f"tp_block returned {got['returned']}", rank=r)]
@@ -119,6 +123,9 @@ def numbers(part: str, k: int, t: int, got: dict, want: dict, tol: float, outs: 
                             f"the unsharded block's is {tuple(want[key].shape)}", rank=r)]
         err = float((v.double() - want[key].double()).abs().max())
         text = f"{_name(key)} of {WHAT[part]} differs from the unsharded block's by up to {err:.3g}"
+        if part == "dropout" and not block_right:
+            return [Problem(text + ": the block without dropout differs already (above), so this follows from it "
+                            "and says nothing of your dropout masks", rank=r, consequence=True)]
         if key == "out" and part == "dropout":
             text += _dropout_cause(k, outs, tol, members)
         return [Problem(text, rank=r)]     # the gradients of a wrong output say nothing more
@@ -180,7 +187,9 @@ def _spread(have: list) -> float:
     return max(float((have[0].double() - v.double()).abs().max()) for v in have[1:])
 
 
-def communication(part: str, r: int, got: dict, want: dict) -> list[Problem]:
+def communication(part: str, r: int, got: dict, want: dict, norm_bytes: int = 0) -> list[Problem]:
+    """The rounds of each phase against the block's; `norm_bytes`: the bytes of a LayerNorm's weight (or
+    bias), by which an all-reduce of a replicated LayerNorm's gradient is known (data, not the answer's text)."""
     out = []
     for phase, word in (("fwd", "forward"), ("bwd", "backward")):
         have, need = got.get(phase) or [], want[phase]
@@ -193,10 +202,20 @@ def communication(part: str, r: int, got: dict, want: dict) -> list[Problem]:
         elif "allgather_tp" in kinds:
             why = (". An all-gather is an extra round: q, k, v stay sharded by heads, each rank's attention "
                    "output is exactly the input its row-parallel proj needs")
+        elif kinds.count("allreduce_tp") > 2 and norm_bytes and any(
+                k == "allreduce_tp" and n == norm_bytes for k, n, _ in have) and norm_bytes != need[0][1]:
+            extra = sum(1 for k, n, _ in have if k == "allreduce_tp" and n == norm_bytes)
+            why = (f". {extra} of them reduce {norm_bytes:,} bytes, the size of a LayerNorm's weight or bias: the "
+                   f"LayerNorms are replicated, and every rank already computes their whole gradient from the whole "
+                   f"activation, so a sum over the ranks counts it t times. Only the sharded layers' partial sums "
+                   f"are reduced (one round per sub-layer each way)")
         elif kinds.count("allreduce_tp") > 2:
-            why = (". The block needs one round per sub-layer each way (after proj and after the MLP's down in the "
-                   "forward; before qkv and before up in the backward). Three column-parallel layers for q, k "
-                   "and v each copy into the region: one copy before one qkv layer is enough")
+            extra = kinds.count("allreduce_tp") - 2
+            why = (f". The block needs one round per sub-layer each way (after proj and after the MLP's down in the "
+                   f"forward; before qkv and before up in the backward), and this makes {extra} more"
+                   + (": three column-parallel layers for q, k and v would each copy into the region, where one "
+                      "copy before one qkv layer is enough" if word == "backward" and extra == 2 and
+                      all(n == need[0][1] for _, n, _ in have) else ""))
         elif len(have) < 2:
             why = ": each of the two sub-layers (attention, MLP) reduces once each way"
         out.append(Problem(f"{WHAT[part]}'s {word} made {rounds_text(have)}; it needs {rounds_text(need)}{why}",
@@ -223,9 +242,16 @@ def holds(part: str, r: int, t: int, got: dict, want: dict) -> list[Problem]:
     return out
 
 
-def judge_part(part: str, outcome) -> dict[str, list[Problem]]:
+def judge_part(part: str, outcome, block_right: bool | None = None) -> dict[str, list[Problem]]:
     """The part's problems on every rank. A case of several tensor-parallel groups side by side (`replicas`,
-    kind_block.py) judges each rank as its group's rank k: the k-th shard of the same unsharded block."""
+    kind_block.py) judges each rank as its group's rank k: the k-th shard of the same unsharded block.
+    `block_right`, for the dropout part: whether the block without dropout was right (in this case, or in the
+    cases the caller judged it in); by default read from this case's own block part, where it ran one."""
+    block = None
+    if part == "dropout" and any((outcome.obs.get(r, {}).get("tp_block") or {}).get("block") for r in outcome.obs):
+        block = judge_part("block", outcome)
+        if block_right is None:
+            block_right = not block_wrong(block)
     cfg = outcome.case.config
     replicas = (outcome.case.settings or {}).get("replicas", 1)
     n = outcome.case.stages
@@ -249,8 +275,13 @@ def judge_part(part: str, outcome) -> dict[str, list[Problem]]:
             found["numbers"].append(Problem(f"{WHAT[part]} raised {got['raised']}: {got['message']}{line}", rank=r))
             continue
         outs = [(recs[m] or {}).get("out") for m in members]
-        found["numbers"] += numbers(part, members.index(r), t, got, mine, tol, outs, rank=r, members=members)
-        found["communication"] += communication(part, r, got, mine)
+        found["numbers"] += numbers(part, members.index(r), t, got, mine, tol, outs, rank=r, members=members,
+                                    block_right=block_right is not False)
+        said = communication(part, r, got, mine, norm_bytes=cfg.hidden_size * getattr(torch, cfg.dtype).itemsize)
+        if said and block is not None and block["communication"]:     # the same rounds, said for the block
+            said = [replace(q, consequence=True, message=q.message.split(";")[0] + "; as the block without dropout "
+                            "made (above)") for q in said]
+        found["communication"] += said
     found["replicated"] = replicated(part, t, recs, [grid_members(g, t, replicas) for g in range(replicas)])
     if any(g is None or g.get("raised") or g.get("returned") for g in recs):
         found["replicated"].append(Problem(f"the LayerNorms of {WHAT[part]} could not be compared after an "
@@ -258,4 +289,9 @@ def judge_part(part: str, outcome) -> dict[str, list[Problem]]:
     return found
 
 
-__all__ = ["judge_part", "expected", "KIND_WORDS"]
+def block_wrong(found: dict[str, list[Problem]]) -> bool:
+    """Whether the block part's findings (judge_part("block", ...)) say its numbers or what it holds are wrong."""
+    return bool(found["numbers"] or found["holds"])
+
+
+__all__ = ["judge_part", "block_wrong", "expected", "KIND_WORDS"]

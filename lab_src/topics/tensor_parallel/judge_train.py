@@ -32,11 +32,13 @@ def curve_deviation(got: list[float], want: list[float]) -> float:
 
 
 def judge_training(outcome, steps: int, lr: float, want: list[float] | None = None,
-                   unchanged: list[float] | None = None) -> dict[str, list[Problem]]:
+                   unchanged: list[float] | None = None, block_right: bool = True) -> dict[str, list[Problem]]:
     """{"curves": [...], "replicated": [...]}: each reporting rank's curve, and the replicas' equality.
     `want`: one process's curve, if the caller has it (the grader keeps it on disk); else computed here. On a
     case that changed the embedding (settings "perturb"), `want` is the changed model's, and `unchanged` the
-    configuration's own model's: a curve that follows the latter was not computed by the run."""
+    configuration's own model's: a curve that follows the latter was not computed by the run. `block_right`:
+    whether the block cases found the block right without dropout; where not, a curve that leaves one
+    process's is their consequence, and the dropout streams are not named as its cause."""
     cfg, n = outcome.case.config, outcome.case.stages
     rtol = CURVE_RTOL[cfg.dtype]
     found = {"curves": [], "replicated": []}
@@ -73,7 +75,8 @@ def judge_training(outcome, steps: int, lr: float, want: list[float] | None = No
             continue
         peers = [c for q, c in reporting.items() if q != r and q % p == r % p and len(c) == len(got)]
         apart = any(max(relative_differences(got, c)) > rtol for c in peers)
-        cause = (" The ranks of this stage disagree with each other: outside the sharded region they drew different "
+        cause = (" The block without dropout is wrong already (above): the curve follows from it." if not block_right
+                 else " The ranks of this stage disagree with each other: outside the sharded region they drew different "
                  "dropout masks (the shared stream seeded per rank), so the replicated LayerNorms and residual "
                  "stream drift apart." if apart else
                  " The ranks agree with each other but not with one process: the masks inside the sharded region "
@@ -81,7 +84,7 @@ def judge_training(outcome, steps: int, lr: float, want: list[float] | None = No
         found["curves"].append(Problem(
             f"the loss curve leaves the single process's at step {bad}: {got[bad]:.6g} against {want[bad]:.6g} "
             f"(relative difference {diffs[bad]:.1e}, tolerance {rtol:.0e}; largest over the run "
-            f"{max(diffs):.1e}).{cause}", rank=r))
+            f"{max(diffs):.1e}).{cause}", rank=r, consequence=not block_right))
     by_stage: dict[int, list] = {}
     for r in range(n):
         norms = (outcome.obs.get(r) or {}).get("norms")
