@@ -13,7 +13,7 @@ Four parts, each a quarter of the points:
 from __future__ import annotations
 
 from lab_src.judge.problems import stamped
-from lab_src.topics.tensor_parallel.judge_layers import judge_part
+from lab_src.topics.tensor_parallel.judge_layers import causes_first, judge_part
 from lab_src.pipeline.config import LabConfig
 
 from .common import Item, case_problems
@@ -37,8 +37,8 @@ def judge(ctx, outcomes):
     for out in outcomes:
         label = out.case.label
         failed = case_problems(QID, out, label)
-        found = {part: ({"numbers": [], "communication": [], "holds": []} if failed else judge_part(part, out))
-                 for part in ("copy", "reduce", "column", "row", "mlp")}
+        found = causes_first({part: ({"numbers": [], "communication": [], "holds": []} if failed else
+                                     judge_part(part, out)) for part in ("copy", "reduce", "column", "row", "mlp")})
 
         def item(part_name: str, name: str, problems) -> Item:
             return Item(part_name, f"{name}, {label}", list(failed) + stamped(problems, QID, label))

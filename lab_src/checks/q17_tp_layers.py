@@ -35,7 +35,7 @@ class TPReport(CheckReport):
 
 def check() -> CheckReport:
     from lab_src.judge.problems import stamped
-    from lab_src.topics.tensor_parallel.judge_layers import WHAT, judge_part
+    from lab_src.topics.tensor_parallel.judge_layers import WHAT, causes_first, judge_part
     from lab_src.topics.tensor_parallel.timeline import call_labels
     srcs = sources("q17")
     cases = [make_case("tp", cfg, srcs, "q17", stages=t, label=f"t = {t}") for t, cfg in CONFIGS]
@@ -49,8 +49,9 @@ def check() -> CheckReport:
             problems += errs
             lines.append(UNFINISHED)
             continue
+        judged = causes_first({part: judge_part(part, out) for part in LAYER_PARTS})
         for part in LAYER_PARTS:
-            found = judge_part(part, out)
+            found = judged[part]
             mine = stamped(found["holds"] + found["numbers"] + found["communication"], "q17", label)
             problems += mine
             got = (out.obs.get(0, {}).get("tp") or {}).get(part) or {}
