@@ -224,3 +224,20 @@ def test_timelines_share_message_size_and_shape(afab):
     assert {e.bytes for e in ideal.events if not e.is_compute} == {4096}
     assert {e.shape for e in ideal.events if not e.is_compute} == {(2, 16, 32)}
     assert "averages of the measured run" in ideal.note
+
+
+def test_a_run_where_ranks_raised_says_so_above_its_timeline_not_that_every_rank_was_waiting():
+    """Issue 41, item 3: q11's wrong-direction run (ranks 0-2 raised, rank 3 left waiting) read "stopped by the
+    check: every rank was waiting" under a check that said rank 0 raised."""
+    from types import SimpleNamespace
+
+    from lab_src.views.saved import verdict
+    stuck = SimpleNamespace(absent=False)
+    errors = {r: {"type": "WrongDirection", "message": "a receive from rank 1"} for r in range(3)}
+    errors[3] = {"type": "StoppedWaiting", "message": "stopped by the check"}
+    out = SimpleNamespace(stuck=stuck, failure=None, errors=lambda: errors, case=SimpleNamespace(stages=4))
+    assert verdict(out) == ("ranks 0, 1, 2 raised WrongDirection; the other ranks were left waiting until the "
+                            "check stopped them")
+    waiting = {r: {"type": "StoppedWaiting", "message": "stopped by the check"} for r in range(4)}
+    out = SimpleNamespace(stuck=stuck, failure=None, errors=lambda: waiting, case=SimpleNamespace(stages=4))
+    assert verdict(out).startswith("stopped by the check: every rank was waiting")

@@ -24,7 +24,16 @@ def case_view(outcome) -> dict:
 
 
 def verdict(outcome) -> str:
-    """Why a case did not finish, in one line ("" when it did)."""
+    """Why a case did not finish, in one line ("" when it did): the ranks that raised first, those left
+    waiting after them (issue 41: a run where three ranks raised read "every rank was waiting")."""
+    from lab_src.harness.records import gave_up_waiting
+    raised = {r: e for r, e in outcome.errors().items()
+              if e.get("type") not in ("NotRun", "Stopped") and gave_up_waiting(e.get("message", ""), e.get("type", "")) is None}
+    if raised and (outcome.stuck is not None or len(raised) < outcome.case.stages):
+        kinds = sorted({e["type"] for e in raised.values()})
+        who = ", ".join(map(str, sorted(raised)))
+        return (f"rank{'s' if len(raised) > 1 else ''} {who} raised {' and '.join(kinds)}; the other ranks were left "
+                f"waiting" + (" until the check stopped them" if outcome.stuck is not None else ""))
     if outcome.stuck is not None:
         if outcome.stuck.absent:
             return ("stopped by the check: every rank was waiting, in a collective that a member of its group "
