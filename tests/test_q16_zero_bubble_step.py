@@ -9,6 +9,7 @@ import pytest
 
 from grader.cohort.answers import answer
 from hidden_grading import grade_answer
+from lab_src.judge.failures import case_problems
 from lab_src.topics.zero_bubble import judge as split_judge
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.schedules import schedule
@@ -123,6 +124,54 @@ def test_the_split_mistakes_on_one_process(reference, tmp_path):
     assert "stage 0" not in said              # the first stage's W does the whole backward: nothing was freed
 
 
+KEEPS_KEPT = '''
+
+_reference_w, _seen = backward_weight, []
+
+
+def backward_weight(stage, kept):
+    _seen.append(kept)              # "for later": a list of the answer's own that outlives W
+    return _reference_w(stage, kept)
+'''
+
+CYCLE_IN_HELPER = '''
+
+_reference_i = backward_input
+
+
+def backward_input(stage, input_tensor, output_tensor, output_grad):
+    input_grad, kept = _reference_i(stage, input_tensor, output_tensor, output_grad)
+    box = {"kept": kept}
+    box["self"] = box               # a helper's reference cycle: only the garbage collector frees it
+    return input_grad, kept
+'''
+
+
+@pytest.mark.parametrize("extra", [KEEPS_KEPT, CYCLE_IN_HELPER], ids=["own_list", "reference_cycle"])
+def test_a_graph_kept_alive_after_w_is_said_as_what_is_held_not_blamed_on_retain_graph(reference, tmp_path, extra):
+    """Issue 41, item 2: the memory rule said "without retain_graph=True" when the graph was kept alive by a
+    reference of the answer's own. It reads the bytes still held (harness/memory.py), never the source, and
+    says what is kept; retain_graph=True is one way among others."""
+    import gc
+    text = Path(reference["q16"]).read_text() + extra
+    gc.disable()                    # the cycle's graph lives until a collection: none runs during the split
+    try:
+        obs = split_obs(reference, tmp_path, text)
+    finally:
+        gc.enable()
+        gc.collect()
+    assert split_judge.numbers(obs, "float64") == split_judge.once(obs) == []
+    found = split_judge.freed(obs)
+    said = messages(found)
+    assert [p.message.split(":")[0] for p in found] == [
+        "stage 1 of 3 (a middle stage)", "stage 2 of 3 (the last stage, whose output is its loss)"]
+    held = obs["split_stages"][1]["held_after_weight"]
+    assert held > 0 and f"after its W, micro-batch 0's graph is still alive: {held} bytes of the tensors its " \
+                        f"forward saved for backward are still held" in said
+    assert "held in a dict, list or cache that outlives W" in said and "in a reference cycle of a helper" in said
+    assert "retain_graph=True on the last pass over those nodes is one way" in said
+
+
 # ---- wrong steps, graded (one launch each) ----------------------------------------------------------------
 def test_1f1b_handed_in_keeps_half_and_is_told_what_zero_bubble_moves(reference, tmp_path, no_leftovers):
     verdict = grade_answer("q16", answer("q16_one_f_one_b"), reference, tmp_path)
@@ -212,6 +261,138 @@ def test_a_rank_that_raises_in_w_after_sending_its_gradient_ends_the_case_at_onc
     errors = out.errors()
     assert sorted(errors) == [1] and errors[1]["type"] == "KeyError", errors
     assert out.stuck is None and out.failure is None
+
+
+# ZB-H1 with each rank's late W moved before its I: rank 0's W of backward k comes right before its I of the
+# same backward, and raises (nothing kept yet); the other ranks' late W's are of earlier backwards, and run
+LATE_W_FIRST = (("        input_grad = stage.backward_input(inputs.pop(mb), outputs.pop(mb), grad, microbatch=mb)\n"
+                 "        if not stage.is_first_stage:\n"
+                 '            stage.send(input_grad, r - 1, "send_backward", mb)      # the previous stage waits for '
+                 "it: now\n"),
+                ("        done.append(mb)\n"
+                 "        if len(done) > r:                        # rank r runs its W's r backwards late\n"
+                 "            stage.backward_weight(microbatch=done[len(done) - 1 - r])\n"))
+
+
+def late_w_first(reference) -> str:
+    text = Path(reference["q16"]).read_text()
+    i_and_send, late_w = LATE_W_FIRST
+    assert text.count(i_and_send + late_w) == 1
+    return text.replace(i_and_send + late_w, late_w + i_and_send)
+
+
+def test_a_send_whose_delivery_the_step_end_waits_for_is_seen_waiting():
+    """A stage posts its sends (B and E as it posts them) and waits for their delivery at the end of its step
+    (PipelineStage.flush, journalled A, then E once delivered). When every rank has done its part and one is
+    held there by a peer that raised, and posts no receive, the case is stuck: the watch stops it instead of
+    letting it wait for the group's timeout (issue 41)."""
+    import time as clock
+
+    from lab_src.harness.deadlock import Progress
+    p = Progress()
+
+    def feed(rank, *lines):
+        for tag, payload in lines:
+            p.feed(rank, clock.perf_counter(), tag, payload)
+    for r in range(3):
+        feed(r, ("C", "start 0"))
+    feed(0, ("B", ["0", "recv_backward", 0, 1]), ("E", ["0", "recv_backward", 0, 1]), ("W", ["0"]))  # raised after
+    feed(1, ("B", ["0", "send_backward", 0, 0]), ("E", ["0", "send_backward", 0, 0]),
+         ("B", ["0", "send_backward", 1, 0]), ("E", ["0", "send_backward", 1, 0]), ("W", ["0"]))
+    feed(2, ("W", ["0"]))
+    assert p.stuck(0, 3) is None                        # every rank has done its part: the case may end
+    feed(1, ("A", ["0", "send_backward", 0, 0]), ("E", ["0", "send_backward", 0, 0]))    # delivered: rank 0 took it
+    assert p.stuck(0, 3) is None
+    feed(1, ("A", ["0", "send_backward", 1, 0]))        # rank 0 posts no second receive from rank 1
+    stuck = p.stuck(0, 3)
+    assert stuck is not None and stuck.finished == [0, 1, 2] and not stuck.waits
+    assert stuck.lines() == ["rank 0 has done its part",
+                             ("rank 1 has done its part; its send_backward(mb=1) to rank 0 never got a matching "
+                              "receive"),
+                             "rank 2 has done its part"]
+    q = Progress()                                      # the same wait, its receive posted: it goes on
+    for r in range(2):
+        q.feed(r, 0.0, "C", "start 0")
+    q.feed(0, 0.0, "B", ["0", "send_forward", 0, 1])
+    q.feed(0, 0.0, "E", ["0", "send_forward", 0, 1])
+    q.feed(0, 0.0, "W", ["0"])
+    q.feed(1, 0.0, "B", ["0", "recv_forward", 0, 0])
+    q.feed(1, 0.0, "E", ["0", "recv_forward", 0, 0])
+    q.feed(1, 0.0, "W", ["0"])
+    q.feed(0, 0.0, "A", ["0", "send_forward", 0, 1])
+    assert q.stuck(0, 2) is None
+
+
+def test_a_rank_left_waiting_for_its_sends_delivery_after_a_peer_raised_is_stopped_at_once(
+        reference, answers_with, tmp_path, no_leftovers):
+    """Rank 0 raises in its first W (before its I); rank 1 has posted its second input gradient to rank 0,
+    which will never receive it, and waits for its delivery at the end of its step. That wait is journalled,
+    so the watch stops the case at once: it waited for the group's timeout (10 s a case, 2 cases in the check)."""
+    from lab_src.harness.case import Case
+    from lab_src.harness.runner import run_cases
+    cfg = LabConfig(num_stages=3, num_layers=6, num_microbatches=2, global_batch_size=4)
+    run = run_cases([Case(kind="pipeline", qid="q16", config=cfg, answers=answers_with(q16=late_w_first(reference)))],
+                    tmp_path, timeout_s=15)
+    (out,) = run.outcomes
+    errors = out.errors()
+    assert errors[0]["type"] == "RuntimeError" and "backward_weight (W0) runs before backward_input (I0)" in \
+        errors[0]["message"], errors
+    assert out.stuck is not None and out.stuck.finished == [0, 1, 2], out.stuck
+    assert errors[1]["type"] == errors[2]["type"] == "StoppedWaiting", errors
+    said = messages(case_problems(out))
+    assert "the other ranks were left waiting until the check stopped the run: rank 1 had done its part; its " \
+           "send_backward(mb=1) to rank 0 never got a matching receive" in said, said
+
+
+def test_the_check_of_a_right_split_and_a_w_before_its_i_says_the_split_passed_first(reference, in_tmp, capsys,
+                                                                                    monkeypatch, no_leftovers):
+    """Issue 41, item 2: the split ran after the steps, was skipped once two of them had deadlocked, and the
+    report began with "not run: 2 earlier cases of q16 deadlocked or timed out (the split alone ...)". The split
+    now runs first; the report says it passed, then the cause, then what it caused."""
+    import time
+
+    from lab_src import grading
+    from lab_src.answers import answers_dir
+    from lab_src.checks import check
+    from lab_src.registry import EXERCISES
+    monkeypatch.setattr(grading, "_checked", dict(grading._checked))     # this check's failure stays in this test
+    folder = answers_dir()
+    folder.mkdir()
+    for qid in EXERCISES["q16"].needs:
+        (folder / EXERCISES[qid].answer_file).write_text(Path(reference[qid]).read_text())
+    (folder / EXERCISES["q16"].answer_file).write_text(late_w_first(reference))
+    started = time.monotonic()
+    report = check("q16")
+    took = time.monotonic() - started
+    verdict = report.verdict()
+    assert not report.ok and verdict[0] == "q16: FAILED, 1 problem, and what it caused", verdict
+    said = " ".join(" ".join(verdict).split())
+    assert said.index("Passed: the split alone, each stage of 3, float64: backward_input and backward_weight give "
+                      "one backward()'s gradients") < said.index("[q16] rank 0: RuntimeError: stage 0, micro-batch 0: "
+                                                                 "backward_weight (W0) runs before backward_input (I0)")
+    assert "not run" not in said and "What that caused" in said
+    assert report.stages() == 4                          # the timeline's case: the 4-stage step
+    # both steps stopped by the watch, not by the group's timeout (10 s each; the check took 26 s, 9 s now)
+    assert [o.stuck is not None for o in report.run.outcomes] == [True, True, False]
+    print(f"the check took {took:.1f} s")
+
+
+def test_a_case_not_run_is_said_in_a_check_as_what_the_earlier_cases_caused():
+    from types import SimpleNamespace
+
+    from lab_src.checks.common import errors
+    not_run = {"type": "NotRun", "message": "not run: 2 earlier cases of q16 deadlocked or timed out", "pending": None,
+               "where": []}
+    skipped = SimpleNamespace(failure=None, stuck=None, case=SimpleNamespace(index=2),
+                              errors=lambda: {0: not_run})
+    (problem,) = errors(skipped, "q16", "the split alone")
+    assert problem.consequence and problem.message.startswith("not run")
+    stopped = SimpleNamespace(failure="case 2 not run: earlier cases of q16 stopped the run 2 times", stuck=None,
+                              case=SimpleNamespace(index=2), errors=dict)
+    assert errors(stopped, "q16", "the split alone")[0].consequence
+    raised = SimpleNamespace(failure=None, stuck=None, case=SimpleNamespace(index=0), errors=lambda: {
+        0: {"type": "RuntimeError", "message": "W0 before I0", "pending": None, "where": []}})
+    assert not errors(raised, "q16", "4 stages")[0].consequence
 
 
 # ---- Validate: the study is skipped ------------------------------------------------------------------------

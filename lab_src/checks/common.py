@@ -13,14 +13,15 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from lab_src import answers
 from lab_src.grading import autograding, grader_view
 from lab_src.harness.case import Case, CaseOutcome, Run
-from lab_src.judge.failures import case_problems
+from lab_src.judge.failures import case_problems, not_run
 from lab_src.judge.problems import Problem, sanitize, stamped
-from lab_src.judge.summary import counts, render
+from lab_src.judge.summary import counts, render, wrap
 from lab_src.pipeline.config import LabConfig
 from lab_src.registry import exercise
 from lab_src.views.saved import case_view, draw
@@ -37,11 +38,13 @@ class CheckReport:
     """What a check found, and the events of each case it ran (for the timeline).
 
     `ok`, `problems` (causes first), `lines` (what each case did), `traceback` (every exception's full
-    traceback), `outputs()` (what each rank printed), `timeline()`."""
+    traceback), `outputs()` (what each rank printed), `timeline()`. `passed`: the parts of the check that
+    passed, said right under a failed verdict's head, before its problems."""
 
     def __init__(self, qid: str, run: Run | None, problems: list[Problem], lines: list[str], views=None,
-                 tracebacks: list[str] | None = None, skipped: bool = False):
+                 tracebacks: list[str] | None = None, skipped: bool = False, passed: list[str] | None = None):
         self.qid, self.run, self.problems, self.lines = qid, run, problems, lines
+        self.passed = passed or []
         self.views = views if views is not None else [case_view(o) for o in (run.outcomes if run else [])]
         self._tracebacks = tracebacks or []
         self.skipped = skipped            # while autograding: nothing was checked here
@@ -110,7 +113,7 @@ class CheckReport:
         causes, caused = counts(self.problems)
         head = f"{title}: FAILED, {causes} problem{'s' if causes != 1 else ''}" + \
             (", and what it caused" if caused else "")
-        return [head] + render(self.problems)
+        return [head] + [part for line in self.passed for part in wrap(f"Passed: {line}")] + render(self.problems)
 
     def output_lines(self) -> list[str]:
         """The first lines each rank printed, and where the rest is."""
@@ -202,15 +205,19 @@ def make_case(kind: str, cfg: LabConfig, srcs, qid: str, **extra) -> Case:
 
 
 def errors(outcome: CaseOutcome, qid: str, label: str) -> list[Problem]:
-    """What went wrong in a case that did not run cleanly, causes first (judge/failures.py)."""
-    return stamped(case_problems(outcome), qid, label)
+    """What went wrong in a case that did not run cleanly, causes first (judge/failures.py). A case not run
+    because earlier ones deadlocked or timed out follows from their problems: a consequence, said after them."""
+    found = stamped(case_problems(outcome), qid, label)
+    return [replace(p, consequence=True) for p in found] if not_run(outcome) else found
 
 
 def finish(qid: str, run: Run | None, problems: list[Problem], lines: list[str],
-           tracebacks: list[str] | None = None, views=None, cls: type = CheckReport) -> CheckReport:
+           tracebacks: list[str] | None = None, views=None, cls: type = CheckReport,
+           passed: list[str] | None = None) -> CheckReport:
     """The report of a check: printed (what went wrong first, on stderr, which a notebook shows in red)
-    and returned, passed or failed. `cls`, `views`: a report of another kind (q14's knows the grid)."""
-    report = cls(qid, run, problems, lines, views, tracebacks=tracebacks)
+    and returned, passed or failed. `cls`, `views`: a report of another kind (q14's knows the grid);
+    `passed`: what passed, said before the problems of a failed report."""
+    report = cls(qid, run, problems, lines, views, tracebacks=tracebacks, passed=passed)
     verdict = "\n".join(report.verdict())
     rest = "\n\n".join("\n".join(p) for p in (lines, report.output_lines(), report.footer()) if p)
     if report.ok:

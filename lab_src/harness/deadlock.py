@@ -6,8 +6,13 @@ member of its group will not join (that member has done its part, or is stuck el
 part (it will send nothing more). Nothing can change that, so the launching process stops the case at once
 (harness/runner.py) instead of waiting for the group's timeout. A send counts from the moment it
 begins (B, or P for a posted one): the watch errs towards "a message is on its way", never towards
-stopping a run that could go on. Code that journals a send and a receive as one operation would hide the
-send from it: journal each send on its own (topics/p2p/rawp2p.py does, for raw torch.distributed calls).
+stopping a run that could go on. A stage posts its sends (B and E as it posts them) and, at the end of
+its step, waits for their delivery (PipelineStage.flush): a send still undelivered then is journalled A
+again, and E once delivered (where the stage's ranks are the launch's, as the journal's peers must be).
+The rank has done its part, but it is held there until its peer posts the receive: when every rank has
+done its part and one of them is held so by a peer that posts nothing more (a peer that raised), the
+case is stuck too. Code that journals a send and a receive as one operation would hide the send from it:
+journal each send on its own (topics/p2p/rawp2p.py does, for raw torch.distributed calls).
 
 After a run that did not finish, `report` gives, for each rank, the last operation it completed and
 the operation it is still waiting in:
@@ -55,6 +60,8 @@ def rank_state(journal: Path, case_index: int) -> dict:
             op = describe_op(p.kind, p.microbatch, p.peer, p.chunk)
             if tag in ("B", "P"):
                 waiting.append(op)
+            elif op not in waiting:     # the end of a wait for a send's delivery (PipelineStage.flush): no
+                continue                # operation of its own, the send ended when it was posted
             else:
                 if p.kind != BARRIER:       # through a barrier is no operation done
                     state["last_done"] = op
@@ -76,12 +83,14 @@ def recover(journal: Path, case_index: int, rank: int, stopped_at: float) -> dic
         if op.kind == BARRIER:          # not an operation of the run
             continue
         key = repr(op.what)
-        if tag in ("B", "P"):
+        if tag in ("A", "E") and not begun.get(key):
+            continue                    # the wait for a send's delivery (PipelineStage.flush): the send ended
+        if tag in ("B", "P"):           # when it was posted, and the rank had done its part
             begun.setdefault(key, []).append(t)
         if tag in ("B", "A"):
             pending = (op, t)
         elif tag == "E":
-            start = (begun.get(key) or [t]).pop(0)
+            start = begun[key].pop(0)
             events.append([rank, op.kind, op.microbatch, op.peer, None, 0, start, t, op.chunk])
             if pending is not None and pending[0].what == op.what:
                 pending = None
@@ -132,6 +141,8 @@ class RankProgress:
     pending: Pending | None = None      # the operation it is in
     pending_since: float | None = None  # its journal time
     pending_tag: str = ""               # B: an operation it is in; A: the wait for a message it posted
+    delivering: tuple | None = None     # (peer, n): it waits for the delivery of its n-th send to peer, a
+                                        # send that ended when it was posted (PipelineStage.flush)
 
 
 @dataclass
@@ -191,6 +202,8 @@ class Progress:
         self.posted: dict[tuple, list] = defaultdict(list)      # (case, src, dst) -> [(kind, mb)] sent
         self.claimed: Counter = Counter()                        # (case, src, dst) -> receives begun or posted
         self.ordinals: dict[tuple, list] = defaultdict(list)    # (case, rank, op) -> n of its open receives
+        self.sent: dict[tuple, list] = defaultdict(list)        # (case, rank, op) -> n of each send begun, kept
+                                                                # after its E: the stage's flush waits for it later
         self.joined: Counter = Counter()        # (case, rank, group) -> collectives over it begun (group:
                                                 # its sorted ranks, or BARRIER for the case's barriers)
         self.changed_at = time.monotonic()
@@ -215,8 +228,18 @@ class Progress:
         kind, mb, peer = pending.kind, pending.microbatch, pending.peer
         op = Op.of(kind)
         key = (case, rank, repr(pending.what))
+        if op is not None and op.is_send and tag in ("A", "E") and not self.ordinals.get(key) \
+                and self.sent.get(key) and isinstance(peer, int):
+            # the wait for a send's delivery at the end of a step (PipelineStage.flush): no operation of its
+            # own. Of sends of the same name (one per step of a training run), the first whose receive the
+            # peer has not posted: the rank waits for that one, now or once the earlier ones are delivered
+            took = self.claimed[(case, rank, peer)]
+            state.delivering = None if tag == "E" else \
+                (peer, next((n for n in self.sent[key] if n > took), self.sent[key][-1]))
+            return
         if tag in ("B", "P", "A"):
             state.finished = False          # a W holds until the rank begins another operation
+            state.delivering = None
         if tag in ("B", "P"):               # B: the rank is in it now; P: posted, the rank goes on
             if tag == "B":
                 state.pending, state.pending_since, state.pending_tag = pending, t, tag
@@ -227,6 +250,7 @@ class Progress:
                 # when `peer` has posted the receive that takes it (gloo's sends wait for their receive)
                 self.posted[(case, rank, peer)].append((kind, mb))
                 self.ordinals[key].append(len(self.posted[(case, rank, peer)]))
+                self.sent[key].append(len(self.posted[(case, rank, peer)]))
             elif op is not None and op.is_recv and isinstance(peer, int):
                 # gloo matches a peer's messages to the receives in the order they were posted: this
                 # receive takes the n-th message that `peer` sends to this rank
@@ -252,7 +276,9 @@ class Progress:
         n-th to its peer, and the peer has posted fewer than n receives from it (a gloo send waits for its
         receive); when it is in a send whose peer has done its part (it posts no more receives) with fewer
         than n posted, as after a rank that raised once its gradient was sent, or waits at the case's
-        barrier (it posts nothing before the others are there); or when it has done its part. A rank in a
+        barrier (it posts nothing before the others are there); or when it has done its part. When every
+        rank has done its part, the case ends, unless one of them waits for the delivery of a send that
+        its peer has posted no receive for (PipelineStage.flush): nobody will post it. A rank in a
         collective, or at the case's barrier, can do nothing more when a member of its group is not in it
         and will not get there: it has done its part (at the barrier, that counts as there), or it is in
         some other operation, itself stuck (every rank of a stuck case is). A rank computing, posting a
@@ -289,7 +315,10 @@ class Progress:
                 return None                     # its receive is posted; or its peer may still post it
             waits[r] = (kind, mb, peer, s.pending_since, chunk)
         if not waits:
-            return None                         # everybody is done: the case is ending normally
+            held = {r: self.ranks[(case, r)].delivering for r in finished if self.ranks[(case, r)].delivering}
+            if not held or any(self.claimed[(case, r, peer)] >= n for r, (peer, n) in held.items()):
+                return None                     # everybody is done: the case is ending normally
+            # every rank has done its part, and one waits for a send's delivery that no rank will take
         unreceived = {(src, dst): sends[self.claimed[(c, src, dst)]:]
                       for (c, src, dst), sends in self.posted.items()
                       if c == case and len(sends) > self.claimed[(c, src, dst)]}

@@ -30,6 +30,15 @@ def is_wait(error: dict) -> bool:
     return gave_up_waiting(error.get("message", ""), error.get("type", "")) is not None
 
 
+def not_run(outcome) -> bool:
+    """Whether a case was not run at all because earlier cases of its exercise deadlocked, timed out or
+    stopped their launch (harness/worker.py, harness/runner.py): what follows from their problems."""
+    if outcome.failure:
+        return f"case {outcome.case.index} not run: " in outcome.failure
+    errors = outcome.errors()
+    return bool(errors) and all(e.get("type") == "NotRun" for e in errors.values())
+
+
 def case_problems(outcome, ring: int | None = None) -> list[Problem]:
     """A case that did not complete, or raised on some rank, as problems (empty when it ran cleanly).
     `ring`: the ranks form a ring of this many (an interleaved schedule: rank p - 1 sends to rank 0)."""

@@ -145,10 +145,15 @@ class PipelineStage(nn.Module):
         with trace.span(operation, microbatch, dst, tuple(data.shape), data.numel() * data.element_size(), chunk):
             # Posted, not waited for: the stage goes on computing while the message travels. `data` is
             # an activation kept for backward (or an input gradient), never changed afterwards.
-            self._sends.append((dist.isend(data, group=self.group, group_dst=dst), data))
+            self._sends.append((dist.isend(data, group=self.group, group_dst=dst), data,
+                                (operation, microbatch, dst, chunk)))
 
     def flush(self) -> None:
-        """Wait until every message this stage sent has been delivered (the end of a step)."""
+        """Wait until every message this stage sent has been delivered (the end of a step). A send not
+        delivered yet is journalled as the wait it is (trace.delivering), for the deadlock watch: a peer
+        that raised posts no receive for it. Only where the stage's ranks are the launch's: the journal
+        names peers by their rank in the stage's group, which the watch reads as the launch's ranks, and
+        in a grid (q14) a pipeline group's ranks are not those."""
         if self._posted:
             left = ", ".join(f"{trace.op_text(r.operation, r.microbatch, r.chunk)} from rank {r.src}"
                              for r in self._posted)
@@ -156,9 +161,22 @@ class PipelineStage(nn.Module):
             raise RuntimeError(f"stage {self.pp_rank}: the step ended with receives posted and never waited for: "
                                f"{left}. Call .wait() on what post_recv returns, before the compute that needs it")
         while self._sends:
-            work, _ = self._sends[0]
-            waiting.wait(work)
+            work, _, (operation, microbatch, dst, chunk) = self._sends[0]
+            if work.is_completed() or not self._ranks_are_the_launchs():
+                waiting.wait(work)
+            else:
+                with trace.delivering(operation, microbatch, dst, chunk):
+                    waiting.wait(work)
             self._sends.pop(0)
+
+    def _ranks_are_the_launchs(self) -> bool:
+        """Whether each rank of the stage's group is the same rank of the launch (its default group)."""
+        if self.group is None:
+            return True
+        try:
+            return all(dist.get_global_rank(self.group, r) == r for r in range(self.pp_size))
+        except (RuntimeError, ValueError):
+            return False
 
     def recv(self, src: int, shape, operation: str, microbatch: int = 0, chunk: int = 0) -> torch.Tensor:
         where = f"stage {self.pp_rank} {trace.op_text(operation, microbatch, chunk)}"

@@ -275,6 +275,22 @@ class Posted:
         t.record(Event(t.rank, *self.what, t_start, t_end, self.chunk), self.pending)
 
 
+@contextlib.contextmanager
+def delivering(kind: str, microbatch, peer, chunk: int = 0):
+    """Around the wait for a send already recorded (a stage's, posted as it was sent) to be delivered, at the
+    end of a step: journalled A when the wait begins and E when it returns (none on an exception), for the
+    deadlock watch alone (harness/deadlock.py). No event, and the rank's operation in progress stays what it
+    was: the send ended when it was posted, and the rank has done its part."""
+    t = active()
+    if t is None:
+        yield
+        return
+    pending = Pending(t.label, kind, microbatch, peer, chunk)
+    t._write("A", pending)
+    yield
+    t._write("E", pending)
+
+
 def waiting(kind: str, group: tuple):
     """Mark a collective's preparation as the operation in progress (for the journal and an error's report)
     without recording an event: its members agreeing on what to reduce is not the reduction (q14)."""

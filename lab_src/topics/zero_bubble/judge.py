@@ -5,7 +5,8 @@ two halves against one backward. Three questions, each a list of problems (empty
               added to what `.grad` held, as backward() adds
     once      I + W together do the floating-point work of one backward, not a second pass over the
               input's path (within 5 %)
-    freed     once W has run, autograd holds nothing more for the micro-batch
+    freed     once W has run, autograd holds nothing more for the micro-batch: read from the bytes of saved
+              tensors still alive (harness/memory.py), whatever keeps them
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from lab_src.judge.problems import Problem
 
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
 ONCE = 1.05
+MB = 0              # the one micro-batch a "split" case runs through each stage (kind.py)
 
 
 def _where(r: int, p: int) -> str:
@@ -79,10 +81,16 @@ def freed(obs: dict) -> list[Problem]:
             continue
         left = o["held_after_weight"]
         if left:
-            problems.append(Problem(f"{_where(r, p)}: after backward_weight, autograd still holds {left} bytes saved for "
-                                    f"this micro-batch's backward (of {o['held_before']} after its forward): "
-                                    f"something W never runs keeps the graph (the last pass over it without "
-                                    f"retain_graph=True frees it; what you keep should be dropped after W)"))
+            problems.append(Problem(
+                f"{_where(r, p)}: after its W, micro-batch {MB}'s graph is still alive: {left} bytes of the tensors "
+                f"its forward saved for backward are still held ({o['held_before']} after F{MB}, "
+                f"{o['held_after_input']} after I{MB}), measured once backward_weight (W{MB}) had returned and the "
+                f"stage had dropped what your backward_input kept. Something of yours still reaches that graph: "
+                f"`kept`, or a tensor or node of the graph, held in a dict, list or cache that outlives W, in a "
+                f"closure or a hook, or in a reference cycle of a helper (only Python's garbage collector frees a "
+                f"cycle, later). retain_graph=True on the last pass over those nodes is one way their saved tensors "
+                f"outlive it; a reference is what keeps them. Keep what W needs only in `kept`, and nothing once W "
+                f"has run"))
     return problems
 
 
@@ -94,7 +102,7 @@ def summary(obs: dict) -> list[str]:
         if o.get("outcome") != "returned":
             continue
         ratio = o["flops_split"] / o["flops_backward"] if o["flops_backward"] else float("nan")
-        lines.append(f"  stage {r} of {p}: I + W = {ratio:.2f} x one backward's operations; bytes held "
+        lines.append(f"    stage {r} of {p}: I + W = {ratio:.2f} x one backward's operations; bytes held "
                      f"{o['held_before']} after F, {o['held_after_input']} after I, {o['held_after_weight']} after W")
     return lines
 
