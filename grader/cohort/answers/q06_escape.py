@@ -1,4 +1,4 @@
-import json, os, socket, subprocess, sys, time
+import json, os, socket, subprocess, sys
 from pathlib import Path
 
 _seen = {"found": [], "wrote": [], "net": False, "forks": 0}
