@@ -342,6 +342,26 @@ def tp_block(block, tp, q17):
     """
 
 
+@_exercise_api("q19")
+def ring_all_reduce(tensor, group=None):
+    """Sum `tensor` over the ranks of the process group `group` (the whole world when None), in place, with
+    a ring, and return `tensor`. Every rank of the group calls it with a tensor of the same shape and dtype;
+    afterwards each holds the sum of all of them, and all hold exactly the same bits.
+
+    Only point-to-point messages (`dist.send`, `dist.recv`, `dist.isend`, `dist.irecv`,
+    `dist.batch_isend_irecv`), each to the next position of the ring or from the previous one: with n ranks
+    in the group and this rank at position i = `dist.get_rank(group)`, it sends to position (i + 1) % n and
+    receives from (i - 1) % n. Positions are ranks of the group, not global ranks (`group_dst=` /
+    `group_src=`, or `dist.get_global_rank(group, j)`). A collective of torch.distributed is not allowed.
+
+    The algorithm: split the flattened tensor into n chunks (any length, fewer elements than ranks
+    included), then n - 1 steps of reduce-scatter (each step sends one chunk and adds the one received),
+    after which each rank holds one chunk of the sum, then n - 1 steps of all-gather (each step passes on a
+    chunk of the sum). That is 2(n - 1) messages from each rank, none larger than a chunk, about 2(n - 1)/n
+    of the tensor's bytes in all. A group of one rank returns `tensor` untouched, without a message.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

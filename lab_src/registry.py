@@ -114,6 +114,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              schedule="zbh1", timeline="more micro-batches than stages", other_schedule_credit=0.5),
     Exercise("q17", "tp_layers", "Tensor parallel: column and row parallel layers, the MLP with one all-reduce", ()),
     Exercise("q18", "tp_block", "Tensor parallel: the whole block, dropout seeds, training to one process's curve", ("q17",)),
+    Exercise("q19", "ring_all_reduce", "Data parallel from first principles: a ring all-reduce from point-to-point messages", ()),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]
@@ -125,6 +126,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "pipeline_schedules": ("q11", "q12", "q15", "q16"),
     "pipeline_training": ("q13", "q14"),
     "tensor_parallel": ("q17", "q18"),
+    "data_parallel": ("q19",),
 }
 
 

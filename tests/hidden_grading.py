@@ -1,7 +1,7 @@
 """Grade one answer of one exercise through its hidden tests, as grader/trusted.py does, without a notebook:
 the student's answer for `qid`, the reference for every other exercise, every case in the grading sandbox.
-The tests of single exercises' wrong answers use it (tests/test_qNN_*.py); the cohort grades whole
-submissions."""
+The tests of single exercises' wrong answers use it (tests/test_qNN_*.py), or `grade_answers` for several
+answers of one exercise in one launch; the cohort grades whole submissions."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,3 +29,24 @@ def grade_answer(qid: str, text: str, reference: dict, folder: Path, timeout_s: 
     verdict = summarize(qid, tests.judge(ctx, run.outcomes))
     verdict["wall_s"] = run.wall_s
     return verdict
+
+
+def grade_answers(qid: str, answers: dict[str, str], reference: dict, folder: Path) -> dict[str, tuple[float, list[str]]]:
+    """{name: (fraction, the verdict's lines)} of each answer text of `qid`, every answer's cases in one launch
+    (a launch stops trying an exercise after two of its cases deadlocked: put an answer that deadlocks last)."""
+    folder = Path(folder)
+    tests = hidden_tests(qid)
+    contexts, spans, cases = {}, {}, []
+    for name, text in answers.items():
+        path = folder / f"{name}.py"
+        path.write_text(text)
+        contexts[name] = Context(student={**reference, qid: str(path)}, reference=reference)
+        made = tests.cases(contexts[name])
+        spans[name] = (len(cases), len(made))
+        cases += made
+    run = run_cases(cases, folder / "run", case_deadline_s=GRADING_CASE_DEADLINE_S, timeout_s=GRADING_RECV_TIMEOUT_S)
+    out = {}
+    for name, (start, n) in spans.items():
+        verdict = summarize(qid, tests.judge(contexts[name], run.outcomes[start:start + n]))
+        out[name] = (verdict["fraction"], verdict["messages"])
+    return out

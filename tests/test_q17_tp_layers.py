@@ -275,28 +275,9 @@ def test_reference_passes_the_visible_check_on_2_and_4_ranks(reference, in_tmp, 
 
 
 def grade(reference, tmp_path, answers: dict[str, str]) -> dict[str, tuple[float, list[str]]]:
-    """Grade each q17 answer text through the hidden tests, all cases in one launch."""
-    from grader.hidden import hidden_tests
-    from grader.hidden.common import Context
-    from grader.trusted import summarize
-    from lab_src.harness.limits import GRADING_CASE_DEADLINE_S, GRADING_RECV_TIMEOUT_S
-    from lab_src.harness.runner import run_cases
-    tests = hidden_tests("q17")
-    contexts, spans, cases = {}, {}, []
-    for name, text in answers.items():
-        path = tmp_path / f"{name}.py"
-        path.write_text(text)
-        contexts[name] = Context(student={**reference, "q17": str(path)}, reference=reference)
-        made = tests.cases(contexts[name])
-        spans[name] = (len(cases), len(made))
-        cases += made
-    run = run_cases(cases, tmp_path / "run", case_deadline_s=GRADING_CASE_DEADLINE_S,
-                    timeout_s=GRADING_RECV_TIMEOUT_S)
-    out = {}
-    for name, (start, n) in spans.items():
-        verdict = summarize("q17", tests.judge(contexts[name], run.outcomes[start:start + n]))
-        out[name] = (verdict["fraction"], verdict["messages"])
-    return out
+    """Grade each q17 answer text through the hidden tests, all cases in one launch: {name: (fraction, lines)}."""
+    from hidden_grading import grade_answers
+    return grade_answers("q17", answers, reference, tmp_path)
 
 
 # name: (the answer, its fraction of the points, what its feedback must say); parts: communication functions

@@ -580,4 +580,30 @@ MISTAKES = {
         ("        self.proj = q17.RowParallelLinear(block.proj, tp)", "        self.proj = ProjByHeads(block.proj, tp)"),
     ], Q18_COPY, top="# q18: proj's own all-reduce over the default group: right while the job is one tensor-parallel "
                      "group, wrong in a t x p grid\n"),
+    "q19_whole_tensor": Mistake("q19", [
+        (Span("    me = dist.get_rank(group)\n", "        chunks[(me - step) % n].copy_(received)\n"),
+         "    me = dist.get_rank(group)\n"
+         "    right, left = (me + 1) % n, (me - 1) % n\n"
+         "    send_buf = tensor.clone()\n"
+         "    recv_buf = torch.empty_like(tensor)\n"
+         "    total = tensor.clone()\n"
+         "    for _ in range(n - 1):                 # pass the tensor round: each rank adds every other's\n"
+         "        req = dist.isend(send_buf, group=group, group_dst=right)\n"
+         "        dist.recv(recv_buf, group=group, group_src=left)\n"
+         "        req.wait()\n"
+         "        total += recv_buf\n"
+         "        send_buf, recv_buf = recv_buf, send_buf\n"
+         "    tensor.copy_(total)\n"),
+    ], top="# q19: the tutorial's ring: the whole tensor passed n - 1 times, each rank adding every other's input\n"),
+    "q19_global_rank": Mistake("q19", [
+        ("    me = dist.get_rank(group)\n", "    me = dist.get_rank()\n"),
+    ], top="# q19: the position in the ring taken from the global rank\n"),
+    "q19_blocking": Mistake("q19", [
+        ("""        ops = [dist.P2POp(dist.isend, send, group=group, group_peer=right),
+               dist.P2POp(dist.irecv, recv, group=group, group_peer=left)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()""",
+         """        dist.send(send, group=group, group_dst=right)
+        dist.recv(recv, group=group, group_src=left)"""),
+    ], top="# q19: each step a blocking send, then a blocking receive, on every rank\n"),
 }

@@ -246,3 +246,16 @@ def shortened(text: str, limit: int = 160) -> str:
     if " (" in head[20:]:
         return head[:head.index(" (", 20)] + " (...)"
     return head[:limit].rsplit(" ", 1)[0] + " ..."
+
+
+def read_prediction(ctx, qid: str, name: str, items: list[Item]) -> dict | None:
+    """The numbers the answer cell's function `name` returns (lab_src/judge/numeric.py reads them, never runs
+    them), or None after putting on every item of `items` why they could not be read."""
+    from lab_src.judge.numeric import NotANumber, read_numbers
+    path = ctx.student.get(qid)
+    try:
+        return read_numbers(Path(path).read_text(errors="replace"), name) if path else {}
+    except NotANumber as e:
+        for item in items:
+            item.problems.append(Problem(f"the prediction could not be read: {e}", exercise=qid))
+        return None

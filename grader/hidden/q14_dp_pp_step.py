@@ -10,15 +10,13 @@ Three parts, each a third of the points:
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 from lab_src.topics.dp_pp.judge import failure_problems, judge_grid
-from lab_src.judge.numeric import NotANumber, read_numbers
 from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.dp_pp.traffic import PREDICTION_CONFIG, PREDICTION_NAME, TRAFFIC_KINDS
 
-from .common import Item, case_problems
+from .common import Item, read_prediction, case_problems
 
 QID = "q14"
 
@@ -94,12 +92,8 @@ HINTS = {
 
 def prediction_items(ctx) -> list[Item]:
     items = [Item("prediction", k) for k in TRAFFIC_KINDS]
-    path = ctx.student.get(QID)
-    try:
-        got = read_numbers(Path(path).read_text(errors="replace"), PREDICTION_NAME) if path else {}
-    except NotANumber as e:
-        for item in items:
-            item.problems.append(Problem(f"the prediction could not be read: {e}", exercise=QID))
+    got = read_prediction(ctx, QID, PREDICTION_NAME, items)
+    if got is None:
         return items
     want = expected_bytes(PREDICTION_CONFIG, ctx.reference_fn("q05"))
     for item in items:

@@ -20,9 +20,7 @@ Five parts, each a fifth of the points:
 """
 from __future__ import annotations
 
-from pathlib import Path
 
-from lab_src.judge.numeric import NotANumber, read_numbers
 from lab_src.judge.problems import Problem, stamped
 from lab_src.topics.tensor_parallel.judge_block import judge_part
 from lab_src.topics.tensor_parallel.judge_train import judge_training
@@ -30,7 +28,7 @@ from lab_src.pipeline.config import LabConfig
 from lab_src.topics.training.digits import DIGITS
 from lab_src.topics.tensor_parallel.traffic import PREDICTION, PREDICTION_NAME, expected_bytes
 
-from .common import Item, case_problems, code_of
+from .common import Item, read_prediction, case_problems, code_of
 
 QID = "q18"
 BLOCKS = {
@@ -153,12 +151,8 @@ def prediction_items(ctx) -> list[Item]:
     want = {"tensor_parallel": expected_bytes(PREDICTION, 2, 1)["tensor_parallel"],
             "pipeline": expected_bytes(PREDICTION, 1, 2)["pipeline"]}
     items = [Item("prediction", k) for k in want]
-    path = ctx.student.get(QID)
-    try:
-        got = read_numbers(Path(path).read_text(errors="replace"), PREDICTION_NAME) if path else {}
-    except NotANumber as e:
-        for item in items:
-            item.problems.append(Problem(f"the prediction could not be read: {e}", exercise=QID))
+    got = read_prediction(ctx, QID, PREDICTION_NAME, items)
+    if got is None:
         return items
     for item in items:
         k = item.name

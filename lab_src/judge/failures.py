@@ -56,7 +56,7 @@ def rank_problems(errors: dict[int, dict], stuck=None, ring: int | None = None) 
     wrong = {}
     for r, e in waits.items():
         kind, mb, peer = (e.get("pending") or [None] * 4)[1:4]
-        why = wrong_peer(r, kind, peer, ring) if kind else None
+        why = wrong_peer(r, kind, peer, ring, mb) if kind else None
         if why:
             wrong[r] = e
             never = "a receive that rank {} was never going to post" if kind.startswith("send") else \
@@ -188,7 +188,7 @@ def from_error(rank: int, error: dict, ring: int | None = None) -> Problem:
                    f"crash): no matching message arrived")
         else:
             msg = f"failed in {op}: {msg}"
-        wrong = wrong_peer(rank, kind, peer, ring)
+        wrong = wrong_peer(rank, kind, peer, ring, mb)
         if wrong:
             msg += f"\n    {wrong}"
     elif error["type"] == "StopIteration":
@@ -216,11 +216,12 @@ def student_line(error: dict) -> str:
     return f"\n    at {file} line {line}, in {fn}: {text}"
 
 
-def wrong_peer(rank: int, kind: str, peer, ring: int | None = None) -> str | None:
+def wrong_peer(rank: int, kind: str, peer, ring: int | None = None, microbatch=0) -> str | None:
     """Why `peer` is the wrong partner for `kind` on `rank`, or None if it is the right one. `ring`: the
-    ranks form a ring of this many (interleaved), where rank ring - 1 and rank 0 are neighbours too."""
+    ranks form a ring of this many (interleaved), where rank ring - 1 and rank 0 are neighbours too. A
+    message of no micro-batch is not a pipeline's (q19's ring all-reduce): no direction rule applies to it."""
     op = Op.of(kind)
-    if peer is None or op is None or op.is_compute or isinstance(peer, list):
+    if peer is None or op is None or op.is_compute or isinstance(peer, list) or microbatch is None:
         return None
     right = rank + 1 if op.towards_next else rank - 1
     if peer == right or (ring and peer == right % ring):

@@ -203,7 +203,10 @@ def unpack(pending: list) -> tuple:
 
 def op_text(kind: str, microbatch, chunk: int = 0, chunked: bool = False) -> str:
     """'recv_forward(mb=3)', or 'recv_forward(mb=3, chunk 1)' for a chunk other than 0 or, with `chunked`
-    (a rank of an interleaved pipeline), for every chunk."""
+    (a rank of an interleaved pipeline), for every chunk. A message of no micro-batch (q19's ring) is 'a send'
+    or 'a receive': it is no pipeline's operation."""
+    if microbatch is None and kind in SENDS + RECVS:
+        return "a send" if kind in SENDS else "a receive"
     return f"{kind}(mb={microbatch}{f', chunk {chunk}' if chunk or chunked else ''})"
 
 

@@ -58,6 +58,9 @@ class Timeline:
     verdict: str = ""                   # why the run did not finish, in one line
     row_notes: list[str] = field(default_factory=list)   # a second line under each rank's label ("dp 1, pp 1")
     hide_bubble: bool = False           # a figure above a prediction of the bubble does not give it away
+    # a run of messages with no schedule and no compute recorded (q19's ring: between its messages a rank adds
+    # or copies a chunk): nothing between the bars is a bubble; what is there instead
+    compute_free: str = ""
 
     @property
     def unfinished(self) -> bool:
@@ -107,6 +110,8 @@ class Timeline:
         return bytes_sent(self.events, self.p)
 
     def bubble_text(self) -> str:
+        if self.compute_free:
+            return self.compute_free
         if self.hide_bubble:
             return "bubble: yours to predict below"
         got = "n/a (no forward/backward recorded)" if self.bubble is None else f"{self.bubble:.1%}"

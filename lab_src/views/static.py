@@ -33,7 +33,7 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
     for a run that did not finish a little more, for where its ranks were left waiting)."""
     ms = 1e3
     t_max = t_max or tl.drawn_until or 1e-3
-    for r in range(tl.p) if not tl.collectives_only else ():   # the whole step is hatched idle time; what
+    for r in range(tl.p) if not (tl.collectives_only or tl.compute_free) else ():   # the step is hatched idle; what
         # the rank did is drawn over it (a run of collectives alone: between them the rank computes)
         ax.barh(r, tl.span * ms, left=0, height=ROW, color=COLORS["idle"], hatch="///", edgecolor="#d4d4d4", lw=0)
     for e in tl.events:
@@ -111,10 +111,14 @@ def _draw_unfinished(ax, tl: Timeline, t_max: float) -> None:
 
 
 def legend_handles(collectives: tuple = (), chunks: int = 1, unfinished: bool = False,
-                   pipeline: bool = True) -> list:
-    """What the colours mean; `pipeline=False` for a run of collectives alone (no boxes, messages or bubble)."""
+                   pipeline: bool = True, messages: bool = False) -> list:
+    """What the colours mean; `pipeline=False` for a run of collectives alone (no boxes, messages or bubble),
+    `messages` for a run of messages alone (q19's ring: no boxes or bubble)."""
     extra = [Patch(facecolor=COLORS["wait"], alpha=0.3, edgecolor=COLORS["wait"], linestyle="--",
                    label="left waiting")] if unfinished else []
+    if messages:
+        return extra + [Patch(color=COLORS["send"], label="send"), Patch(color=COLORS["recv"], label="receive (waiting)"),
+                        Line2D([], [], color="#555", marker=">", markersize=5, lw=1, label="message: send → receive")]
     if not pipeline:
         return extra + [Patch(color=COLORS[k], label=COLLECTIVE_LABELS[k]) for k in COLLECTIVE_LABELS
                         if k in collectives]
@@ -150,7 +154,7 @@ def figure(timelines: list[Timeline], title: str = "", memory_unit: str = "bytes
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")
     unfinished = any(tl.unfinished for tl in timelines)
     kinds = legend_kinds(e for tl in timelines for e in tl.events)
-    handles = legend_handles(kinds, timelines[0].chunks, unfinished)
+    handles = legend_handles(kinds, timelines[0].chunks, unfinished, messages=bool(timelines[0].compute_free))
     # one row while it fits the figure's width, else two (an interleaved run's chunk entries are long)
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles) if len(handles) <= 7 else
                -(-len(handles) // 2), fontsize=8, frameon=False)

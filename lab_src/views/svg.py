@@ -38,12 +38,12 @@ def nice_ticks(t_max_ms: float, target: int = 8) -> list[float]:
 
 
 def legend(x: float, y: float, collectives: tuple = (), chunks: int = 1, unfinished: bool = False,
-           right: float | None = None, pipeline: bool = True) -> str:
+           right: float | None = None, pipeline: bool = True, messages: bool = False) -> str:
     """What the colours mean, in one line starting at (x, y); past `right`, the rest goes on a second line
     LEGEND_LINE below (`legend_lines` says whether it will)."""
     start = x
     parts = []
-    for kind, fill, label, h in _legend_items(collectives, chunks, unfinished, pipeline):
+    for kind, fill, label, h in _legend_items(collectives, chunks, unfinished, pipeline, messages):
         w = _legend_width(label, kind)
         if right is not None and x > start and x + w > right:
             x, y = start, y + LEGEND_LINE
@@ -67,10 +67,10 @@ LEGEND_LINE = 16
 
 
 def legend_lines(x: float, right: float, collectives: tuple = (), chunks: int = 1, unfinished: bool = False,
-                 pipeline: bool = True) -> int:
+                 pipeline: bool = True, messages: bool = False) -> int:
     """How many lines the legend takes between x and right (1 or 2)."""
     width = sum(_legend_width(label, kind)
-                for kind, _, label, _ in _legend_items(collectives, chunks, unfinished, pipeline))
+                for kind, _, label, _ in _legend_items(collectives, chunks, unfinished, pipeline, messages))
     return 1 if x + width <= right else 2
 
 
@@ -78,9 +78,13 @@ def _legend_width(label: str, kind: str) -> float:
     return (28 if kind == "arrow" else 18) + 6.2 * len(label) + 12
 
 
-def _legend_items(collectives: tuple, chunks: int, unfinished: bool, pipeline: bool = True) -> list[tuple]:
+def _legend_items(collectives: tuple, chunks: int, unfinished: bool, pipeline: bool = True,
+                  messages: bool = False) -> list[tuple]:
+    wait = [("wait", None, "left waiting", BOX_H)] if unfinished else []
+    if messages:            # a run of messages alone (q19's ring): no boxes or bubble to name
+        return wait + [("box", COLORS["send"], "send", BAR_H), ("box", COLORS["recv"], "receive (waiting)", BAR_H),
+                       ("arrow", None, "message: send → receive", BAR_H)]
     if not pipeline:        # a run of collectives alone: no boxes, messages or bubble to name
-        wait = [("wait", None, "left waiting", BOX_H)] if unfinished else []
         return wait + [("box", COLORS[k], COLLECTIVE_LABELS[k], BAR_H) for k in COLLECTIVE_LABELS if k in collectives]
     forward = "forward (paler: later chunks)" if chunks > 1 else "forward"
     items = [("box", COLORS["forward"], forward, BOX_H), ("box", COLORS["backward"], "backward", BOX_H),
@@ -100,7 +104,8 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
     plot_w = width - LEFT - RIGHT
     lane_h = memory.LANE_H if memory.has_memory(tl) else 0      # the memory lane, when the run counted it
     collectives = legend_kinds(tl.events)
-    extra = (legend_lines(LEFT, width - 8, collectives, tl.chunks, tl.unfinished, not tl.collectives_only) - 1) \
+    extra = (legend_lines(LEFT, width - 8, collectives, tl.chunks, tl.unfinished, not tl.collectives_only,
+                          bool(tl.compute_free)) - 1) \
         * LEGEND_LINE
     height = TOP + tl.p * ROW_H + lane_h + AXIS_H + LEGEND_H + extra
     current = tl.events[step] if step is not None and tl.events else None
@@ -122,7 +127,7 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
         if tl.row_notes:     # the rank's coordinates on a grid: "dp 1, pp 1"
             out.append(f'<text x="{LEFT - 8}" y="{mid(r) + 16}" text-anchor="end" font-size="9" fill="#666">'
                        f'{tl.row_notes[r]}</text>')
-        if not tl.collectives_only:      # a run of collectives alone: between them the rank computes
+        if not (tl.collectives_only or tl.compute_free):   # between collectives (or a ring's messages) it computes
             out.append(f'<rect x="{x(0):.1f}" y="{mid(r) - BOX_H / 2}" width="{x(min(cursor, tl.span)) - x(0):.1f}" '
                        f'height="{BOX_H}" fill="url(#pp-idle)"/>')
     # boxes: done in colour, the part still to come as a ghost
@@ -189,7 +194,7 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
                    f'stroke-width="1.5"/><text x="{xc + 3:.1f}" y="{axis_y + 30}" fill="{COLORS["cursor"]}">'
                    f't = {cursor * 1e3:.2f} ms</text>')
     out.append(legend(LEFT, height - 8 - extra, collectives, tl.chunks, tl.unfinished, right=width - 8,
-                      pipeline=not tl.collectives_only))
+                      pipeline=not tl.collectives_only, messages=bool(tl.compute_free)))
     out.append("</svg>")
     return "\n".join(out)
 

@@ -62,19 +62,35 @@ def timelines(events: list[Event], p: int, m: int, *, schedule: str = "afab", ac
             prepare(ideal, p, m, kind="ideal", note=note, align=False, chunks=v))
 
 
-def static_figure(events: list[Event], p: int, m: int, *, title: str = "", with_ideal: bool = True, **how):
+def static_figure(events: list[Event], p: int, m: int, *, title: str = "", with_ideal: bool = True,
+                  compute_free: str = "", **how):
     """A matplotlib Figure: the measured timeline, and below it the ideal one on the same time axis.
-    `how`: the keyword arguments of `timelines` (schedule, activation_bytes, stage_layers, cost)."""
+    `how`: the keyword arguments of `timelines` (schedule, activation_bytes, stage_layers, cost).
+    `compute_free`: a run of messages with no schedule and no compute (q19's ring): the measured run alone,
+    nothing drawn as a bubble, and this said in its place."""
     from lab_src.views.static import figure
+    if compute_free:
+        return figure([messages_only(events, p, m, compute_free, **how)], title)
     measured, ideal = timelines(events, p, m, **how)
     return figure([measured, ideal] if with_ideal else [measured], title)
 
 
-def show(events: list[Event], p: int, m: int, *, title: str = "", **how):
-    """The animated timeline widget; while autograding, the static figure instead (no widgets)."""
+def messages_only(events: list[Event], p: int, m: int, compute_free: str, waits: list[Event] = (), ends=(),
+                  verdict: str = "", **_) -> Timeline:
+    """The measured timeline of a run of messages alone (no schedule to model, no compute, no bubble)."""
+    tl = prepare(events, p, m, waits=waits, ends=ends, verdict=verdict)
+    tl.compute_free = compute_free
+    return tl
+
+
+def show(events: list[Event], p: int, m: int, *, title: str = "", compute_free: str = "", **how):
+    """The animated timeline widget; while autograding, the static figure instead (no widgets).
+    `compute_free`: a run of messages alone (static_figure), drawn without a second view."""
     if os.environ.get("NBGRADER_EXECUTION"):
-        return static_figure(events, p, m, title=title, **how)
+        return static_figure(events, p, m, title=title, compute_free=compute_free, **how)
     from lab_src.views.widget import TimelineWidget
+    if compute_free:
+        return TimelineWidget(messages_only(events, p, m, compute_free, **how), None, title=title)
     measured, ideal = timelines(events, p, m, **how)
     return TimelineWidget(measured, ideal, title=title)
 

@@ -124,22 +124,20 @@ def _kind(is_send: bool, rank, peer) -> str:
     return "recv_backward" if towards_next else "recv_forward"
 
 
-def _group_rank(group) -> int | None:
+def _global_peer(group, peer, group_peer):
+    """The global rank of a message's peer: `dst` / `src` are global ranks already; `group_dst` /
+    `group_src` (a P2POp's `group_peer`) are ranks of `group`. The deadlock watch matches messages by global
+    rank, so a ring over a grid's column (q19), whose positions are not global ranks, is matched right."""
+    if peer is not None or group_peer is None or group is None:
+        return peer if peer is not None else group_peer
     try:
-        return dist.get_rank(group)
-    except Exception:  # noqa: BLE001 - not a member: the judge reports the messages
-        return None
-
-
-def _group_peer(group, peer, group_peer):
-    if group_peer is not None:
+        return dist.get_global_rank(group, group_peer)
+    except Exception:  # noqa: BLE001 - not in the group: keep it as given, the judge reports it
         return group_peer
-    if peer is None or group is None:
-        return peer
-    try:
-        return dist.get_group_rank(group, peer)
-    except Exception:  # noqa: BLE001 - not in the group: keep the global rank, the judge reports it
-        return peer
+
+
+class MessageToItself(ValueError):
+    """A send to, or a receive from, the rank itself: no peer will ever match it."""
 
 
 def check_tensor(call: dict | None, kind: str, tensor, mb) -> None:
@@ -166,10 +164,16 @@ class _Record:
     def __init__(self, is_send: bool, tensor, group, peer=None, group_peer=None, posted: bool = True):
         self.tracer = trace.active()
         call = _calls[-1] if _calls else None
-        self.peer = _group_peer(group, peer, group_peer)
-        self.kind = _kind(is_send, _group_rank(group), self.peer)
+        self.peer = _global_peer(group, peer, group_peer)
+        me = dist.get_rank()
+        self.kind = _kind(is_send, me, self.peer)
         self.mb = None if call is None else call["microbatch" if is_send else "recv_microbatch"]
-        check_direction(call, self.kind, self.peer, _group_rank(group))
+        if self.peer == me:
+            raise MessageToItself(
+                f"{'a send to' if is_send else 'a receive from'} rank {me}, this rank itself: no message ever "
+                f"matches it. With a group, group_dst= / group_src= (a P2POp's group_peer=) is a position in the "
+                f"group, dist.get_rank(group); dst= / src= is a global rank, dist.get_rank()")
+        check_direction(call, self.kind, self.peer, me)
         self.posted_only = posted          # a posted message: its request's wait() ends it
         self.shape = tuple(tensor.shape)
         self.nbytes = tensor.numel() * tensor.element_size()

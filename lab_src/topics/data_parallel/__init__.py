@@ -1,0 +1,28 @@
+"""Data parallel from first principles: a ring all-reduce written from point-to-point messages (q19).
+
+    records.py   what the kind and the judge share, torch-free: the record, the rings of a case, the seed's layers
+    inputs.py    the tensors a case sums, drawn from its seed (the ranks and the judge make the same ones)
+    kind.py      rank side: the answer's ring over the case's ranks (or a grid's columns), length after length
+    judge.py     parent side: the sums, the bits, the messages, the graded prediction
+    kind_study.py  rank side of the study: the ring and gloo's all-reduce timed, length after length
+    study.py     parent side: the ring's time against its length beside gloo's, the alpha-beta fit, algbw, busbw
+    figure.py    the pictures: the ring's two phases, and a run's messages per rank
+"""
+from lab_src.harness.limits import COLLECTIVE_TIMEOUT_FACTOR
+from lab_src.topics import Kind, Topic
+
+TOPIC = Topic(
+    name="data_parallel",
+    title="Data parallel from first principles: a ring all-reduce from point-to-point messages",
+    exercises=("q19",),
+    kinds={
+        "ring": Kind("kind", record="records:RingObserved", calls=("ring_all_reduce",),
+                     timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
+                     what="q19's ring all-reduce over the case's ranks (or the columns of a grid of them), one "
+                          "length after another: what each rank holds afterwards and every message it made"),
+        "ring_study": Kind("kind_study", record="records:StudyObserved", calls=("ring_all_reduce",),
+                           timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
+                           what="q19's ring and gloo's all-reduce timed at lengths from a few elements to "
+                                "millions, each repeated: the ring's alpha-beta fit, algbw and busbw"),
+    },
+)

@@ -1,0 +1,70 @@
+"""Q19's opening picture: a ring all-reduce over n ranks, step by step, drawn from the algorithm's own rule.
+
+    ring_figure(n=4)
+
+One panel per step: before the first, after each of the n - 1 steps of reduce-scatter and each of the n - 1
+of all-gather. In each, one row per rank, one cell per chunk of the tensor: the cell says whose inputs it
+holds the sum of, its shade how many (dark: all n, the finished sum). A thick edge marks the chunk each rank
+sends to the next rank in that step. The chunks each rank sends and adds follow the rule of the contract
+(lab_src/exercises.py, `ring_all_reduce`): in reduce-scatter step s, rank r sends chunk (r - s) mod n; in
+all-gather step s, chunk (r + 1 - s) mod n.
+"""
+from __future__ import annotations
+
+SHADES = ("#f4f4f4", "#d6e6f4", "#9ecae1", "#4292c6", "#08519c", "#08306b", "#08306b", "#08306b", "#08306b")
+
+
+def ring_steps(n: int) -> list[tuple[str, list[list[set]], list[int | None]]]:
+    """[(title, holds[rank][chunk] = the ranks whose inputs that chunk sums, chunk each rank sends next)]."""
+    holds = [[{r} for _ in range(n)] for r in range(n)]
+    out = []
+    for phase in ("reduce-scatter", "all-gather"):
+        for s in range(n - 1):
+            sends = [(r - s) % n if phase == "reduce-scatter" else (r + 1 - s) % n for r in range(n)]
+            if not out:
+                out.append(("before: each rank its own tensor", [[set(c) for c in row] for row in holds], sends))
+            else:
+                out[-1] = (out[-1][0], out[-1][1], sends)
+            new = [[set(c) for c in row] for row in holds]
+            for r in range(n):
+                c = sends[r]
+                nxt = (r + 1) % n
+                new[nxt][c] = (new[nxt][c] | holds[r][c]) if phase == "reduce-scatter" else set(holds[r][c])
+            holds = new
+            out.append((f"after {phase} step {s + 1}", [[set(c) for c in row] for row in holds], [None] * n))
+    return out
+
+
+def ring_figure(n: int = 4):
+    """A matplotlib figure of the ring's two phases on n ranks."""
+    from matplotlib.patches import Rectangle
+
+    from lab_src.views.static import TimelineFigure
+    steps = ring_steps(n)
+    fig = TimelineFigure(figsize=(2.0 * len(steps) + 0.6, 0.55 * n + 1.3), layout="constrained")
+    axes = fig.subplots(1, len(steps))
+    for ax, (title, holds, sends) in zip(axes, steps):
+        for r in range(n):
+            y = n - 1 - r
+            for c in range(n):
+                k = len(holds[r][c])
+                ax.add_patch(Rectangle((c, y), 0.92, 0.82, fc=SHADES[min(k, n if k == n else k - 1)] if k < n
+                                       else SHADES[5], ec="black" if sends[r] == c else "#999",
+                                       lw=2.4 if sends[r] == c else 0.6))
+                text = "".join(str(j) for j in sorted(holds[r][c])) if k < n else "sum"
+                ax.text(c + 0.46, y + 0.41, text, ha="center", va="center", fontsize=7,
+                        color="white" if k >= 3 or k == n else "black")
+            if sends[r] is not None:
+                ax.text(n + 0.05, y + 0.41, f"→ {(r + 1) % n}", fontsize=7, va="center", color="#333")
+        ax.set_xlim(-0.1, n + 0.8)
+        ax.set_ylim(-0.2, n + 0.1)
+        ax.set_yticks([n - 1 - r + 0.41 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=7)
+        ax.set_xticks([c + 0.46 for c in range(n)], [f"c{c}" for c in range(n)], fontsize=7)
+        ax.tick_params(length=0)
+        for side in ax.spines.values():
+            side.set_visible(False)
+        ax.set_title(title, fontsize=8)
+    fig.suptitle(f"A ring all-reduce on {n} ranks: n - 1 = {n - 1} steps of reduce-scatter, then {n - 1} of all-gather. "
+                 f"Each cell: whose inputs its chunk sums; thick edge: the chunk sent to the next rank (→) in the "
+                 f"next step", fontsize=9)
+    return fig

@@ -1,0 +1,228 @@
+"""Parent side of q19 (ring_all_reduce): what a run of the "ring" kind shows, from what its ranks recorded.
+
+Two parts, each judged on every length the case summed, every rank:
+
+    sums   each rank holds the sum of the n inputs (drawn here again from the case's seed: inputs.py), to a
+           float tolerance of n additions, and every rank of a ring holds exactly the same bits. A correct
+           reduce-scatter adds each chunk on one rank, in one order, and the all-gather hands that result
+           round; a ring that passes whole tensors, or ranks that each add everything, add in different
+           orders and differ in the last bits.
+    ring   what the messages were, read from the event record (the answer's own torch.distributed calls):
+           no collective; every send to the next position of the group and every receive from the previous
+           one; at most 2(n - 1) sends, none larger than a chunk (ceil(length / n) elements).
+
+One mistake shows on many lengths and ranks: each is said once, at the first length and rank that show it,
+with where else it showed under it (`merged`). Whether the ring moved the right bytes does not depend on the
+sums, and the other way round: a whole-tensor ring gets the sums right and fails the ring part alone.
+"""
+from __future__ import annotations
+
+import torch
+
+from lab_src.judge.problems import Problem
+from lab_src.topics.data_parallel.inputs import expected_sum, tensor_of
+from lab_src.topics.data_parallel.records import chunk_cap, groups_of, ring_bytes
+
+EPS = {"float32": 2.0 ** -23, "float64": 2.0 ** -52}
+COLLECTIVE_NAMES = {"allreduce_tp": "dist.all_reduce", "allgather_tp": "dist.all_gather",
+                    "reducescatter_tp": "dist.reduce_scatter", "broadcast_tp": "dist.broadcast",
+                    "reduce_tp": "dist.reduce", "barrier_tp": "dist.barrier"}
+
+
+def values_of(run: dict) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(the indices, the values) a rank's record holds of its result: all of them, or the sample."""
+    if run.get("whole") is not None:
+        v = run["whole"]
+        return torch.arange(v.numel()), v
+    if run.get("sample"):
+        return run["sample"][0], run["sample"][1]
+    return None, None
+
+
+def rings(outcome) -> list[list[int]]:
+    return groups_of(outcome.case.stages, outcome.case.settings.get("columns"))
+
+
+def chunk_of(index: int, length: int, n: int) -> int:
+    """The chunk an element is in, for an even split into n (torch.tensor_split's)."""
+    base, extra = divmod(length, n)
+    edge = extra * (base + 1)
+    return index // (base + 1) if index < edge else extra + (index - edge) // max(base, 1)
+
+
+def _diagnosis(got: torch.Tensor, want: torch.Tensor, mine: torch.Tensor, n: int) -> str:
+    """What a wrong result looks like, from the values alone."""
+    if torch.equal(got.double(), mine.double()):
+        return "it is this rank's own input, unchanged"
+    scale = float((got.double() * want).sum() / (want * want).sum().clamp_min(1e-300))
+    close = (got.double() - scale * want).abs().max() <= 1e-4 * want.abs().max()
+    if close and abs(scale - 1 / n) < 1e-6:
+        return f"it is the mean, the sum divided by n = {n}: the contract asks for the sum"
+    if close and abs(scale - round(scale)) < 1e-6 and round(scale) > 1:
+        return f"it is {round(scale)}x the sum: some inputs were added more than once"
+    return ""
+
+
+def judge_length(ring: list[int], runs: dict[int, dict], seed: int, dtype: str) -> dict[str, list[tuple]]:
+    """The problems of one length on one ring, {"sums": [(code, Problem)], "ring": [...]}; `runs`: rank ->
+    its record. The code names the cause, so that one cause is said once however often it shows."""
+    n = len(ring)
+    found = {"sums": [], "ring": []}
+    length = next(iter(runs.values()))["length"]
+    want, absum = expected_sum(seed, length, n, dtype)
+    tol = 4 * n * EPS[dtype] * absum + 1e-300
+    for r, run in runs.items():
+        position = ring.index(r)
+        idx, got = values_of(run)
+        if got is None or got.numel() != idx.numel():
+            found["sums"].append(("missing", Problem("the record of its result is missing", rank=r)))
+            continue
+        bad = ((got.double() - want[idx]).abs() > tol[idx]).nonzero().flatten()
+        if len(bad):
+            i = int(idx[bad[0]])
+            mine = tensor_of(seed, length, position, dtype)[idx]
+            why = _diagnosis(got, want[idx], mine, n)
+            if run.get("returned") == "tensor" and torch.equal(got.double(), mine.double()):
+                why = ("it returned another tensor and left the one it was given as it was: the contract sums in "
+                       "place (a reducer reduces the gradients where they are)")
+            chunks = sorted({chunk_of(int(idx[j]), length, n) for j in bad.tolist()})
+            where = (f"; wrong in chunk{'s' if len(chunks) > 1 else ''} {', '.join(map(str, chunks))} of {n} "
+                     f"(an even split), right in the others" if len(chunks) < min(n, length) and not why else "")
+            found["sums"].append(("values", Problem(
+                f"element {i} of {length:,} is {float(got[bad[0]]):.9g}, the sum of the {n} inputs is "
+                f"{float(want[i]):.9g} ({len(bad)} of the {idx.numel():,} elements read are wrong"
+                f"{where}){': ' + why if why else ''}", rank=r)))
+    if not found["sums"]:
+        digests = {r: run.get("digest") for r, run in runs.items()}
+        first = ring[0]
+        for r in ring[1:]:
+            if r in digests and digests[r] != digests.get(first):
+                found["sums"].append(("bits", Problem(
+                    f"holds the sum, but not bit for bit what rank {first} holds: the ranks added the inputs in "
+                    f"different orders. A reduce-scatter adds each chunk once, on one rank, and the all-gather "
+                    f"hands that chunk round as it is, so every rank holds the same bits; a ring that passes the "
+                    f"whole tensor, or ranks that each add all the inputs themselves, do not (and their replicas "
+                    f"of a model drift apart step by step)", rank=r)))
+                break
+    found["ring"] = judge_messages(ring, runs, length)
+    return found
+
+
+def judge_messages(ring: list[int], runs: dict[int, dict], length: int) -> list[tuple[str, Problem]]:
+    n = len(ring)
+    out = []
+    for r, run in runs.items():
+        position = ring.index(r)
+        element = 8 if run.get("dtype") == "float64" else 4
+        if run.get("collectives"):
+            names = sorted({COLLECTIVE_NAMES.get(k, k) for k in run["collectives"]})
+            out.append(("collective", Problem(f"ring_all_reduce called {', '.join(names)}, a collective of torch.distributed: "
+                               f"the exercise is to write the all-reduce itself, from point-to-point messages "
+                               f"to the ring's neighbours", rank=r)))
+            continue
+        sends, recvs = run.get("sends") or [], run.get("recvs") or []
+        if n == 1:
+            if sends or recvs:
+                out.append(("alone", Problem(f"a group of one rank made {len(sends) + len(recvs)} messages: it holds the sum "
+                                   f"already", rank=r)))
+            continue
+        nxt, prev = ring[(position + 1) % n], ring[(position - 1) % n]
+        wrong_to = sorted({p for p, _ in sends if p != nxt}, key=str)
+        wrong_from = sorted({p for p, _ in recvs if p != prev}, key=str)
+        if wrong_to or wrong_from:
+            def named(peers):
+                return ", ".join(f"rank {p}" + ("" if p in ring else " (outside its ring)") for p in peers)
+            parts = ([f"sent to {named(wrong_to)}"] if wrong_to else []) + \
+                ([f"received from {named(wrong_from)}"] if wrong_from else [])
+            grid = len(ring) < max(ring) + 1
+            out.append(("neighbours", Problem(
+                f"at position {position} of the ring of ranks {ring} it {' and '.join(parts)}; its neighbours "
+                f"are rank {nxt} (the next position: sends) and rank {prev} (the previous: receives)"
+                + ("; positions are ranks of the group (dist.get_rank(group), group_dst=): global rank +- 1 is "
+                   "another data-parallel column" if grid else
+                   "; a ring sends to one neighbour only (a reduce to one rank, or to every rank, is not a ring)"),
+                rank=r)))
+            continue
+        cap = chunk_cap(length, n) * element
+        largest = max((b for _, b in sends), default=0)
+        if largest > cap:
+            out.append(("whole tensor", Problem(
+                f"a message of {largest:,} bytes ({largest / (length * element):.2g}x the tensor); a chunk is at "
+                f"most ceil({length:,} / {n}) = {chunk_cap(length, n):,} elements ({cap:,} bytes). A ring that "
+                f"passes the whole tensor sends (n - 1) x its bytes from every rank; one that passes chunks, "
+                f"2(n - 1)/n ({ring_bytes(length, n, element):,.0f} bytes here)", rank=r)))
+        elif len(sends) > 2 * (n - 1):
+            out.append(("too many", Problem(f"{len(sends)} sends; a ring over {n} ranks sends 2(n - 1) = {2 * (n - 1)}: n - 1 "
+                               f"steps of reduce-scatter, then n - 1 of all-gather, one chunk each", rank=r)))
+    return out
+
+
+def merged(problems: list[tuple[str, int, Problem]]) -> list[Problem]:
+    """One problem per cause (its code): the first length and rank that showed it, and where else it showed."""
+    by_code: dict[str, list] = {}
+    for code, length, p in problems:
+        by_code.setdefault(code, []).append((length, p))
+    out = []
+    for group in by_code.values():
+        length, first = group[0]
+        lengths = sorted({n for n, _ in group[1:] if n != length})
+        ranks = sorted({p.rank for _, p in group if p.rank is not None and p.rank != first.rank})
+        also = []
+        if ranks:
+            also.append(f"also on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}")
+        if lengths:
+            also.append(f"also at length{'s' if len(lengths) > 1 else ''} {', '.join(f'{n:,}' for n in lengths)}")
+        out.append(Problem(f"{first.message} (length {length:,}{'; ' + '; '.join(also) if also else ''})",
+                           rank=first.rank))
+    return out
+
+
+def judge_run(outcome) -> dict[str, list[Problem]]:
+    """{"sums": [...], "ring": [...]} over every length and ring of the case, each cause once."""
+    cfg = outcome.case.config
+    lengths = outcome.case.settings["lengths"]
+    found = {"sums": [], "ring": []}
+    for ring in rings(outcome):
+        for i, length in enumerate(lengths):
+            runs = {r: (outcome.obs[r].get("runs") or [])[i] for r in ring
+                    if r in outcome.obs and len(outcome.obs[r].get("runs") or []) > i}
+            if len(runs) < len(ring):
+                continue
+            got = judge_length(ring, runs, cfg.seed, cfg.dtype)
+            for part in found:
+                found[part] += [(code, length, p) for code, p in got[part]]
+    return {part: merged(found[part]) for part in found}
+
+
+def traffic(outcome) -> list[dict]:
+    """Per length: the bytes and messages each rank sent, and what a ring sends (for the check's table)."""
+    rows = []
+    n = len(rings(outcome)[0])
+    for i, length in enumerate(outcome.case.settings["lengths"]):
+        per = {r: (o.get("runs") or [])[i] for r, o in sorted(outcome.obs.items()) if len(o.get("runs") or []) > i}
+        if not per:
+            continue
+        element = 8 if next(iter(per.values())).get("dtype") == "float64" else 4
+        sent = {r: sum(b for _, b in run.get("sends") or []) for r, run in per.items()}
+        rows.append({"length": length, "n": n, "sent": sent, "ideal": ring_bytes(length, n, element),
+                     "messages": {r: len(run.get("sends") or []) for r, run in per.items()},
+                     "largest": max((b for run in per.values() for _, b in run.get("sends") or []), default=0),
+                     "seconds": max(run.get("seconds") or 0 for run in per.values())})
+    return rows
+
+
+def ring_errors(outcome, qid: str, label: str) -> list[Problem]:
+    """A case that did not complete, or raised on some rank, as problems (judge/failures.py), causes first;
+    where every rank was left waiting in a send, the deadlock says what that means in a ring."""
+    from dataclasses import replace
+
+    from lab_src.judge.failures import case_problems
+    from lab_src.judge.problems import stamped
+    found = case_problems(outcome)
+    pending = [(e.get("pending") or [None, ""])[1] or "" for e in outcome.errors().values()]
+    if found and len(pending) == outcome.case.stages and all(k.startswith("send") for k in pending):
+        found[0] = replace(found[0], message=found[0].message + (
+            "\n    Every rank of the ring sent first, at the same time: a blocking send waits until its receive is "
+            "posted, and each neighbour posts it only after its own send. Post each step's send and receive "
+            "together (dist.batch_isend_irecv, or dist.isend, then the receive, then wait)."))
+    return stamped(found, qid, label)

@@ -1,0 +1,96 @@
+"""Rank side of q19 (ring_all_reduce): each rank sums, one length after another, its own tensor over its ring
+with the answer's `ring_all_reduce`, and records what it holds afterwards and every message it made.
+
+The ring is the case's ranks, or (settings "columns") the data-parallel columns of a grid of them, whose
+groups every rank creates. The tensors come from inputs.py (the case's seed, the length, the position in
+the ring). Between lengths the ranks meet at a barrier, so one length's messages never mix with the next's.
+For each length the rank records (plain values, never a verdict): whether the call raised, what it
+returned, the result's digest, float64 sum and (whole, or a random sample of) its values, the sends and
+receives it made (peer's global rank, bytes: topics/p2p/rawp2p.py records the answer's own torch.distributed
+calls) and any collective it called (topics/tensor_parallel/rawcoll.py).
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from lab_src import exercises
+from lab_src.harness import observe
+from lab_src.harness.case import Case
+from lab_src.topics.data_parallel.inputs import tensor_of
+from lab_src.topics.data_parallel.records import SAMPLED, WHOLE, groups_of
+from lab_src.topics.tensor_parallel import rawcoll
+
+
+def ring_groups(case: Case, ctx, group):
+    """(this rank's process group, its global ranks): the case's own group, or its data-parallel column's,
+    whose groups every rank of the case creates, in the same order (the case then spans the whole launch)."""
+    rings = groups_of(case.stages, case.settings.get("columns"))
+    if len(rings) == 1:
+        return group, rings[0]
+    mine = None
+    for ranks in rings:
+        made = dist.new_group(ranks, timeout=datetime.timedelta(seconds=ctx.timeout_s))
+        if ctx.rank in ranks:
+            mine = (made, ranks)
+    return mine
+
+
+def digest(t: torch.Tensor) -> str:
+    return hashlib.sha256(t.detach().cpu().contiguous().view(-1).numpy().tobytes()).hexdigest()[:20]
+
+
+def held(t: torch.Tensor) -> dict:
+    """What a tensor holds, in a form that travels: whole when short, else a sample the answer cannot know."""
+    flat = t.detach().cpu().reshape(-1)
+    out = {"digest": digest(flat), "sum64": float(flat.double().sum())}
+    if flat.numel() <= WHOLE:
+        out["whole"] = flat.clone()
+    else:
+        g = torch.Generator().manual_seed(int.from_bytes(os.urandom(6), "little"))
+        idx = torch.randperm(flat.numel(), generator=g)[:SAMPLED].sort().values
+        out["sample"] = [idx, flat[idx].clone()]
+    return out
+
+
+def sum_once(tensor: torch.Tensor, group, tracer) -> dict:
+    """One call of the answer on `tensor`. An exception goes on up: the worker reports it, the answer's line
+    first, and the case ends (harness/worker.py); the record says which length the rank was summing."""
+    start, t0 = len(tracer.events), time.perf_counter()
+    returned = exercises.ring_all_reduce(tensor, group)
+    rec = {"length": tensor.numel(), "dtype": str(tensor.dtype).replace("torch.", ""),
+           "seconds": time.perf_counter() - t0,
+           "returned": ("none" if returned is None else "same" if returned is tensor else
+                        "tensor" if isinstance(returned, torch.Tensor) else type(returned).__name__)}
+    rec.update(held(tensor))
+    if isinstance(returned, torch.Tensor) and returned is not tensor and returned.numel() == tensor.numel():
+        rec["returned_digest"] = digest(returned)
+    events = tracer.events[start:]
+    rec["sends"] = [[e.peer, e.bytes] for e in events if e.is_send]
+    rec["recvs"] = [[e.peer, e.bytes] for e in events if e.is_recv]
+    rec["collectives"] = [e.kind for e in events if e.is_collective]
+    return rec
+
+
+def run(case: Case, ctx, group, tracer, obs) -> None:
+    cfg = case.config
+    rawcoll.CASE_RANKS[:] = range(case.stages)
+    try:
+        ring, ranks = ring_groups(case, ctx, group)
+        position = ranks.index(ctx.rank)
+        obs["group"], obs["position"] = ranks, position
+        runs = obs["runs"] = []
+        for length in case.settings["lengths"]:
+            observe.barrier(group)
+            x = tensor_of(cfg.seed, length, position, cfg.dtype).to(ctx.device)
+            obs["summing"] = length
+            runs.append(sum_once(x, ring, tracer))
+        observe.finish_messages(None, group, tracer)
+    finally:
+        rawcoll.CASE_RANKS.clear()
+        observe.record_instrumentation(obs, tracer)

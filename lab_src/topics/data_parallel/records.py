@@ -1,0 +1,56 @@
+"""What the data-parallel kinds (kind.py) and judge (judge.py) share, torch-free, and the record each rank fills.
+
+A ring case sums, one after another, tensors of several lengths over a group: the whole case (`columns`
+absent) or the data-parallel columns of a grid of the case's ranks (`columns` = the grid's pipeline depth:
+on 4 ranks with columns 2, the groups [0, 2] and [1, 3], where the ring's neighbours are positions in the
+group and not global rank +- 1). The inputs are drawn from the case's seed (inputs.py), so the judge draws
+the same ones without any of them travelling.
+"""
+from __future__ import annotations
+
+from lab_src.harness.observed import Observed
+
+# the seed's MNIST MLP (784-256-128-64-10, float32): its four layers' gradients, weights and biases, are
+# what a data-parallel step all-reduces (the bytes the seed lists: 803840, 131584, 33024 and 2600)
+SEED_MLP = (784, 256, 128, 64, 10)
+SEED_LAYERS = {f"fc{i + 1}": SEED_MLP[i] * SEED_MLP[i + 1] + SEED_MLP[i + 1] for i in range(len(SEED_MLP) - 1)}
+
+PREDICTION_NAME = "predicted_bytes"     # a function of the answer cell: {"fc1": bytes, ...}
+PREDICTION_RANKS = 4                    # the bytes each rank sends, on average, in a ring of 4 ranks
+
+SAMPLED = 4096      # a large result travels as its digest, its float64 sum and this many elements drawn at random
+WHOLE = 65_536      # up to this many elements, the result travels whole
+
+
+def groups_of(ranks: int, columns: int | None) -> list[list[int]]:
+    """The rings of a case: all its ranks, or the data-parallel columns of a grid `columns` stages deep."""
+    if not columns:
+        return [list(range(ranks))]
+    return [list(range(c, ranks, columns)) for c in range(columns)]
+
+
+def ring_bytes(length: int, n: int, element: int = 4) -> float:
+    """What each rank of a ring over n ranks sends on average to all-reduce `length` elements: 2(n-1)/n of
+    the tensor (every chunk is sent n-1 times in each half, whatever the chunks' sizes)."""
+    return 2 * (n - 1) * length * element / n if n > 1 else 0.0
+
+
+def chunk_cap(length: int, n: int) -> int:
+    """The largest chunk of an even split of `length` elements into n: no message of a ring is larger."""
+    return -(-length // n)
+
+
+class RingObserved(Observed):
+    group: list                 # the global ranks of this rank's ring, in the order of their positions
+    position: int               # this rank's position in it
+    summing: int                # the length it was summing last (the one it stopped in, if it raised)
+    runs: list                  # per length summed: {"length", "dtype", "seconds", "returned" ("same": the
+                                #   tensor handed in; "none"; "tensor": another; else a type's name),
+                                #   "returned_digest" (another tensor's), "digest", "sum64", "whole" (the
+                                #   tensor, short lengths) or "sample" ([indices], [values]), "sends" and
+                                #   "recvs" ([[peer's global rank, bytes]]), "collectives" ([event kind])}
+
+
+class StudyObserved(Observed):
+    group: list
+    timings: dict               # "ring" / "gloo" -> {length: [seconds of each repeat]}

@@ -1,0 +1,232 @@
+"""q19: a ring all-reduce from point-to-point messages.
+
+Fast: the judge (topics/data_parallel/judge.py) on records made from the inputs' own sum: what a right ring
+records passes, and each realistic mistake's record (other bits on one rank, the whole tensor in a message,
+a send to the wrong rank, a collective, a wrong element) gets the message that names it, once; the
+opening figure's steps end with every chunk whole on every rank; the prediction is read and judged.
+Multi-process: the reference passes the visible check (the seed's four sizes measured), and every cohort
+mistake and two valid answers written otherwise, graded through the hidden tests in one launch, get their
+points and their messages; the study times a ring and gloo's all-reduce and fits the alpha-beta model.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader.cohort.answers import answer
+from lab_src.harness.case import Case, CaseOutcome
+from lab_src.pipeline.config import LabConfig
+from lab_src.topics.data_parallel.inputs import expected_sum
+from lab_src.topics.data_parallel.judge import chunk_of, judge_run
+from lab_src.topics.data_parallel.kind import held
+from lab_src.topics.data_parallel.records import SEED_LAYERS, chunk_cap, groups_of, ring_bytes
+
+pytestmark = pytest.mark.q19
+
+CFG = LabConfig(num_stages=4, seed=3)
+
+
+def ring_record(ring: list[int], r: int, length: int, result: torch.Tensor, n: int) -> dict:
+    """What a rank of a right ring records: its result, a chunk to the next rank per step, one from the last."""
+    pos = ring.index(r)
+    cap = chunk_cap(length, n) * 4
+    rec = {"length": length, "dtype": "float32", "seconds": 0.01, "returned": "same", "collectives": [],
+           "sends": [[ring[(pos + 1) % n], cap]] * (2 * (n - 1)), "recvs": [[ring[(pos - 1) % n], cap]] * (2 * (n - 1))}
+    rec.update(held(result))
+    return rec
+
+
+def outcome(lengths, n: int = 4, columns: int | None = None, change=None) -> CaseOutcome:
+    """A ring case whose ranks recorded the inputs' sum (float32, the same bits everywhere), then `change`."""
+    stages = n if not columns else n * columns
+    case = Case(kind="ring", qid="q19", config=CFG, stages=stages, settings={"lengths": lengths, "columns": columns})
+    obs = {}
+    for ring in groups_of(stages, columns):
+        for r in ring:
+            runs = []
+            for length in lengths:
+                rec = ring_record(ring, r, length, expected_sum(CFG.seed, length, len(ring))[0].float(), len(ring))
+                if change is not None:
+                    change(r, length, rec)
+                runs.append(rec)
+            obs[r] = {"group": ring, "position": ring.index(r), "runs": runs}
+    return CaseOutcome(case, obs)
+
+
+def said(found: dict) -> str:
+    return " ".join(str(p) for problems in found.values() for p in problems)
+
+
+def test_a_right_ring_passes_on_every_length_and_on_a_grids_columns():
+    assert not any(judge_run(outcome([1, 3, 4, 1000, 70_000])).values())
+    assert not any(judge_run(outcome([5, 4099], n=2, columns=2)).values())
+
+
+def test_other_bits_on_one_rank_are_named_as_adding_in_another_order():
+    def nudge(r, length, rec):
+        if r == 2 and length == 1000:
+            v = rec["whole"].clone()
+            v[7] = torch.nextafter(v[7], torch.tensor(float("inf")))
+            rec.update(held(v))
+    found = judge_run(outcome([3, 1000], change=nudge))
+    assert not found["ring"] and len(found["sums"]) == 1
+    assert "not bit for bit what rank 0 holds" in said(found) and "(length 1,000)" in said(found)
+
+
+def test_a_wrong_element_is_named_with_its_chunk_and_a_mean_is_named_as_the_mean():
+    def wrong(r, length, rec):
+        v = rec["whole"].clone()
+        v[length - 1] += 1.0
+        rec.update(held(v))
+    text = said(judge_run(outcome([1000], change=wrong)))
+    assert "element 999 of 1,000" in text and "wrong in chunk 3 of 4" in text and "also on ranks 1, 2, 3" in text
+
+    def mean(r, length, rec):
+        rec.update(held(rec["whole"] / 4))
+    assert "it is the mean, the sum divided by n = 4" in said(judge_run(outcome([1000], change=mean)))
+
+
+def test_a_whole_tensor_message_a_wrong_neighbour_and_a_collective_are_each_named_once():
+    def whole(r, length, rec):
+        rec["sends"] = [[rec["sends"][0][0], length * 4]] * 3
+    found = judge_run(outcome([8, 1000], change=whole))
+    assert len(found["ring"]) == 1 and "a message of 32 bytes (1x the tensor)" in said(found)
+    assert "(length 8; also on ranks 1, 2, 3; also at length 1,000)" in said(found)
+
+    def global_next(r, length, rec):      # the column [1, 3]: rank 1 sends to global rank 2
+        if r == 1:
+            rec["sends"] = [[2, 12]] * 2
+    text = said(judge_run(outcome([7], n=2, columns=2, change=global_next)))
+    assert "sent to rank 2 (outside its ring)" in text and "global rank +- 1 is another data-parallel column" in text
+
+    def collective(r, length, rec):
+        rec["collectives"], rec["sends"], rec["recvs"] = ["allreduce_tp"], [], []
+    text = said(judge_run(outcome([8], change=collective)))
+    assert "ring_all_reduce called dist.all_reduce" in text
+
+
+def test_chunks_and_the_prediction_follow_from_the_sizes():
+    assert [chunk_of(i, 10, 4) for i in range(10)] == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]
+    assert [chunk_of(0, 1, 4)] == [0]
+    assert SEED_LAYERS == {"fc1": 200_960, "fc2": 32_896, "fc3": 8_256, "fc4": 650}
+    assert [ring_bytes(v, 4) for v in SEED_LAYERS.values()] == [1_205_760, 197_376, 49_536, 3_900]
+
+
+def test_the_prediction_is_read_from_the_answer_and_a_whole_gradient_is_named(tmp_path, reference):
+    from grader.hidden.common import Context
+    from grader.hidden.q19_ring_all_reduce import prediction_items
+    right = Path(reference["q19"]).read_text()
+    wrong = tmp_path / "q19.py"
+    wrong.write_text(right.replace('"fc1": 1_205_760', '"fc1": 803_840'))
+    items = prediction_items(Context(student={"q19": str(wrong)}, reference=reference))
+    assert [i.passed for i in items] == [False, True, True, True]
+    assert "the whole gradient" in str(items[0].problems[0])
+
+
+def test_the_opening_figure_ends_with_every_chunk_whole_on_every_rank():
+    from lab_src.topics.data_parallel.figure import ring_figure, ring_steps
+    for n in (2, 3, 4):
+        steps = ring_steps(n)
+        assert len(steps) == 2 * (n - 1) + 1
+        assert all(c == set(range(n)) for row in steps[-1][1] for c in row)
+        after_rs = steps[n - 1][1]          # each rank holds exactly one whole chunk: chunk r + 1
+        assert [[c for c in range(n) if after_rs[r][c] == set(range(n))] for r in range(n)] == \
+            [[(r + 1) % n] for r in range(n)]
+    assert len(ring_figure(4).axes) == 7
+
+
+def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, capsys):
+    from lab_src.checks import check
+    (in_tmp / "map.json").write_text(json.dumps({k: str(v) for k, v in reference.items()}))
+    os.environ["LAB_ANSWERS"] = str(in_tmp / "map.json")
+    try:
+        report = check("q19")
+    finally:
+        del os.environ["LAB_ANSWERS"]
+    out = " ".join(capsys.readouterr().out.split())
+    assert report.ok and "q19: all checks passed" in out, out
+    assert "200,960 fc1 1,205,760 1,205,760 6 200,960" in out
+    assert "650 fc4 3,896 to 3,904 3,900 6 652" in out
+    assert "matches the bytes measured above (graded)" in out
+    widget = report.timeline()          # the 4-rank run's messages alone: no bubble, no schedule's second view
+    svg = widget.frame.value
+    assert list(widget.views) == ["measured"] and "message: send → receive" in svg and "idle (bubble)" not in svg
+    assert "no compute recorded" in widget.side.value and "Bubble" not in widget.side.value
+
+
+def grade(reference, tmp_path, answers: dict[str, str]) -> dict[str, tuple[float, list[str]]]:
+    """Grade each q19 answer text through the hidden tests, all cases in one launch: {name: (fraction, lines)}."""
+    from hidden_grading import grade_answers
+    return grade_answers("q19", answers, reference, tmp_path)
+
+
+# name: (the answer, its fraction of the points, what its feedback must say); parts: sums (6 cases), ring (6),
+# prediction (4 layers), a third each
+MISTAKES = {
+    "reference": (None, 1.0, "16 of 16 hidden checks passed"),
+    # right sums, the same bits only for n = 2 (a + b = b + a); every message the whole tensor: (2/6 + 0 + 1) / 3
+    "q19_whole_tensor": (answer("q19_whole_tensor"), 0.4444, "not bit for bit what rank 0 holds"),
+    # the columns of a grid: ranks 1 and 2 (position 1 of [0, 2] and 0 of [1, 3]) send to themselves
+    "q19_global_rank": (answer("q19_global_rank"), 0.8889, "MessageToItself: a send to rank"),
+    # every rank sends first with a blocking send: the first two cases deadlock, the rest are not run
+    "q19_blocking": (answer("q19_blocking"), 0.3333, "Every rank of the ring sent first, at the same time"),
+}
+# Valid answers written otherwise keep every point: isend / irecv waited for at once, and global ranks (dst=,
+# src=) from the group's positions
+VALID = {
+    "isend and irecv": [
+        ("""        ops = [dist.P2POp(dist.isend, send, group=group, group_peer=right),
+               dist.P2POp(dist.irecv, recv, group=group, group_peer=left)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()""",
+         """        works = [dist.isend(send, group=group, group_dst=right), dist.irecv(recv, group=group, group_src=left)]
+        for work in works:
+            work.wait()""")],
+    "global ranks": [
+        ("dist.P2POp(dist.isend, send, group=group, group_peer=right)",
+         "dist.P2POp(dist.isend, send, dist.get_global_rank(group, right) if group else right, group=group)"),
+        ("dist.P2POp(dist.irecv, recv, group=group, group_peer=left)",
+         "dist.P2POp(dist.irecv, recv, dist.get_global_rank(group, left) if group else left, group=group)")],
+}
+
+
+@pytest.mark.slow
+def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_leftovers):
+    reference = {k: str(v) for k, v in reference.items()}
+    right = Path(reference["q19"]).read_text()
+    texts = {name: text if text is not None else right for name, (text, _, _) in MISTAKES.items()}
+    for name, edits in VALID.items():
+        texts[name] = right
+        for old, new in edits:
+            assert old in texts[name], (name, old)
+            texts[name] = texts[name].replace(old, new)
+    # a launch stops trying an exercise after two of its cases deadlocked (harness/runner.py): the blocking ring last
+    texts = dict(sorted(texts.items(), key=lambda kv: kv[0] == "q19_blocking"))
+    graded = grade(reference, tmp_path, texts)
+    for name, (_, fraction, says) in MISTAKES.items():
+        got, lines = graded[name]
+        assert got == pytest.approx(fraction, abs=1e-4), (name, lines)
+        assert says in " ".join("\n".join(lines).split()), (name, lines)   # messages wrap at 110 columns
+    for name in VALID:
+        assert graded[name][0] == 1.0, (name, graded[name][1])
+
+
+def test_the_study_times_the_ring_and_gloo_and_fits_the_model(reference, in_tmp, no_leftovers, capsys):
+    from lab_src.checks.ring_study import ring_study
+    (in_tmp / "map.json").write_text(json.dumps({k: str(v) for k, v in reference.items()}))
+    os.environ["LAB_ANSWERS"] = str(in_tmp / "map.json")
+    try:
+        study = ring_study(n=2, lengths=(1, 4096, 262_144), repeats=2)
+    finally:
+        del os.environ["LAB_ANSWERS"]
+    assert sorted(study.ring) == sorted(study.gloo) == [1, 4096, 262_144]
+    assert all(t > 0 for t in [*study.ring.values(), *study.gloo.values()])
+    alpha, beta = study.fit()
+    out = capsys.readouterr().out
+    assert "ring all-reduce on 2 ranks" in out and "busbw" in out and "262,144" in out
+    assert study.busbw(262_144, 1.0) == study.algbw(262_144, 1.0) * 2 * (2 - 1) / 2
+    assert len(study.figure(alpha, beta).axes) == 1
