@@ -99,9 +99,9 @@ class TimelineWidget(w.VBox):
                            "and where a rank raised.")
         if not measured.matching.ok:
             notes.append("Unmatched messages: " + "; ".join(measured.matching.problems()))
-        notes.append(f"{ideal.kind.capitalize()}: {ideal.note.removeprefix(ideal.kind + ': ')}.")
+        if not measured.compute_free:    # a run of messages alone has no second view
+            notes.append(f"{ideal.kind.capitalize()}: {ideal.note.removeprefix(ideal.kind + ': ')}.")
         if measured.compute_free:        # a run of messages alone (q19's ring): no schedule, no bubble
-            notes = [n for n in notes if not n.startswith(f"{ideal.kind.capitalize()}:")]
             return (f'<div class="pp-timeline-side" style="font-size:12px; line-height:1.45">'
                     f"run time: {measured.span * 1e3:.1f} ms<br>{escape(measured.compute_free)}<br><br>"
                     f"<b>Bytes sent</b><table>{rows}</table><br>"

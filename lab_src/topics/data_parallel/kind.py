@@ -41,6 +41,13 @@ def ring_groups(case: Case, ctx, group):
     return mine
 
 
+def close(ring, group) -> None:
+    """Destroy a column's group made for the case (each holds threads of the collective library), once the
+    case's messages are all delivered; the case's own group is the harness's."""
+    if ring is not group:
+        dist.destroy_process_group(ring)
+
+
 def digest(t: torch.Tensor) -> str:
     return hashlib.sha256(t.detach().cpu().contiguous().view(-1).numpy().tobytes()).hexdigest()[:20]
 
@@ -91,6 +98,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
             obs["summing"] = length
             runs.append(sum_once(x, ring, tracer))
         observe.finish_messages(None, group, tracer)
+        close(ring, group)
     finally:
         rawcoll.CASE_RANKS.clear()
         observe.record_instrumentation(obs, tracer)
