@@ -323,3 +323,33 @@ def test_a_rank_late_to_a_collective_waits_its_kinds_timeout_then_ends_its_case(
     assert verdict["fraction"] < 1, said
     assert "waited in allreduce_tp over ranks [0, 1, 2, 3] until the timeout" in said, said
     assert "will not join" not in said, said
+
+
+def test_an_answer_that_raises_on_some_ranks_is_named_before_the_deadlock_it_leaves(reference, tmp_path, no_leftovers):
+    """Issue 41's rule, one cause with its consequences under it: a block whose streams were written for two ranks
+    raises IndexError on ranks 2 and 3 at t = 4 (the part's exception is kept as an observation and the ranks go
+    on to the case's end), while ranks 0 and 1 wait in the all-reduce that 2 and 3 never reach. The report names
+    the IndexError and its line first; the deadlock is what it caused, never "an `if` on the rank"."""
+    from pathlib import Path
+
+    from grader.hidden import hidden_tests
+    from grader.hidden.common import Context
+    from lab_src.harness.limits import GRADING_CASE_DEADLINE_S, GRADING_RECV_TIMEOUT_S
+    from lab_src.harness.runner import run_cases
+    from lab_src.judge.failures import case_problems
+    text = Path(reference["q18"]).read_text()
+    right = "self.own = dropout.stream(block.seed, block.name, shard=tp.rank)"
+    assert right in text
+    path = tmp_path / "q18_tp_block.py"
+    path.write_text(text.replace(right, "self.own = [dropout.stream(block.seed, block.name, shard=j) "
+                                        "for j in range(2)][tp.rank]"))
+    ctx = Context(student={**reference, "q18": str(path)}, reference=reference)
+    case = next(c for c in hidden_tests("q18").cases(ctx) if c.label == "t = 4, float64, seed 11")
+    run = run_cases([case], tmp_path / "run", case_deadline_s=GRADING_CASE_DEADLINE_S,
+                    timeout_s=GRADING_RECV_TIMEOUT_S)
+    problems = case_problems(run.outcomes[0])
+    causes = [p for p in problems if not p.consequence]
+    assert [p.rank for p in causes] == [2, 3], problems
+    assert all("raised IndexError" in p.message and "q18_tp_block.py line" in p.message for p in causes), problems
+    assert problems[-1].consequence and "never joined" in problems[-1].message, problems
+    assert "an `if` on the rank" not in " ".join(p.message for p in problems)

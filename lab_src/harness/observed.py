@@ -29,6 +29,9 @@ class Observed(dict):
     built: list                 # the model pieces it built (pipeline/model.py's instrumentation)
     ran: dict                   # piece -> how many forwards it ran
     dataloaders: int            # how many training dataloaders it created
+    caught: list                # what the answer raised that the kind kept as an observation and ran past (a part
+                                # of q17's and q18's cases): [{"type", "message", "line", "what"}], for a case
+                                # that then deadlocked (judge/failures.py `raised_then_stuck`)
 
     FIELDS: frozenset = frozenset()
 

@@ -44,7 +44,29 @@ def case_problems(outcome, ring: int | None = None) -> list[Problem]:
     `ring`: the ranks form a ring of this many (an interleaved schedule: rank p - 1 sends to rank 0)."""
     if outcome.failure:
         return [Problem(sanitize(outcome.failure))]
-    return rank_problems(outcome.errors(), getattr(outcome, "stuck", None), ring)
+    return raised_then_stuck(outcome) or rank_problems(outcome.errors(), getattr(outcome, "stuck", None), ring)
+
+
+def raised_then_stuck(outcome) -> list[Problem]:
+    """A case the check stopped after a rank's answer raised in a part the kind ran past (q17's and q18's
+    parts: the exception is an observation, harness/observed.py `caught`): that rank went on to the case's end,
+    and the ranks it left inside a collective waited for it. The exception is the cause; the deadlock is what
+    it caused, said under it (never a deadlock "under an `if` on the rank" for a rank that raised)."""
+    stuck = getattr(outcome, "stuck", None)
+    if stuck is None:
+        return []
+    left = set(stuck.finished) | {m for ms in stuck.absent.values() for m in ms}
+    causes = []
+    for r in sorted(left):
+        o = outcome.obs.get(r) or {}
+        for c in (o.optional("caught") if hasattr(o, "optional") else o.get("caught")) or []:
+            line = f"\n    at {c['line']}" if c.get("line") else ""
+            causes.append(Problem(f"{c.get('what') or 'a part of the case'} raised {c.get('type')}: "
+                                  f"{c.get('message')}{line}", rank=r))
+    if not causes:
+        return []
+    return causes + [Problem("so the ranks that went on were left in a collective that the ranks above never joined, "
+                             "until the check stopped the run:\n" + _indent(stuck.lines()), consequence=True, kind=Kind.WAIT)]
 
 
 def rank_problems(errors: dict[int, dict], stuck=None, ring: int | None = None) -> list[Problem]:

@@ -31,10 +31,10 @@ import torch
 from lab_src.judge.problems import Problem
 from lab_src.topics.tensor_parallel.judge_layers import KIND_WORDS, TOLERANCE, round_key, rounds_text, close
 from lab_src.topics.tensor_parallel import runtime as tpmod
-from lab_src.topics.tensor_parallel.records import BLOCK_DROPOUT, grid_members, part_config
+from lab_src.topics.tensor_parallel.records import BLOCK_WHAT, grid_members, part_config
 from lab_src.pipeline.model import build_piece
 
-WHAT = {"block": "the block (dropout off)", "dropout": f"the block with dropout {BLOCK_DROPOUT}"}
+WHAT = BLOCK_WHAT
 GRADS = {"qkv": "qkv (column parallel by heads)", "proj": "proj (row parallel)", "up": "the MLP's up",
          "down": "the MLP's down", "attn_norm": "the attention's LayerNorm", "mlp_norm": "the MLP's LayerNorm"}
 NORMS = ("attn_norm", "mlp_norm")

@@ -29,10 +29,10 @@ import torch.nn.functional as F
 
 from lab_src.judge.problems import Problem
 from lab_src.topics.tensor_parallel import runtime as tpmod
+from lab_src.topics.tensor_parallel.records import LAYER_WHAT
 
 TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
-WHAT = {"copy": "CopyToTensorParallel", "reduce": "ReduceFromTensorParallel", "column": "ColumnParallelLinear",
-        "row": "RowParallelLinear", "mlp": "tp_layers' MLP"}
+WHAT = LAYER_WHAT
 
 
 # ---- what each rank should have got -------------------------------------------------------------------

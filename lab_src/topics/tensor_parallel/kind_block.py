@@ -28,10 +28,10 @@ import torch.distributed as dist
 
 from lab_src import answers, exercises
 from lab_src.harness import observe
-from lab_src.topics.tensor_parallel.records import BLOCK_PARTS, grid_members, part_config
+from lab_src.topics.tensor_parallel.records import BLOCK_PARTS, BLOCK_WHAT, grid_members, part_config
 from lab_src.topics.tensor_parallel import rawcoll
 from lab_src.harness.case import Case
-from lab_src.topics.tensor_parallel.kind_layers import PIECES, Part, _backward, detached, piece
+from lab_src.topics.tensor_parallel.kind_layers import PIECES, Part, _backward, caught, detached, piece
 from lab_src.topics.tensor_parallel import runtime as tpmod
 from lab_src.pipeline import waiting
 from lab_src.pipeline.model import build_piece
@@ -131,7 +131,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
             rec = obs["tp_block"][part] = {}
             try:
                 run_part(part, cfg, tp, tracer, rec)
-            except (answers.StubCalled, waiting.StoppedWaiting, rawcoll.CollectiveGaveUp):
+            except (answers.StubCalled, waiting.StoppedWaiting, waiting.WaitTimedOut, rawcoll.CollectiveGaveUp):
                 raise
             except Exception as e:  # noqa: BLE001 - a part that raises is an observation; the next part runs
                 message = str(e) or (f"still the stub from the release (raise NotImplementedError()): write it "
@@ -142,6 +142,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                            line=f"line {frames[-1].lineno}: {frames[-1].line}" if frames else "",
                            rounds=[[ev.kind, ev.bytes, list(ev.group or ())]
                                    for ev in tracer.events[start:] if ev.is_collective])
+                obs.setdefault("caught", []).append(caught(e, message, frames, BLOCK_WHAT[part]))
         observe.finish_messages(None, group, tracer)
         finished = True
     finally:

@@ -21,12 +21,13 @@ configuration's seed (topics/tensor_parallel/runtime.py), so the judge (topics/t
 from __future__ import annotations
 
 import traceback
+from pathlib import Path
 
 import torch
 
 from lab_src import answers, exercises
 from lab_src.harness import observe
-from lab_src.topics.tensor_parallel.records import LAYER_PARTS
+from lab_src.topics.tensor_parallel.records import LAYER_PARTS, LAYER_WHAT
 from lab_src.topics.tensor_parallel import rawcoll
 from lab_src.harness.case import Case
 from lab_src.topics.tensor_parallel import runtime as tpmod
@@ -171,7 +172,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
             rec = obs["tp"][part] = {}
             try:
                 run_part(part, cfg, tp, data, tracer, rec)
-            except (answers.StubCalled, waiting.StoppedWaiting, rawcoll.CollectiveGaveUp):
+            except (answers.StubCalled, waiting.StoppedWaiting, waiting.WaitTimedOut, rawcoll.CollectiveGaveUp):
                 raise
             except Exception as e:  # noqa: BLE001 - a part that raises is an observation; the next part runs
                 message = str(e) or (f"still the stub from the release (raise NotImplementedError()): write it "
@@ -179,6 +180,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                                      if isinstance(e, NotImplementedError) else "")
                 rec.update(raised=type(e).__name__, message=message[:800], line=_answer_line(e),
                            rounds=rounds(tracer, start))
+                obs.setdefault("caught", []).append(caught(e, message, _answer_frames(e), LAYER_WHAT[part]))
         observe.finish_messages(None, group, tracer)
     finally:
         rawcoll.CASE_RANKS.clear()
@@ -186,7 +188,18 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         observe.record_instrumentation(obs, tracer)
 
 
+def _answer_frames(e: BaseException) -> list:
+    return [f for f in traceback.extract_tb(e.__traceback__) if "q17_" in (f.filename or "")]
+
+
 def _answer_line(e: BaseException) -> str:
     """The last line of the answer's own code the exception went through ("" when none)."""
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if "q17_" in (f.filename or "")]
+    frames = _answer_frames(e)
     return f"line {frames[-1].lineno}: {frames[-1].line}" if frames else ""
+
+
+def caught(e: BaseException, message: str, frames: list, what: str) -> dict:
+    """An exception of the answer that a part kept as its observation, for Observed.caught: what raised it, in
+    words, and the answer's last line it went through."""
+    where = f"{Path(frames[-1].filename).name} line {frames[-1].lineno}: {frames[-1].line}" if frames else ""
+    return {"type": type(e).__name__, "message": message[:800], "line": where, "what": what}

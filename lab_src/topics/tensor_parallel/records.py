@@ -7,6 +7,10 @@ from lab_src.harness.observed import Observed
 LAYER_PARTS = ("copy", "reduce", "column", "row", "mlp")   # q17's parts, in the order a case runs them
 BLOCK_PARTS = ("block", "dropout")                          # q18's block cases: dropout off, then on
 BLOCK_DROPOUT = 0.2             # the dropout of q18's "dropout" part: high enough that a wrong mask shows
+# each part in words, as a judge names it and as a rank names the part its answer raised in (Observed.caught)
+BLOCK_WHAT = {"block": "the block (dropout off)", "dropout": f"the block with dropout {BLOCK_DROPOUT}"}
+LAYER_WHAT = {"copy": "CopyToTensorParallel", "reduce": "ReduceFromTensorParallel", "column": "ColumnParallelLinear",
+              "row": "RowParallelLinear", "mlp": "tp_layers' MLP"}
 
 
 def block_config(cfg, t: int, dropout: float = 0.0):
