@@ -156,10 +156,18 @@ def wait_label(e: Event, chunks: int = 1) -> str:
     return f"waits in {op_text(e.kind, e.microbatch, e.chunk, chunks > 1)}{peer}"
 
 
+def _op_words(e: Event) -> str:
+    """'send_forward of micro-batch 3'; a message of no micro-batch (q19's ring) is 'a send' or 'a receive'
+    (trace.op_text): it is no pipeline's operation."""
+    if e.microbatch is None and not e.is_compute:
+        return op_text(e.kind, None)
+    return f"{e.kind} of micro-batch {e.microbatch}"
+
+
 def describe_wait(e: Event) -> str:
     """One line about an operation a rank was left in."""
     peer = f" {'to' if e.kind in SENDS else 'from'} rank {e.peer}" if e.peer is not None else ""
-    return (f"rank {e.rank} · waited in {e.kind} of micro-batch {e.microbatch}{peer} from {e.t_start * 1e3:.2f} ms "
+    return (f"rank {e.rank} · waited in {_op_words(e)}{peer} from {e.t_start * 1e3:.2f} ms "
             f"until the run was stopped at {e.t_end * 1e3:.0f} ms: the message never came")
 
 
@@ -183,7 +191,7 @@ def describe(e: Event, matched: tuple[Event, Event] | None = None, chunks: int =
     if e.is_collective:
         return (f"rank {e.rank} · {COLLECTIVE_LABELS.get(e.kind, e.kind)} over ranks {list(e.group or ())} · "
                 f"{e.bytes:,} bytes · {e.t_start * 1e3:.2f}–{e.t_end * 1e3:.2f} ms ({e.duration * 1e3:.2f} ms)")
-    what = f"rank {e.rank} · {e.kind} of micro-batch {e.microbatch}" + (f" on chunk {e.chunk}" if chunks > 1 else "")
+    what = f"rank {e.rank} · {_op_words(e)}" + (f" on chunk {e.chunk}" if chunks > 1 else "")
     if not e.is_compute:
         what += f" {'to' if e.kind in SENDS else 'from'} rank {e.peer}"
     if e.shape:                         # () is the last stage's loss: nothing to show
