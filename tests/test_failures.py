@@ -240,6 +240,40 @@ def test_a_case_slowed_by_a_busy_machine_is_not_stopped_at_its_deadline(answers_
     assert waited > 5, f"the machine was not busy enough to test anything ({waited:.1f} s)"
 
 
+# the reference AFAB step, then, on ranks 2 and 3 only, that work: ranks 0 and 1 wait for them at the case's end
+SLOW_LAST_RANKS = WORK_ON_CPU_0 + """
+_reference_afab_step = afab_step
+
+
+def afab_step(stage, data_iter, num_microbatches):
+    out = _reference_afab_step(stage, data_iter, num_microbatches)
+    if stage.pp_rank >= 2:
+        _work_on_cpu_0()
+    return out
+"""
+
+
+def test_ranks_starved_of_cpu_do_not_time_out_the_others_at_the_case_barrier(answers_with, reference, tmp_path,
+                                                                             no_leftovers):
+    """The case's barriers read the launch's ranks' clock (own_time.peers_clock), as the case deadline does: ranks
+    0 and 1 wait at the case's end for ranks 2 and 3, whose 1 s of work takes several seconds of wall time on a
+    CPU held by busy loops, and do not give up after the 2 s timeout (the CI run where ranks 0 and 1 of ada's q18
+    timed out at the barrier between two parts on a loaded machine, and left ranks 2 and 3 alone in an all-reduce)."""
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(3)]
+    try:
+        started = time.monotonic()
+        run = run_cases([case(answers_with(q08=Path(reference["q08"]).read_text() + SLOW_LAST_RANKS))], tmp_path,
+                        timeout_s=2, case_deadline_s=30)
+        waited = time.monotonic() - started
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert run.outcomes[0].failure is None and not run.outcomes[0].errors(), \
+        run.outcomes[0].failure or run.outcomes[0].errors()
+    assert waited > 4, f"the machine was not busy enough to test anything ({waited:.1f} s)"
+
+
 def test_the_own_clock_leaves_out_waiting_for_a_cpu_and_counts_sleeping():
     from lab_src.harness.own_time import OwnClock, TreeClock, waited_for_cpu_s
     if waited_for_cpu_s() is None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lab_src.harness import own_time
 from lab_src.pipeline import waiting
 
 
@@ -70,7 +71,8 @@ def shared(name: str, make) -> str:
     if case.rank == case.ranks[0]:
         case.store.set(key, make())
     else:
-        waiting.until(lambda: case.store.check([key]), case.timeout_s, f"the case's {name} from rank {case.ranks[0]}")
+        waiting.until(lambda: case.store.check([key]), case.timeout_s, f"the case's {name} from rank {case.ranks[0]}",
+                      own_time.peers_clock)
     return case.store.get(key).decode()
 
 
@@ -107,7 +109,7 @@ def _wait(case: _Case, name: str, what: str) -> None:
                 del waiting_for[r]
         return not waiting_for
     try:
-        waiting.until(ready, case.timeout_s, what)
+        waiting.until(ready, case.timeout_s, what, own_time.peers_clock)
     except waiting.WaitTimedOut as e:
         missing = sorted(waiting_for)
         raise waiting.WaitTimedOut(f"{e}: rank{'s' if len(missing) > 1 else ''} "

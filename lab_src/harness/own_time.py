@@ -61,15 +61,15 @@ class TreeClock:
     The launch's watch reads it for the case deadline, whose work is the ranks'. Reading it scans the
     process table, so the watch reads it only once the wall clock is past the deadline."""
 
-    def __init__(self):
+    def __init__(self, root: int | None = None):
+        self.root = root            # whose descendants: this process's by default
         self.started = time.monotonic()
         self.at_start = {pid: w for pid in self._descendants() if (w := _waited_of(pid)) is not None}
 
-    @staticmethod
-    def _descendants() -> list[int]:
+    def _descendants(self) -> list[int]:
         import psutil
         try:
-            return [p.pid for p in psutil.Process().children(recursive=True)]
+            return [p.pid for p in psutil.Process(self.root).children(recursive=True)]
         except psutil.Error:
             return []
 
@@ -80,3 +80,13 @@ class TreeClock:
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started - self.waited_s()
+
+
+def peers_clock() -> TreeClock:
+    """The same clock for a rank waiting for the other ranks of its launch (a case's barrier,
+    harness/case_barrier.py): the descendants of its parent (the fork server, the warm launcher or torchrun's
+    agent) are the launch's ranks. A rank starved of CPU holds the others at the barrier; by this clock the
+    wait lasts what it would on an idle machine, as the launch's case deadline does."""
+    import os
+    return TreeClock(os.getppid())
+

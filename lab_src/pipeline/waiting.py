@@ -91,13 +91,16 @@ def wait(work, poll_s: float = 0.05) -> None:
         raise failure[0]
 
 
-def until(ready, timeout_s: float, what: str) -> None:
+def until(ready, timeout_s: float, what: str, clock=None) -> None:
     """Return once `ready()` is true, polling it (every 0.2 ms at first, then up to every 10 ms); raise
     StoppedWaiting when the rank is asked to stop, WaitTimedOut after `timeout_s` (`what`: the wait, in
     words, for its message). The request to stop is looked at once more after `ready()`: what makes a
     wait ready may be another rank's answer to the same request (harness/case_barrier.py: a stopped rank
-    leaves the case), and the rank must then say it was stopped whichever it saw first."""
+    leaves the case), and the rank must then say it was stopped whichever it saw first. `clock`: made when the
+    wait begins, what the timeout is read on once the wall clock is past it (twice a second: reading it may
+    cost), as harness/own_time.py `peers_clock` (a barrier does not time out on ranks that were starved of CPU)."""
     deadline, pause = time.monotonic() + timeout_s, 0.0002
+    own, read_at = (clock() if clock is not None else None), 0.0
     while True:
         done = ready()
         reason = _stop_checks[-1]() if _stop_checks else None
@@ -105,7 +108,10 @@ def until(ready, timeout_s: float, what: str) -> None:
             raise StoppedWaiting(reason)
         if done:
             return
-        if time.monotonic() > deadline:
-            raise WaitTimedOut(f"{what}: timed out after {timeout_s:g} s")
+        now = time.monotonic()
+        if now > deadline and (own is None or now - read_at >= 0.5):
+            read_at = now
+            if own is None or own.elapsed_s() > timeout_s:
+                raise WaitTimedOut(f"{what}: timed out after {timeout_s:g} s")
         time.sleep(pause)
         pause = min(2 * pause, 0.01)
