@@ -67,6 +67,10 @@ class TreeClock:
         self.at_start = {pid: w for pid in self._descendants() if (w := _waited_of(pid)) is not None}
 
     def _descendants(self) -> list[int]:
+        if self.root is not None:
+            found = _children(self.root)
+            if found is not None:
+                return found
         import psutil
         try:
             return [p.pid for p in psutil.Process(self.root).children(recursive=True)]
@@ -82,11 +86,27 @@ class TreeClock:
         return time.monotonic() - self.started - self.waited_s()
 
 
+def _children(pid: int) -> list[int] | None:
+    """The children of process `pid`, from its threads' /proc children lists (a few small files: a scan of the
+    whole process table, as psutil makes, takes about 0.1 s on a hub with thousands of processes, at every
+    barrier of every rank); None where the kernel does not keep them."""
+    import os
+    try:
+        out = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        return out
+    except (OSError, ValueError):
+        return None
+
+
 def peers_clock() -> TreeClock:
     """The same clock for a rank waiting for the other ranks of its launch (a case's barrier,
     harness/case_barrier.py): the descendants of its parent (the fork server, the warm launcher or torchrun's
-    agent) are the launch's ranks. A rank starved of CPU holds the others at the barrier; by this clock the
-    wait lasts what it would on an idle machine, as the launch's case deadline does."""
+    agent) are the launch's ranks (its children: ranks start no processes of their own). A rank starved of CPU
+    holds the others at the barrier; by this clock the wait lasts what it would on an idle machine, as the
+    launch's case deadline does."""
     import os
     return TreeClock(os.getppid())
 
