@@ -2,6 +2,7 @@
 within its deadline, with no process left behind."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -190,20 +191,32 @@ PINNED_WORK = WORK_ON_CPU_0 + "\n_work_on_cpu_0()\n"          # as the answer ce
 BUSY_LOOP = "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"
 
 
-def test_a_cell_slowed_by_a_busy_machine_is_not_judged_slow_to_load(answers_with, reference, tmp_path,
-                                                                    no_leftovers):
-    """The load limit reads harness/own_time.py's clock: time spent waiting for a CPU that others held does
-    not count (the CI run where mallory's q06, walking the disk on a loaded machine, passed 60 s on rank 1)."""
+@contextlib.contextmanager
+def cpu_0_held():
+    """Three busy loops on CPU 0 while the block runs (the machine a loaded grader runs on), ended after it."""
     busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(3)]
     try:
-        started = time.monotonic()
-        run = run_cases([case(answers_with(q08=PINNED_WORK + Path(reference["q08"]).read_text()))], tmp_path,
-                        timeout_s=5, case_deadline_s=30, load_limit_s=2)
-        waited = time.monotonic() - started
+        yield
     finally:
         for p in busy:
             p.kill()
             p.wait()
+
+
+def run_on_a_busy_machine(cases, tmp_path, **limits):
+    """run_cases beside cpu_0_held's busy loops: the run, and its wall time."""
+    with cpu_0_held():
+        started = time.monotonic()
+        run = run_cases(cases, tmp_path, **limits)
+        return run, time.monotonic() - started
+
+
+def test_a_cell_slowed_by_a_busy_machine_is_not_judged_slow_to_load(answers_with, reference, tmp_path,
+                                                                    no_leftovers):
+    """The load limit reads harness/own_time.py's clock: time spent waiting for a CPU that others held does
+    not count (the CI run where mallory's q06, walking the disk on a loaded machine, passed 60 s on rank 1)."""
+    answers = answers_with(q08=PINNED_WORK + Path(reference["q08"]).read_text())
+    run, waited = run_on_a_busy_machine([case(answers)], tmp_path, timeout_s=5, case_deadline_s=30, load_limit_s=2)
     assert run.outcomes[0].failure is None and not run.outcomes[0].errors(), run.outcomes[0].errors()
     assert waited > 4, f"the machine was not busy enough to test anything ({waited:.1f} s)"
 
@@ -226,16 +239,8 @@ def test_a_case_slowed_by_a_busy_machine_is_not_stopped_at_its_deadline(answers_
     The wall clock's backstop, 3 deadlines, is moved out of the way: on a loaded machine the 7 s grow."""
     from lab_src.harness import limits
     monkeypatch.setattr(limits, "BUSY_BACKSTOP", 20)
-    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(3)]
-    try:
-        started = time.monotonic()
-        run = run_cases([case(answers_with(q08=Path(reference["q08"]).read_text() + SLOW_STEP))], tmp_path,
-                        timeout_s=20, case_deadline_s=4)
-        waited = time.monotonic() - started
-    finally:
-        for p in busy:
-            p.kill()
-            p.wait()
+    answers = answers_with(q08=Path(reference["q08"]).read_text() + SLOW_STEP)
+    run, waited = run_on_a_busy_machine([case(answers)], tmp_path, timeout_s=20, case_deadline_s=4)
     assert run.outcomes[0].failure is None and not run.outcomes[0].errors(), run.outcomes[0].failure
     assert waited > 5, f"the machine was not busy enough to test anything ({waited:.1f} s)"
 
@@ -259,16 +264,8 @@ def test_ranks_starved_of_cpu_do_not_time_out_the_others_at_the_case_barrier(ans
     0 and 1 wait at the case's end for ranks 2 and 3, whose 1 s of work takes several seconds of wall time on a
     CPU held by busy loops, and do not give up after the 2 s timeout (the CI run where ranks 0 and 1 of ada's q18
     timed out at the barrier between two parts on a loaded machine, and left ranks 2 and 3 alone in an all-reduce)."""
-    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(3)]
-    try:
-        started = time.monotonic()
-        run = run_cases([case(answers_with(q08=Path(reference["q08"]).read_text() + SLOW_LAST_RANKS))], tmp_path,
-                        timeout_s=2, case_deadline_s=30)
-        waited = time.monotonic() - started
-    finally:
-        for p in busy:
-            p.kill()
-            p.wait()
+    answers = answers_with(q08=Path(reference["q08"]).read_text() + SLOW_LAST_RANKS)
+    run, waited = run_on_a_busy_machine([case(answers)], tmp_path, timeout_s=2, case_deadline_s=30)
     assert run.outcomes[0].failure is None and not run.outcomes[0].errors(), \
         run.outcomes[0].failure or run.outcomes[0].errors()
     assert waited > 4, f"the machine was not busy enough to test anything ({waited:.1f} s)"
@@ -288,18 +285,15 @@ def test_the_own_clock_leaves_out_waiting_for_a_cpu_and_counts_sleeping():
     assert 0.25 < tree.elapsed_s() < 2
     mine = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {0})
-    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(3)]
     try:
-        time.sleep(0.5)                             # the busy loops have started
-        clock, tree, wall = OwnClock(), TreeClock(), time.monotonic()
-        while time.monotonic() - wall < 1.0:
-            pass
-        own, theirs, wall = clock.elapsed_s(), tree.elapsed_s(), time.monotonic() - wall
+        with cpu_0_held():
+            time.sleep(0.5)                             # the busy loops have started
+            clock, tree, wall = OwnClock(), TreeClock(), time.monotonic()
+            while time.monotonic() - wall < 1.0:
+                pass
+            own, theirs, wall = clock.elapsed_s(), tree.elapsed_s(), time.monotonic() - wall
     finally:
         os.sched_setaffinity(0, mine)
-        for p in busy:
-            p.kill()
-            p.wait()
     assert own < 0.6 * wall and clock.waited_s() > 0.3 * wall, (own, wall)
     assert theirs < 0.6 * wall, (theirs, wall)       # the busy loops, its descendants, waited as long
 

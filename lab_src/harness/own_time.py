@@ -59,7 +59,8 @@ class TreeClock:
     time one of them waited for a CPU since then (a process born since counts from its birth).
 
     The launch's watch reads it for the case deadline, whose work is the ranks'. Reading it scans the
-    process table, so the watch reads it only once the wall clock is past the deadline."""
+    process table (a `root`'s children are read from /proc instead: `peers_clock`), so the watch reads it only
+    once the wall clock is past the deadline."""
 
     def __init__(self, root: int | None = None):
         self.root = root            # whose descendants: this process's by default

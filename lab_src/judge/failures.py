@@ -57,16 +57,15 @@ def raised_then_stuck(outcome) -> list[Problem]:
         return []
     left = set(stuck.finished) | {m for ms in stuck.absent.values() for m in ms}
     causes = []
-    for r in sorted(left):
-        o = outcome.obs.get(r) or {}
-        for c in (o.optional("caught") if hasattr(o, "optional") else o.get("caught")) or []:
-            line = f"\n    at {c['line']}" if c.get("line") else ""
-            causes.append(Problem(f"{c.get('what') or 'a part of the case'} raised {c.get('type')}: "
-                                  f"{c.get('message')}{line}", rank=r))
+    for r in sorted(left & set(outcome.obs)):
+        for c in outcome.obs[r].optional("caught") or []:
+            line = f"\n    at {c['line']}" if c["line"] else ""
+            causes.append(Problem(f"{c['what']} raised {c['type']}: {c['message']}{line}", rank=r))
     if not causes:
         return []
     return causes + [Problem("so the ranks that went on were left in a collective that the ranks above never joined, "
-                             "until the check stopped the run:\n" + _indent(stuck.lines()), consequence=True, kind=Kind.WAIT)]
+                             "until the check stopped the run:\n" + _indent(stuck.lines()),
+                             consequence=True, kind=Kind.WAIT)]
 
 
 def rank_problems(errors: dict[int, dict], stuck=None, ring: int | None = None) -> list[Problem]:

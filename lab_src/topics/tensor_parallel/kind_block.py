@@ -20,7 +20,6 @@ The answer gets q17's pieces (`q17`): in a notebook the student's q17 answer, in
 from __future__ import annotations
 
 import datetime
-import traceback
 from types import SimpleNamespace
 
 import torch
@@ -31,7 +30,8 @@ from lab_src.harness import observe
 from lab_src.topics.tensor_parallel.records import BLOCK_PARTS, BLOCK_WHAT, grid_members, part_config
 from lab_src.topics.tensor_parallel import rawcoll
 from lab_src.harness.case import Case
-from lab_src.topics.tensor_parallel.kind_layers import PIECES, Part, _backward, caught, detached, piece
+from lab_src.topics.tensor_parallel.kind_layers import (PIECES, Part, _backward, answer_frames, caught,
+                                                          detached, piece)
 from lab_src.topics.tensor_parallel import runtime as tpmod
 from lab_src.pipeline import waiting
 from lab_src.pipeline.model import build_piece
@@ -137,7 +137,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                 message = str(e) or (f"still the stub from the release (raise NotImplementedError()): write it "
                                      f"in {exercises.tp_block.exercise.notebook}"
                                      if isinstance(e, NotImplementedError) else "")
-                frames = [f for f in traceback.extract_tb(e.__traceback__) if "q18_" in (f.filename or "")]
+                frames = answer_frames(e, "q18")
                 rec.update(raised=type(e).__name__, message=message[:800],
                            line=f"line {frames[-1].lineno}: {frames[-1].line}" if frames else "",
                            rounds=[[ev.kind, ev.bytes, list(ev.group or ())]

@@ -180,7 +180,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                                      if isinstance(e, NotImplementedError) else "")
                 rec.update(raised=type(e).__name__, message=message[:800], line=_answer_line(e),
                            rounds=rounds(tracer, start))
-                obs.setdefault("caught", []).append(caught(e, message, _answer_frames(e), LAYER_WHAT[part]))
+                obs.setdefault("caught", []).append(caught(e, message, answer_frames(e), LAYER_WHAT[part]))
         observe.finish_messages(None, group, tracer)
     finally:
         rawcoll.CASE_RANKS.clear()
@@ -188,13 +188,14 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         observe.record_instrumentation(obs, tracer)
 
 
-def _answer_frames(e: BaseException) -> list:
-    return [f for f in traceback.extract_tb(e.__traceback__) if "q17_" in (f.filename or "")]
+def answer_frames(e: BaseException, qid: str = "q17") -> list:
+    """The frames of exercise `qid`'s answer file that the exception went through."""
+    return [f for f in traceback.extract_tb(e.__traceback__) if f"{qid}_" in (f.filename or "")]
 
 
 def _answer_line(e: BaseException) -> str:
     """The last line of the answer's own code the exception went through ("" when none)."""
-    frames = _answer_frames(e)
+    frames = answer_frames(e)
     return f"line {frames[-1].lineno}: {frames[-1].line}" if frames else ""
 
 
