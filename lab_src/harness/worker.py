@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import gc
 import importlib
 import io
 import json
@@ -236,6 +237,11 @@ def main(spec_path: str) -> int:
 
     cases = [Case.from_dict(d) for d in spec["cases"]]
     load_answers_under_test(cases, rank, spec.get("load_limit_s", limits.LOAD_LIMIT_S), journal, chain)
+    # What is loaded by now (torch, the lab, the answers: about 170,000 objects) lives as long as the rank: out of
+    # the cyclic collector's way. Otherwise a collection of its oldest generation scans them all (70 ms alone, at
+    # the same point of a case on every rank, one after another) in the middle of a case: q19's network study
+    # on 4 ranks had one step of 300 ms among steps of 30, the 28th in every run, with or without its network.
+    gc.freeze()
     wait_for_every_rank(ctx.world_size, rank)
 
     timeouts: dict[str, int] = {}

@@ -196,6 +196,52 @@ study = ring_study()
 alpha, beta = None, None      # your fit: seconds per step, seconds per byte
 study.figure(alpha, beta) if study else None
 
+# %% [markdown]
+# ## A network with a latency tail (emulated)
+#
+# On a cluster your ring's messages cross a network, and networks have tails: most messages of a size take
+# about the same time, a few take far longer. The seed's measurement of a pipelined MLP on an emulated fabric
+# found each layer's collective taking 20 ms and more, and in some runs a tail of several seconds. This machine has no network between
+# its ranks, so the lab **emulates** one under your ring: each message you send is held back for
+# `latency + bytes / bandwidth` before it leaves (a sleep in a thread of the sending rank: it uses no CPU), and
+# a share q of the messages, drawn at random but the same in every run, is held 100 times as long. Each link
+# delivers in order, so a message queued behind a slow one waits for it too.
+#
+# The study runs 200 data-parallel steps on 4 ranks (about 20 s). In each, your ring all-reduces the seed's
+# four layers' gradients one after another, last layer first (fc4, fc3, fc2, fc1), as a backward finishes
+# them; it times each layer's all-reduce and the whole step on every rank, and keeps the slowest rank's
+# (a step ends when every rank has its gradients). The emulated network: latency 1 ms, 125 MB/s (1 Gbit/s),
+# q = 0.2 % of messages 100 times slower.
+#
+# **Predict before you run it**, and write your numbers into `predicted` (ms):
+# 1. How many messages k does one step send, all links together? What share of the steps should meet at
+#    least one slow message, 1 − (1 − q)^k? Is it more or less than half? More or less than 1 %?
+# 2. The median step (`p50`): the network's part, plus this machine's own part from your α above.
+# 3. The 99th percentile (`p99`): does the 99th-percentile step meet a slow message? How much does one add?
+#
+# Then compare: which layer meets the slowest slow messages, and why that one? Open the slowest step's
+# timeline: would you find the straggler in each rank's time alone, or only in the waits of its messages?
+#
+# <details><summary><b>Hint</b>: the network's part of a step</summary>
+#
+# Each layer is one all-reduce of 2(n − 1) ring steps that follow one another; each step is one message of
+# a chunk, S / n bytes (S: the layer's gradient bytes, from your `predicted_bytes` above), so it costs
+# `latency + (S / n) / bandwidth`. A slow message costs 100 times its own delay instead, and the whole ring
+# waits for it: every later step needs the chunk it carries.
+# </details>
+
+# %%
+from lab_src.checks.network_study import network_study
+
+predicted = {"p50": None, "p99": None}      # your prediction of one step's time, in ms, before you run it
+net_study = network_study(predicted=predicted)
+
+# %%
+net_study.figure(predicted) if net_study else None
+
+# %%
+net_study.timeline() if net_study else None
+
 # %% nbgrader={"grade": true, "grade_id": "q19_hidden", "locked": true, "points": 20, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q19 (20 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.

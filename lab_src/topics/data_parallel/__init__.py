@@ -7,6 +7,9 @@
     kind_study.py  rank side of the study: the ring and gloo's all-reduce timed, length after length
     study.py     parent side: the ring's time against its length beside gloo's, the alpha-beta fit, algbw, busbw
     figure.py    the pictures: the ring's two phases, and a run's messages per rank
+    network.py   the emulated network under the point-to-point layer: latency, bandwidth and a seeded tail
+    kind_network.py  rank side of the network study: the seed's four layers all-reduced step after step over it
+    tail.py      parent side: each layer's and each step's time as a distribution, against 1 - (1 - q)^k
 """
 from lab_src.harness.limits import COLLECTIVE_TIMEOUT_FACTOR
 from lab_src.topics import Kind, Topic
@@ -24,5 +27,10 @@ TOPIC = Topic(
                            timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                            what="q19's ring and gloo's all-reduce timed at lengths from a few elements to "
                                 "millions, each repeated: the ring's alpha-beta fit, algbw and busbw"),
+        "ring_network": Kind("kind_network", record="records:NetworkObserved", calls=("ring_all_reduce",),
+                             timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
+                             what="q19's ring all-reducing the seed's four layers' gradients step after step "
+                                  "over an emulated network with a latency tail: each layer's and each step's "
+                                  "time, and every message's emulated delay"),
     },
 )

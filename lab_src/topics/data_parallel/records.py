@@ -54,3 +54,11 @@ class RingObserved(Observed):
 class StudyObserved(Observed):
     group: list
     timings: dict               # "ring" / "gloo" -> {length: [seconds of each repeat]}
+
+
+class NetworkObserved(Observed):
+    group: list
+    steps: list                 # per step: [seconds of each layer's all-reduce, in the order summed] + [the step's]
+    marks: list                 # per step: how many events the rank had recorded before it began
+    sent: list                  # per message sent: [peer, number on the link, bytes, delay (s), slow, posted at
+                                #   (perf_counter), [step, layer index]] (network.py `Links.sent`)

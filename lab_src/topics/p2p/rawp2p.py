@@ -20,6 +20,9 @@ under a check, a blocking `send` or `recv` is posted and waited for the same way
 through `pipeline/waiting.py`, so the check can stop a rank that waits for a message nobody will take or
 send. (Outside a check's cases, a blocking call is journalled as an operation the rank is in: B ... E.)
 
+A kind may run its ranks over an emulated network (`NETWORK`, topics/data_parallel/network.py): every send is
+then handed to the rank's emulated link, which posts it when its delay is up, and its request waits for that.
+
 Calls the stage makes inside its own traced span (`stage.send` / `stage.recv`) are not recorded twice,
 and nothing is recorded outside a tracer (code run in a notebook's kernel is left alone).
 """
@@ -41,6 +44,9 @@ _ORIGINAL: dict = {}
 _calls: list[dict] = []        # the q11 calls in progress: microbatch, recv_microbatch, records still open
 _inside_batch = [0]            # > 0 while batch_isend_irecv posts its operations (recorded by the batch)
 RECORDED = [0]                 # messages recorded here so far (a check compares with all the messages it saw)
+# An emulated network (topics/data_parallel/network.py `Links`), set by a kind that runs its ranks over one: every
+# message sent then goes through it (`send(peer, tensor, args, kwargs)` returns its request), None: straight to gloo
+NETWORK: list = [None]
 
 
 @contextlib.contextmanager
@@ -242,6 +248,13 @@ class RecordedWork:
         return getattr(self._work, name)
 
 
+def _send(peer, tensor, args, kwargs):
+    """Post a send: through the emulated network when one is set, else to gloo at once."""
+    if NETWORK[0] is None:
+        return _ORIGINAL["isend"](tensor, *args, **kwargs)
+    return NETWORK[0].send(peer, tensor, args, kwargs)
+
+
 def _arguments(args, kwargs, peer_name: str, group_key: str):
     bound = dict(zip([peer_name, "group", "tag"], args), **kwargs)
     return bound.get("group"), bound.get(peer_name), bound.get(group_key)
@@ -258,7 +271,7 @@ def _posted(is_send: bool):
         group, peer, group_peer = _arguments(args, kwargs, peer_name, group_key)
         record = _Record(is_send, tensor, group, peer, group_peer)
         record.waiting()                  # a failure to post names the operation too
-        work = original(tensor, *args, **kwargs)
+        work = _send(record.peer, tensor, args, kwargs) if is_send else original(tensor, *args, **kwargs)
         record.tracer.pending = None
         return RecordedWork(work, [record])
     return _named(wrapper, original)
@@ -278,7 +291,8 @@ def _blocking(is_send: bool):
             # it pending, for the report); a receive returns its sender's global rank, as dist.recv does
             record = _Record(is_send, tensor, group, peer, group_peer)
             record.waiting()
-            posted = _ORIGINAL["isend" if is_send else "irecv"](tensor, *args, **kwargs)
+            posted = _send(record.peer, tensor, args, kwargs) if is_send else \
+                _ORIGINAL["irecv"](tensor, *args, **kwargs)
             record.blocked()
             waiting.wait(posted)
             result = None if is_send else (peer if peer is not None else
@@ -286,7 +300,10 @@ def _blocking(is_send: bool):
         else:
             record = _Record(is_send, tensor, group, peer, group_peer, posted=False)
             record.waiting()
-            result = original(tensor, *args, **kwargs)    # an exception leaves it pending, for the report
+            if is_send and NETWORK[0] is not None:
+                result = _send(record.peer, tensor, args, kwargs).wait()
+            else:
+                result = original(tensor, *args, **kwargs)    # an exception leaves it pending, for the report
         record.end()
         return result
     return _named(wrapper, original)
@@ -304,7 +321,13 @@ def _batch():
             records[0].waiting()
         _inside_batch[0] += 1
         try:
-            works = original(p2p_op_list)
+            if NETWORK[0] is not None:     # each message through the emulated network, posted as it says
+                works = [_send(r.peer, op.tensor, (), {"group": op.group, "tag": op.tag, "group_dst": op.group_peer})
+                         if r.kind.startswith("send") else
+                         _ORIGINAL["irecv"](op.tensor, group=op.group, tag=op.tag, group_src=op.group_peer)
+                         for r, op in zip(records, p2p_op_list)]
+            else:
+                works = original(p2p_op_list)
         finally:
             _inside_batch[0] -= 1
         if records:
