@@ -14,6 +14,10 @@ done its part and one of them is held so by a peer that posts nothing more (a pe
 case is stuck too. Code that journals a send and a receive as one operation would hide the send from it:
 journal each send on its own (topics/p2p/rawp2p.py does, for raw torch.distributed calls).
 
+A rank may work in more than one thread (a lane: pipeline/trace.py `Tracer.lane`, q20's reducing thread):
+each lane's operation is followed on its own, and messages are counted per pair of ranks whatever the lane (on
+a grid, the pipeline's pairs and the data-parallel ring's are never the same).
+
 After a run that did not finish, `report` gives, for each rank, the last operation it completed and
 the operation it is still waiting in:
 
@@ -30,12 +34,14 @@ from pathlib import Path
 from lab_src.harness.records import ENDED_WITHOUT_RETURNING, RankError
 from lab_src.harness.runfolder import journal_path, read_journal
 from lab_src.pipeline.ops import Op
-from lab_src.pipeline.trace import BARRIER, Pending, op_text
+from lab_src.pipeline.trace import BARRIER, LANE_WAIT, Pending, op_text
 
 
 def describe_op(kind: str, mb, peer, chunk: int = 0) -> str:
     if kind == BARRIER:
         return f"the barrier that ends this part of the case, with ranks {peer}"
+    if kind == LANE_WAIT:
+        return f"a wait for what its lane {peer} does (a thread of the rank)"
     op = Op.of(kind)
     if op is None:              # a collective: its `peer` is the list of ranks taking part
         return f"{kind} over ranks {peer}"
@@ -57,7 +63,7 @@ def rank_state(journal: Path, case_index: int) -> dict:
                 state["ended"] = True
         elif tag in ("B", "P", "E") and payload and payload[0] == label:
             p = Pending.from_list(payload)
-            op = describe_op(p.kind, p.microbatch, p.peer, p.chunk)
+            op = describe_op(p.kind, p.microbatch, p.peer, p.chunk) + (f" in its lane {p.lane}" if p.lane else "")
             if tag in ("B", "P"):
                 waiting.append(op)
             elif op not in waiting:     # the end of a wait for a send's delivery (PipelineStage.flush): no
@@ -75,7 +81,7 @@ def recover(journal: Path, case_index: int, rank: int, stopped_at: float) -> dic
     """What a rank that left no observations (its launch was stopped, or it died) did in a case, from
     its journal: its events (without shapes or sizes) and the operation it was still in, in the form
     of a rank's observations (harness/observe.py, worker.py)."""
-    label, begun, events, pending = str(case_index), {}, [], None
+    label, begun, events, pending = str(case_index), {}, [], {}      # pending: lane -> (operation, since)
     for t, tag, payload in read_journal(journal):
         if tag not in ("B", "P", "A", "E") or not payload or payload[0] != label:
             continue
@@ -88,16 +94,18 @@ def recover(journal: Path, case_index: int, rank: int, stopped_at: float) -> dic
         if tag in ("B", "P"):           # when it was posted, and the rank had done its part
             begun.setdefault(key, []).append(t)
         if tag in ("B", "A"):
-            pending = (op, t)
+            pending[op.lane] = (op, t)
         elif tag == "E":
             start = begun[key].pop(0)
-            events.append([rank, op.kind, op.microbatch, op.peer, None, 0, start, t, op.chunk])
-            if pending is not None and pending[0].what == op.what:
-                pending = None
+            events.append([rank, op.kind, op.microbatch, op.peer, None, 0, start, t, op.chunk]
+                          + ([0, None, op.lane] if op.lane else []))
+            if op.lane in pending and pending[op.lane][0].what == op.what:
+                del pending[op.lane]
     error = None
-    if pending is not None:
-        error = RankError("Stopped", "the run was stopped while this rank waited", pending=pending[0],
-                          pending_since=pending[1], at=stopped_at).to_dict()
+    if pending:             # what its main thread waited in, else a lane's
+        op, since = pending.get(0) or pending[min(pending)]
+        error = RankError("Stopped", "the run was stopped while this rank waited", pending=op,
+                          pending_since=since, at=stopped_at).to_dict()
     return {"events": events, "error": error, "recovered": True}
 
 
@@ -154,11 +162,16 @@ class Stuck:
     finished: list[int]                 # ranks that did their part
     unreceived: dict[tuple, list]       # (sender, receiver) -> the sends posted that no receive took
     absent: dict[int, list] = field(default_factory=dict)   # rank in a collective -> its members not in it
+    lanes: dict[tuple, tuple] = field(default_factory=dict)  # (rank, lane >= 1) -> as `waits`: a thread's wait
 
     def lines(self) -> list[str]:
-        """One line per rank, then the cycle of waits if there is one."""
+        """One line per rank (and one per lane of a rank that waits in one), then the cycle of waits if any."""
         out = []
         for r in sorted([*self.waits, *self.finished]):
+            for (rank, lane), (kind, mb, peer, _, chunk) in sorted(self.lanes.items()):
+                if rank == r:
+                    out.append(f"rank {r}'s lane {lane} (a thread of the rank) waits in "
+                               f"{describe_op(kind, mb, peer, chunk)}")
             if r in self.waits:
                 kind, mb, peer, _, chunk = self.waits[r]
                 them = self.absent.get(r, [])
@@ -186,6 +199,9 @@ class Stuck:
             path, r = [], start
             while r in self.waits and r not in path:
                 path.append(r)
+                if self.waits[r][0] == LANE_WAIT:   # it waits for a thread of its own, not for a rank
+                    r = None
+                    break
                 r = self.waits[r][2]
                 if not isinstance(r, int):      # a collective: it waits for a group, not for one rank
                     break
@@ -198,7 +214,8 @@ class Progress:
     """What the journals of a launch have said so far, fed line by line (`feed`) while it runs."""
 
     def __init__(self):
-        self.ranks: dict[tuple[int, int], RankProgress] = defaultdict(RankProgress)   # (case, rank)
+        self.ranks: dict[tuple[int, int], RankProgress] = defaultdict(RankProgress)   # (case, rank): its lane 0
+        self.lanes: dict[tuple[int, int, int], RankProgress] = defaultdict(RankProgress)   # (case, rank, lane >= 1)
         self.posted: dict[tuple, list] = defaultdict(list)      # (case, src, dst) -> [(kind, mb)] sent
         self.claimed: Counter = Counter()                        # (case, src, dst) -> receives begun or posted
         self.ordinals: dict[tuple, list] = defaultdict(list)    # (case, rank, op) -> n of its open receives
@@ -218,13 +235,13 @@ class Progress:
         if not isinstance(payload, list) or not payload or not str(payload[0]).isdigit():
             return
         case = int(payload[0])
-        state = self.ranks[(case, rank)]
         if tag == "W":
-            state.finished = True
+            self.ranks[(case, rank)].finished = True
             return
         if len(payload) < 4:
             return
         pending = Pending.from_list(payload)
+        state = self.lanes[(case, rank, pending.lane)] if pending.lane else self.ranks[(case, rank)]
         kind, mb, peer = pending.kind, pending.microbatch, pending.peer
         op = Op.of(kind)
         key = (case, rank, repr(pending.what))
@@ -283,37 +300,36 @@ class Progress:
         and will not get there: it has done its part (at the barrier, that counts as there), or it is in
         some other operation, itself stuck (every rank of a stuck case is). A rank computing, posting a
         send, in a collective all its members are in, or between operations, may go on: then nothing is
-        stuck."""
-        waits, finished, absent = {}, [], {}
+        stuck. A rank's other lanes (threads: pipeline/trace.py `Tracer.lane`) are judged as its main one,
+        each on its own: one that may go on keeps the case going; one with no operation waits for work from
+        its main thread, and a main thread that waits for a lane (LANE_WAIT) is stuck when every operation
+        the lane could still do is: that lane is stuck or idle."""
+        waits, finished, absent, lanes = {}, [], {}, {}
         for r in range(stages):
             s = self.ranks.get((case, r))
             if s is None or not s.started:
                 return None
+            for (c, rank, lane), other in self.lanes.items():
+                if c != case or rank != r or other.pending is None:
+                    continue                    # an idle lane: it waits for work from the rank's main thread
+                blocked = self._blocked(case, r, other, stages)
+                if blocked is None:
+                    return None                 # the lane goes on
+                lanes[(r, lane)] = blocked[0]
             if s.finished:
                 finished.append(r)
                 continue
             if s.pending is None:
                 return None
-            p = s.pending
-            kind, mb, peer, chunk = p.kind, p.microbatch, p.peer, p.chunk
-            if isinstance(peer, list):          # a collective over the ranks `peer`, or the case's barrier
-                absent[r] = self._not_joining(case, r, kind, peer, stages)
-                if not absent[r]:
-                    return None                 # every member is in it: it goes on
-                waits[r] = (kind, mb, peer, s.pending_since, chunk)
+            if s.pending.kind == LANE_WAIT:     # waits for a lane that is stuck, or idle (it goes on otherwise:
+                waits[r] = (LANE_WAIT, None, s.pending.peer, s.pending_since, 0)    # then we returned above)
                 continue
-            op = Op.of(kind)
-            if op is None or op.is_compute or not isinstance(peer, int):
+            blocked = self._blocked(case, r, s, stages)
+            if blocked is None:
                 return None
-            ordinal = (self.ordinals.get((case, r, repr(p.what))) or [None])[0]
-            if ordinal is None:
-                return None
-            if op.is_recv and len(self.posted[(case, peer, r)]) >= ordinal:
-                return None                     # its message is on its way
-            if op.is_send and (self.claimed[(case, r, peer)] >= ordinal or not (
-                    s.pending_tag == "A" or self._done(case, peer) or self._held_at_barrier(case, peer, stages))):
-                return None                     # its receive is posted; or its peer may still post it
-            waits[r] = (kind, mb, peer, s.pending_since, chunk)
+            waits[r] = blocked[0]
+            if blocked[1] is not None:
+                absent[r] = blocked[1]
         if not waits:
             held = {r: self.ranks[(case, r)].delivering for r in finished if self.ranks[(case, r)].delivering}
             if not held or any(self.claimed[(case, r, peer)] >= n for r, (peer, n) in held.items()):
@@ -322,7 +338,29 @@ class Progress:
         unreceived = {(src, dst): sends[self.claimed[(c, src, dst)]:]
                       for (c, src, dst), sends in self.posted.items()
                       if c == case and len(sends) > self.claimed[(c, src, dst)]}
-        return Stuck(case, waits, finished, unreceived, {r: a for r, a in absent.items() if r in waits})
+        return Stuck(case, waits, finished, unreceived, {r: a for r, a in absent.items() if r in waits}, lanes)
+
+    def _blocked(self, case: int, r: int, s: RankProgress, stages: int) -> tuple | None:
+        """None if the operation `s` (rank r's, or one of its lanes') may go on; else (its wait: kind, mb, peer,
+        since, chunk; for a collective, the members that will not join it, else None)."""
+        p = s.pending
+        kind, mb, peer, chunk = p.kind, p.microbatch, p.peer, p.chunk
+        wait = (kind, mb, peer, s.pending_since, chunk)
+        if isinstance(peer, list):              # a collective over the ranks `peer`, or the case's barrier
+            them = self._not_joining(case, r, kind, peer, stages)
+            return (wait, them) if them else None   # every member is in it: it goes on
+        op = Op.of(kind)
+        if op is None or op.is_compute or not isinstance(peer, int):
+            return None
+        ordinal = (self.ordinals.get((case, r, repr(p.what))) or [None])[0]
+        if ordinal is None:
+            return None
+        if op.is_recv and len(self.posted[(case, peer, r)]) >= ordinal:
+            return None                         # its message is on its way
+        if op.is_send and (self.claimed[(case, r, peer)] >= ordinal or not (
+                s.pending_tag == "A" or self._done(case, peer) or self._held_at_barrier(case, peer, stages))):
+            return None                         # its receive is posted; or its peer may still post it
+        return wait, None
 
     def _not_joining(self, case: int, rank: int, kind: str, members: list, stages: int) -> list[int]:
         """The members of `rank`'s collective over `members` (its n-th over that group) that will not join

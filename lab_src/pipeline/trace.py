@@ -3,7 +3,7 @@
 Each rank records one `Event` per forward or backward chunk, per point-to-point operation and per
 collective (q14's all-reduces):
 
-    (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk, held[, group])
+    (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk, held[, group[, lane]])
 
 `rank` and `peer` are pipeline ranks; `kind` is an operation of `schedules.Op` ("forward", "send_forward",
 ...) or a collective of COLLECTIVES, which the topics declare (q14's "allreduce_dp", q17's "allreduce_tp", ...:
@@ -11,8 +11,9 @@ lab_src/topics/<topic>/__init__.py); `chunk` is the model chunk of the
 rank (0 unless the schedule is interleaved); `held` is the activation memory the rank holds when the
 operation ends: bytes of tensors saved for backward and not yet freed (harness/memory.py counts them while a
 pipeline case runs its step; 0 where nothing was counted); `group`, for a collective only, the global ranks
-taking part (a collective has no peer, and its `bytes` is the buffer this rank handed to it). Rows of 8 or
-9 fields (written before `chunk` or `held` existed) still load. Times are seconds on the host's monotonic clock
+taking part (a collective has no peer, and its `bytes` is the buffer this rank handed to it); `lane`, the
+thread of the rank that did it where it is not the main one (Tracer.lane). Rows of 8 or 9 fields (written
+before `chunk` or `held` existed) still load. Times are seconds on the host's monotonic clock
 (`time.perf_counter`), which every process of a `torchrun --standalone` run shares, so the ranks'
 timelines line up without any synchronisation; `CaseOutcome.events()` moves a case's first event to 0.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from dataclasses import astuple, dataclass, replace
 from pathlib import Path
@@ -41,6 +43,10 @@ KINDS = tuple(o.value for o in Op) + COLLECTIVES
 # A case's barrier (harness/case_barrier.py), journalled for the deadlock watch only: not an event of the
 # run, and not the operation a rank's error names
 BARRIER = "barrier"
+# A wait of the rank's main thread for what one of its lanes does (q20: the buckets its reducing thread still
+# reduces), journalled for the deadlock watch: stuck when that lane is stuck or has nothing to do. Its `peer` is
+# the lane's number.
+LANE_WAIT = "wait_lane"
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class Event:
     chunk: int = 0
     held: int = 0                   # bytes saved for backward held by the rank when the operation ended
     group: tuple | None = None      # a collective's global ranks
+    lane: int = 0                   # the rank's thread that did it: 0 the main one (Tracer.lane)
 
     @property
     def duration(self) -> float:
@@ -97,7 +104,9 @@ class Event:
 
     def to_row(self) -> tuple:
         row = astuple(self)
-        return row if self.group is not None else row[:-1]   # a P2P or compute row is as it always was
+        if self.lane:
+            return row
+        return row[:-1] if self.group is not None else row[:-2]   # a P2P or compute row is as it always was
 
     @classmethod
     def from_row(cls, row) -> "Event":
@@ -105,28 +114,68 @@ class Event:
         chunk = rest[0] if rest else 0
         held = rest[1] if len(rest) > 1 else 0
         group = tuple(rest[2]) if len(rest) > 2 and rest[2] is not None else None
+        lane = rest[3] if len(rest) > 3 else 0
         return cls(rank, kind, mb, peer, tuple(shape) if shape is not None else None, nbytes, t0, t1, chunk, held,
-                   group)
+                   group, lane)
 
 
 class Tracer:
-    """Records the events of one rank, and journals each operation as it begins and ends."""
+    """Records the events of one rank, and journals each operation as it begins and ends.
+
+    A rank may work in more than one thread (a lane): the main one, lane 0, and for example one that reduces
+    gradients while the main one computes (q20, docs/q20-design.md). The operation in progress is each
+    thread's own (`pending`, `pending_since`); a thread says which lane it is with `with tracer.lane(1):`, and
+    what it journals and records carries that lane."""
 
     def __init__(self, rank: int, journal=None, sync=None, label: str = ""):
         self.rank = rank
         self.events: list[Event] = []
         self.sync = sync                      # e.g. torch.cuda.synchronize, so GPU times are real
         self.label = label                    # which case of a launch this is
-        self.pending: Pending | None = None   # the operation in progress
-        self.pending_since: float | None = None   # when it began (time.perf_counter)
+        self._thread = threading.local()      # per thread: pending, pending_since, lane
         self._journal = journal               # journal(tag, pending): harness/runfolder.py's format, or None
         self.memory = None                    # () -> bytes saved for backward now held (harness/memory.py)
+
+    @property
+    def pending(self) -> "Pending | None":
+        """The operation this thread is in."""
+        return getattr(self._thread, "pending", None)
+
+    @pending.setter
+    def pending(self, value: "Pending | None") -> None:
+        self._thread.pending = value
+
+    @property
+    def pending_since(self) -> float | None:
+        """When this thread's operation began (time.perf_counter)."""
+        return getattr(self._thread, "since", None)
+
+    @pending_since.setter
+    def pending_since(self, value: float | None) -> None:
+        self._thread.since = value
+
+    @property
+    def current_lane(self) -> int:
+        return getattr(self._thread, "lane", 0)
+
+    @contextlib.contextmanager
+    def lane(self, number: int):
+        """This thread works in lane `number` of the rank within the block."""
+        before = self.current_lane
+        self._thread.lane = number
+        try:
+            yield self
+        finally:
+            self._thread.lane = before
+
+    def _pending(self, kind: str, microbatch, peer, chunk: int = 0) -> "Pending":
+        return Pending(self.label, kind, microbatch, peer, chunk, self.current_lane)
 
     @contextlib.contextmanager
     def span(self, kind: str, microbatch=None, peer=None, shape=None, nbytes: int = 0, chunk: int = 0,
              group: tuple | None = None):
         # what a deadlock report names: the peer of a message, the ranks of a collective
-        pending = self.pending = Pending(self.label, kind, microbatch, peer if group is None else list(group), chunk)
+        pending = self.pending = self._pending(kind, microbatch, peer if group is None else list(group), chunk)
         self._write("B", pending)
         t_start = self.pending_since = time.perf_counter()
         yield
@@ -144,7 +193,7 @@ class Tracer:
         """Journal the start of an operation that ends later; `record` ends it. `posted`: a message posted
         (a raw isend or irecv, or a stage's post_recv) that the rank does not wait for yet: `awaits` says when
         it does."""
-        pending = Pending(self.label, kind, microbatch, peer, chunk)
+        pending = self._pending(kind, microbatch, peer, chunk)
         self._write("P" if posted else "B", pending)
         return pending
 
@@ -154,7 +203,9 @@ class Tracer:
         self._write("A", pending)
 
     def record(self, event: Event, pending: Pending | None = None) -> None:
-        """Keep a finished event (with the memory held now) and journal its end."""
+        """Keep a finished event (with the memory held now, and this thread's lane) and journal its end."""
+        if self.current_lane and not event.lane:
+            event = replace(event, lane=self.current_lane)
         self.events.append(replace(event, held=self.held()) if self.memory is not None else event)
         if pending is not None:
             self._write("E", pending)
@@ -174,20 +225,23 @@ class Tracer:
 class Pending:
     """An operation a rank is in (a receive it waits in, a message it posted), as the journal, the deadlock
     watch and a rank's error name it. Its plain form, which they carry (`to_list`, `from_list`), is
-    [label, kind, micro-batch, peer], with the model chunk after them where it is not 0 (interleaved)."""
+    [label, kind, micro-batch, peer], with the model chunk after them where it is not 0 (interleaved), and the
+    lane after the chunk where it is not 0 (a thread of the rank other than its main one: Tracer.lane)."""
     label: str                      # the case it belongs to (its index in the launch)
     kind: str                       # an operation of `schedules.Op`, or a collective
     microbatch: int | None
     peer: int | list | None         # a collective's: the ranks taking part
     chunk: int = 0
+    lane: int = 0
 
     def to_list(self) -> list:
-        return [self.label, self.kind, self.microbatch, self.peer] + ([self.chunk] if self.chunk else [])
+        tail = [self.chunk, self.lane] if self.lane else [self.chunk] if self.chunk else []
+        return [self.label, self.kind, self.microbatch, self.peer] + tail
 
     @classmethod
     def from_list(cls, row) -> "Pending":
         label, kind, mb, peer = row[:4]
-        return cls(label, kind, mb, peer, row[4] if len(row) > 4 else 0)
+        return cls(label, kind, mb, peer, row[4] if len(row) > 4 else 0, row[5] if len(row) > 5 else 0)
 
     @property
     def what(self) -> list:
@@ -288,9 +342,26 @@ def delivering(kind: str, microbatch, peer, chunk: int = 0):
     if t is None:
         yield
         return
-    pending = Pending(t.label, kind, microbatch, peer, chunk)
+    pending = t._pending(kind, microbatch, peer, chunk)
     t._write("A", pending)
     yield
+    t._write("E", pending)
+
+
+@contextlib.contextmanager
+def waiting_for_lane(lane: int):
+    """Around a wait of this thread for what lane `lane` of the rank does (a queue's join, a future's result):
+    the operation in progress, journalled B and E for the deadlock watch; no event (the lane's own are)."""
+    t = active()
+    if t is None:
+        yield
+        return
+    pending = t._pending(LANE_WAIT, None, lane)
+    before, since = t.pending, t.pending_since
+    t.pending, t.pending_since = pending, time.perf_counter()
+    t._write("B", pending)
+    yield                                   # on an exception `pending` stays set, as in Tracer.span
+    t.pending, t.pending_since = before, since
     t._write("E", pending)
 
 
@@ -315,7 +386,7 @@ def _journalled(kind: str, group, in_progress: bool):
     if t is None:
         yield
         return
-    pending = Pending(t.label, kind, None, list(group))
+    pending = t._pending(kind, None, list(group))
     if in_progress:
         t.pending = pending
     t._write("B", pending)

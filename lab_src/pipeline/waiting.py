@@ -31,7 +31,7 @@ class WaitTimedOut(RuntimeError):
 
 
 _stop_checks: list = []          # callables returning a reason (str) to stop, or None
-_helper: "_Helper | None" = None
+_helpers = threading.local()     # each thread's helper (a rank's lanes wait at once: pipeline/trace.py Tracer.lane)
 
 
 @contextlib.contextmanager
@@ -74,18 +74,18 @@ def barrier(group) -> None:
 
 def wait(work, poll_s: float = 0.05) -> None:
     """`work.wait()`, unless the rank is asked to stop first (then StoppedWaiting)."""
-    global _helper
     if not _stop_checks or threading.current_thread().name == "lab-wait":
         work.wait()                         # (on the helper itself: a wrapped work waiting for its own work)
         return
-    if _helper is None:
-        _helper = _Helper()
+    helper = getattr(_helpers, "helper", None)
+    if helper is None:
+        helper = _helpers.helper = _Helper()
     done, failure = threading.Event(), []
-    _helper.jobs.put((work, done, failure))
+    helper.jobs.put((work, done, failure))
     while not done.wait(poll_s):
         reason = _stop_checks[-1]()
         if reason:
-            _helper = None                  # it stays blocked in this wait; later waits get a new one
+            _helpers.helper = None          # it stays blocked in this wait; later waits get a new one
             raise StoppedWaiting(reason)
     if failure:
         raise failure[0]

@@ -100,6 +100,8 @@ class NetworkStudy:
         """As the seed draws its per-layer latencies: left, each layer's all-reduce time over the steps as a
         cumulative distribution; right, the steps' (red: a step that met a slow message), with the measured
         p50 and p99 and, when given, your predicted ones."""
+        from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
         from lab_src.views.static import TimelineFigure
         predicted = given(predicted)
         fig = TimelineFigure(figsize=(10, 4.2), layout="constrained")
@@ -128,6 +130,11 @@ class NetworkStudy:
                 right.axvline(predicted[key], color="#e45756", ls=style, lw=1.5,
                               label=f"your {key}: {predicted[key]:g} ms")
         right.set_xscale("log")
+        for ax in (left, right):            # 20, 50, 100 ms rather than 10^1, 10^2
+            lo, hi = ax.get_xlim()
+            ax.set_xticks([x for x in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000) if lo <= x <= hi])
+            ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
         right.set_xlabel("step time (ms)")
         right.set_ylabel("share of steps")
         right.set_title(f"Steps: {len(slow)} of {len(order)} met a slow message "

@@ -29,6 +29,7 @@ and nothing is recorded outside a tracer (code run in a notebook's kernel is lef
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 
 import torch.distributed as dist
@@ -41,8 +42,20 @@ from lab_src.topics.p2p.calls import COMBINED
 from lab_src.pipeline.trace import Event
 
 _ORIGINAL: dict = {}
-_calls: list[dict] = []        # the q11 calls in progress: microbatch, recv_microbatch, records still open
-_inside_batch = [0]            # > 0 while batch_isend_irecv posts its operations (recorded by the batch)
+_thread = threading.local()    # per thread of the rank (a lane: pipeline/trace.py Tracer.lane): `calls`, the q11
+                               # calls in progress (microbatch, recv_microbatch, records still open); `batch`, > 0
+                               # while batch_isend_irecv posts its operations (recorded by the batch)
+
+
+def _calls() -> list[dict]:
+    if not hasattr(_thread, "calls"):
+        _thread.calls = []
+    return _thread.calls
+
+
+def _in_batch(step: int = 0) -> int:
+    _thread.batch = getattr(_thread, "batch", 0) + step
+    return _thread.batch
 RECORDED = [0]                 # messages recorded here so far (a check compares with all the messages it saw)
 # An emulated network (topics/data_parallel/network.py `Links`), set by a kind that runs its ranks over one: every
 # message sent then goes through it (`send(peer, tensor, args, kwargs)` returns its request), None: straight to gloo
@@ -54,7 +67,7 @@ def p2p_call(operation=None, stage=None, tensor=None, microbatch=0, recv_microba
     """Around one call of q11's function: the micro-batches its messages belong to."""
     call = {"microbatch": microbatch, "recv_microbatch": microbatch if recv_microbatch is None else recv_microbatch,
             "open": [], "stage": stage, "operation": operation}
-    _calls.append(call)
+    _calls().append(call)
     try:
         yield
     except BaseException as e:
@@ -65,7 +78,7 @@ def p2p_call(operation=None, stage=None, tensor=None, microbatch=0, recv_microba
                 setattr(e, Q11_CALL, _call_text(call))
         raise
     finally:
-        _calls.pop()
+        _calls().pop()
     unwaited = [record for record in call["open"] if record.posted_only]
     for record in list(call["open"]):      # posted and never waited for (an exception leaves them pending)
         record.end()
@@ -169,7 +182,7 @@ class _Record:
 
     def __init__(self, is_send: bool, tensor, group, peer=None, group_peer=None, posted: bool = True):
         self.tracer = trace.active()
-        call = _calls[-1] if _calls else None
+        call = _calls()[-1] if _calls() else None
         self.peer = _global_peer(group, peer, group_peer)
         me = dist.get_rank()
         self.kind = _kind(is_send, me, self.peer)
@@ -220,7 +233,7 @@ class _Record:
 def _recording() -> bool:
     """Record raw calls under a tracer, outside the stage's own traced spans and inside no batch."""
     t = trace.active()
-    return t is not None and t.pending is None and not _inside_batch[0]
+    return t is not None and t.pending is None and not _in_batch()
 
 
 class RecordedWork:
@@ -319,7 +332,7 @@ def _batch():
         records = [_Record(op.op is c10d.isend, op.tensor, op.group, None, op.group_peer) for op in p2p_op_list]
         if records:
             records[0].waiting()
-        _inside_batch[0] += 1
+        _in_batch(+1)
         try:
             if NETWORK[0] is not None:     # each message through the emulated network, posted as it says
                 works = [_send(r.peer, op.tensor, (), {"group": op.group, "tag": op.tag, "group_dst": op.group_peer})
@@ -329,7 +342,7 @@ def _batch():
             else:
                 works = original(p2p_op_list)
         finally:
-            _inside_batch[0] -= 1
+            _in_batch(-1)
         if records:
             records[0].tracer.pending = None
         if len(works) == len(records):

@@ -1,0 +1,152 @@
+"""A rank's lanes (pipeline/trace.py): a thread of the rank other than its main one has its own operation in
+progress, and what it journals and records carries its lane, while lane 0's journal lines and event rows stay
+as they always were (old journals and saved views still load). The first step of docs/q20-design.md."""
+from __future__ import annotations
+
+import threading
+
+from lab_src.pipeline.trace import Event, Pending, Tracer
+
+
+def test_each_thread_has_its_own_operation_in_progress_and_journals_its_lane():
+    journal = []
+    tracer = Tracer(0, journal=lambda tag, row: journal.append((tag, row)), label="3")
+    inside, release, seen = threading.Event(), threading.Event(), {}
+
+    def reduce_in_lane_1():
+        with tracer.lane(1):
+            with tracer.span("send_forward", None, 2, shape=(4,), nbytes=16):
+                seen["lane 1"] = tracer.pending
+                inside.set()
+                release.wait(5)
+        seen["lane 1 after"] = tracer.pending
+
+    with tracer.span("backward", 3):
+        thread = threading.Thread(target=reduce_in_lane_1)
+        thread.start()
+        assert inside.wait(5)
+        assert tracer.pending.kind == "backward" and tracer.pending.lane == 0     # the main thread's own
+        release.set()
+        thread.join(5)
+    assert seen["lane 1"].kind == "send_forward" and seen["lane 1"].lane == 1
+    assert seen["lane 1 after"] is None and tracer.pending is None
+    assert ("B", ["3", "backward", 3, None]) in journal                   # lane 0: as it always was
+    assert ("B", ["3", "send_forward", None, 2, 0, 1]) in journal          # lane 1: chunk 0, then the lane
+    assert ("E", ["3", "send_forward", None, 2, 0, 1]) in journal
+    lanes = {e.kind: e.lane for e in tracer.events}
+    assert lanes == {"send_forward": 1, "backward": 0}
+    assert tracer.current_lane == 0
+
+
+def test_a_lanes_pending_and_event_travel_and_old_rows_still_load():
+    for p in (Pending("0", "recv_forward", 2, 1), Pending("0", "forward", 2, None, chunk=1),
+              Pending("1", "send_backward", None, 3, 0, 1), Pending("1", "allreduce_dp", None, [0, 2], 0, 2)):
+        assert Pending.from_list(p.to_list()) == p
+    assert Pending("0", "recv_forward", 2, 1).to_list() == ["0", "recv_forward", 2, 1]
+    plain = Event(0, "forward", 1, None, (2, 3), 24, 0.5, 0.75, 0, 100)
+    coll = Event(0, "allreduce_dp", None, None, (8,), 32, 0.5, 0.75, group=(0, 2))
+    laned = Event(1, "send_forward", None, 3, (8,), 32, 0.5, 0.75, lane=1)
+    assert len(plain.to_row()) == 10 and len(coll.to_row()) == 11 and len(laned.to_row()) == 12
+    for e in (plain, coll, laned):
+        assert Event.from_row(list(e.to_row())) == e
+    assert Event.from_row([0, "forward", 1, None, [2, 3], 24, 0.5, 0.75]).lane == 0     # 8 fields, as before chunk
+
+
+def _watch(n: int):
+    import time
+
+    from lab_src.harness.deadlock import Progress
+    p = Progress()
+
+    def feed(rank, *lines):
+        for tag, payload in lines:
+            p.feed(rank, time.perf_counter(), tag, payload)
+    for r in range(n):
+        feed(r, ("C", "start 0"))
+    return p, feed
+
+
+def test_a_lane_that_waits_for_a_bucket_its_peer_never_launched_is_a_deadlock_the_watch_names():
+    """q20's reducer: each rank's lane 1 runs the ring over the data-parallel group while the main thread goes
+    on. Rank 1 never launched its bucket (its lane has nothing to do) and waits for its lane at the end of the
+    step; rank 0's lane waits for rank 1's first message of the ring. Nothing can change that."""
+    p, feed = _watch(2)
+    feed(0, ("B", ["0", "backward", 3, None]), ("E", ["0", "backward", 3, None]),
+         ("B", ["0", "wait_lane", None, 1]))
+    feed(0, ("P", ["0", "send_forward", None, 1, 0, 1]), ("P", ["0", "recv_backward", None, 1, 0, 1]),
+         ("A", ["0", "send_forward", None, 1, 0, 1]))
+    feed(1, ("B", ["0", "backward", 3, None]))
+    assert p.stuck(0, 2) is None                      # rank 1 computes: it may still launch the bucket
+    feed(1, ("E", ["0", "backward", 3, None]), ("B", ["0", "wait_lane", None, 1]))
+    stuck = p.stuck(0, 2)
+    assert stuck is not None and stuck.cycle() is None
+    assert stuck.lines() == [
+        "rank 0's lane 1 (a thread of the rank) waits in a send to rank 1",
+        "rank 0 waits in a wait for what its lane 1 does (a thread of the rank)",
+        "rank 1 waits in a wait for what its lane 1 does (a thread of the rank)"]
+    feed(1, ("P", ["0", "send_backward", None, 0, 0, 1]), ("P", ["0", "recv_forward", None, 0, 0, 1]))
+    assert p.stuck(0, 2) is None                      # had rank 1 launched it, both rings go on
+
+
+def test_a_lane_that_goes_on_keeps_the_case_going_and_lanes_do_not_take_the_main_threads_place():
+    """Ranks 0 and 1 are a pipeline whose main threads wait for each other; ranks 0 and 2 a data-parallel pair
+    whose lanes reduce a bucket (on a grid the two never share a pair of ranks). While the lanes go on, so
+    does the case; once they are idle, the main threads' cycle is what is left."""
+    p, feed = _watch(3)
+    feed(0, ("B", ["0", "recv_forward", 0, 1]))
+    feed(1, ("B", ["0", "recv_backward", 0, 0]))
+    feed(2, ("W", ["0"]))
+    feed(0, ("B", ["0", "send_forward", None, 2, 0, 1]))
+    feed(2, ("B", ["0", "recv_backward", None, 0, 0, 1]))
+    assert p.stuck(0, 3) is None
+    assert p.ranks[(0, 0)].pending.kind == "recv_forward" and p.lanes[(0, 0, 1)].pending.lane == 1
+    assert p.ranks[(0, 2)].finished                  # a lane's operation does not undo its rank's W
+    feed(0, ("E", ["0", "send_forward", None, 2, 0, 1]))
+    feed(2, ("E", ["0", "recv_backward", None, 0, 0, 1]))
+    stuck = p.stuck(0, 3)
+    assert stuck is not None and stuck.cycle() == [0, 1, 0] and not stuck.lanes and stuck.finished == [2]
+
+
+def test_a_stopped_ranks_journal_says_which_lane_waited(tmp_path):
+    from lab_src.harness.deadlock import rank_state, recover
+    from lab_src.harness.runfolder import journal_path, op_line
+    path = journal_path(tmp_path, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(op_line(tag, row) for tag, row in [
+        ("B", ["0", "backward", 3, None]), ("E", ["0", "backward", 3, None]),
+        ("B", ["0", "wait_lane", None, 1]),
+        ("P", ["0", "recv_backward", None, 1, 0, 1]), ("A", ["0", "recv_backward", None, 1, 0, 1])]))
+    state = rank_state(path, 0)
+    assert state["last_done"] == "B3"
+    assert state["pending"] == ("a wait for what its lane 1 does (a thread of the rank) and a receive from "
+                                "rank 1 in its lane 1")
+    got = recover(path, 0, 0, stopped_at=0.0)
+    assert got["error"]["pending"][:4] == ["0", "wait_lane", None, 1]      # the main thread's wait first
+
+
+def test_two_lanes_wait_at_once_each_in_a_wait_the_check_can_stop():
+    """pipeline/waiting.py runs a blocking wait in a helper thread so that the check can stop it. A rank's
+    lanes wait at the same time (the main thread for a pipeline message, lane 1 for a ring's): each thread
+    has its own helper, so the lane's wait ends when its message is there, whatever the main thread waits for."""
+    from lab_src.pipeline import waiting
+
+    class Work:
+        def __init__(self):
+            self.ready = threading.Event()
+
+        def wait(self):
+            assert self.ready.wait(10), "never released"
+            return True
+
+    pipeline_message, ring_message, lane_done = Work(), Work(), threading.Event()
+    with waiting.stop_when(lambda: None):
+        main = threading.Thread(target=waiting.wait, args=(pipeline_message,))
+        main.start()                                  # blocks until the pipeline's message comes
+        lane = threading.Thread(target=lambda: (waiting.wait(ring_message), lane_done.set()))
+        lane.start()
+        ring_message.ready.set()
+        assert lane_done.wait(5), "the lane's wait queued behind the main thread's"
+        pipeline_message.ready.set()
+        main.join(5)
+        lane.join(5)
+    assert not main.is_alive() and not lane.is_alive()
