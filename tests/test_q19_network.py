@@ -107,10 +107,16 @@ def test_the_study_runs_the_ring_over_the_emulated_network(reference, in_tmp, no
         assert m["delay"] == pytest.approx(20 * net.base(m["bytes"]))
     assert study.predicted_share() == pytest.approx(1 - 0.98 ** 96)
     assert len(study.figure({"p50": 40}).axes) == 2
+    step = slow[0]["step"]                              # a step with a slow message: its send is marked
+    held = [m for m in slow if m["step"] == step]
     os.environ["NBGRADER_EXECUTION"] = "autograde"      # the static figure of the widget's timeline
     try:
-        figure = study.timeline()
+        figure = study.timeline(step)
     finally:
         del os.environ["NBGRADER_EXECUTION"]
     titles = " ".join(t.get_text() for t in figure.texts) + " ".join(ax.get_title() for ax in figure.axes)
-    assert f"Step {study.slowest_step()}," in titles and "Slow messages (emulated" in titles
+    assert f"Step {step}," in titles and "Slow messages (emulated" in titles
+    marks = [t.get_text() for ax in figure.axes for t in ax.texts if "slow: held" in t.get_text()]
+    assert len(marks) == len(held) and "(emulated)" in marks[0]
+    widget = study.timeline(step)                       # in a live kernel: the widget's frame marks the same
+    assert widget.frame.value.count("slow: held") == len(held)

@@ -61,6 +61,9 @@ class Timeline:
     # a run of messages with no schedule and no compute recorded (q19's ring: between its messages a rank adds
     # or copies a chunk): nothing between the bars is a bubble; what is there instead
     compute_free: str = ""
+    # events to point out, each with what to say of it (q19's network study: the message the emulated network
+    # held back): outlined in red, the words beside them
+    marked: list[tuple[Event, str]] = field(default_factory=list)
 
     @property
     def unfinished(self) -> bool:
@@ -126,19 +129,23 @@ class Timeline:
 
 
 def prepare(events: list[Event], p: int, m: int, *, kind: str = "measured", note: str = "",
-            align: bool = True, chunks: int = 1, waits: list[Event] = (), ends=(), verdict: str = "") -> Timeline:
+            align: bool = True, chunks: int = 1, waits: list[Event] = (), ends=(), verdict: str = "",
+            marked=()) -> Timeline:
     """Match the messages, put the ranks on one clock (see clocks.py), start the step at time 0.
-    `waits` and `ends` (of a run that did not finish) go on the same clock."""
+    `waits` and `ends` (of a run that did not finish), and `marked` ((event of `events`, words) to point out),
+    go on the same clock."""
     events, waits = list(events), list(waits)
+    points, words = [e for e, _ in marked], [w for _, w in marked]
     offsets: dict[int, float] = {}
     raw_bubble = measured_bubble(events, p) if any(e.is_compute for e in events) else None
     if align:
         offsets = clock_offsets(match(events).pairs, p)
-        events, waits = shift(events, offsets), shift(waits, offsets)
+        events, waits, points = shift(events, offsets), shift(waits, offsets), shift(points, offsets)
         ends = [(r, t + offsets.get(r, 0.0), what) for r, t, what in ends]
     t0 = min((e.t_start for e in events + waits), default=0.0)
     if t0:
-        events, waits = shift(events, {r: -t0 for r in range(p)}), shift(waits, {r: -t0 for r in range(p)})
+        back = {r: -t0 for r in range(p)}
+        events, waits, points = shift(events, back), shift(waits, back), shift(points, back)
         ends = [(r, t - t0, what) for r, t, what in ends]
     events.sort(key=lambda e: (e.t_end, e.rank))
     offsets = {r: o for r, o in offsets.items() if o}
@@ -146,7 +153,7 @@ def prepare(events: list[Event], p: int, m: int, *, kind: str = "measured", note
         shifts = ", ".join(f"rank {r} {o * 1e3:+.2f} ms" for r, o in offsets.items())
         note = "; ".join(filter(None, [note, f"clocks aligned with the messages ({shifts})"]))
     return Timeline(events, p, m, match(events), offsets, kind, note, raw_bubble, chunks=chunks, waits=waits,
-                    ends=list(ends), verdict=verdict)
+                    ends=list(ends), verdict=verdict, marked=list(zip(points, words)))
 
 
 def wait_label(e: Event, chunks: int = 1) -> str:

@@ -61,6 +61,11 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
                     arrowprops=dict(arrowstyle="-|>", color=color, lw=0.9, alpha=0.8, shrinkA=0, shrinkB=0,
                                     mutation_scale=8))
     _draw_unfinished(ax, tl, t_max)
+    for e, words in tl.marked:           # what the run points out: outlined, and said above it
+        ax.barh(e.rank, max(e.duration, 0.002 * t_max) * ms, left=e.t_start * ms, height=2.4 * BAR, fill=False,
+                edgecolor=COLORS["wait"], lw=1.6)
+        ax.text(e.t_start * ms, e.rank - 1.3 * BAR, f" {words}", color=COLORS["wait"], fontsize=7.5, ha="left",
+                va="bottom")
     reduced = {r: sum(e.bytes for e in tl.events if e.rank == r and e.is_collective) for r in range(tl.p)}
     sent = tl.bytes_sent()
     for r, n in sent.items() if any(sent.values()) or any(reduced.values()) else ():   # a model's step: no bytes

@@ -174,6 +174,12 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
                        f'y2="{mid(max(group)):.1f}" stroke="{COLORS[kind]}" stroke-width="1.5" '
                        f'stroke-dasharray="3,2"/>')
     out += _unfinished(tl, x, mid, cursor, t_max)
+    for e, words in tl.marked:           # what the run points out: outlined, and said above it
+        x0, x1 = x(e.t_start), max(x(e.t_end), x(e.t_start) + 1.5)
+        out.append(f'<rect x="{x0 - 2:.1f}" y="{mid(e.rank) - BAR_H:.1f}" width="{x1 - x0 + 4:.1f}" '
+                   f'height="{2 * BAR_H}" fill="none" stroke="{COLORS["wait"]}" stroke-width="1.6"/>'
+                   f'<text x="{x0:.1f}" y="{mid(e.rank) - BAR_H - 3:.1f}" fill="{COLORS["wait"]}" font-size="10">'
+                   f'{escape(words)}</text>')
     # bytes each rank has sent so far
     for r in range(tl.p) if any(e.bytes for e in tl.events if e.is_send) else ():   # a model's step: no bytes
         sent = sum(e.bytes for e in tl.events if e.rank == r and e.is_send and e.t_end <= cursor)

@@ -76,9 +76,10 @@ def static_figure(events: list[Event], p: int, m: int, *, title: str = "", with_
 
 
 def messages_only(events: list[Event], p: int, m: int, compute_free: str, waits: list[Event] = (), ends=(),
-                  verdict: str = "", **_) -> Timeline:
-    """The measured timeline of a run of messages alone (no schedule to model, no compute, no bubble)."""
-    tl = prepare(events, p, m, waits=waits, ends=ends, verdict=verdict)
+                  verdict: str = "", marked=(), **_) -> Timeline:
+    """The measured timeline of a run of messages alone (no schedule to model, no compute, no bubble);
+    `marked`: (event, words) to point out."""
+    tl = prepare(events, p, m, waits=waits, ends=ends, verdict=verdict, marked=marked)
     tl.compute_free = compute_free
     return tl
 

@@ -240,7 +240,7 @@ net_study = network_study(predicted=predicted)
 net_study.figure(predicted) if net_study else None
 
 # %%
-net_study.timeline() if net_study else None
+net_study.timeline() if net_study else None     # the slowest step (or .timeline(step)); a slow message outlined in red
 
 # %% nbgrader={"grade": true, "grade_id": "q19_hidden", "locked": true, "points": 20, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q19 (20 points): the grader runs them in fresh processes, outside

@@ -38,7 +38,8 @@ class NetworkStudy:
     layers: list                            # [[name, length]] in the order summed (a backward's: last layer first)
     layer_times: dict                       # name -> [seconds per step], each step's slowest rank
     step_times: list                        # [seconds per step], each step's slowest rank
-    slow: list = field(default_factory=list)     # the slow messages: {"step", "layer", "src", "dst", "bytes", "delay"}
+    slow: list = field(default_factory=list)     # the slow messages: {"step", "layer", "src", "dst", "bytes", "delay",
+                                                 # "posted": when the sender handed it to its link, perf_counter}
     events: list = field(default_factory=list)   # per step: every message of every rank (pipeline/trace.py Event)
 
     @property
@@ -157,7 +158,14 @@ class NetworkStudy:
         slow = [m for m in self.slow if m["step"] == step]
         said = ", ".join(f"{m['src']} -> {m['dst']} in {m['layer']} held {m['delay'] * 1e3:.0f} ms"
                          for m in slow) or "none (this machine's own delay)"
-        return show(events, self.n, 1, title=f"Step {step}, {self.step_times[step] * 1e3:.0f} ms. Slow messages "
+        marked = []
+        for m in slow:          # the send the network held back: the sender's bar that spans its posting
+            send = next((e for e in events if e.rank == m["src"] and e.is_send and e.peer == m["dst"]
+                         and e.t_start <= m["posted"] <= e.t_end), None)
+            if send is not None:
+                marked.append((send, f"slow: held {m['delay'] * 1e3:.0f} ms (emulated)"))
+        return show(events, self.n, 1, marked=marked,
+                    title=f"Step {step}, {self.step_times[step] * 1e3:.0f} ms. Slow messages "
                     f"(emulated, {self.network.tail_factor:g}x): {said}",
                     compute_free="between its bars a rank adds, or copies, the chunk it received")
 
@@ -172,10 +180,10 @@ def study_of(outcome, n: int, network: Network, layers: list) -> NetworkStudy:
     step_times = [max(s[t][-1] for s in steps) for t in range(count)]
     slow = []
     for r, o in enumerate(obs):
-        for peer, _, nbytes, delay, is_slow, _, (step, layer) in o.get("sent", []):
+        for peer, _, nbytes, delay, is_slow, posted, (step, layer) in o.get("sent", []):
             if is_slow:
                 slow.append({"step": step, "layer": layers[layer][0], "src": r, "dst": peer, "bytes": nbytes,
-                             "delay": delay})
+                             "delay": delay, "posted": posted})
     events = [[] for _ in range(count)]
     for o in obs:
         rows, marks = o.get("events", []), list(o.get("marks", [])) + [None]
