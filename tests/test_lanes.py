@@ -150,3 +150,25 @@ def test_two_lanes_wait_at_once_each_in_a_wait_the_check_can_stop():
         main.join(5)
         lane.join(5)
     assert not main.is_alive() and not lane.is_alive()
+
+
+def test_a_lanes_events_are_drawn_in_a_thin_row_under_their_rank():
+    """Step 4 of docs/q20-design.md: a lane's messages (q20's buckets) over the main thread's backward boxes,
+    in the static figure and in the widget's frame, their arrows joining the lanes' rows."""
+    import xml.etree.ElementTree as ET
+
+    from lab_src.views import svg
+    from lab_src.views.prepare import LANE_STEP, prepare, row_of
+    from lab_src.views.timeline import static_figure
+    ev = [Event(0, "backward", 0, None, None, 0, 0.030, 0.050), Event(1, "backward", 0, None, None, 0, 0.020, 0.040),
+          Event(0, "send_forward", None, 1, (8,), 32, 0.035, 0.040, lane=1),
+          Event(1, "recv_forward", None, 0, (8,), 32, 0.034, 0.040, lane=1)]
+    assert [row_of(e) for e in ev] == [0, 1, LANE_STEP, 1 + LANE_STEP]
+    figure = static_figure(ev, 2, 1, with_ideal=False)
+    ax = figure.axes[0]
+    assert sum(t.get_text() == "its lane 1" for t in ax.texts) == 2
+    bars = [b for b in ax.patches if abs(b.get_x() - 15.0) < 1e-6]     # the lane's send, 15 ms after the first box
+    assert bars and abs(bars[0].get_y() + bars[0].get_height() / 2 - LANE_STEP) < 1e-9
+    frame = svg.frame(prepare(ev, 2, 1))
+    ET.fromstring(frame)                                                    # well-formed
+    assert frame.count("its lane 1") == 2

@@ -39,6 +39,16 @@ def box_label(e: Event, chunks: int = 1) -> str:
     return f"{e.op.letter}{e.microbatch}" + (f"c{e.chunk}" if chunks > 1 else "")
 
 
+# A rank's other lanes (threads: pipeline/trace.py Tracer.lane, q20's reducing thread) are drawn in a thin row
+# under its own, this far below its middle, in rows
+LANE_STEP = 0.42
+
+
+def row_of(e: Event) -> float:
+    """Where an event is drawn, in rows from the top: its rank's row, or a lane's thin row under it."""
+    return e.rank + (LANE_STEP if e.lane else 0.0)
+
+
 @dataclass
 class Timeline:
     """A run ready to draw: times in seconds from the step's start, every rank on one clock."""

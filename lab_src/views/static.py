@@ -12,11 +12,12 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, BOX_LABELS, Timeline, box_color, box_label,
-                                   collective_calls, legend_kinds, wait_label)
+from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, BOX_LABELS, LANE_STEP, Timeline, box_color,
+                                   box_label, collective_calls, legend_kinds, row_of, wait_label)
 
 ROW = 0.7     # height of a compute box, in rows
 BAR = 0.22    # height of a send/receive bar
+LANE_BAR = 0.55   # a lane's bars (a thread of the rank other than its main one), as a share of a bar
 
 
 class TimelineFigure(Figure):
@@ -44,11 +45,11 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
                 ax.text((e.t_start + e.duration / 2) * ms, e.rank, box_label(e, tl.chunks),
                         ha="center", va="center", color="white", fontsize=7.5, fontweight="bold")
         elif e.is_collective:       # an all-reduce: a thicker bar, joined to the other members below
-            ax.barh(e.rank, max(e.duration, 0.002 * t_max) * ms, left=e.t_start * ms, height=2 * BAR,
-                    color=COLORS[e.kind])
+            ax.barh(row_of(e), max(e.duration, 0.002 * t_max) * ms, left=e.t_start * ms,
+                    height=2 * BAR * (LANE_BAR if e.lane else 1), color=COLORS[e.kind])
         else:
-            ax.barh(e.rank, max(e.duration, 0.002 * t_max) * ms, left=e.t_start * ms, height=BAR,
-                    color=COLORS["send" if e.is_send else "recv"])
+            ax.barh(row_of(e), max(e.duration, 0.002 * t_max) * ms, left=e.t_start * ms,
+                    height=BAR * (LANE_BAR if e.lane else 1), color=COLORS["send" if e.is_send else "recv"])
     for kind, group, members in collective_calls(tl.events):
         if len(group) > 1:
             t = max(e.t_end for e in members) * ms
@@ -56,15 +57,15 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
     for send, recv in tl.matching.pairs:
         down = recv.rank > send.rank
         color = COLORS[send.phase]
-        ax.annotate("", xy=(recv.t_end * ms, recv.rank + (-BAR if down else BAR) / 2),
-                    xytext=(send.t_start * ms, send.rank + (BAR if down else -BAR) / 2),
+        ax.annotate("", xy=(recv.t_end * ms, row_of(recv) + (-BAR if down else BAR) / 2),
+                    xytext=(send.t_start * ms, row_of(send) + (BAR if down else -BAR) / 2),
                     arrowprops=dict(arrowstyle="-|>", color=color, lw=0.9, alpha=0.8, shrinkA=0, shrinkB=0,
                                     mutation_scale=8))
     _draw_unfinished(ax, tl, t_max)
     for e, words in tl.marked:           # what the run points out: outlined, and said above it
-        ax.barh(e.rank, max(e.duration, 0.002 * t_max) * ms, left=e.t_start * ms, height=2.4 * BAR, fill=False,
+        ax.barh(row_of(e), max(e.duration, 0.002 * t_max) * ms, left=e.t_start * ms, height=2.4 * BAR, fill=False,
                 edgecolor=COLORS["wait"], lw=1.6)
-        ax.text(e.t_start * ms, e.rank - 1.3 * BAR, f" {words}", color=COLORS["wait"], fontsize=7.5, ha="left",
+        ax.text(e.t_start * ms, row_of(e) - 1.3 * BAR, f" {words}", color=COLORS["wait"], fontsize=7.5, ha="left",
                 va="bottom")
     reduced = {r: sum(e.bytes for e in tl.events if e.rank == r and e.is_collective) for r in range(tl.p)}
     sent = tl.bytes_sent()
@@ -73,6 +74,9 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
         text = f"{reduced[r]:,} B all-reduced" if tl.collectives_only else f"sent {n:,} B{extra}"
         ax.text(1.005, r, text, transform=ax.get_yaxis_transform(), va="center", fontsize=8)
     ax.set_yticks(range(tl.p), [f"rank {r}" for r in range(tl.p)])
+    for r in sorted({e.rank for e in tl.events if e.lane}):     # a lane's thin row, named at its left
+        ax.text(-0.005, r + LANE_STEP, "its lane 1", transform=ax.get_yaxis_transform(), ha="right", va="center",
+                fontsize=7, color="#666")
     ax.set_ylim(tl.p - 0.5, -0.5)     # rank 0 on top
     ax.set_xlim(0, t_max * ms * 1.01)
     title = f"{tl.kind}: step {tl.span * ms:.1f} ms · {tl.bubble_text()}"

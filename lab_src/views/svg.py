@@ -11,10 +11,11 @@ import math
 from html import escape
 
 from lab_src.views import memory
-from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, BOX_LABELS, Timeline, box_color, box_label,
-                                   collective_calls, describe, describe_wait, legend_kinds, wait_label)
+from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, BOX_LABELS, LANE_STEP, Timeline, box_color, box_label,
+                                   collective_calls, describe, describe_wait, legend_kinds, row_of, wait_label)
 
 LEFT, RIGHT, TOP, ROW_H, BOX_H, BAR_H, AXIS_H, LEGEND_H = 62, 118, 10, 46, 28, 10, 36, 22
+LANE_BAR = 0.55     # a lane's bars (a thread of the rank other than its main one), as a share of a bar
 GHOST = 0.16
 
 DEFS = f"""<defs>
@@ -118,12 +119,18 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
     def mid(r: int) -> float:
         return TOP + r * ROW_H + ROW_H / 2
 
+    def ymid(e) -> float:        # an event's row: its rank's, or a lane's thin row under it
+        return TOP + row_of(e) * ROW_H + ROW_H / 2
+
     out = [f'<svg class="pp-timeline-frame" data-step="{-1 if step is None else step}" '
            f'data-view="{tl.kind}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
            f'style="width:100%; max-width:{width}px; height:auto" font-family="sans-serif" font-size="11">', DEFS]
     # rows: label, and idle (hatched) from the start of the step to the cursor
     for r in range(tl.p):
         out.append(f'<text x="{LEFT - 8}" y="{mid(r) + 4}" text-anchor="end">rank {r}</text>')
+        if any(e.lane and e.rank == r for e in tl.events):     # a lane's thin row, named at its left
+            out.append(f'<text x="{LEFT - 8}" y="{mid(r) + LANE_STEP * ROW_H + 3:.1f}" text-anchor="end" '
+                       f'font-size="9" fill="#666">its lane 1</text>')
         if tl.row_notes:     # the rank's coordinates on a grid: "dp 1, pp 1"
             out.append(f'<text x="{LEFT - 8}" y="{mid(r) + 16}" text-anchor="end" font-size="9" fill="#666">'
                        f'{tl.row_notes[r]}</text>')
@@ -135,8 +142,8 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
         compute = e.is_compute
         color = box_color(e, tl.chunks) if compute else COLORS[e.kind] if e.is_collective else \
             COLORS["send" if e.is_send else "recv"]
-        h = BOX_H if compute else 1.8 * BAR_H if e.is_collective else BAR_H
-        y = mid(e.rank) - h / 2
+        h = (BOX_H if compute else 1.8 * BAR_H if e.is_collective else BAR_H) * (LANE_BAR if e.lane else 1)
+        y = ymid(e) - h / 2
         x0, x1 = x(e.t_start), max(x(e.t_end), x(e.t_start) + 1.5)
         xc = min(max(x(cursor), x0), x1) if cursor < e.t_end else x1
         tip = f"<title>{escape(describe(e, tl.arrow_of(e), tl.chunks))}</title>"
@@ -158,8 +165,8 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
     # arrows, from the start of each send to the end of its receive
     for send, recv in tl.matching.pairs:
         down = recv.rank > send.rank
-        y0 = mid(send.rank) + (BAR_H / 2 if down else -BAR_H / 2)
-        y1 = mid(recv.rank) - (BAR_H / 2 if down else -BAR_H / 2)
+        y0 = ymid(send) + (BAR_H / 2 if down else -BAR_H / 2)
+        y1 = ymid(recv) - (BAR_H / 2 if down else -BAR_H / 2)
         phase = send.phase
         bold = (send, recv) == current_pair
         opacity = 1 if bold else (0.85 if recv.t_end <= cursor else GHOST)
@@ -176,9 +183,9 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
     out += _unfinished(tl, x, mid, cursor, t_max)
     for e, words in tl.marked:           # what the run points out: outlined, and said above it
         x0, x1 = x(e.t_start), max(x(e.t_end), x(e.t_start) + 1.5)
-        out.append(f'<rect x="{x0 - 2:.1f}" y="{mid(e.rank) - BAR_H:.1f}" width="{x1 - x0 + 4:.1f}" '
+        out.append(f'<rect x="{x0 - 2:.1f}" y="{ymid(e) - BAR_H:.1f}" width="{x1 - x0 + 4:.1f}" '
                    f'height="{2 * BAR_H}" fill="none" stroke="{COLORS["wait"]}" stroke-width="1.6"/>'
-                   f'<text x="{x0:.1f}" y="{mid(e.rank) - BAR_H - 3:.1f}" fill="{COLORS["wait"]}" font-size="10">'
+                   f'<text x="{x0:.1f}" y="{ymid(e) - BAR_H - 3:.1f}" fill="{COLORS["wait"]}" font-size="10">'
                    f'{escape(words)}</text>')
     # bytes each rank has sent so far
     for r in range(tl.p) if any(e.bytes for e in tl.events if e.is_send) else ():   # a model's step: no bytes
