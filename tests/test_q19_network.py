@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -70,6 +71,11 @@ def test_a_link_posts_in_order_and_not_before_each_messages_time():
     assert log[0][1] - t0 >= 0.2                                            # the slow one: 10 x 20 ms
     assert log[1][1] >= log[0][1]                       # the next one, due at 20 ms, waited behind it
     assert [m[4] for m in links.sent] == [True, False] and links.sent[0][3] == pytest.approx(0.2)
+    threads = [t for t in threading.enumerate() if t.name == "lab-link-0-1"]
+    links.close()                                       # nothing is left running after the case
+    for t in threads:
+        t.join(5)
+    assert threads and not any(t.is_alive() for t in threads)
 
 
 def test_an_error_in_posting_reaches_the_ranks_wait():

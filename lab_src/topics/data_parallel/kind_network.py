@@ -44,5 +44,6 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         observe.finish_messages(None, group, tracer)
     finally:
         rawp2p.NETWORK[0] = None
+        links.close()
         obs["sent"] = links.sent
         observe.record_instrumentation(obs, tracer)

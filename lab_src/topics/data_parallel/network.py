@@ -118,9 +118,18 @@ class Links:
                              name=f"lab-link-{self.rank}-{peer}").start()
         return self.queues[peer]
 
+    def close(self) -> None:
+        """End the links' threads once what they hold is posted (the kind calls it when its case ends)."""
+        for jobs in self.queues.values():
+            jobs.put(None)
+        self.queues.clear()
+
     def _carry(self, jobs: queue.SimpleQueue) -> None:
         while True:
-            due, work, tensor, args, kwargs = jobs.get()
+            job = jobs.get()
+            if job is None:
+                return
+            due, work, tensor, args, kwargs = job
             wait = due - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
