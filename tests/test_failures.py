@@ -189,12 +189,16 @@ def _work_on_cpu_0(seconds=1.0):
 """
 PINNED_WORK = WORK_ON_CPU_0 + "\n_work_on_cpu_0()\n"          # as the answer cell loads
 BUSY_LOOP = "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"
+BUSY_LOOPS = 2
 
 
 @contextlib.contextmanager
 def cpu_0_held():
-    """Three busy loops on CPU 0 while the block runs (the machine a loaded grader runs on), ended after it."""
-    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(3)]
+    """Busy loops on CPU 0 while the block runs (the machine a loaded grader runs on), ended after it. Each
+    in a session of its own: where the kernel shares CPU time between sessions (autogroup, on here), loops in
+    the test's session would together get only that session's share, against the launch's, and the ranks were
+    once slowed too little to test anything (1 s of work in under 3 s of wall time)."""
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=True) for _ in range(BUSY_LOOPS)]
     try:
         yield
     finally:
