@@ -12,27 +12,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.ring_all_reduce import with_reference_answers  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=400)
     args = parser.parse_args()
-    from grader.reference import reference_sources
     from lab_src.checks.network_study import NETWORK, network_study
     from lab_src.topics.data_parallel.tail import quantile
-    with tempfile.TemporaryDirectory() as tmp:
-        answers = Path(tmp) / "answers.json"
-        answers.write_text(json.dumps({k: str(v) for k, v in reference_sources().items()}))
-        os.environ["LAB_ANSWERS"] = str(answers)
-        os.chdir(tmp)
+    with with_reference_answers():
         calm = network_study(steps=args.steps, network=dataclasses.replace(NETWORK, tail_share=0.0))
         print()
         tail = network_study(steps=args.steps)

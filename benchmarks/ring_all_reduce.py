@@ -10,6 +10,7 @@ It prints figures and asserts nothing (benchmarks/README.md has the figures meas
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -19,18 +20,31 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+@contextlib.contextmanager
+def with_reference_answers():
+    """Within the block, every exercise resolves to its reference answer (LAB_ANSWERS), and the current folder is a
+    temporary one (where a study's runs go), removed afterwards."""
     from grader.reference import reference_sources
-    from lab_src.checks.ring_study import ring_study
+    before = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
         answers = Path(tmp) / "answers.json"
         answers.write_text(json.dumps({k: str(v) for k, v in reference_sources().items()}))
         os.environ["LAB_ANSWERS"] = str(answers)
         os.chdir(tmp)
+        try:
+            yield
+        finally:
+            os.chdir(before)
+            del os.environ["LAB_ANSWERS"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    from lab_src.checks.ring_study import ring_study
+    with with_reference_answers():
         for n in args.ranks:
             study = ring_study(n=n, repeats=args.repeats)      # prints its table
             big = max(study.ring)

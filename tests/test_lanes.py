@@ -38,6 +38,18 @@ def test_each_thread_has_its_own_operation_in_progress_and_journals_its_lane():
     assert tracer.current_lane == 0
 
 
+def test_a_wait_for_a_lane_is_the_main_threads_operation_while_it_lasts():
+    from lab_src.pipeline import trace
+    journal = []
+    tracer = Tracer(0, journal=lambda tag, row: journal.append((tag, row)), label="2")
+    with trace.tracing(tracer):
+        with trace.waiting_for_lane(1):
+            assert tracer.pending.kind == trace.LANE_WAIT and tracer.pending.peer == 1
+        assert tracer.pending is None
+    assert journal == [("B", ["2", "wait_lane", None, 1]), ("E", ["2", "wait_lane", None, 1])]
+    assert not tracer.events                         # the lane's own operations are its events
+
+
 def test_a_lanes_pending_and_event_travel_and_old_rows_still_load():
     for p in (Pending("0", "recv_forward", 2, 1), Pending("0", "forward", 2, None, chunk=1),
               Pending("1", "send_backward", None, 3, 0, 1), Pending("1", "allreduce_dp", None, [0, 2], 0, 2)):
@@ -99,7 +111,7 @@ def test_a_lane_that_goes_on_keeps_the_case_going_and_lanes_do_not_take_the_main
     feed(0, ("B", ["0", "send_forward", None, 2, 0, 1]))
     feed(2, ("B", ["0", "recv_backward", None, 0, 0, 1]))
     assert p.stuck(0, 3) is None
-    assert p.ranks[(0, 0)].pending.kind == "recv_forward" and p.lanes[(0, 0, 1)].pending.lane == 1
+    assert p.ranks[(0, 0)].pending.kind == "recv_forward" and p.lanes[(0, 0)][1].pending.lane == 1
     assert p.ranks[(0, 2)].finished                  # a lane's operation does not undo its rank's W
     feed(0, ("E", ["0", "send_forward", None, 2, 0, 1]))
     feed(2, ("E", ["0", "recv_backward", None, 0, 0, 1]))

@@ -215,7 +215,8 @@ class Progress:
 
     def __init__(self):
         self.ranks: dict[tuple[int, int], RankProgress] = defaultdict(RankProgress)   # (case, rank): its lane 0
-        self.lanes: dict[tuple[int, int, int], RankProgress] = defaultdict(RankProgress)   # (case, rank, lane >= 1)
+        self.lanes: dict[tuple[int, int], dict[int, RankProgress]] = defaultdict(lambda: defaultdict(RankProgress))
+        #                                                      (case, rank) -> its lanes >= 1
         self.posted: dict[tuple, list] = defaultdict(list)      # (case, src, dst) -> [(kind, mb)] sent
         self.claimed: Counter = Counter()                        # (case, src, dst) -> receives begun or posted
         self.ordinals: dict[tuple, list] = defaultdict(list)    # (case, rank, op) -> n of its open receives
@@ -241,7 +242,7 @@ class Progress:
         if len(payload) < 4:
             return
         pending = Pending.from_list(payload)
-        state = self.lanes[(case, rank, pending.lane)] if pending.lane else self.ranks[(case, rank)]
+        state = self.lanes[(case, rank)][pending.lane] if pending.lane else self.ranks[(case, rank)]
         kind, mb, peer = pending.kind, pending.microbatch, pending.peer
         op = Op.of(kind)
         key = (case, rank, repr(pending.what))
@@ -309,8 +310,8 @@ class Progress:
             s = self.ranks.get((case, r))
             if s is None or not s.started:
                 return None
-            for (c, rank, lane), other in self.lanes.items():
-                if c != case or rank != r or other.pending is None:
+            for lane, other in self.lanes.get((case, r), {}).items():
+                if other.pending is None:
                     continue                    # an idle lane: it waits for work from the rank's main thread
                 blocked = self._blocked(case, r, other, stages)
                 if blocked is None:

@@ -44,9 +44,21 @@ def box_label(e: Event, chunks: int = 1) -> str:
 LANE_STEP = 0.42
 
 
+LANE_BAR = 0.55     # a lane's bars, as a share of the height of its rank's
+
+
 def row_of(e: Event) -> float:
     """Where an event is drawn, in rows from the top: its rank's row, or a lane's thin row under it."""
     return e.rank + (LANE_STEP if e.lane else 0.0)
+
+
+def lane_labels(events: list[Event]) -> dict[int, str]:
+    """What names each rank's lane row at its left ("its lane 1"), for the ranks that have one."""
+    lanes: dict[int, set] = {}
+    for e in events:
+        if e.lane:
+            lanes.setdefault(e.rank, set()).add(e.lane)
+    return {r: f"its lane{'s' if len(ls) > 1 else ''} {', '.join(map(str, sorted(ls)))}" for r, ls in lanes.items()}
 
 
 @dataclass

@@ -12,12 +12,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, BOX_LABELS, LANE_STEP, Timeline, box_color,
-                                   box_label, collective_calls, legend_kinds, row_of, wait_label)
+from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, BOX_LABELS, LANE_BAR, LANE_STEP, Timeline, box_color,
+                                   box_label, collective_calls, lane_labels, legend_kinds, row_of, wait_label)
 
 ROW = 0.7     # height of a compute box, in rows
 BAR = 0.22    # height of a send/receive bar
-LANE_BAR = 0.55   # a lane's bars (a thread of the rank other than its main one), as a share of a bar
 
 
 class TimelineFigure(Figure):
@@ -74,8 +73,8 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
         text = f"{reduced[r]:,} B all-reduced" if tl.collectives_only else f"sent {n:,} B{extra}"
         ax.text(1.005, r, text, transform=ax.get_yaxis_transform(), va="center", fontsize=8)
     ax.set_yticks(range(tl.p), [f"rank {r}" for r in range(tl.p)])
-    for r in sorted({e.rank for e in tl.events if e.lane}):     # a lane's thin row, named at its left
-        ax.text(-0.005, r + LANE_STEP, "its lane 1", transform=ax.get_yaxis_transform(), ha="right", va="center",
+    for r, label in lane_labels(tl.events).items():     # a lane's thin row, named at its left
+        ax.text(-0.005, r + LANE_STEP, label, transform=ax.get_yaxis_transform(), ha="right", va="center",
                 fontsize=7, color="#666")
     ax.set_ylim(tl.p - 0.5, -0.5)     # rank 0 on top
     ax.set_xlim(0, t_max * ms * 1.01)

@@ -11,11 +11,11 @@ import math
 from html import escape
 
 from lab_src.views import memory
-from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, BOX_LABELS, LANE_STEP, Timeline, box_color, box_label,
-                                   collective_calls, describe, describe_wait, legend_kinds, row_of, wait_label)
+from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, BOX_LABELS, LANE_BAR, LANE_STEP, Timeline, box_color,
+                                   box_label, collective_calls, describe, describe_wait, lane_labels, legend_kinds,
+                                   row_of, wait_label)
 
 LEFT, RIGHT, TOP, ROW_H, BOX_H, BAR_H, AXIS_H, LEGEND_H = 62, 118, 10, 46, 28, 10, 36, 22
-LANE_BAR = 0.55     # a lane's bars (a thread of the rank other than its main one), as a share of a bar
 GHOST = 0.16
 
 DEFS = f"""<defs>
@@ -126,11 +126,12 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
            f'data-view="{tl.kind}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
            f'style="width:100%; max-width:{width}px; height:auto" font-family="sans-serif" font-size="11">', DEFS]
     # rows: label, and idle (hatched) from the start of the step to the cursor
+    lanes = lane_labels(tl.events)
     for r in range(tl.p):
         out.append(f'<text x="{LEFT - 8}" y="{mid(r) + 4}" text-anchor="end">rank {r}</text>')
-        if any(e.lane and e.rank == r for e in tl.events):     # a lane's thin row, named at its left
+        if r in lanes:     # a lane's thin row, named at its left
             out.append(f'<text x="{LEFT - 8}" y="{mid(r) + LANE_STEP * ROW_H + 3:.1f}" text-anchor="end" '
-                       f'font-size="9" fill="#666">its lane 1</text>')
+                       f'font-size="9" fill="#666">{lanes[r]}</text>')
         if tl.row_notes:     # the rank's coordinates on a grid: "dp 1, pp 1"
             out.append(f'<text x="{LEFT - 8}" y="{mid(r) + 16}" text-anchor="end" font-size="9" fill="#666">'
                        f'{tl.row_notes[r]}</text>')

@@ -48,8 +48,10 @@ class Network:
         """Whether the `number`-th message on the link src -> dst meets the tail (the same in every run)."""
         return random.Random(f"{self.seed}:{src}:{dst}:{number}").random() < self.tail_share
 
-    def delay(self, src: int, dst: int, number: int, nbytes: int) -> float:
-        return self.base(nbytes) * (self.tail_factor if self.slow(src, dst, number) else 1.0)
+    def delay(self, src: int, dst: int, number: int, nbytes: int) -> tuple[float, bool]:
+        """(seconds the message is held, whether it is slow)."""
+        slow = self.slow(src, dst, number)
+        return self.base(nbytes) * (self.tail_factor if slow else 1.0), slow
 
     def settings(self) -> dict:
         return asdict(self)
@@ -104,9 +106,9 @@ class Links:
         number = self.numbers.get(peer, 0)
         self.numbers[peer] = number + 1
         nbytes = tensor.numel() * tensor.element_size()
-        delay = self.network.delay(self.rank, peer, number, nbytes)
+        delay, slow = self.network.delay(self.rank, peer, number, nbytes)
         now = time.perf_counter()
-        self.sent.append([peer, number, nbytes, delay, self.network.slow(self.rank, peer, number), now, self.tag])
+        self.sent.append([peer, number, nbytes, delay, slow, now, self.tag])
         work = DelayedWork()
         self._link(peer).put((now + delay, work, tensor, args, kwargs))
         return work

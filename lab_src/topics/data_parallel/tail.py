@@ -14,16 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lab_src.topics.data_parallel.network import Network, ring_messages, share_of_slow
+from lab_src.topics.data_parallel.records import chunk_cap
 
 
 def quantile(xs: list[float], q: float) -> float:
-    """The q-quantile (0..1) of xs, linear between order statistics (numpy's default)."""
-    s = sorted(xs)
-    if not s:
-        return float("nan")
-    i = q * (len(s) - 1)
-    lo = int(i)
-    return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (i - lo)
+    """The q-quantile (0..1) of xs, linear between order statistics; nan for none."""
+    import numpy as np
+    return float(np.quantile(xs, q)) if len(xs) else float("nan")
 
 
 def given(predicted: dict | None) -> dict:
@@ -57,7 +54,7 @@ class NetworkStudy:
     def base_step(self) -> float:
         """The network's part of a step without a slow message: each layer's 2(n - 1) steps, one after another,
         each a message of a chunk (S / n bytes) with its latency. The machine's own time comes on top."""
-        return sum(2 * (self.n - 1) * self.network.base(-(-length // self.n) * 4) for _, length in self.layers)
+        return sum(2 * (self.n - 1) * self.network.base(chunk_cap(length, self.n) * 4) for _, length in self.layers)
 
     def modelled(self, machine: float = 0.0, samples: int = 20_000, seed: int = 0) -> tuple[float, float]:
         """(p50, p99) of a step in seconds as the model has it: the network's part without a slow message, plus
@@ -66,7 +63,7 @@ class NetworkStudy:
         import random
         rng, net = random.Random(seed), self.network
         per_layer = self.n * 2 * (self.n - 1)
-        extra = [(net.tail_factor - 1) * net.base(-(-length // self.n) * 4) for _, length in self.layers]
+        extra = [(net.tail_factor - 1) * net.base(chunk_cap(length, self.n) * 4) for _, length in self.layers]
         steps = [self.base_step() + machine + sum(x for x in extra for _ in range(per_layer)
                                                    if rng.random() < net.tail_share) for _ in range(samples)]
         return quantile(steps, 0.5), quantile(steps, 0.99)

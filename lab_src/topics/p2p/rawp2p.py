@@ -314,7 +314,8 @@ def _blocking(is_send: bool):
             record = _Record(is_send, tensor, group, peer, group_peer, posted=False)
             record.waiting()
             if is_send and NETWORK[0] is not None:
-                result = _send(record.peer, tensor, args, kwargs).wait()
+                _send(record.peer, tensor, args, kwargs).wait()
+                result = None                                  # as dist.send returns
             else:
                 result = original(tensor, *args, **kwargs)    # an exception leaves it pending, for the report
         record.end()
