@@ -38,7 +38,9 @@ benchmark: setup
 	.venv/bin/python benchmarks/tp_vs_torch.py
 	.venv/bin/python benchmarks/tp_block_vs_torch.py
 	.venv/bin/python benchmarks/validate_time.py
+	.venv/bin/python benchmarks/ring_all_reduce.py
 	.venv/bin/python benchmarks/network_tail.py
+	.venv/bin/python benchmarks/buckets_vs_ddp.py
 	.venv/bin/python benchmarks/agent_vs_fork.py
 	.venv/bin/python benchmarks/start_hold.py 40
 	.venv/bin/python benchmarks/check_latency.py

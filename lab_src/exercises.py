@@ -362,6 +362,37 @@ def ring_all_reduce(tensor, group=None):
     """
 
 
+@_exercise_api("q20")
+def bucketed_step(stage, data_iter, num_microbatches, reducer):
+    """One 1F1B training step of `stage` (your q12, with `p2p_communicate`) on one replica of a data x pipeline
+    grid, whose gradients `reducer` averages over the stage's data-parallel replicas while the backward runs.
+    Return what q12's step returns: on the last stage `(outputs, loss)`, elsewhere `([], None)`.
+
+    - Call `reducer.arm()` just before the stage's last backward of the step (micro-batch m - 1's, the last
+      one a 1F1B stage runs: before it, no parameter's gradient is final) and `reducer.finish()` after the
+      cool-down, before returning. Nothing else of the reduction belongs in the step.
+
+    The answer cell also defines `class Reducer`, built once by the lab, before the first step:
+    - `Reducer(stage, dp, cap_bytes)`: `stage` is an `nn.Module` (its `named_parameters()` in declaration
+      order); `dp` a `DataParallel` (topics/data_parallel/bucket_ring.py): `dp.size`, `dp.rank`, `dp.group`
+      and `dp.launch(buffer)`, which hands a contiguous tensor to the rank's reducing thread and returns a
+      handle at once; the thread sums the buffer over the group in place with your q19 `ring_all_reduce`,
+      one launched buffer after another, and `handle.wait()` returns when it is done.
+    - `reducer.buckets`: the plan, made once in `__init__`, a list of lists of parameter names: the
+      parameters that need a gradient, in reverse declaration order (the order a backward finishes them),
+      each joining the open bucket while it stays within `cap_bytes` bytes of gradients (a parameter larger
+      than the cap alone in a bucket of its own); frozen parameters (requires_grad False) in none.
+    - Hooks (`param.register_post_accumulate_grad_hook`): once armed, each parameter whose gradient is
+      accumulated is final; a bucket whose parameters are all final is launched as one flattened buffer, in
+      the plan's order (a bucket launches when it and every bucket before it are full), so that every
+      replica launches the same buckets in the same order. Unarmed, a hook does nothing.
+    - `reducer.finish()`: wait for every launched bucket, write its sum divided by `dp.size` back into each
+      parameter's `.grad` (each gradient averaged exactly once), and disarm, so the next step starts unarmed.
+    After the step every gradient equals the single-process gradient of the whole global batch, on every
+    replica; one ring per bucket per step, none before the stage's last backward begins.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

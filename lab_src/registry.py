@@ -115,6 +115,9 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("q17", "tp_layers", "Tensor parallel: column and row parallel layers, the MLP with one all-reduce", ()),
     Exercise("q18", "tp_block", "Tensor parallel: the whole block, dropout seeds, training to one process's curve", ("q17",)),
     Exercise("q19", "ring_all_reduce", "Data parallel from first principles: a ring all-reduce from point-to-point messages", ()),
+    # its answer cell also defines the Reducer its step is handed (topics/data_parallel/kind_buckets.py)
+    Exercise("q20", "bucketed_step", "Data parallel: gradient buckets reduced during the 1F1B backward",
+             ("q02", "q03", "q05", "q11", "q19")),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]
@@ -126,7 +129,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "pipeline_schedules": ("q11", "q12", "q15", "q16"),
     "pipeline_training": ("q13", "q14"),
     "tensor_parallel": ("q17", "q18"),
-    "data_parallel": ("q19",),
+    "data_parallel": ("q19", "q20"),
 }
 
 

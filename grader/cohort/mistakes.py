@@ -606,4 +606,67 @@ MISTAKES = {
          """        dist.send(send, group=group, group_dst=right)
         dist.recv(recv, group=group, group_src=left)"""),
     ], top="# q19: each step a blocking send, then a blocking receive, on every rank\n"),
+    "q20_forward_order": Mistake("q20", [
+        ("        for name, p in reversed(params):              # the order a backward finishes them\n",
+         "        for name, p in params:                        # the order the model declares them\n"),
+    ], top="# q20: the buckets in the order the parameters are declared, as the forward uses them\n"),
+    "q20_armed_last_forward": Mistake("q20", [
+        ("""    def forward(mb, x):
+        if x is None:""", """    def forward(mb, x):
+        if mb == m - 1:                          # the last forward: from here on the step is finishing
+            reducer.arm()
+        if x is None:"""),
+        ("""        if mb == m - 1:                          # the stage's last backward: after it, every gradient is final
+            reducer.arm()
+""", ""),
+    ], top="# q20: the reducer armed on the stage's last forward (torchrec #4758)\n"),
+    "q20_average_twice": Mistake("q20", [
+        ("            buffer = torch.cat([self.params[n].grad.reshape(-1) for n in names])\n",
+         "            buffer = torch.cat([self.params[n].grad.reshape(-1) for n in names]) / self.dp.size\n"),
+    ], top="# q20: each bucket divided by dp.size when it is launched, and again in finish\n"),
+    "q20_every_microbatch": Mistake("q20", [
+        ("""        if mb == m - 1:                          # the stage's last backward: after it, every gradient is final
+            reducer.arm()
+""", ""),
+        ("""    warmup = min(stage.pp_size - stage.pp_rank - 1, m)
+""", """    warmup = min(stage.pp_size - stage.pp_rank - 1, m)
+    reducer.arm()                                # reduce as gradients come, micro-batch after micro-batch
+"""),
+        ("""            self.next += 1
+""", """            self.next += 1
+        if self.next == len(self.buckets):          # every bucket sent: the next backward fills them again
+            self.ready = [0] * len(self.buckets)
+            self.next = 0
+"""),
+        (Span("        if self.next < len(self.buckets):\n", "after arm(): was the reducer armed before the stage's last backward?\")\n"),
+         ""),
+    ], top="# q20: every micro-batch's backward reduces the buckets (as DDP does without no_sync)\n"),
+    "q20_launch_in_finish": Mistake("q20", [
+        ("""        while self.next < len(self.buckets) and self.ready[self.next] == len(self.buckets[self.next]):
+            names = self.buckets[self.next]
+            buffer = torch.cat([self.params[n].grad.reshape(-1) for n in names])
+            self.launched.append((names, buffer, self.dp.launch(buffer)))
+            self.next += 1
+""", """        if self.ready[self.bucket_of[name]] == len(self.buckets[self.bucket_of[name]]):
+            self.next += 1                            # one more bucket full: finish sends it
+"""),
+        ("""        for names, buffer, handle in self.launched:
+""", """        for names in self.buckets:
+            buffer = torch.cat([self.params[n].grad.reshape(-1) for n in names])
+            self.launched.append((names, buffer, self.dp.launch(buffer)))
+        for names, buffer, handle in self.launched:
+"""),
+    ], top="# q20: the hooks count the full buckets; finish sends them all, once the backward is over\n"),
+    "q20_last_stage_unarmed": Mistake("q20", [
+        ("""        if mb == m - 1:                          # the stage's last backward: after it, every gradient is final
+            reducer.arm()
+""", ""),
+        ("""        grad = p2p_communicate("recv_backward", stage, microbatch=mb)
+""", """        grad = p2p_communicate("recv_backward", stage, microbatch=mb)
+        if mb == m - 1:                          # the cool-down's last backward
+            reducer.arm()
+"""),
+        (Span("        if self.next < len(self.buckets):\n", "after arm(): was the reducer armed before the stage's last backward?\")\n"),
+         ""),
+    ], top="# q20: the reducer armed in the cool-down, which the last stage does not have (picotron PR #5)\n"),
 }

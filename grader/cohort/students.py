@@ -122,23 +122,28 @@ COHORT = [
     Student("nico", "q05 is right, with numpy integers where ints are expected; q17 puts a barrier between the two "
                     "layers of its MLP; q18 sums proj's partial sums with its own all-reduce over the default group "
                     "(the job's world, not the tensor-parallel group); q19 takes its place in the ring from the "
-                    "global rank",
+                    "global rank; q20 divides each bucket by dp.size when it launches it, and again in finish",
             answers={"q05": answer("q05_numpy_ints"), "q17": answer("q17_barrier_between"),
-                     "q18": answer("q18_world_group"), "q19": answer("q19_global_rank")},
+                     "q18": answer("q18_world_group"), "q19": answer("q19_global_rank"),
+                     "q20": answer("q20_average_twice")},
             # q17 (four parts: communication functions, layers, MLP numbers, MLP communication): the barrier is a
             # round too many in the MLP's forward, on 2 and 4 ranks; everything else right: (1 + 1 + 1 + 0) / 4.
             # q18 (five parts: block, dropout, replicated, training, prediction): every case on 2 ranks of the
             # 4-rank job refuses the world's all-reduce (both trainings among them); t = 4 passes:
             # (1/2 + 1/2 + 2/4 + 0 + 1) / 5. q19 (sums, ring, prediction): right on every ring of the whole job; on
             # the columns of a 2 x 2 grid, ranks 1 and 2 send to themselves: (5/6 + 5/6 + 4/4) / 3
-            expect={"q17": 0.75, "q18": 0.5, "q19": 0.8889}),
+            # q20 (values, plan, rings, placement, prediction): the gradients are 1/dp of one process's on the three
+            # grids with more than one replica; right on the 1 x 4 grid: (1/4 + 7/7 + 4/4 + 4/4 + 3/3) / 5
+            expect={"q17": 0.75, "q18": 0.5, "q19": 0.8889, "q20": 0.85}),
     # exit() in one answer must cost that exercise alone, and say which rank it happened on
     Student("xena", "q06 calls exit() on rank 1", answers={"q06": answer("q06_exit")}, expect={"q06": 0.0}),
     Student("wren", "q11 sends before it receives, with blocking calls: the 1F1B steady state deadlocks; q12 warms "
                     "up with p - r forwards, one too many; q18 shares one dropout mask inside the sharded region; "
-                    "q19's ring sends, then receives, with blocking calls: every rank sends first",
+                    "q19's ring sends, then receives, with blocking calls: every rank sends first; q20's hooks only "
+                    "count the full buckets, and finish launches them all once the backward is over",
             answers={"q11": answer("q11_blocking"), "q12": answer("q12_warmup_off_by_one"),
-                     "q18": answer("q18_mask_shared_inside"), "q19": answer("q19_blocking")},
+                     "q18": answer("q18_mask_shared_inside"), "q19": answer("q19_blocking"),
+                     "q20": answer("q20_launch_in_finish")},
             # q11: 3 of 6 message cases (those without two neighbours sending at once), 2 of 5 buffer cases (those
             # that ran to their end), no pipeline, the prediction right: (3/6 + 2/5 + 0 + 1) / 4. q12: right numbers
             # everywhere; 1 of 7 cases is still 1F1B (one micro-batch), 3 are a valid AFAB (half credit), among them
@@ -147,7 +152,9 @@ COHORT = [
             # q18 draws every rank's attention mask from the shared stream: the dropout part fails on 2 and 4
             # ranks, the t = 2 training leaves one process's curve; the ranks agree: (1 + 0 + 1 + 1/2 + 1) / 5.
             # q19: its first two cases deadlock and the others are not run; the prediction is right: (0 + 0 + 1) / 3
-            expect={"q11": 0.475, "q12": 0.3125, "q18": 0.7, "q19": 0.3333}),
+            # q20 (graded with the reference's q11, q12 and q19): right values, plans and rings, but no ring overlaps
+            # the last stage's backward on any grid: (1 + 1 + 1 + 0 + 1) / 5
+            expect={"q11": 0.475, "q12": 0.3125, "q18": 0.7, "q19": 0.3333, "q20": 0.8}),
     Student("yuki", "q11 receives activations into buffers that do not require grad; q12 has no cool-down; q13 never "
                     "zeroes the gradients; q17's MLP gathers the whole weights through torch's unwrapped all_gather "
                     "(unrecorded) and all-reduces zeros to look like one round each way; q18 seeds the replicated "
@@ -179,13 +186,17 @@ COHORT = [
             # (1 + 0 + 1 + 1 + 1) / 5
             expect={"q13": 0.75, "q14": 0.7333, "q17": 0.5, "q18": 0.8}),
     Student("vito", "q14 never all-reduces the tied embedding's gradient: the copies drift apart; q17 all-reduces "
-                    "after the column-parallel layer too; q19 passes the whole tensor round the ring (the tutorial's)",
+                    "after the column-parallel layer too; q19 passes the whole tensor round the ring (the tutorial's); "
+                    "q20 arms its reducer on the stage's last forward (torchrec #4758)",
             # the tied part holds only on the 4 x 1 grid (one stage, one parameter): (5/5 + 1/4 + 3/3) / 3. q17: the
             # column layer and the MLP, numbers and rounds, fail; the row layer passes: (1 + 3/6 + 0 + 0) / 4
             # q19: the sums are right, but bit for bit the same on the ranks only for n = 2 (a + b = b + a): 2 of 6;
             # every message is the whole tensor: 0 of 6; the prediction is a ring's: (2/6 + 0 + 4/4) / 3
-            answers={"q14": answer("q14_no_tied"), "q17": answer("q17_allreduce_both"), "q19": answer("q19_whole_tensor")},
-            expect={"q14": 0.75, "q17": 0.375, "q19": 0.4444}),
+            # q20: buckets leave before the last backward on every stage with a warm-up, so the values and the placement
+            # fail on the three grids with more than one stage; the 4 x 1 grid passes: (1/4 + 1 + 1 + 1/4 + 1) / 5
+            answers={"q14": answer("q14_no_tied"), "q17": answer("q17_allreduce_both"), "q19": answer("q19_whole_tensor"),
+                     "q20": answer("q20_armed_last_forward")},
+            expect={"q14": 0.75, "q17": 0.375, "q19": 0.4444, "q20": 0.7}),
     Student("vera", "q15 deals each rank's chunks out contiguously (rank r holding virtual stages r*v..r*v+v-1) "
                     "and hands activations from one chunk to the next on the same rank; q16 runs each W right after "
                     "its own I, on every rank (1F1B with the backward split: no W delayed, no bubble filled); q17 "

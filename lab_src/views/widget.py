@@ -77,7 +77,8 @@ class TimelineWidget(w.VBox):
                            f"t = {e.t_end * 1e3:.2f} ms · {escape(describe(e, tl.arrow_of(e), tl.chunks))}</div>")
 
     def _side_panel(self) -> str:
-        measured, ideal = self.views["measured"], list(self.views.values())[-1]
+        measured = self.views["measured"]
+        ideal = list(self.views.values())[-1] if len(self.views) > 1 else None    # no second view: q19, q20
 
         def pct(x):
             return "n/a" if x is None else f"{x:.1%}"
@@ -99,7 +100,7 @@ class TimelineWidget(w.VBox):
                            "and where a rank raised.")
         if not measured.matching.ok:
             notes.append("Unmatched messages: " + "; ".join(measured.matching.problems()))
-        if not measured.compute_free:    # a run of messages alone has no second view
+        if ideal is not None and not measured.compute_free:    # a run of messages alone has no second view
             notes.append(f"{ideal.kind.capitalize()}: {ideal.note.removeprefix(ideal.kind + ': ')}.")
         if measured.compute_free:        # a run of messages alone (q19's ring): no schedule, no bubble
             return (f'<div class="pp-timeline-side" style="font-size:12px; line-height:1.45">'
@@ -111,10 +112,12 @@ class TimelineWidget(w.VBox):
             notes.append("No forward/backward was recorded: the messages are all there is.")
         return (f'<div class="pp-timeline-side" style="font-size:12px; line-height:1.45">'
                 f"<b>Bubble</b> (idle share of the step)<br>"
-                f"measured: <b>{pct(measured.bubble)}</b>{raw}<br>{ideal.kind}: {pct(ideal.bubble)}<br>"
-                f"{escape(theory_text(pipeline_p, measured.m, measured.chunks).rsplit(' = ', 1)[0])} = "
+                f"measured: <b>{pct(measured.bubble)}</b>{raw}<br>"
+                + (f"{ideal.kind}: {pct(ideal.bubble)}<br>" if ideal is not None else "")
+                + f"{escape(theory_text(pipeline_p, measured.m, measured.chunks).rsplit(' = ', 1)[0])} = "
                 f"<b>{measured.theory:.1%}</b><br>"
-                f"step time: measured {measured.span * 1e3:.1f} ms, {ideal.kind} {ideal.span * 1e3:.1f} ms<br><br>"
+                f"step time: measured {measured.span * 1e3:.1f} ms"
+                + (f", {ideal.kind} {ideal.span * 1e3:.1f} ms" if ideal is not None else "") + "<br><br>"
                 f"<b>Bytes sent</b> ({self.toggle.value})<table>{rows}</table><br>"
                 + (f"<b>Activation memory</b> (peak held for backward)<br>"
                    f"{escape(memory.describe_peaks(measured.events, measured.p))}<br><br>"

@@ -68,3 +68,38 @@ def ring_figure(n: int = 4):
                  f"Each cell: whose inputs its chunk sums; thick edge: the chunk sent to the next rank (→) in the "
                  f"next step", fontsize=9)
     return fig
+
+
+def bucket_events(p: int = 4, m: int = 8, buckets: int = 3, ring_share: float = 0.3):
+    """The schedule model's 1F1B step (views/schedule_figure.py's, messages free), and on each rank, in its lane 1,
+    the rings of `buckets` buckets: bucket k's gradients are final k + 1 buckets' share into the stage's last
+    backward (the last layers' first), and its ring, `ring_share` of a backward long, starts then or when the
+    ring before it ends (one reducing thread)."""
+    from dataclasses import replace
+
+    from lab_src.views.ideal import ideal_events
+    from lab_src.views.schedule_figure import FREE_MESSAGES
+    events = ideal_events(p, m, FREE_MESSAGES, schedule="1f1b")
+    out = list(events)
+    for r in range(p):
+        last = max((e for e in events if e.rank == r and e.kind == "backward"), key=lambda e: e.t_start)
+        duration = last.t_end - last.t_start
+        free = 0.0
+        for k in range(buckets):
+            start = max(last.t_start + duration * (k + 1) / buckets, free)
+            free = start + ring_share * duration
+            out.append(replace(last, kind="allreduce_dp", microbatch=None, peer=None, shape=None, bytes=0,
+                               t_start=start, t_end=free, group=(r,), lane=1))
+    return out
+
+
+def buckets_figure(p: int = 4, m: int = 8, buckets: int = 3):
+    """A matplotlib figure: 1F1B on p stages with each stage's bucket rings in the thin row under it."""
+    from lab_src.views.prepare import prepare
+    from lab_src.views.static import figure
+    events = bucket_events(p, m, buckets)
+    tl = prepare(events, p, m, kind="1F1B",
+                 note=f"a model, not a measurement: a backward twice a forward, {buckets} buckets per stage, a ring "
+                      f"0.3 of a backward", align=False)
+    return figure([tl], f"Buckets under 1F1B: {p} stages, {m} micro-batches; each stage's rings (lane 1) start in "
+                        f"its last backward")

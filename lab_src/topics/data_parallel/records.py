@@ -8,7 +8,7 @@ the same ones without any of them travelling.
 """
 from __future__ import annotations
 
-from lab_src.harness.observed import Observed
+from lab_src.harness.observed import Observed, StageObserved
 
 # the seed's MNIST MLP (784-256-128-64-10, float32): its four layers' gradients, weights and biases, are
 # what a data-parallel step all-reduces (the bytes the seed lists: 803840, 131584, 33024 and 2600)
@@ -62,3 +62,22 @@ class NetworkObserved(Observed):
     marks: list                 # per step: how many events the rank had recorded before it began
     sent: list                  # per message sent: [peer, number on the link, bytes, delay (s), slow, posted at
                                 #   (perf_counter), [step, layer index]] (network.py `Links.sent`)
+
+
+# q20: the seed's MLP planned under these caps (1 MiB: one bucket; 0.5 MiB: fc1's weight alone; 64 KiB: four)
+MLP_CAPS = (1 << 20, 1 << 19, 1 << 16)
+BUCKET_PREDICTION = "predicted_buckets"     # a function of q20's answer cell: the graded prediction
+
+
+class BucketsObserved(StageObserved):
+    grid: list                  # [dp, pp]
+    params: list                # the stage's parameters in declaration order: [name, bytes, requires_grad]
+    cap: int                    # the byte cap the Reducer was built with
+    buckets: object             # the Reducer's `buckets` (lists of names), or its repr when it is not that
+    mlp_plans: dict             # str(cap) -> the Reducer's buckets for the seed's MLP under that cap
+    stepping: int               # the step the rank was in when it stopped (absent once every step ran)
+    returned: str               # what was wrong with what the step returned, if anything
+    shards: list                # the data shards read: [dp_rank, dp_size, batch size]
+    steps: list                 # per optimizer step: {"span": [t0, t1], "loss", "launches": [[time, bytes, numel]],
+                                #   "backwards": [[micro-batch, start, end]] (lane 0), "ring_sends": [[peer, bytes,
+                                #   start]] (the reducing lane's), "collectives": [event kind], "grads": {name: tensor}}

@@ -1,0 +1,134 @@
+"""Visible check of q20 (bucketed_step): the answer's Reducer and 1F1B step on a 2 x 2 grid (two replicas of a
+2-stage pipeline), m = 4, two optimizer steps, a cap that makes several buckets per stage, judged by
+topics/data_parallel/judge_buckets.py: the gradients against one process's, the plans, one ring per bucket per
+step, and when each ring left. It prints, per rank, the plan and the launches, then the Reducer's plans for the
+seed's MLP beside the prediction.
+
+    report = check("q20")
+    report.timeline()          # the last step: each rank's operations, its reducing thread in the row under it
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import os
+
+from lab_src.checks.common import UNFINISHED, CheckReport, case_view, finish, make_case, run_cases, run_dir, sources
+from lab_src.judge.problems import stamped
+from lab_src.pipeline.config import LabConfig
+from lab_src.topics.data_parallel.records import BUCKET_PREDICTION, MLP_CAPS
+
+CAP = 40_000            # bytes: each stage holds 2 blocks of 50,944 B of gradients, and the embedding or the head
+CFG = LabConfig(num_stages=2, num_layers=4, num_microbatches=4, global_batch_size=16, dp_size=2, seed=20)
+CAP_NAMES = {1 << 20: "1MiB", 1 << 19: "512KiB", 1 << 16: "64KiB"}
+
+
+class BucketsReport(CheckReport):
+    """A check report whose picture knows the grid: one row per rank with its coordinates, one pipeline's theory."""
+
+    def timeline(self):
+        if not self.views:
+            from lab_src.checks.common import nothing_to_draw
+            print(nothing_to_draw(self))
+            return None
+        from lab_src.topics.dp_pp.timeline import grid_figure, grid_timeline
+        v = self.views[0]
+        if os.environ.get("NBGRADER_EXECUTION"):
+            return grid_figure(v["events"], v["dp"], v["pp"], v["microbatches"], v["title"], None, "")
+        from lab_src.views.widget import TimelineWidget
+        return TimelineWidget(grid_timeline(v["events"], v["dp"], v["pp"], v["microbatches"]), None, title=v["title"])
+
+
+def check():
+    from lab_src.judge.failures import case_problems
+    from lab_src.topics.data_parallel.judge_buckets import judge_run, mlp_plan_problems
+    srcs = sources("q20")
+    case = make_case("buckets", CFG, srcs, "q20", stages=4, label="2 x 2 grid, m = 4, two steps",
+                     settings={"cap": CAP, "steps": 2, "mlp_caps": list(MLP_CAPS)}, schedule="1f1b", step="q20")
+    run = run_cases([case], run_dir("q20"))
+    out = run.outcomes[0]
+    lines = [f"q20 bucketed_step: 2 replicas x 2 stages, m = {CFG.num_microbatches}, cap {CAP:,} B, two steps"]
+    errs = stamped(case_problems(out), "q20", case.label)
+    if errs:
+        return finish("q20", run, errs, lines + [UNFINISHED], views=[last_step_view(out)], cls=BucketsReport)
+    found = judge_run(out)
+    problems = [p for part in found.values() for p in stamped(part, "q20", case.label)]
+    lines.append(rank_table(out))
+    plan_lines, plan_problems = mlp_lines(out, srcs.get("q20"), mlp_plan_problems)
+    lines += plan_lines
+    problems += stamped(plan_problems, "q20", "the seed's MLP")
+    return finish("q20", run, problems, lines, views=[last_step_view(out)], cls=BucketsReport)
+
+
+def last_step_view(out) -> dict:
+    """The case's view (views/saved.py) with the events of its last step alone: each rank's from the moment it
+    began that step (the record's clock less the case's first event, as `CaseOutcome.events` shifts them)."""
+    from lab_src.pipeline.trace import Event
+    view = case_view(out)
+    t0 = min((row[6] for o in out.obs.values() for row in o.get("events", [])), default=0.0)
+    begun = {r: o["steps"][-1]["span"][0] - t0 for r, o in out.obs.items() if o.get("steps")}
+    events: list[Event] = view["events"]
+    if len(begun) == out.case.stages:
+        view["events"] = [e for e in events if e.t_start >= begun[e.rank] - 1e-6]
+    view["dp"], view["pp"] = out.case.config.dp_size, out.case.config.num_stages
+    view["title"] = "q20: the last step of each rank; its reducing thread (lane 1, your ring's messages) under it"
+    return view
+
+
+def rank_table(out) -> str:
+    m, pp = out.case.config.num_microbatches, out.case.config.num_stages
+    rows = [f"    {'rank':>4} {'replica':>7} {'stage':>5}  {'buckets: bytes each, in launch order':<40} "
+            f"{'rings/step':>10} {'first ring starts in':>21} {'finish waits (ms)':>18}"]
+    for r, o in sorted(out.obs.items()):
+        from lab_src.topics.data_parallel.buckets import bucket_bytes
+        try:
+            sizes = bucket_bytes(o["params"], o["buckets"])
+        except (KeyError, TypeError):
+            sizes = []
+        steps = o.get("steps") or [{}]
+        last = steps[-1]
+        rings = "/".join(str(len(s.get("launches") or [])) for s in steps)
+        first = min((t for t, *_ in last.get("launches") or []), default=None)
+        where = "no ring"
+        if first is not None:
+            inside = [b for b in last.get("backwards") or [] if b[1] <= first <= b[2]]
+            where = f"backward {inside[0][0]}" if inside else \
+                f"after backward {max((b[0] for b in last.get('backwards') or [] if b[2] < first), default='-')}"
+        plan = f"{len(sizes)}: " + " / ".join(f"{s:,}" for s in sizes) if sizes else "?"
+        ends = [b[2] for b in last.get("backwards") or [] if b[0] == m - 1]
+        waited = f"{1e3 * (last['span'][1] - ends[-1]):.1f}" if ends and last.get("span") else "-"
+        rows.append(f"    {r:>4} {r // pp:>7} {r % pp:>5}  {plan:<40} {rings:>10} {where:>21} {waited:>18}")
+    return "\n".join(rows) + (f"\n    (a stage's last backward is micro-batch {m - 1}'s; finish waits: from its end to the "
+                               f"step's, the reduction the backward did not hide, in the last step)")
+
+
+def mlp_lines(out, path, judge) -> tuple[list[str], list]:
+    from lab_src.judge.numeric import NotANumber, read_numbers
+    try:
+        predicted = read_numbers(Path(path).read_text(errors="replace"), BUCKET_PREDICTION) if path else {}
+    except NotANumber as e:
+        predicted = {}
+        note = f" (your prediction could not be read: {e})"
+    else:
+        note = ""
+    plans = (out.obs.get(0) or {}).get("mlp_plans") or {}
+    lines = [f"\n  your Reducer on the seed's MLP (784-256-128-64-10, float32){note}:"]
+    problems = []
+    for cap in MLP_CAPS:
+        plan = plans.get(str(cap))
+        name = CAP_NAMES[cap]
+        said = predicted.get(name)
+        got = len(plan) if isinstance(plan, list) else "?"
+        sizes = ""
+        if isinstance(plan, list):
+            from lab_src.topics.data_parallel.buckets import mlp_params
+            from lab_src.topics.data_parallel.records import SEED_MLP
+            known = dict(mlp_params(SEED_MLP))
+            sizes = " / ".join(f"{sum(known.get(n, 0) for n in b):,}" for b in plan)
+        said = f"{said:g}" if said is not None else "nothing"
+        lines.append(f"    cap {name:>6}: {got} bucket{'s' if got != 1 else ''} ({sizes} B); you predicted {said} (graded)")
+        problems += judge(out.obs, cap)
+    return lines, problems
+
+
+__all__ = ["check"]

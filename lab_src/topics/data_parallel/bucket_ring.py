@@ -1,0 +1,159 @@
+"""`DataParallel`: what a q20 Reducer is given to reduce its buckets with (rank side).
+
+    dp.group, dp.size, dp.rank   the data-parallel group of this stage's replicas, its size, this rank's position
+    h = dp.launch(buffer)        hand a contiguous tensor to the rank's reducing thread; returns at once
+    h.wait()                     until the buffer holds the sum over the group (raises what the ring raised)
+
+The reducing thread is lane 1 of the rank (pipeline/trace.py `Tracer.lane`): it runs the answer's
+`ring_all_reduce` (q19; in grading, the reference's) on each buffer, one after another in the order they were
+launched, while the main thread goes on with the backward. Its messages are recorded in lane 1, so the deadlock
+watch follows them on their own and the timeline draws them in a thin row under the rank's. A wait for a buffer
+is journalled as a wait for lane 1 (`trace.waiting_for_lane`) and can be stopped by the check.
+
+Every launch is noted with its time and bytes (`launches`: the judge reads when each bucket left, against the
+stage's backward events). The order matters: the ring of launch k on one rank meets the ring of launch k on each
+other rank of the group, so replicas must launch the same buckets in the same order.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import torch
+
+from lab_src import exercises
+from lab_src.pipeline import trace, waiting
+
+LANE = 1
+
+
+class BucketMismatch(RuntimeError):
+    """The replicas launched different buckets as the same launch of a step."""
+
+
+class _Done:
+    """What `waiting.wait` waits on: the thread's event (a work-like object)."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def wait(self):
+        self.event.wait()
+        return True
+
+
+class Launched:
+    """One launched buffer; `wait()` returns once the ring has summed it (the buffer itself)."""
+
+    def __init__(self, index: int, tensor: torch.Tensor):
+        self.index, self.tensor = index, tensor
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+
+    def is_completed(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self) -> torch.Tensor:
+        if not self._done.is_set():
+            with trace.waiting_for_lane(LANE):
+                waiting.wait(_Done(self._done))
+        if self.error is not None:
+            raise self.error
+        return self.tensor
+
+
+class DataParallel:
+    def __init__(self, group, ranks: list[int], rank: int, all_reduce=None, agree: bool = True):
+        """`all_reduce(tensor, group)`: what sums a buffer (default: the answer's q19 ring; benchmarks/buckets_vs_ddp.py
+        also times gloo's). `agree`: before each ring, the replicas compare what they are about to sum (a small
+        all-gather of the lab's, never recorded), so that buckets launched in different orders are named instead
+        of crashing the collective library."""
+        self.group, self.ranks = group, list(ranks)
+        self._all_reduce, self._agree_first = all_reduce, agree
+        self.size, self.rank = len(self.ranks), self.ranks.index(rank)
+        self.launches: list[list] = []        # [perf_counter, bytes, numel] of each launch of this step
+        self._handles: list[Launched] = []
+        self._queue: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        return f"DataParallel(size={self.size}, rank={self.rank}, ranks={self.ranks})"
+
+    def launch(self, tensor) -> Launched:
+        """Sum `tensor` in place over the data-parallel group, in the rank's reducing thread, after every buffer
+        launched before it. Returns at once; `wait()` on what it returns before reading the tensor."""
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"dp.launch needs a tensor (a bucket's gradients flattened into one buffer), got "
+                            f"{type(tensor).__name__}")
+        if not tensor.is_contiguous():
+            raise ValueError("dp.launch needs a contiguous tensor: the ring sums it through view(-1). Flatten the "
+                             "bucket's gradients into one new buffer (torch.cat of each .grad.reshape(-1))")
+        self.launches.append([time.perf_counter(), tensor.numel() * tensor.element_size(), tensor.numel()])
+        handle = Launched(len(self.launches) - 1, tensor)
+        self._handles.append(handle)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, args=(trace.active(),), name="lab-reducer",
+                                            daemon=True)
+            self._thread.start()
+        self._queue.put(handle)
+        return handle
+
+    def _work(self, tracer) -> None:
+        with (tracer.lane(LANE) if tracer is not None else _nothing()):
+            while True:
+                handle = self._queue.get()
+                if handle is None:
+                    return
+                try:
+                    if self._agree_first and self.size > 1:
+                        self._agree(handle)
+                    if self._all_reduce is not None:
+                        self._all_reduce(handle.tensor, self.group)
+                    else:
+                        with exercises.running_for("q20"):
+                            exercises.ring_all_reduce(handle.tensor, self.group)
+                except BaseException as e:  # noqa: BLE001 - handed to the main thread, which raises it
+                    handle.error = e
+                finally:
+                    handle._done.set()
+
+    def _agree(self, handle: Launched) -> None:
+        """Every replica learns what the others launched as this launch of the step; a difference raises on all."""
+        import torch.distributed as dist
+        gather = getattr(dist.all_gather, "__wrapped__", dist.all_gather)    # the lab's own: not the answer's
+        t = handle.tensor
+        mine = torch.tensor([handle.index, t.numel(), t.element_size()], dtype=torch.int64)
+        seen = [torch.empty_like(mine) for _ in self.ranks]
+        waiting.wait(gather(seen, mine, group=self.group, async_op=True))
+        said = {r: tuple(int(x) for x in s.tolist()) for r, s in zip(self.ranks, seen)}
+        if len(set(said.values())) > 1:
+            what = "; ".join(f"rank {r}: {n * e:,} B" for r, (_, n, e) in said.items())
+            raise BucketMismatch(
+                f"launch {handle.index} of the step carries different buckets on the replicas ({what}). The k-th ring "
+                f"of each replica sums together with the k-th of the others, so every replica must launch the same "
+                f"buckets in the same order: the plan's, a bucket once it and every bucket before it are full, "
+                f"whatever order the hooks fire in")
+
+    def new_step(self) -> None:
+        self.launches = []
+
+    def drain(self) -> None:
+        """Wait for every buffer launched so far (the harness, after the step): raise the first ring's error."""
+        for handle in self._handles:
+            handle.wait()
+        self._handles = []
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=5)
+            self._thread = None
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False

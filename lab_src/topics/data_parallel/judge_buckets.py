@@ -1,0 +1,238 @@
+"""Parent side of q20 (bucketed_step): judge what the ranks of a buckets case recorded (kind_buckets.py).
+
+Four parts, each read from behaviour, never from the answer's form:
+    values      every replica's gradients after each optimizer step equal one process's over the global batch
+                (the unsharded model, the same SGD steps), a scale named by its factor
+    plan        the Reducer's buckets on every stage (and on the seed's MLP) have the three properties of the
+                rule's plan (buckets.py `plan_problems`)
+    rings       per rank and step, one launch per bucket, of the plan's bytes, in the plan's order
+    placement   no launch before the stage's last backward of the step begins; on the last stage a launch
+                before that backward ends (the reduction overlaps the other stages' cool-down)
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from lab_src.judge.compare import close, scale_between
+from lab_src.judge.problems import Problem
+from lab_src.topics.data_parallel.buckets import bucket_bytes, plan_problems
+
+SGD_LR = 0.1   # kind_buckets.py's
+
+
+@functools.lru_cache(maxsize=16)
+def _baseline(cfg_items: tuple, freeze: tuple, steps: int) -> list[dict]:
+    from lab_src.pipeline.config import LabConfig
+    from lab_src.pipeline.data import make_dataloader
+    from lab_src.pipeline.model import build_model
+    cfg = LabConfig(**dict(cfg_items))
+    model = build_model(cfg, "cpu")
+    for name, p in model.named_parameters():
+        if name in freeze:
+            p.requires_grad_(False)
+    batch = next(iter(make_dataloader(cfg, cfg.global_batch_size)))
+    out = []
+    for _ in range(steps):
+        for p in model.parameters():
+            p.grad = None
+        model(batch).mean().backward()
+        out.append({n: p.grad.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)
+                    if p.grad is not None})
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.grad is not None:
+                    p -= SGD_LR * p.grad
+    return out
+
+
+def baseline_grads(case) -> list[dict]:
+    """One process's gradients at each step: the whole model, the global batch, the kind's SGD steps."""
+    from lab_src.harness.baselines import threads_of_a_rank
+    with threads_of_a_rank():
+        return _baseline(tuple(sorted(case.config.to_dict().items())), tuple(case.settings.get("freeze", ())),
+                         case.settings.get("steps", 3))
+
+
+def explain(c: float | None, dp: int, m: int, got, want, step: dict, mb_last: int) -> str:
+    if c is not None and dp > 1 and abs(c - dp) < 1e-3 * dp:
+        return (f"your gradients are {dp}x the reference's, and {dp} is dp.size: the buckets were summed over the "
+                f"replicas and never divided by dp.size")
+    if c is not None and dp > 1 and abs(c - 1 / dp) < 1e-3 / dp:
+        return (f"your gradients are 1/{dp} of the reference's: averaged twice (divided by dp.size in the bucket "
+                f"and again in finish, or once per step and once more)")
+    if c is not None and m > 1 and abs(c - m) < 1e-3 * m:
+        return f"your gradients are {m}x the reference's, and {m} is the number of micro-batches"
+    if c is not None and abs(c - 1) > 1e-3:
+        return f"your gradients are {c:.3g}x the reference's"
+    largest = f"largest difference {float((got - want).abs().max()):.3g}"
+    launches = step.get("launches") or []
+    if not launches and dp > 1:
+        return (f"{largest}. This rank launched no bucket in this step: its gradients are its own replica's shard's, "
+                f"never averaged with the other replicas'")
+    last = [b for b in step.get("backwards") or [] if b[0] == mb_last - 1]
+    if last and launches and min(t for t, *_ in launches) < last[-1][1]:
+        return (f"{largest}. Buckets left before the stage's last backward began: the micro-batches whose backward "
+                f"ran after them are missing from the average, and what those backwards added was overwritten by "
+                f"finish()")
+    if launches:
+        return (f"{largest}. The buckets were launched after the last backward began, but the gradients are not "
+                f"their average: does finish() wait for every bucket and write its sum / dp.size back into each "
+                f"parameter's .grad, every step?")
+    return largest
+
+
+def value_problems(outcome) -> list[Problem]:
+    """Each rank's gradients after each step against one process's. A rank is charged for its first wrong step;
+    where another rank went wrong in an earlier step, the SGD step spread that into every weight, and the later
+    difference is its consequence."""
+    case, obs = outcome.case, outcome.obs
+    want_steps = baseline_grads(case)
+    dp, m = case.config.dp_size, case.config.num_microbatches
+    first: dict[int, tuple[int, Problem]] = {}
+    for r, o in sorted(obs.items()):
+        for k, step in enumerate(o.get("steps") or []):
+            got, want = step.get("grads") or {}, want_steps[k]
+            none = [n for n in want if n in got and got[n] is None]
+            if none:
+                first[r] = (k, Problem(f"step {k}: {len(none)} parameters have no gradient ({none[0]}, ...)", rank=r))
+                break
+            wrong = [n for n in got if n in want and not close(got[n], want[n])]
+            if wrong:
+                g = torch.cat([got[n].reshape(-1).double() for n in wrong])
+                w = torch.cat([want[n].reshape(-1).double() for n in wrong])
+                first[r] = (k, Problem(
+                    f"after step {k}, {len(wrong)} of {len(got)} gradients differ from one process's over the global "
+                    f"batch ({', '.join(wrong[:2])}{' ...' if len(wrong) > 2 else ''}): "
+                    + explain(scale_between(g, w), dp, m, g, w, step, m), rank=r))
+                break
+    if not first:
+        return []
+    earliest = min(k for k, _ in first.values())
+    cause = min(r for r, (k, _) in first.items() if k == earliest)
+    out = []
+    for r, (k, problem) in sorted(first.items()):
+        if k > earliest:
+            problem = Problem(f"after step {k} the gradients differ, step {earliest}'s having been right on this rank: "
+                              f"rank {cause}'s wrong gradients of step {earliest} went into its weights with the SGD "
+                              f"step, and every later step starts from other weights", rank=r, consequence=True)
+        out.append(problem)
+    return out
+
+
+def stage_plan_problems(outcome) -> list[Problem]:
+    problems = []
+    cap = outcome.case.settings["cap"]
+    for r, o in sorted(outcome.obs.items()):
+        if "params" not in o:
+            continue
+        found = plan_problems(o["params"], o.get("buckets"), cap)
+        if found:
+            problems.append(Problem(f"the plan of stage {r % outcome.case.config.num_stages} under a cap of "
+                                    f"{cap:,} B: {found[0]}", rank=r))
+    return problems
+
+
+def mlp_plan_problems(obs: dict, cap: int) -> list[Problem]:
+    """The Reducer's plan for the seed's MLP under `cap`, as rank 0 recorded it."""
+    from lab_src.topics.data_parallel.buckets import mlp_params
+    from lab_src.topics.data_parallel.records import SEED_MLP
+    o = obs.get(0, {})
+    plans = o.get("mlp_plans") or {}
+    if str(cap) not in plans:
+        return [Problem(f"no plan for the seed's MLP under {cap:,} B was recorded")]
+    params = [(n, b, True) for n, b in mlp_params(SEED_MLP)]
+    found = plan_problems(params, plans[str(cap)], cap)
+    return [Problem(f"the seed's MLP under a cap of {cap:,} B: {found[0]}", rank=0)] if found else []
+
+
+def ring_problems(outcome) -> list[Problem]:
+    """One launch per bucket per step, of the plan's bytes, in its order; the same launches on every replica."""
+    problems = []
+    for r, o in sorted(outcome.obs.items()):
+        buckets = o.get("buckets")
+        if not isinstance(buckets, list) or "params" not in o:
+            continue
+        try:
+            want = bucket_bytes(o["params"], buckets)
+        except KeyError:
+            continue          # the plan names other parameters: the plan part says so
+        for k, step in enumerate(o.get("steps") or []):
+            got = [b for _, b, _ in step.get("launches") or []]
+            if step.get("collectives"):
+                name = step["collectives"][0].split("_")[0].replace("allreduce", "all_reduce")
+                problems.append(Problem(f"step {k}: the reducer called a collective of torch.distributed ({name}): "
+                                        f"every bucket goes through dp.launch, whose thread sums it with your q19 "
+                                        f"ring", rank=r))
+                break
+            if got == want:
+                continue
+            if not got:
+                why = ("no bucket was launched: the hooks never fired while armed (is reducer.arm() called before "
+                       "the stage's last backward?), or finish() reduced without dp.launch")
+                if r % outcome.case.config.num_stages == outcome.case.config.num_stages - 1:
+                    why += (". On the last stage 1F1B has no cool-down: its last backward is the steady state's "
+                            "last, so an arm() placed in the cool-down never runs there")
+            elif len(got) == len(want) * outcome.case.config.num_microbatches:
+                why = (f"{len(got)} launches for {len(want)} buckets: every bucket was reduced once per micro-batch "
+                       f"({outcome.case.config.num_microbatches}); arm only before the last backward, and disarm "
+                       f"in finish")
+            elif len(got) > len(want):
+                why = f"{len(got)} launches for {len(want)} buckets: a bucket was reduced more than once"
+            elif sorted(got) == sorted(want):
+                why = (f"the buckets were launched in another order than the plan's ({got} B against {want} B): "
+                       f"launch a bucket only when every bucket before it has been launched, so that every "
+                       f"replica's k-th ring carries the same bucket")
+            else:
+                why = f"the launches carried {got} B; the plan's buckets hold {want} B, in that order"
+            problems.append(Problem(f"step {k}: {why}", rank=r))
+            break
+    return problems
+
+
+def placement_problems(outcome) -> list[Problem]:
+    """From the record: each launch's time against the stage's last backward of its step."""
+    case = outcome.case
+    m, pp = case.config.num_microbatches, case.config.num_stages
+    problems = []
+    for r, o in sorted(outcome.obs.items()):
+        p = r % pp
+        for k, step in enumerate(o.get("steps") or []):
+            launches = step.get("launches") or []
+            last = [b for b in step.get("backwards") or [] if b[0] == m - 1]
+            if not last or (not launches and p != pp - 1):
+                continue
+            _, start, end = last[-1]
+            early = [t for t, *_ in launches if t < start]
+            if early:
+                before = sum(1 for b in step["backwards"] if b[2] <= early[0])
+                problems.append(Problem(
+                    f"step {k}: stage {p} launched a bucket before its last backward (micro-batch {m - 1}'s) began, "
+                    f"after {before} of its {m} backwards: the gradients of the later micro-batches were not in "
+                    f"it yet. Arm the reducer just before the stage's last backward (not on its last forward: on "
+                    f"stage {p}, 1F1B runs {_backwards(min(pp - p - 1, m))} between its last forward and its last "
+                    f"backward)",
+                    rank=r))
+                break
+            if p == pp - 1 and not launches:
+                problems.append(Problem(f"step {k}: the last stage launched no bucket, so nothing of the reduction "
+                                        f"overlapped its backward", rank=r))
+                break
+            if p == pp - 1 and min(t for t, *_ in launches) > end:
+                problems.append(Problem(
+                    f"step {k}: the last stage launched its first bucket {1e3 * (min(t for t, *_ in launches) - end):.1f} "
+                    f"ms after its last backward ended: nothing of the reduction overlapped the backward. Launch "
+                    f"each bucket from the hooks as soon as it is full, during the backward, not in finish()",
+                    rank=r))
+                break
+    return problems
+
+
+def _backwards(n: int) -> str:
+    return f"{n} backward{'s' if n != 1 else ''}"
+
+
+def judge_run(outcome) -> dict[str, list[Problem]]:
+    return {"values": value_problems(outcome), "plan": stage_plan_problems(outcome),
+            "rings": ring_problems(outcome), "placement": placement_problems(outcome)}

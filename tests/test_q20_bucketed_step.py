@@ -1,0 +1,128 @@
+"""q20: gradient buckets reduced during the 1F1B backward, on a data x pipeline grid.
+
+Fast: the opening figure puts each stage's rings in its last backward; the prediction's numbers follow from the
+rule. Multi-process: the reference passes the visible check (its plans, its rings in lane 1 of each rank, drawn);
+every cohort mistake and two valid answers written otherwise, graded through the hidden tests in one launch, get
+their points and their messages.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from grader.cohort.answers import answer
+
+pytestmark = pytest.mark.q20
+
+
+def test_the_opening_figure_puts_each_stages_rings_in_its_last_backward():
+    from lab_src.topics.data_parallel.figure import bucket_events, buckets_figure
+    events = bucket_events(4, 8, 3)
+    for r in range(4):
+        last = max((e for e in events if e.rank == r and e.kind == "backward"), key=lambda e: e.t_start)
+        rings = sorted((e for e in events if e.rank == r and e.lane == 1), key=lambda e: e.t_start)
+        assert len(rings) == 3 and rings[0].t_start > last.t_start
+        assert all(a.t_end <= b.t_start for a, b in zip(rings, rings[1:]))      # one reducing thread
+    assert buckets_figure(4, 8, 3).axes
+
+
+def test_the_predictions_numbers_follow_from_the_rule():
+    from grader.hidden.q20_bucketed_step import mlp_buckets
+    assert [mlp_buckets(c) for c in (1 << 20, 1 << 19, 1 << 16)] == [1, 2, 4]
+
+
+def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, capsys):
+    from lab_src.checks import check
+    (in_tmp / "map.json").write_text(json.dumps({k: str(v) for k, v in reference.items()}))
+    os.environ["LAB_ANSWERS"] = str(in_tmp / "map.json")
+    try:
+        report = check("q20")
+    finally:
+        del os.environ["LAB_ANSWERS"]
+    out = " ".join(capsys.readouterr().out.split())
+    assert report.ok and "q20: all checks passed" in out, out
+    assert "0 0 0 4: 38,272 / 29,568 / 35,840 / 8,192 4/4 backward 3" in out
+    assert "cap 512KiB: 2 buckets (168,232 / 802,816 B); you predicted 2 (graded)" in out
+    events = report.views[0]["events"]
+    lane = [e for e in events if e.lane == 1]
+    assert {e.rank for e in lane} == {0, 1, 2, 3} and all(e.kind.startswith(("send", "recv")) for e in lane)
+    # the ring's messages go to the other replica of the same stage, never along the pipeline
+    assert all(e.peer == (e.rank + 2) % 4 for e in lane)
+    widget = report.timeline()
+    assert "its lane 1" in widget.frame.value and "dp 1, pp 1" in widget.frame.value
+
+
+# name: (the answer, its fraction of the points, what its feedback must say); parts: values (4 cases), plan (4 cases
+# and the seed's MLP under 3 caps), rings (4), placement (4), prediction (3), a fifth each. The last stage never
+# armed: values right only on 1 x 4, no ring and no overlap on any last stage: (1/4 + 1 + 0 + 0 + 1) / 5
+MISTAKES = {
+    "reference": (None, 1.0, "22 of 22 hidden checks passed"),
+    "q20_forward_order": (answer("q20_forward_order"), 0.8, "the buckets follow the declaration order"),
+    "q20_armed_last_forward": (answer("q20_armed_last_forward"), 0.7,
+                               "launched a bucket before its last backward (micro-batch 3's) began, after 2 of its 4"),
+    "q20_average_twice": (answer("q20_average_twice"), 0.85, "your gradients are 1/2 of the reference's: averaged twice"),
+    "q20_every_microbatch": (answer("q20_every_microbatch"), 0.6,
+                             "16 launches for 4 buckets: every bucket was reduced once per micro-batch"),
+    "q20_launch_in_finish": (answer("q20_launch_in_finish"), 0.8, "nothing of the reduction overlapped the backward"),
+    "q20_last_stage_unarmed": (answer("q20_last_stage_unarmed"), 0.45,
+                               "On the last stage 1F1B has no cool-down"),
+}
+# Two more wrong answers of no student: the replicas launching in different orders (named before any ring runs),
+# and finish() averaging with torch.distributed's all_reduce instead of launching (no ring, no overlap)
+MISTAKES["order differs"] = (None, 0.5571, "BucketMismatch: launch 0 of the step carries different buckets")
+MISTAKES["collective"] = (None, 0.6, "the reducer called a collective of torch.distributed (all_reduce)")
+WRONG_EDITS = {
+    "order differs": [("""        while self.next < len(self.buckets) and self.ready[self.next] == len(self.buckets[self.next]):
+            names = self.buckets[self.next]""", """        order = list(range(len(self.buckets)))[::-1] if self.dp.rank % 2 else list(range(len(self.buckets)))
+        while self.next < len(self.buckets) and self.ready[order[self.next]] == len(self.buckets[order[self.next]]):
+            names = self.buckets[order[self.next]]""")],
+    "collective": [("            self.launched.append((names, buffer, self.dp.launch(buffer)))",
+                    "            self.launched.append((names, buffer, None))"),
+                   ("""            handle.wait()
+            buffer /= self.dp.size""", """            torch.distributed.all_reduce(buffer, group=self.dp.group)
+            buffer /= self.dp.size""")],
+}
+# Valid answers written otherwise keep every point: the gradients written back through torch.split, each divided
+# on its own; the reducer armed by counting the stage's backwards
+VALID = {
+    "split": [
+        ("""            buffer /= self.dp.size
+            offset = 0
+            for n in names:
+                grad = self.params[n].grad
+                grad.copy_(buffer[offset:offset + grad.numel()].view_as(grad))
+                offset += grad.numel()""",
+         """            pieces = torch.split(buffer, [self.params[n].numel() for n in names])
+            for n, piece in zip(names, pieces):
+                self.params[n].grad.copy_(piece.view_as(self.params[n]) / self.dp.size)""")],
+    "counted": [
+        ("""    def backward(mb, grad):
+        if mb == m - 1:""", """    done = []
+
+    def backward(mb, grad):
+        done.append(mb)
+        if len(done) == m:""")],
+}
+
+
+@pytest.mark.slow
+def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_leftovers):
+    from hidden_grading import grade_answers
+    reference = {k: str(v) for k, v in reference.items()}
+    right = Path(reference["q20"]).read_text()
+    texts = {name: text if text is not None else right for name, (text, _, _) in MISTAKES.items()}
+    for name, edits in [*WRONG_EDITS.items(), *VALID.items()]:
+        texts[name] = right
+        for old, new in edits:
+            assert old in texts[name], (name, old)
+            texts[name] = texts[name].replace(old, new)
+    graded = grade_answers("q20", texts, reference, tmp_path)
+    for name, (_, fraction, says) in MISTAKES.items():
+        got, lines = graded[name]
+        assert got == pytest.approx(fraction, abs=1e-4), (name, lines)
+        assert says in " ".join("\n".join(lines).split()), (name, lines)   # messages wrap at 110 columns
+    for name in VALID:
+        assert graded[name][0] == 1.0, (name, graded[name][1])
