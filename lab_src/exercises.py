@@ -388,6 +388,9 @@ def bucketed_step(stage, data_iter, num_microbatches, reducer):
       replica launches the same buckets in the same order. Unarmed, a hook does nothing.
     - `reducer.finish()`: wait for every launched bucket, write its sum divided by `dp.size` back into each
       parameter's `.grad` (each gradient averaged exactly once), and disarm, so the next step starts unarmed.
+      With tied embeddings, where the stage holds the tied weight (`stage.tied_embedding` is not None: the
+      first and the last stage), then sum its averaged gradient over this replica's first and last stage with
+      `dp.sum_tied(grad)`, once every bucket is written back.
     After the step every gradient equals the single-process gradient of the whole global batch, on every
     replica; one ring per bucket per step, none before the stage's last backward begins.
     """

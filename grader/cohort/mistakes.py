@@ -657,6 +657,16 @@ MISTAKES = {
         for names, buffer, handle in self.launched:
 """),
     ], top="# q20: the hooks count the full buckets; finish sends them all, once the backward is over\n"),
+    "q20_tied_before_average": Mistake("q20", [
+        ("""        if self.tied is not None:                     # after the buckets: their write-back would undo the sum
+            self.dp.sum_tied(self.tied.grad)
+""", ""),
+        ("""    def finish(self):
+""", """    def finish(self):
+        if self.tied is not None:                     # both uses' gradients first, then the average
+            self.dp.sum_tied(self.tied.grad)
+"""),
+    ], top="# q20: the tied embedding's gradient summed before the buckets are written back (Megatron-LM #844)\n"),
     "q20_last_stage_unarmed": Mistake("q20", [
         ("""        if mb == m - 1:                          # the stage's last backward: after it, every gradient is final
             reducer.arm()

@@ -1,6 +1,6 @@
 """Hidden tests of q20 (bucketed_step): the answer's Reducer and 1F1B step on 2 x 2, 1 x 4 and 4 x 1 grids (data x
 pipeline), m = 4 and 8, three optimizer steps each, caps that make one bucket, several, and a parameter over the cap
-alone, frozen parameters on one grid, float64 on another, judged by topics/data_parallel/judge_buckets.py; the
+alone, frozen parameters on one grid, float64 and tied embeddings on another, judged by topics/data_parallel/judge_buckets.py; the
 Reducer's plans for the seed's MLP; and the graded prediction.
 
 Five parts, each a fifth of the points:
@@ -32,9 +32,9 @@ CASES = {
     "4 x 1, m = 4, frozen parameters, a cap under a weight": (
         LabConfig(num_stages=1, num_layers=2, num_microbatches=4, global_batch_size=32, dp_size=4, seed=23),
         {"cap": 15_000, "freeze": FROZEN}),
-    "2 x 2, m = 8, float64, one bucket per stage": (
+    "2 x 2, m = 8, float64, tied embeddings, one bucket per stage": (
         LabConfig(num_stages=2, num_layers=4, num_microbatches=8, global_batch_size=32, dp_size=2, seed=24,
-                  dtype="float64"), {"cap": 1 << 20}),
+                  dtype="float64", tie_embeddings=True), {"cap": 1 << 20}),
 }
 CAP_NAMES = {1 << 20: "1MiB", 1 << 19: "512KiB", 1 << 16: "64KiB"}
 PARTS = ("values", "plan", "rings", "placement")

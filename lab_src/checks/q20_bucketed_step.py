@@ -1,5 +1,5 @@
 """Visible check of q20 (bucketed_step): the answer's Reducer and 1F1B step on a 2 x 2 grid (two replicas of a
-2-stage pipeline), m = 4, two optimizer steps, a cap that makes several buckets per stage, judged by
+2-stage pipeline, tied embeddings), m = 4, two optimizer steps, a cap that makes several buckets per stage, judged by
 topics/data_parallel/judge_buckets.py: the gradients against one process's, the plans, one ring per bucket per
 step, and when each ring left. It prints, per rank, the plan and the launches, then the Reducer's plans for the
 seed's MLP beside the prediction.
@@ -19,7 +19,8 @@ from lab_src.pipeline.config import LabConfig
 from lab_src.topics.data_parallel.records import BUCKET_PREDICTION, MLP_CAPS
 
 CAP = 40_000            # bytes: each stage holds 2 blocks of 50,944 B of gradients, and the embedding or the head
-CFG = LabConfig(num_stages=2, num_layers=4, num_microbatches=4, global_batch_size=16, dp_size=2, seed=20)
+CFG = LabConfig(num_stages=2, num_layers=4, num_microbatches=4, global_batch_size=16, dp_size=2, seed=20,
+                tie_embeddings=True)
 CAP_NAMES = {1 << 20: "1MiB", 1 << 19: "512KiB", 1 << 16: "64KiB"}
 
 
@@ -47,7 +48,8 @@ def check():
                      settings={"cap": CAP, "steps": 2, "mlp_caps": list(MLP_CAPS)}, schedule="1f1b", step="q20")
     run = run_cases([case], run_dir("q20"))
     out = run.outcomes[0]
-    lines = [f"q20 bucketed_step: 2 replicas x 2 stages, m = {CFG.num_microbatches}, cap {CAP:,} B, two steps"]
+    lines = [f"q20 bucketed_step: 2 replicas x 2 stages, m = {CFG.num_microbatches}, cap {CAP:,} B, tied embeddings, "
+             f"two steps"]
     errs = stamped(case_problems(out), "q20", case.label)
     if errs:
         return finish("q20", run, errs, lines + [UNFINISHED], views=[last_step_view(out)], cls=BucketsReport)

@@ -77,13 +77,17 @@ buckets_figure(p=4, m=8, buckets=3)
 # - `arm()`: from now on, the hooks launch. Before it, they do nothing.
 # - `finish()`: wait for every launched bucket (`handle.wait()`), write its sum divided by `dp.size` back into
 #   each parameter's `.grad`, and disarm. Average each gradient exactly once.
+# - Tied embeddings (the token embedding of the first stage and the output projection of the last share one
+#   weight; each stage holds a copy, `stage.tied_embedding`, None on the others): each copy's gradient is its
+#   own use's. At the end of `finish()`, once every bucket is written back, sum it over the replica's first and
+#   last stage with `dp.sum_tied(grad)`, so that both copies hold the whole gradient.
 #
 # **`bucketed_step(stage, data_iter, num_microbatches, reducer)`**: your q12 step, with two more calls.
 # Call `reducer.arm()` just before the stage's last backward of the step, and `reducer.finish()` before
 # returning. The lab builds the grid of q14 for you: the groups, each replica's stage and its shard of the data.
 #
 # The whole contract: `help(lab_src.exercises.bucketed_step)`. The grader runs 2 × 2, 1 × 4 and 4 × 1 grids
-# (data × pipeline), m = 4 and 8 micro-batches, and three optimizer steps. It compares every gradient of every
+# (data × pipeline), m = 4 and 8 micro-batches, tied embeddings on one of them, and three optimizer steps. It compares every gradient of every
 # replica with one process's, and every bucket plan against the rule (yours, on each stage and on the seed's
 # MLP). From the record of every launch it checks one ring per bucket per step, and no launch before the
 # stage's last backward. On the last stage, whose last backward is the step's first to end, a bucket must
@@ -134,6 +138,7 @@ class Reducer:
         if current:
             self.buckets.append(current)
         self.bucket_of = {name: k for k, bucket in enumerate(self.buckets) for name in bucket}
+        self.tied = getattr(stage, "tied_embedding", None)   # the first and last stage's shared weight, if tied
         for name, p in params:
             p.register_post_accumulate_grad_hook(lambda p, name=name: self._final(name))
         self.armed = False
@@ -175,6 +180,8 @@ class Reducer:
                 grad = self.params[n].grad
                 grad.copy_(buffer[offset:offset + grad.numel()].view_as(grad))
                 offset += grad.numel()
+        if self.tied is not None:                     # after the buckets: their write-back would undo the sum
+            self.dp.sum_tied(self.tied.grad)
         self.armed = False
         self._reset()
         ### END SOLUTION

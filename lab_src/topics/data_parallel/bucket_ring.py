@@ -3,6 +3,8 @@
     dp.group, dp.size, dp.rank   the data-parallel group of this stage's replicas, its size, this rank's position
     h = dp.launch(buffer)        hand a contiguous tensor to the rank's reducing thread; returns at once
     h.wait()                     until the buffer holds the sum over the group (raises what the ring raised)
+    dp.sum_tied(grad)            with tied embeddings, on the first and last stage: sum the tied weight's gradient
+                                 over the two (this replica's first and last stage), recorded as "allreduce_tied"
 
 The reducing thread is lane 1 of the rank (pipeline/trace.py `Tracer.lane`): it runs the answer's
 `ring_all_reduce` (q19; in grading, the reference's) on each buffer, one after another in the order they were
@@ -49,6 +51,7 @@ class Launched:
     def __init__(self, index: int, tensor: torch.Tensor):
         self.index, self.tensor = index, tensor
         self.error: BaseException | None = None
+        self.waited = False                 # whether the answer's wait() returned (dp.sum_tied reads it)
         self._done = threading.Event()
 
     def is_completed(self) -> bool:
@@ -60,17 +63,20 @@ class Launched:
                 waiting.wait(_Done(self._done))
         if self.error is not None:
             raise self.error
+        self.waited = True
         return self.tensor
 
 
 class DataParallel:
-    def __init__(self, group, ranks: list[int], rank: int, all_reduce=None, agree: bool = True):
+    def __init__(self, group, ranks: list[int], rank: int, all_reduce=None, agree: bool = True, tied=None):
         """`all_reduce(tensor, group)`: what sums a buffer (default: the answer's q19 ring; benchmarks/buckets_vs_ddp.py
         also times gloo's). `agree`: before each ring, the replicas compare what they are about to sum (a small
         all-gather of the lab's, never recorded), so that buckets launched in different orders are named instead
         of crashing the collective library."""
         self.group, self.ranks = group, list(ranks)
         self._all_reduce, self._agree_first = all_reduce, agree
+        self._tied = tied                     # (group, global ranks) of this replica's first and last stage, or None
+        self.tied_sums: list[list] = []       # [perf_counter, bytes, whether every launched bucket had been waited for]
         self.size, self.rank = len(self.ranks), self.ranks.index(rank)
         self.launches: list[list] = []        # [perf_counter, bytes, numel] of each launch of this step
         self._handles: list[Launched] = []
@@ -135,7 +141,26 @@ class DataParallel:
                 f"buckets in the same order: the plan's, a bucket once it and every bucket before it are full, "
                 f"whatever order the hooks fire in")
 
+    def sum_tied(self, grad) -> None:
+        """Sum `grad` (the tied embedding's gradient) in place over this replica's first and last stage."""
+        import torch.distributed as dist
+        if self._tied is None:
+            raise ValueError("dp.sum_tied: this stage holds no tied embedding (only the first and the last stage of a "
+                             "pipeline with tied embeddings do: stage.tied_embedding is None here)")
+        if not isinstance(grad, torch.Tensor):
+            raise TypeError(f"dp.sum_tied needs the tied embedding's gradient, a tensor; got {type(grad).__name__} "
+                            f"(.grad is None before a backward has reached it)")
+        group, ranks = self._tied
+        self.tied_sums.append([time.perf_counter(), grad.numel() * grad.element_size(),
+                               all(h.is_completed() and h.waited for h in self._handles)])
+        reduce = getattr(dist.all_reduce, "__wrapped__", dist.all_reduce)     # the lab's: recorded as its own kind
+        with trace.span("allreduce_tied", None, None, tuple(grad.shape), grad.numel() * grad.element_size(),
+                        group=tuple(ranks)):
+            if len(ranks) > 1:
+                waiting.wait(reduce(grad, group=group, async_op=True))
+
     def new_step(self) -> None:
+        self.tied_sums = []
         self.launches = []
 
     def drain(self) -> None:

@@ -18,6 +18,7 @@ import torch
 from lab_src.judge.compare import close, scale_between
 from lab_src.judge.problems import Problem
 from lab_src.topics.data_parallel.buckets import bucket_bytes, plan_problems
+from lab_src.topics.dp_pp.records import TIED_NAMES
 
 SGD_LR = 0.1   # kind_buckets.py's
 
@@ -83,6 +84,21 @@ def explain(c: float | None, dp: int, m: int, got, want, step: dict, mb_last: in
     return largest
 
 
+def tied_cause(step: dict) -> str:
+    sums = step.get("tied_sums") or []
+    if not sums:
+        return ("it was never summed over this replica's first and last stage (dp.sum_tied in finish), so each copy "
+                "holds only its own use's gradient")
+    if not all(waited for _, _, waited in sums):
+        return ("it was summed over the first and last stage while its bucket was still being reduced, and finish() "
+                "then wrote the bucket's average back over the sum: the other stage's use is lost. Sum the tied "
+                "gradient once every bucket is written back (Megatron-LM #844: the tied reduction ordered against "
+                "the data-parallel one)")
+    if len(sums) > 1:
+        return f"it was summed over the first and last stage {len(sums)} times in one step"
+    return "it was summed once, after the buckets, but is not the sum of the two uses' averaged gradients"
+
+
 def value_problems(outcome) -> list[Problem]:
     """Each rank's gradients after each step against one process's. A rank is charged for its first wrong step;
     where another rank went wrong in an earlier step, the SGD step spread that into every weight, and the later
@@ -99,6 +115,10 @@ def value_problems(outcome) -> list[Problem]:
                 first[r] = (k, Problem(f"step {k}: {len(none)} parameters have no gradient ({none[0]}, ...)", rank=r))
                 break
             wrong = [n for n in got if n in want and not close(got[n], want[n])]
+            if wrong and set(wrong) <= set(TIED_NAMES) and case.config.tie_embeddings:
+                first[r] = (k, Problem(f"after step {k}, the tied embedding's gradient ({wrong[0]}) differs from one "
+                                       f"process's, every other gradient being right: " + tied_cause(step), rank=r))
+                break
             if wrong:
                 g = torch.cat([got[n].reshape(-1).double() for n in wrong])
                 w = torch.cat([want[n].reshape(-1).double() for n in wrong])

@@ -67,8 +67,9 @@ def plain_buckets(buckets):
         return repr(buckets)[:300]
 
 
-def make_groups(lay_dp: int, lay_pp: int, rank: int, timeout_s: float):
-    """Every rank creates every group, in the same order: the pipelines, then the data-parallel sets."""
+def make_groups(lay_dp: int, lay_pp: int, rank: int, timeout_s: float, tied: bool = False):
+    """Every rank creates every group, in the same order: the pipelines, the data-parallel sets, and with tied
+    embeddings on more than one stage each replica's first and last stage."""
     timeout = datetime.timedelta(seconds=timeout_s)
     mine, made = {}, []
     for d in range(lay_dp):
@@ -83,6 +84,13 @@ def make_groups(lay_dp: int, lay_pp: int, rank: int, timeout_s: float):
         made.append(g)
         if rank in ranks:
             mine["dp"] = (g, ranks)
+    if tied and lay_pp > 1:
+        for d in range(lay_dp):
+            ranks = [d * lay_pp, d * lay_pp + lay_pp - 1]
+            g = dist.new_group(ranks, timeout=timeout)
+            made.append(g)
+            if rank in ranks:
+                mine["tied"] = (g, ranks)
     return mine, made
 
 
@@ -98,7 +106,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     dpar = None
     mine = {}
     try:
-        mine, _ = make_groups(dp_size, pp, ctx.rank, ctx.timeout_s)
+        mine, _ = make_groups(dp_size, pp, ctx.rank, ctx.timeout_s, tied=cfg.tie_embeddings)
         pipe_group, _ = mine["pipeline"]
         dp_group, dp_ranks = mine["dp"]
         stage = PipelineStage(cfg, pp_rank, pp, mbs, ctx.device, pipe_group)
@@ -108,7 +116,10 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                 p.requires_grad_(False)
         obs["params"] = params_of(stage)
         Reducer = reducer_class()
-        dpar = DataParallel(dp_group, dp_ranks, ctx.rank)
+        tied = mine.get("tied") if stage.tied_embedding is not None else None
+        if stage.tied_embedding is not None and tied is None:       # one stage: the weight is used twice, in one tensor
+            tied = (None, [ctx.rank])
+        dpar = DataParallel(dp_group, dp_ranks, ctx.rank, tied=tied)
         cap = settings["cap"]
         obs["cap"] = cap
         obs["mlp_plans"] = {}
@@ -137,7 +148,8 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                 "backwards": [[e.microbatch, e.t_start, e.t_end] for e in events
                               if e.kind == "backward" and not e.lane],
                 "ring_sends": [[e.peer, e.bytes, e.t_start] for e in events if e.lane == LANE and e.is_send],
-                "collectives": [e.kind for e in events if e.is_collective],
+                "collectives": [e.kind for e in events if e.is_collective and e.kind != "allreduce_tied"],
+                "tied_sums": [list(x) for x in dpar.tied_sums],
                 "grads": observe.gradients(stage),
             })
             with torch.no_grad():

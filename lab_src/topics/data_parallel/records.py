@@ -80,4 +80,5 @@ class BucketsObserved(StageObserved):
     shards: list                # the data shards read: [dp_rank, dp_size, batch size]
     steps: list                 # per optimizer step: {"span": [t0, t1], "loss", "launches": [[time, bytes, numel]],
                                 #   "backwards": [[micro-batch, start, end]] (lane 0), "ring_sends": [[peer, bytes,
-                                #   start]] (the reducing lane's), "collectives": [event kind], "grads": {name: tensor}}
+                                #   start]] (the reducing lane's), "collectives": [event kind], "tied_sums": [[time, bytes,
+                                #   every bucket waited for]], "grads": {name: tensor}}
