@@ -15,6 +15,7 @@ TITLES = {
     "pipeline_training": "Training at scale: a real training loop, data x pipeline parallel",
     "tensor_parallel": "Tensor parallelism: layers, then the whole block split across ranks; dropout seeds; training",
     "data_parallel": "Data parallel from first principles: a ring all-reduce, then gradient buckets under the pipeline",
+    "sharding": "Sharding the training state: the optimizer and the gradients over the data-parallel ranks (ZeRO)",
 }
 # what a visible check costs on a laptop's CPU, torchrun start-up included (an upper bound: not measured per
 # notebook; benchmarks/validate_time.py times a whole notebook)

@@ -396,6 +396,33 @@ def bucketed_step(stage, data_iter, num_microbatches, reducer):
     """
 
 
+@_exercise_api("q21")
+def sharded_adamw_step(params, dp, state, lr):
+    """One AdamW step of this rank's `params` with AdamW's state (ZeRO-1) and the reduced gradients (ZeRO-2)
+    sharded over the data-parallel group `dp`. Every rank of `dp.group` calls it, under torch.no_grad(), with its
+    replica's copy of the same parameters, in the same order, each `.grad` holding that replica's own gradient.
+    Return nothing.
+
+    - The flat vector: the parameters' elements in order, flattened (N elements in all). Its n = `dp.size`
+      shards are those of `torch.tensor_split` on N elements (uneven sizes: the first N % n one element
+      longer); the rank at position `dp.rank` owns shard `dp.rank`.
+    - Reduce-scatter the flat gradient in a ring of point-to-point messages over `dp.group` (the first half of
+      q19's ring, its chunks the shards, arranged so that each rank ends with its own shard of the sum), and
+      divide by n: this rank's shard of the replicas' average gradient.
+    - AdamW on the rank's shard alone, as `torch.optim.AdamW(lr=lr)` with its defaults (betas (0.9, 0.999),
+      eps 1e-8, weight_decay 0.01): p *= 1 - lr * 0.01, then the bias-corrected update. Keep its state in
+      `state`, a dict of yours that the lab hands back at every call (empty at the first): the two moments of
+      this rank's shard only, and the step count.
+    - All-gather the updated shards in a ring (the second half of q19's ring) and write the whole flat vector
+      back into the parameters.
+    - Free the gradients: every `p.grad = None`.
+    Only `dist.send`, `recv`, `isend`, `irecv` and `batch_isend_irecv`, to the next position of the ring and
+    from the previous one (`group_dst=` / `group_src=` on `dp.group`): 2(n - 1) messages from each rank, about
+    2(n - 1)/n of the parameters' bytes, as much as one all-reduce of the gradients. `dp` also has `dp.ranks`,
+    the group's global ranks in position order.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

@@ -118,6 +118,8 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     # its answer cell also defines the Reducer its step is handed (topics/data_parallel/kind_buckets.py)
     Exercise("q20", "bucketed_step", "Data parallel: gradient buckets reduced during the 1F1B backward",
              ("q02", "q03", "q05", "q11", "q19")),
+    Exercise("q21", "sharded_adamw_step", "Sharding the training state: AdamW and the gradients over the data-parallel ranks (ZeRO-1/2)",
+             ("q02", "q03", "q05", "q11", "q12")),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]
@@ -130,6 +132,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "pipeline_training": ("q13", "q14"),
     "tensor_parallel": ("q17", "q18"),
     "data_parallel": ("q19", "q20"),
+    "sharding": ("q21",),
 }
 
 

@@ -667,6 +667,50 @@ MISTAKES = {
             self.dp.sum_tied(self.tied.grad)
 """),
     ], top="# q20: the tied embedding's gradient summed before the buckets are written back (Megatron-LM #844)\n"),
+    "q21_full_state": Mistake("q21", [
+        ("""    if not state:
+        state.update(step=0, exp_avg=torch.zeros_like(mine), exp_avg_sq=torch.zeros_like(mine))""",
+         """    if not state:                                 # the moments of every element, as torch's AdamW keeps them
+        state.update(step=0, exp_avg=torch.zeros_like(flat), exp_avg_sq=torch.zeros_like(flat))
+    lo = sum(s.numel() for s in shards[:me])
+    exp_avg, exp_avg_sq = state["exp_avg"][lo:lo + mine.numel()], state["exp_avg_sq"][lo:lo + mine.numel()]"""),
+        ("""    state["exp_avg"].mul_(b1).add_(g, alpha=1 - b1)
+    state["exp_avg_sq"].mul_(b2).addcmul_(g, g, value=1 - b2)
+    denom = (state["exp_avg_sq"].sqrt() / math.sqrt(1 - b2 ** t)).add_(eps)
+    mine.addcdiv_(state["exp_avg"], denom, value=-lr / (1 - b1 ** t))""",
+         """    exp_avg.mul_(b1).add_(g, alpha=1 - b1)
+    exp_avg_sq.mul_(b2).addcmul_(g, g, value=1 - b2)
+    denom = (exp_avg_sq.sqrt() / math.sqrt(1 - b2 ** t)).add_(eps)
+    mine.addcdiv_(exp_avg, denom, value=-lr / (1 - b1 ** t))"""),
+    ], top="# q21: AdamW's moments kept for the whole stage on every rank; only the shard's part is updated\n"),
+    "q21_allreduce_slice": Mistake("q21", [
+        (Span("    for s in range(n - 1):                        # reduce-scatter: rank me ends with the whole of chunk me\n",
+              "        grads[(me - s - 2) % n] += received\n"),
+         "    for s in range(n - 1):                        # all-reduce the gradient (q19's ring), then take my shard\n"
+         "        received = torch.empty_like(grads[(me - s - 2) % n])\n"
+         "        exchange(grads[(me - s - 1) % n], received)\n"
+         "        grads[(me - s - 2) % n] += received\n"
+         "    for s in range(n - 1):\n"
+         "        received = torch.empty_like(grads[(me - s - 1) % n])\n"
+         "        exchange(grads[(me - s) % n], received)\n"
+         "        grads[(me - s - 1) % n].copy_(received)\n"),
+    ], top="# q21: the gradient all-reduced with the whole ring, then sliced to the rank's shard\n"),
+    "q21_floor_shards": Mistake("q21", [
+        ("""    mine = shards[me]
+""", """    size = flat.numel() // n                      # my slice: n equal parts, the last one taking the rest
+    mine = flat[me * size:(me + 1) * size] if me < n - 1 else flat[me * size:]
+"""),
+    ], top="# q21: the rank's slice of the parameters cut in equal parts, the gradient's shard by tensor_split\n"),
+    "q21_l2_decay": Mistake("q21", [
+        ("""    mine.mul_(1 - lr * wd)
+""", """    g = g + wd * mine                             # weight decay: an L2 term on the gradient
+"""),
+    ], top="# q21: the weight decay added to the gradient (Adam's L2), not decoupled as in AdamW\n"),
+    "q21_grads_kept": Mistake("q21", [
+        ("""    for p in params:
+        p.grad = None
+""", ""),
+    ], top="# q21: the gradients left in .grad after the step\n"),
     "q20_last_stage_unarmed": Mistake("q20", [
         ("""        if mb == m - 1:                          # the stage's last backward: after it, every gradient is final
             reducer.arm()

@@ -284,5 +284,22 @@ def indent(text: str, by: str = "    ") -> str:
     return "\n".join(by + line for line in text.splitlines())
 
 
+class GridViewReport(CheckReport):
+    """A check report whose views are runs on a data x pipeline grid (view["dp"], view["pp"]): one row per rank with
+    its coordinates, one pipeline's theory of the bubble (q20, q21)."""
+
+    def timeline(self, case: int | None = None):
+        if not self.views:
+            print(nothing_to_draw(self))
+            return None
+        from lab_src.topics.dp_pp.timeline import grid_figure, grid_timeline
+        v = self.views[self.failed_case() if case is None else case]
+        if os.environ.get("NBGRADER_EXECUTION"):
+            return grid_figure(v["events"], v["dp"], v["pp"], v["microbatches"], v["title"], None, "")
+        from lab_src.views.widget import TimelineWidget
+        return TimelineWidget(grid_timeline(v["events"], v["dp"], v["pp"], v["microbatches"]), None, title=v["title"])
+
+
 __all__ = ["VISIBLE", "CheckFailed", "CheckReport", "sources", "run_dir", "make_case", "errors", "finish",
-           "failed_in_notebook", "autograding", "autograding_report", "indent", "run_cases", "UNFINISHED"]
+           "failed_in_notebook", "autograding", "autograding_report", "indent", "run_cases", "UNFINISHED", "GridViewReport"]
+

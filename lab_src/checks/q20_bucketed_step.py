@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import os
-
-from lab_src.checks.common import UNFINISHED, CheckReport, case_view, finish, make_case, run_cases, run_dir, sources
+from lab_src.checks.common import UNFINISHED, GridViewReport, case_view, finish, make_case, run_cases, run_dir, sources
 from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.data_parallel.records import BUCKET_PREDICTION, MLP_CAPS
@@ -22,22 +20,6 @@ CAP = 40_000            # bytes: each stage holds 2 blocks of 50,944 B of gradie
 CFG = LabConfig(num_stages=2, num_layers=4, num_microbatches=4, global_batch_size=16, dp_size=2, seed=20,
                 tie_embeddings=True)
 CAP_NAMES = {1 << 20: "1MiB", 1 << 19: "512KiB", 1 << 16: "64KiB"}
-
-
-class BucketsReport(CheckReport):
-    """A check report whose picture knows the grid: one row per rank with its coordinates, one pipeline's theory."""
-
-    def timeline(self):
-        if not self.views:
-            from lab_src.checks.common import nothing_to_draw
-            print(nothing_to_draw(self))
-            return None
-        from lab_src.topics.dp_pp.timeline import grid_figure, grid_timeline
-        v = self.views[0]
-        if os.environ.get("NBGRADER_EXECUTION"):
-            return grid_figure(v["events"], v["dp"], v["pp"], v["microbatches"], v["title"], None, "")
-        from lab_src.views.widget import TimelineWidget
-        return TimelineWidget(grid_timeline(v["events"], v["dp"], v["pp"], v["microbatches"]), None, title=v["title"])
 
 
 def check():
@@ -52,14 +34,14 @@ def check():
              f"two steps"]
     errs = stamped(case_problems(out), "q20", case.label)
     if errs:
-        return finish("q20", run, errs, lines + [UNFINISHED], views=[last_step_view(out)], cls=BucketsReport)
+        return finish("q20", run, errs, lines + [UNFINISHED], views=[last_step_view(out)], cls=GridViewReport)
     found = judge_run(out)
     problems = [p for part in found.values() for p in stamped(part, "q20", case.label)]
     lines.append(rank_table(out))
     plan_lines, plan_problems = mlp_lines(out, srcs.get("q20"), mlp_plan_problems)
     lines += plan_lines
     problems += stamped(plan_problems, "q20", "the seed's MLP")
-    return finish("q20", run, problems, lines, views=[last_step_view(out)], cls=BucketsReport)
+    return finish("q20", run, problems, lines, views=[last_step_view(out)], cls=GridViewReport)
 
 
 def last_step_view(out) -> dict:

@@ -1,0 +1,73 @@
+"""Hidden tests of q21 (sharded_adamw_step): the answer's sharded AdamW step on 2 and 4 data-parallel ranks and a
+2 x 2 data x pipeline grid, stages whose parameters do not divide by n, float32 and float64, three steps each after
+the replica's 1F1B step (the reference's), judged by topics/sharding/judge.py; and the graded prediction.
+
+Four parts, each a quarter of the points:
+    values      per case: every replica's parameters after each step equal one process's torch.optim.AdamW
+    memory      per case: `state` holds one shard's moments, not the whole stage's; no gradient left held
+    messages    per case: point-to-point only, to the ring's neighbours, 2(n - 1)/n of the parameters' bytes
+    prediction  bytes per rank of data parallel, ZeRO-1 and ZeRO-2 for the default model on 4 ranks, and sent
+"""
+from __future__ import annotations
+
+from lab_src.judge.problems import Problem, stamped
+from lab_src.pipeline.config import LabConfig
+from lab_src.topics.sharding.judge import judge_run
+from lab_src.topics.sharding.records import PREDICTION_NAME, PREDICTION_PARAMS, PREDICTION_RANKS, zero_bytes
+
+from .common import Item, case_problems, read_prediction
+
+QID = "q21"
+# label -> configuration; every case runs on 4 ranks (dp_size x num_stages). Simplest first, the uneven shards last
+# (a launch stops trying an exercise after two of its cases failed to finish: harness/runner.py)
+CASES = {
+    "n = 2, 2 ranks per stage of a 2 x 2 grid": LabConfig(num_stages=2, num_layers=4, num_microbatches=4,
+                                                           global_batch_size=16, dp_size=2, seed=51),
+    "n = 4, float64": LabConfig(num_stages=1, num_layers=2, num_microbatches=1, global_batch_size=8, dp_size=4,
+                                seed=54, dtype="float64"),
+    "n = 4, 29,949 parameters (uneven shards)": LabConfig(num_stages=1, num_layers=2, vocab_size=61,
+                                                          num_microbatches=2, global_batch_size=16, dp_size=4, seed=52),
+    "n = 2 x 2, uneven stages, m = 8": LabConfig(num_stages=2, num_layers=4, vocab_size=67, seq_len=15,
+                                                 num_microbatches=8, global_batch_size=32, dp_size=2, seed=53),
+}
+PARTS = ("values", "memory", "messages")
+TOLERANCE = 0.005
+
+
+def cases(ctx):
+    return [ctx.case(QID, "zero", cfg, stages=4, label=label, settings={"steps": 3}, schedule="1f1b", step="q12")
+            for label, cfg in CASES.items()]
+
+
+def judge(ctx, outcomes):
+    items = []
+    for out in outcomes:
+        label = out.case.label
+        failed = case_problems(QID, out, label)
+        found = {p: [] for p in PARTS} if failed else judge_run(out)
+        items += [Item(part, label, list(failed) + stamped(found[part], QID, label)) for part in PARTS]
+    return items + prediction_items(ctx)
+
+
+def wanted() -> dict[str, float]:
+    z = zero_bytes(PREDICTION_PARAMS, PREDICTION_RANKS)
+    n = PREDICTION_RANKS
+    return {"dp": z["dp"], "zero1": z["zero1"], "zero2": z["zero2"], "sent": 2 * (n - 1) / n * PREDICTION_PARAMS * 4}
+
+
+def prediction_items(ctx) -> list[Item]:
+    want = wanted()
+    items = [Item("prediction", k) for k in want]
+    got = read_prediction(ctx, QID, PREDICTION_NAME, items)
+    if got is None:
+        return items
+    p = PREDICTION_PARAMS * 4
+    for item in items:
+        k = item.name
+        if k not in got:
+            item.problems.append(Problem(f"{PREDICTION_NAME}() gives no {k!r} entry", exercise=QID))
+        elif abs(got[k] - want[k]) > TOLERANCE * want[k]:
+            item.problems.append(Problem(
+                f"the predicted {k!r} is {got[k]:,.0f} B; it is {want[k]:,.0f} B ({want[k] / p:g} x the "
+                f"parameters' {p:,} B on {PREDICTION_RANKS} ranks)", exercise=QID))
+    return items

@@ -1,0 +1,85 @@
+"""Visible check of q21 (sharded_adamw_step): the answer's sharded AdamW step on 4 data-parallel ranks (a model of
+29,949 parameters, which do not divide by 4), then on a 2 x 2 grid (each stage's two replicas a group), three steps
+each after the replica's 1F1B step, judged by topics/sharding/judge.py: the parameters against one process's
+AdamW, the state and gradients each rank holds, the messages. It prints per rank the bytes held and sent beside a
+shard's and the ring's, and the prediction beside the default model's figures.
+
+    report = check("q21")
+    report.timeline()          # the 4-rank run: the 1F1B steps, then the reduce-scatter and all-gather
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from lab_src.checks.common import UNFINISHED, GridViewReport, case_view, finish, make_case, run_cases, run_dir, sources
+from lab_src.judge.problems import stamped
+from lab_src.pipeline.config import LabConfig
+from lab_src.topics.sharding.records import (PREDICTION_NAME, PREDICTION_PARAMS, PREDICTION_RANKS, shard_bounds,
+                                             zero_bytes)
+
+CASES = [("n = 4, 29,949 parameters (uneven shards)", 4,
+          LabConfig(num_stages=1, num_layers=2, vocab_size=61, num_microbatches=2, global_batch_size=16, dp_size=4,
+                    seed=41)),
+         ("2 x 2 grid: two replicas of a 2-stage pipeline", 4,
+          LabConfig(num_stages=2, num_layers=4, vocab_size=67, seq_len=15, num_microbatches=4, global_batch_size=16,
+                    dp_size=2, seed=42))]
+
+
+def check():
+    from lab_src.judge.failures import case_problems
+    from lab_src.topics.sharding.judge import judge_run
+    srcs = sources("q21")
+    cases = [make_case("zero", cfg, srcs, "q21", stages=n, label=label, settings={"steps": 3}, schedule="1f1b",
+                       step="q12") for label, n, cfg in CASES]
+    run = run_cases(cases, run_dir("q21"))
+    problems, lines = [], ["q21 sharded_adamw_step: three steps, each after the replica's 1F1B step"]
+    for out in run.outcomes:
+        lines.append(f"\n  {out.case.label}")
+        errs = stamped(case_problems(out), "q21", out.case.label)
+        if errs:
+            problems += errs
+            lines.append(UNFINISHED)
+            continue
+        found = judge_run(out)
+        problems += [p for part in found.values() for p in stamped(part, "q21", out.case.label)]
+        lines.append(table(out, found))
+    lines.append(prediction_line(srcs.get("q21")))
+    views = [{**case_view(o), "title": f"q21: {o.case.label}", "dp": o.case.config.dp_size,
+              "pp": o.case.config.num_stages} for o in run.outcomes]
+    return finish("q21", run, problems, lines, views=views, cls=GridViewReport)
+
+
+def table(out, found) -> str:
+    rows = [f"    {'rank':>4} {'stage':>5} {'elements':>9} {'state held (B)':>15} {'one shard (B)':>14} "
+            f"{'whole (B)':>10} {'grads left':>10} {'sent/step (B)':>14} {'2(n-1)/n (B)':>13} {'parameters':>11}"]
+    wrong = {p.rank for p in found["values"]}
+    for r, o in sorted(out.obs.items()):
+        ring = o.get("dp_group") or [r]
+        n, total, elem = len(ring), o.get("elements", 0), o.get("element_size", 4)
+        start, end = shard_bounds(total, n, ring.index(r))
+        last = (o.get("steps") or [{}])[-1]
+        sent = sum(b for _, b in last.get("sends") or [])
+        rows.append(f"    {r:>4} {r % out.case.config.num_stages:>5} {total:>9,} {last.get('state_bytes', 0):>15,} "
+                    f"{2 * (end - start) * elem:>14,} {2 * total * elem:>10,} {last.get('grad_bytes', 0):>10,} "
+                    f"{sent:>14,} {2 * (n - 1) * total * elem / n:>13,.0f} "
+                    f"{'differ' if r in wrong else 'as AdamW':>11}")
+    return "\n".join(rows)
+
+
+def prediction_line(path: str | None) -> str:
+    from lab_src.judge.numeric import NotANumber, read_numbers
+    head = (f"\n  your prediction ({PREDICTION_NAME}: the default model's {PREDICTION_PARAMS:,} float32 parameters, "
+            f"n = {PREDICTION_RANKS}, bytes per rank): ")
+    try:
+        got = read_numbers(Path(path).read_text(errors="replace"), PREDICTION_NAME) if path else {}
+    except NotANumber as e:
+        return head + f"could not be read: {e}"
+    want = zero_bytes(PREDICTION_PARAMS, PREDICTION_RANKS)
+    want = {"dp": want["dp"], "zero1": want["zero1"], "zero2": want["zero2"],
+            "sent": 2 * (PREDICTION_RANKS - 1) / PREDICTION_RANKS * PREDICTION_PARAMS * 4}
+    said = [f"{k} {got[k]:,.0f}" if k in got else f"no {k}" for k in want]
+    ok = all(k in got and abs(got[k] - v) <= 0.005 * v for k, v in want.items())
+    return head + "; ".join(said) + (" (graded: they match)" if ok else " (graded: the grader compares them)")
+
+
+__all__ = ["check"]

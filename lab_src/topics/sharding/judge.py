@@ -1,0 +1,166 @@
+"""Parent side of q21 (sharded_adamw_step): judge what the ranks of a "zero" case recorded (kind.py).
+
+Three parts, read from behaviour, never from the answer's form:
+    values     every replica's parameters after each step equal one process's `torch.optim.AdamW` on the whole
+               model and the global batch (computed here); a rank is charged for its first wrong step
+    memory     the tensors the answer's `state` holds are those of one shard (AdamW's two moments for about N/n
+               elements), not of the whole stage; no gradient is left held after the step (ZeRO-2)
+    messages   no collective; every message to the ring's next position or from its previous one; per step at
+               most 2(n - 1) sends, about 2(n - 1)/n of the stage's parameters' bytes (a reduce-scatter and an
+               all-gather: as much as one all-reduce of the gradients)
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from lab_src.judge.problems import Problem
+from lab_src.topics.sharding.records import BETAS, EPS, LR, WEIGHT_DECAY, shard_bounds
+
+SLACK_BYTES = 1024          # a step count and the like, beside the two moments
+# AdamW divides each gradient element by its own running magnitude: where a gradient is nearly zero (the key
+# projection's bias, whose gradient is exactly zero in exact arithmetic), float rounding in the order the replicas'
+# micro-batches are summed decides an update of up to a small fraction of lr. A step's parameters are held to
+# 1% of lr per step taken (a wrong shard, a missing bias correction or L2 in place of decoupled weight decay move
+# elements by about lr), on top of float32's own tolerance.
+LR_SHARE = 0.01
+
+
+def close_after(got: torch.Tensor, want: torch.Tensor, steps: int, lr: float) -> bool:
+    if got.shape != want.shape:
+        return False
+    return bool(torch.allclose(got.double(), want.double(), rtol=1e-5, atol=1e-6 + LR_SHARE * lr * steps))
+
+
+@functools.lru_cache(maxsize=16)
+def _one_process(cfg_items: tuple, steps: int, lr: float) -> list[dict]:
+    from lab_src.pipeline.config import LabConfig
+    from lab_src.pipeline.data import make_dataloader
+    from lab_src.pipeline.model import build_model
+    cfg = LabConfig(**dict(cfg_items))
+    model = build_model(cfg, "cpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
+    batch = next(iter(make_dataloader(cfg, cfg.global_batch_size)))
+    out = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        model(batch).mean().backward()
+        opt.step()
+        out.append({n: p.detach().clone() for n, p in model.named_parameters()})
+    return out
+
+
+def one_process(case) -> list[dict]:
+    from lab_src.harness.baselines import threads_of_a_rank
+    with threads_of_a_rank():
+        return _one_process(tuple(sorted(case.config.to_dict().items())), case.settings.get("steps", 3),
+                            case.settings.get("lr", LR))
+
+
+def value_problems(outcome) -> list[Problem]:
+    want_steps = one_process(outcome.case)
+    lr = outcome.case.settings.get("lr", LR)
+    first: dict[int, tuple[int, Problem]] = {}
+    for r, o in sorted(outcome.obs.items()):
+        for k, step in enumerate(o.get("steps") or []):
+            got = step.get("params") or {}
+            wrong = [n for n in got if n in want_steps[k] and not close_after(got[n], want_steps[k][n], k + 1, lr)]
+            if not wrong:
+                continue
+            g = torch.cat([got[n].reshape(-1).double() for n in wrong])
+            w = torch.cat([want_steps[k][n].reshape(-1).double() for n in wrong])
+            first[r] = (k, Problem(
+                f"after step {k}, {len(wrong)} of {len(got)} parameters differ from one process's AdamW "
+                f"({', '.join(wrong[:2])}{' ...' if len(wrong) > 2 else ''}; largest difference "
+                f"{float((g - w).abs().max()):.3g}){hint(o, k, outcome.case)}", rank=r))
+            break
+    if not first:
+        return []
+    earliest = min(k for k, _ in first.values())
+    out = []
+    for r, (k, problem) in sorted(first.items()):
+        if k > earliest:
+            problem = Problem(f"after step {k} the parameters differ, step {earliest}'s having been right on this "
+                              f"rank: another rank's wrong step {earliest} reached them through the all-gather",
+                              rank=r, consequence=True)
+        out.append(problem)
+    return out
+
+
+def hint(o: dict, k: int, case) -> str:
+    if k == 0:
+        return (": the first step of AdamW moves every element by about lr (its update is m / (sqrt(v) + eps) "
+                "after bias correction), so a wrong element is usually a wrong shard: check that shard i holds "
+                "the elements torch.tensor_split gives it (uneven sizes: the first N % n shards one longer), the "
+                "bias correction, and the weight decay: decoupled, p *= 1 - lr * 0.01, never added to the gradient")
+    return (f": step 0 was right, so look at what carries over: the step count of the bias correction "
+            f"(1 - beta ** t with t = {k + 1} now) and the moments kept in `state`")
+
+
+def memory_problems(outcome) -> list[Problem]:
+    problems = []
+    for r, o in sorted(outcome.obs.items()):
+        n = len(o.get("dp_group") or [0])
+        total, elem = o.get("elements", 0), o.get("element_size", 4)
+        start, end = shard_bounds(total, n, (o.get("dp_group") or [r]).index(r))
+        allowed = 2 * (end - start) * elem + SLACK_BYTES
+        for k, step in enumerate(o.get("steps") or []):
+            held = step.get("state_bytes", 0)
+            if held > allowed:
+                whole = 2 * total * elem
+                what = ("AdamW's two moments for every element of the stage: the whole state, on every rank"
+                        if held >= 0.9 * whole else f"{held / (2 * elem * total):.2f} of the whole state")
+                problems.append(Problem(
+                    f"step {k}: `state` holds {held:,} B, {what}; the rank's shard is {end - start:,} of the "
+                    f"stage's {total:,} elements, so its moments are {2 * (end - start) * elem:,} B (1/{n} of "
+                    f"{whole:,} B)", rank=r))
+                break
+            if step.get("grad_bytes"):
+                problems.append(Problem(
+                    f"step {k}: {step['grad_bytes']:,} B of gradients are still held after the step: ZeRO-2 keeps "
+                    f"only the rank's shard of the reduced gradient, and frees the full gradients (p.grad = None) "
+                    f"once they are reduce-scattered", rank=r))
+                break
+    return problems
+
+
+def message_problems(outcome) -> list[Problem]:
+    problems = []
+    for r, o in sorted(outcome.obs.items()):
+        ring = o.get("dp_group") or [r]
+        n = len(ring)
+        pos = ring.index(r)
+        total, elem = o.get("elements", 0), o.get("element_size", 4)
+        nxt, prev = ring[(pos + 1) % n], ring[(pos - 1) % n]
+        low = 2 * (n - 1) * (total // n) * elem
+        high = 2 * (n - 1) * -(-total // n) * elem
+        for k, step in enumerate(o.get("steps") or []):
+            if step.get("collectives"):
+                problems.append(Problem(f"step {k}: a collective of torch.distributed ({step['collectives'][0]}): "
+                                        f"only point-to-point messages in a ring", rank=r))
+                break
+            sends, recvs = step.get("sends") or [], step.get("recvs") or []
+            bad = [p for p, _ in sends if p != nxt] + [p for p, _ in recvs if p != prev]
+            if bad:
+                problems.append(Problem(f"step {k}: a message with rank {bad[0]}; in this ring rank {r} sends to "
+                                        f"rank {nxt} and receives from rank {prev} only", rank=r))
+                break
+            sent = sum(b for _, b in sends)
+            if n > 1 and not low <= sent <= high:
+                ratio = sent / (total * elem)
+                why = (" (3(n - 1)/n: an all-reduce of the gradients and then an all-gather; a reduce-scatter "
+                       "is enough, since each rank steps only its shard)" if abs(ratio - 3 * (n - 1) / n) < 0.05
+                       else "")
+                problems.append(Problem(
+                    f"step {k}: rank {r} sent {sent:,} B in {len(sends)} messages, {ratio:.2f} of the stage's "
+                    f"{total * elem:,} B of parameters; a reduce-scatter of the gradients and an all-gather of the "
+                    f"parameters send 2(n - 1)/n = {2 * (n - 1) / n:.2f} of it, in 2(n - 1) = {2 * (n - 1)} "
+                    f"messages{why}", rank=r))
+                break
+    return problems
+
+
+def judge_run(outcome) -> dict[str, list[Problem]]:
+    return {"values": value_problems(outcome), "memory": memory_problems(outcome),
+            "messages": message_problems(outcome)}

@@ -1,0 +1,116 @@
+"""Rank side of q21 (sharded_adamw_step): on a data x pipeline grid of all the case's ranks (the layout of q14:
+global rank = dp_rank * pp_size + pp_rank), each replica's stage runs a 1F1B step (q12; in grading the
+reference's), then the answer's `sharded_adamw_step(params, dp, state, lr)` over the stage's data-parallel group,
+`steps` times; the `state` dict is the answer's, handed back at every step.
+
+Recorded per rank and step (plain values, never a verdict): the parameters after the step, the bytes of tensors
+the answer's `state` holds (what it keeps of AdamW's state), the gradients still held after the step, every
+message the answer sent or received (topics/p2p/rawp2p.py records its raw calls) and any collective it called
+(topics/tensor_parallel/rawcoll.py). judge.py compares with one process's AdamW.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from lab_src import exercises
+from lab_src.harness import observe
+from lab_src.harness.case import Case
+from lab_src.pipeline import data
+from lab_src.pipeline.stage import PipelineStage
+from lab_src.topics.data_parallel.kind_buckets import make_groups
+from lab_src.topics.sharding.records import LR
+from lab_src.topics.tensor_parallel import rawcoll
+
+
+class DataParallelGroup:
+    """What the answer is given of its data-parallel group: `group` (a process group), `size` (n), `rank` (this
+    rank's position in it, 0..n-1), `ranks` (the group's global ranks, in position order)."""
+
+    def __init__(self, group, ranks: list[int], rank: int):
+        self.group, self.ranks = group, list(ranks)
+        self.size, self.rank = len(self.ranks), self.ranks.index(rank)
+
+    def __repr__(self) -> str:
+        return f"DataParallelGroup(size={self.size}, rank={self.rank}, ranks={self.ranks})"
+
+
+def held_bytes(value, seen=None) -> tuple[int, int, int]:
+    """(bytes, tensors, elements of the largest) of the tensors inside `value` (dicts, lists, tuples, objects'
+    __dict__), each storage counted once."""
+    seen = set() if seen is None else seen
+    if isinstance(value, torch.Tensor):
+        key = (value.untyped_storage().data_ptr(), value.untyped_storage().nbytes())
+        if key in seen:
+            return 0, 0, 0
+        seen.add(key)
+        return value.untyped_storage().nbytes(), 1, value.numel()
+    items = []
+    if isinstance(value, dict):
+        items = list(value.values())
+    elif isinstance(value, (list, tuple, set)):
+        items = list(value)
+    elif hasattr(value, "__dict__") and not isinstance(value, type):
+        items = list(vars(value).values())
+    total = count = largest = 0
+    for item in items:
+        b, c, big = held_bytes(item, seen)
+        total, count, largest = total + b, count + c, max(largest, big)
+    return total, count, largest
+
+
+def run(case: Case, ctx, group, tracer, obs) -> None:
+    cfg, settings = case.config, case.settings
+    dp_size, pp = cfg.dp_size, cfg.num_stages
+    dp_rank, pp_rank = divmod(ctx.rank, pp)
+    m = cfg.num_microbatches
+    mbs = cfg.global_batch_size // (dp_size * m)
+    rawcoll.CASE_RANKS[:] = range(case.stages)
+    data.SHARDS.clear()
+    obs["grid"], obs["micro_batch_size"] = [dp_size, pp], mbs
+    mine = {}
+    try:
+        mine, _ = make_groups(dp_size, pp, ctx.rank, ctx.timeout_s)
+        pipe_group, _ = mine["pipeline"]
+        dp_group, dp_ranks = mine["dp"]
+        stage = PipelineStage(cfg, pp_rank, pp, mbs, ctx.device, pipe_group)
+        observe.observe_stage(stage, obs)
+        params = list(stage.parameters())
+        obs["dp_group"] = dp_ranks
+        obs["elements"] = sum(p.numel() for p in params)
+        obs["element_size"] = params[0].element_size()
+        dp = DataParallelGroup(dp_group, dp_ranks, ctx.rank)
+        state: dict = {}
+        steps = obs["steps"] = []
+        for k in range(settings.get("steps", 3)):
+            observe.barrier(group)
+            for p in params:
+                p.grad = None
+            data_iter = iter(data.make_dataloader(cfg, mbs, dp_rank=dp_rank)) if stage.is_first_stage else None
+            obs["stepping"] = k
+            exercises.one_f_one_b_step(stage, data_iter, m)
+            start, t0 = len(tracer.events), time.perf_counter()
+            with torch.no_grad():
+                returned = exercises.sharded_adamw_step(params, dp, state, settings.get("lr", LR))
+            seconds = time.perf_counter() - t0
+            if returned is not None:
+                obs["returned"] = f"sharded_adamw_step returns nothing; it returned {observe.plain(returned)!r}"[:300]
+            events = tracer.events[start:]
+            nbytes, tensors, largest = held_bytes(state)
+            steps.append({
+                "seconds": seconds,
+                "params": {n: p.detach().cpu().clone() for n, p in stage.named_parameters()},
+                "state_bytes": nbytes, "state_tensors": tensors, "largest_state": largest,
+                "grad_bytes": sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None),
+                "sends": [[e.peer, e.bytes] for e in events if e.is_send],
+                "recvs": [[e.peer, e.bytes] for e in events if e.is_recv],
+                "collectives": [e.kind for e in events if e.is_collective],
+            })
+        obs.pop("stepping", None)
+        observe.finish_messages(stage, group, tracer)
+        for g, _ in mine.values():      # every rank is past its steps: nothing is in flight on them
+            torch.distributed.destroy_process_group(g)
+    finally:
+        rawcoll.CASE_RANKS.clear()
+        observe.record_instrumentation(obs, tracer)

@@ -1,0 +1,39 @@
+"""What q21's kind (kind.py) and judge (judge.py) share, torch-free: the shards of a flat vector, the AdamW
+hyper-parameters of the contract, the graded prediction's configuration, and the record each rank fills."""
+from __future__ import annotations
+
+from lab_src.harness.observed import StageObserved
+
+BETAS, EPS, WEIGHT_DECAY = (0.9, 0.999), 1e-8, 0.01     # torch.optim.AdamW's defaults: the contract's
+LR = 0.01
+PREDICTION_NAME = "predicted_bytes"     # a function of q21's answer cell: bytes per rank of each stage
+PREDICTION_RANKS = 4
+PREDICTION_PARAMS = 106_368             # the lab's default model (LabConfig()): 8 blocks of hidden 32, float32
+
+
+def shard_bounds(total: int, n: int, i: int) -> tuple[int, int]:
+    """[start, end) of shard i of a flat vector of `total` elements cut in n as torch.tensor_split does: the first
+    total % n shards one element longer."""
+    base, extra = divmod(total, n)
+    start = i * base + min(i, extra)
+    return start, start + base + (1 if i < extra else 0)
+
+
+def zero_bytes(params: int, n: int, element: int = 4) -> dict[str, float]:
+    """Bytes per rank, on average, of parameters + gradients + AdamW's two moments: plain data parallel, ZeRO-1
+    (the moments sharded), ZeRO-2 (the gradients too), ZeRO-3 (the parameters too)."""
+    p = params * element
+    return {"dp": 4 * p, "zero1": 2 * p + 2 * p / n, "zero2": p + 3 * p / n, "zero3": 4 * p / n}
+
+
+class ZeroObserved(StageObserved):
+    grid: list                  # [dp, pp]
+    dp_group: list              # the global ranks of this stage's data-parallel group, in position order
+    elements: int               # N: the stage's parameters' elements, flattened
+    element_size: int           # bytes per element
+    stepping: int               # the step the rank was in when it stopped (absent once every step ran)
+    returned: str               # what was wrong with what the step returned, if anything
+    steps: list                 # per step: {"params": {name: tensor} after the step, "state_bytes", "state_tensors"
+                                #   (how many tensors `state` holds), "largest_state" (elements of its largest),
+                                #   "grad_bytes" (.grad still held after the step), "sends" / "recvs" ([[peer,
+                                #   bytes]]), "collectives": [event kind]}

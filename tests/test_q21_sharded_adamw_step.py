@@ -1,0 +1,104 @@
+"""q21: AdamW's state and the gradients sharded over the data-parallel ranks (ZeRO-1/2), on ring halves.
+
+Fast: the shards are torch.tensor_split's; the prediction's figures; the opening figure. Multi-process: the
+reference passes the visible check (one shard's state held, an all-reduce's bytes sent, parameters as one process's
+AdamW); every cohort mistake and a valid answer written otherwise, graded through the hidden tests in one launch,
+get their points and their messages.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader.cohort.answers import answer
+
+pytestmark = pytest.mark.q21
+
+
+def test_the_shards_are_tensor_splits():
+    from lab_src.topics.sharding.records import shard_bounds
+    for total in (1, 3, 7, 29_949, 30_144):
+        for n in (1, 2, 3, 4):
+            parts = torch.tensor_split(torch.arange(total), n)
+            assert [shard_bounds(total, n, i) for i in range(n)] == \
+                [(int(p[0]), int(p[-1]) + 1) if len(p) else (shard_bounds(total, n, i)[0],) * 2
+                 for i, p in enumerate(parts)]
+
+
+def test_the_predictions_figures_and_the_opening_figure():
+    from grader.hidden.q21_sharded_adamw_step import wanted
+    from lab_src.pipeline.config import LabConfig
+    from lab_src.pipeline.model import build_model
+    from lab_src.topics.sharding.figure import zero_figure
+    from lab_src.topics.sharding.records import PREDICTION_PARAMS
+    assert sum(p.numel() for p in build_model(LabConfig(), "cpu").parameters()) == PREDICTION_PARAMS
+    assert wanted() == {"dp": 1_701_888, "zero1": 1_063_680, "zero2": 744_576, "sent": 638_208}
+    assert zero_figure(4).axes
+
+
+def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, capsys):
+    from lab_src.checks import check
+    (in_tmp / "map.json").write_text(json.dumps({k: str(v) for k, v in reference.items()}))
+    os.environ["LAB_ANSWERS"] = str(in_tmp / "map.json")
+    try:
+        report = check("q21")
+    finally:
+        del os.environ["LAB_ANSWERS"]
+    out = " ".join(capsys.readouterr().out.split())
+    assert report.ok and "q21: all checks passed" in out, out
+    # rank 1 of 4 holds the moments of elements 7,488 to 14,974 of 29,949, and sends 2 x 3 shards a step
+    assert "1 0 29,949 59,896 59,896 239,592 0 179,696 179,694 as AdamW" in out
+    assert "(graded: they match)" in out
+    assert report.timeline() is not None
+
+
+# name: (the answer, its fraction of the points, what its feedback must say); parts: values, memory, messages (4
+# cases each), prediction (4 figures), a quarter each
+MISTAKES = {
+    "reference": (None, 1.0, "16 of 16 hidden checks passed"),
+    "q21_full_state": (answer("q21_full_state"), 0.75, "AdamW's two moments for every element of the stage"),
+    "q21_allreduce_slice": (answer("q21_allreduce_slice"), 0.75, "an all-reduce of the gradients and then an all-gather"),
+    "q21_l2_decay": (answer("q21_l2_decay"), 0.75, "decoupled, p *= 1 - lr * 0.01, never added to the gradient"),
+    "q21_grads_kept": (answer("q21_grads_kept"), 0.75, "of gradients are still held after the step"),
+    # right where the shards are even (the first two cases); a shape error on the uneven ones: (2/4 * 3 + 1) / 4
+    "q21_floor_shards": (answer("q21_floor_shards"), 0.625, "The size of tensor a (7487) must match"),
+}
+# A valid answer written otherwise keeps every point: the shards received straight into their place in the flat
+# vector, isend and irecv in place of batch_isend_irecv
+VALID = {
+    "in place": [("""        ops = [dist.P2POp(dist.isend, send, group=dp.group, group_peer=right),
+               dist.P2POp(dist.irecv, recv, group=dp.group, group_peer=left)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()""", """        works = [dist.isend(send, group=dp.group, group_dst=right), dist.irecv(recv, group=dp.group, group_src=left)]
+        for work in works:
+            work.wait()"""),
+                 ("""        received = torch.empty_like(shards[(me - s - 1) % n])
+        exchange(shards[(me - s) % n], received)
+        shards[(me - s - 1) % n].copy_(received)""", """        exchange(shards[(me - s) % n], shards[(me - s - 1) % n])""")],
+}
+
+
+@pytest.mark.slow
+def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_leftovers):
+    from hidden_grading import grade_answers
+    reference = {k: str(v) for k, v in reference.items()}
+    right = Path(reference["q21"]).read_text()
+    texts = {name: text if text is not None else right for name, (text, _, _) in MISTAKES.items()
+             if name != "q21_floor_shards"}
+    for name, edits in VALID.items():
+        texts[name] = right
+        for old, new in edits:
+            assert old in texts[name], (name, old)
+            texts[name] = texts[name].replace(old, new)
+    texts["q21_floor_shards"] = MISTAKES["q21_floor_shards"][0]      # last: its uneven cases stop the launch's q21
+    graded = grade_answers("q21", texts, reference, tmp_path)
+    for name, (_, fraction, says) in MISTAKES.items():
+        got, lines = graded[name]
+        assert got == pytest.approx(fraction, abs=1e-4), (name, lines)
+        assert says in " ".join("\n".join(lines).split()), (name, lines)
+    for name in VALID:
+        assert graded[name][0] == 1.0, (name, graded[name][1])
