@@ -423,6 +423,27 @@ def sharded_adamw_step(params, dp, state, lr):
     """
 
 
+@_exercise_api("q22")
+def fsdp_layer(layer, dp):
+    """Return an `nn.Module` that stands for `layer` (one transformer block of a pipeline stage: its forward
+    takes x and returns the block's output) and holds only this rank's shard of the block's parameters, as
+    `self.shard`: an nn.Parameter, the elements `torch.tensor_split` gives shard `dp.rank` of `dp.size` of the
+    block's parameters flattened in `layer.named_parameters()` order. Nothing else of the block's parameters may
+    stay allocated (free the originals: `p.data = torch.empty(0)`, or build the module without them).
+
+    - Forward: `full = dp.all_gather(self.shard)` (the whole flat vector, a new tensor), the block's forward with
+      those weights (`torch.func.functional_call` on views of `full`), then free `full`: keep no reference once
+      the forward returns.
+    - Backward: gather again, compute the gradients of the block's input and of its flat weights (recomputing
+      the block's forward from the saved input is the simplest way), `dp.reduce_scatter(flat_grad)` (the sum over
+      the group, this rank's shard), divided by `dp.size`: that is the gradient the shard receives. Free the
+      gathered weights again.
+    Every micro-batch's forward and backward gathers (one gather each), and every backward reduce-scatters once;
+    the shard's gradient accumulates over the micro-batches as any parameter's does. The lab averages the
+    replicated parameters (embedding, head) and takes the optimizer step.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

@@ -120,6 +120,8 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              ("q02", "q03", "q05", "q11", "q19")),
     Exercise("q21", "sharded_adamw_step", "Sharding the training state: AdamW and the gradients over the data-parallel ranks (ZeRO-1/2)",
              ("q02", "q03", "q05", "q11", "q12")),
+    Exercise("q22", "fsdp_layer", "Sharding the parameters too: FSDP inside a pipeline stage, layer by layer (ZeRO-3)",
+             ("q02", "q03", "q05", "q11", "q12")),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]
@@ -132,7 +134,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "pipeline_training": ("q13", "q14"),
     "tensor_parallel": ("q17", "q18"),
     "data_parallel": ("q19", "q20"),
-    "sharding": ("q21",),
+    "sharding": ("q21", "q22"),
 }
 
 

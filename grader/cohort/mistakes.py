@@ -711,6 +711,36 @@ MISTAKES = {
         p.grad = None
 """, ""),
     ], top="# q21: the gradients left in .grad after the step\n"),
+    "q22_saved_full": Mistake("q22", [
+        ("""        ctx.save_for_backward(x)
+        full = module.dp.all_gather(shard.detach())
+        return functional_call(module.block, module.weights(full), (x,))""",
+         """        full = module.dp.all_gather(shard.detach())
+        ctx.save_for_backward(x, full)               # the backward needs the weights: keep them
+        return functional_call(module.block, module.weights(full), (x,))"""),
+        ("""        (x,) = ctx.saved_tensors
+        module = ctx.module
+        full = module.dp.all_gather(module.shard.detach()).requires_grad_()""",
+         """        x, full = ctx.saved_tensors
+        module = ctx.module
+        full = full.detach().requires_grad_()"""),
+    ], top="# q22: the gathered weights saved for the backward instead of gathered again\n"),
+    "q22_kept_weights": Mistake("q22", [
+        ("""        for p in layer.parameters():
+            p.data = torch.empty(0, dtype=p.dtype, device=p.device)       # the whole weights: freed
+""", ""),
+    ], top="# q22: the block's own whole parameters left allocated beside the shard\n"),
+    "q22_summed": Mistake("q22", [
+        ("""        grad_shard = module.dp.reduce_scatter(grads[-1]) / module.dp.size""",
+         """        grad_shard = module.dp.reduce_scatter(grads[-1])"""),
+    ], top="# q22: the reduce-scattered gradient used as it comes, the replicas' sum\n"),
+    "q22_cached": Mistake("q22", [
+        ("""        full = module.dp.all_gather(shard.detach())
+        return functional_call(module.block, module.weights(full), (x,))""",
+         """        if getattr(module, "full", None) is None:     # gather once, then reuse for every micro-batch
+            module.full = module.dp.all_gather(shard.detach())
+        return functional_call(module.block, module.weights(module.full), (x,))"""),
+    ], top="# q22: each block's gathered weights kept on the module and reused for the next micro-batches\n"),
     "q20_last_stage_unarmed": Mistake("q20", [
         ("""        if mb == m - 1:                          # the stage's last backward: after it, every gradient is final
             reducer.arm()

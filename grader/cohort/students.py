@@ -123,10 +123,12 @@ COHORT = [
                     "layers of its MLP; q18 sums proj's partial sums with its own all-reduce over the default group "
                     "(the job's world, not the tensor-parallel group); q19 takes its place in the ring from the "
                     "global rank; q20 divides each bucket by dp.size when it launches it, and again in finish; q21 "
-                    "keeps AdamW's moments for the whole stage on every rank",
+                    "keeps AdamW's moments for the whole stage on every rank; q22 takes the reduce-scattered sum as "
+                    "the shard's gradient, undivided",
             answers={"q05": answer("q05_numpy_ints"), "q17": answer("q17_barrier_between"),
                      "q18": answer("q18_world_group"), "q19": answer("q19_global_rank"),
-                     "q20": answer("q20_average_twice"), "q21": answer("q21_full_state")},
+                     "q20": answer("q20_average_twice"), "q21": answer("q21_full_state"),
+                     "q22": answer("q22_summed")},
             # q17 (four parts: communication functions, layers, MLP numbers, MLP communication): the barrier is a
             # round too many in the MLP's forward, on 2 and 4 ranks; everything else right: (1 + 1 + 1 + 0) / 4.
             # q18 (five parts: block, dropout, replicated, training, prediction): every case on 2 ranks of the
@@ -136,17 +138,20 @@ COHORT = [
             # q20 (values, plan, rings, placement, prediction): the gradients are 1/dp of one process's on the three
             # grids with more than one replica; right on the 1 x 4 grid: (1/4 + 7/7 + 4/4 + 4/4 + 3/3) / 5
             # q21 (values, memory, messages, prediction): right values and messages, the whole state held: 3/4
-            expect={"q17": 0.75, "q18": 0.5, "q19": 0.8889, "q20": 0.85, "q21": 0.75}),
+            # q22 (values, memory, counts, prediction): the gradients n x one process's in every case: 3/4
+            expect={"q17": 0.75, "q18": 0.5, "q19": 0.8889, "q20": 0.85, "q21": 0.75, "q22": 0.75}),
     # exit() in one answer must cost that exercise alone, and say which rank it happened on
     Student("xena", "q06 calls exit() on rank 1", answers={"q06": answer("q06_exit")}, expect={"q06": 0.0}),
     Student("wren", "q11 sends before it receives, with blocking calls: the 1F1B steady state deadlocks; q12 warms "
                     "up with p - r forwards, one too many; q18 shares one dropout mask inside the sharded region; "
                     "q19's ring sends, then receives, with blocking calls: every rank sends first; q20's hooks only "
                     "count the full buckets, and finish launches them all once the backward is over; q21 "
-                    "all-reduces the gradient with the whole ring and slices its shard out of it",
+                    "all-reduces the gradient with the whole ring and slices its shard out of it; q22 saves each "
+                    "layer's gathered weights for the backward",
             answers={"q11": answer("q11_blocking"), "q12": answer("q12_warmup_off_by_one"),
                      "q18": answer("q18_mask_shared_inside"), "q19": answer("q19_blocking"),
-                     "q20": answer("q20_launch_in_finish"), "q21": answer("q21_allreduce_slice")},
+                     "q20": answer("q20_launch_in_finish"), "q21": answer("q21_allreduce_slice"),
+                     "q22": answer("q22_saved_full")},
             # q11: 3 of 6 message cases (those without two neighbours sending at once), 2 of 5 buffer cases (those
             # that ran to their end), no pipeline, the prediction right: (3/6 + 2/5 + 0 + 1) / 4. q12: right numbers
             # everywhere; 1 of 7 cases is still 1F1B (one micro-batch), 3 are a valid AFAB (half credit), among them
@@ -159,7 +164,8 @@ COHORT = [
             # the last stage's backward on any grid: (1 + 1 + 1 + 0 + 1) / 5
             # q21 (graded with the reference's q11 and q12): 3(n - 1)/n of the parameters' bytes sent in every case,
             # the rest right: (1 + 1 + 0 + 1) / 4
-            expect={"q11": 0.475, "q12": 0.3125, "q18": 0.7, "q19": 0.3333, "q20": 0.8, "q21": 0.75}),
+            # q22: every layer gathered at once by the end of the forwards, half the gathers: (1 + 0 + 0 + 1) / 4
+            expect={"q11": 0.475, "q12": 0.3125, "q18": 0.7, "q19": 0.3333, "q20": 0.8, "q21": 0.75, "q22": 0.5}),
     Student("yuki", "q11 receives activations into buffers that do not require grad; q12 has no cool-down; q13 never "
                     "zeroes the gradients; q17's MLP gathers the whole weights through torch's unwrapped all_gather "
                     "(unrecorded) and all-reduces zeros to look like one round each way; q18 seeds the replicated "

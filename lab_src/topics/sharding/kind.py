@@ -36,10 +36,13 @@ class DataParallelGroup:
         return f"DataParallelGroup(size={self.size}, rank={self.rank}, ranks={self.ranks})"
 
 
-def held_bytes(value, seen=None) -> tuple[int, int, int]:
+def held_bytes(value, seen=None, skip=()) -> tuple[int, int, int]:
     """(bytes, tensors, elements of the largest) of the tensors inside `value` (dicts, lists, tuples, objects'
-    __dict__), each storage counted once."""
+    __dict__, modules' parameters and submodules), each storage counted once; objects in `skip` (the lab's own)
+    and objects without a __dict__ are not looked into."""
     seen = set() if seen is None else seen
+    if any(value is s for s in skip):
+        return 0, 0, 0
     if isinstance(value, torch.Tensor):
         key = (value.untyped_storage().data_ptr(), value.untyped_storage().nbytes())
         if key in seen:
@@ -51,11 +54,15 @@ def held_bytes(value, seen=None) -> tuple[int, int, int]:
         items = list(value.values())
     elif isinstance(value, (list, tuple, set)):
         items = list(value)
-    elif hasattr(value, "__dict__") and not isinstance(value, type):
-        items = list(vars(value).values())
+    elif hasattr(value, "__dict__") and not isinstance(value, type) and id(value) not in seen:
+        seen.add(id(value))
+        try:
+            items = list(vars(value).values())
+        except TypeError:
+            items = []
     total = count = largest = 0
     for item in items:
-        b, c, big = held_bytes(item, seen)
+        b, c, big = held_bytes(item, seen, skip)
         total, count, largest = total + b, count + c, max(largest, big)
     return total, count, largest
 

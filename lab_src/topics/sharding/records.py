@@ -37,3 +37,21 @@ class ZeroObserved(StageObserved):
                                 #   (how many tensors `state` holds), "largest_state" (elements of its largest),
                                 #   "grad_bytes" (.grad still held after the step), "sends" / "recvs" ([[peer,
                                 #   bytes]]), "collectives": [event kind]}
+
+
+# q22: the graded prediction, for a stage of 4 blocks of the default model (hidden 32: 12,704 parameters a block)
+FSDP_PREDICTION = "predicted_fsdp_bytes"
+FSDP_PREDICTION_RANKS = 4
+BLOCK_PARAMS = 12_704
+
+
+class FsdpObserved(StageObserved):
+    grid: list                  # [dp, pp]
+    layers_flat: dict           # block name -> [its flat length, this rank's shard's length]
+    replicated_bytes: int       # the parameters every rank holds whole (embedding, head)
+    rest_bytes: int             # the replicated parameters' bytes and every tensor the answer's modules reach, at rest
+    stepping: int               # the step the rank was in when it stopped (absent once every step ran)
+    steps: list                 # per step: "gathers" / "scatters" ([[time, layer, bytes]]), "peak" (the most
+                                #   gathered bytes held at once), "peak_layers", "longest" ({layer: seconds a gathered
+                                #   copy lived at most}), "left" (layers still gathered after the step), "grads"
+                                #   ({name: the whole gradient})

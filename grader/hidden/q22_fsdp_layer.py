@@ -1,0 +1,63 @@
+"""Hidden tests of q22 (fsdp_layer): the answer's module wrapping every block of the stages on 2 and 4 data-parallel
+ranks and a 2 x 2 grid, blocks whose parameters do not divide by n, float32 and float64, three steps of 1F1B (the
+reference's) and SGD each, judged by topics/sharding/judge_fsdp.py; and the graded prediction.
+
+Four parts, each a quarter of the points:
+    values      per case: every whole gradient after each step equal one process's
+    memory      per case: at rest the shards only; at most two layers gathered at once; none left after a step
+    counts      per case: per block and step, 2m gathers and m reduce-scatters
+    prediction  the bytes at rest and at a forward's peak, and the gathers per step, for 4 default blocks on 4 ranks
+"""
+from __future__ import annotations
+
+from lab_src.judge.problems import Problem, stamped
+from lab_src.pipeline.config import LabConfig
+from lab_src.checks.q22_fsdp_layer import wanted
+from lab_src.topics.sharding.judge_fsdp import judge_run
+from lab_src.topics.sharding.records import FSDP_PREDICTION
+
+from .common import Item, case_problems, read_prediction
+
+QID = "q22"
+# label -> configuration; every case runs on 4 ranks. Simplest first
+CASES = {
+    "n = 2, a 2 x 2 grid, m = 4": LabConfig(num_stages=2, num_layers=4, num_microbatches=4, global_batch_size=16,
+                                             dp_size=2, seed=71),
+    "n = 4, 4 blocks, float64": LabConfig(num_stages=1, num_layers=4, num_microbatches=2, global_batch_size=16,
+                                          dp_size=4, seed=72, dtype="float64"),
+    "n = 4, hidden 33 (13,497 parameters a block: uneven shards)": LabConfig(
+        num_stages=1, num_layers=3, hidden_size=33, num_heads=3, num_microbatches=2, global_batch_size=16, dp_size=4,
+        seed=73),
+}
+PARTS = ("values", "memory", "counts")
+TOLERANCE = 0.005
+
+
+def cases(ctx):
+    return [ctx.case(QID, "fsdp", cfg, stages=4, label=label, settings={"steps": 3}, schedule="1f1b", step="q12")
+            for label, cfg in CASES.items()]
+
+
+def judge(ctx, outcomes):
+    items = []
+    for out in outcomes:
+        label = out.case.label
+        failed = case_problems(QID, out, label)
+        found = {p: [] for p in PARTS} if failed else judge_run(out)
+        items += [Item(part, label, list(failed) + stamped(found[part], QID, label)) for part in PARTS]
+    return items + prediction_items(ctx)
+
+
+def prediction_items(ctx) -> list[Item]:
+    want = wanted()
+    items = [Item("prediction", k) for k in want]
+    got = read_prediction(ctx, QID, FSDP_PREDICTION, items)
+    if got is None:
+        return items
+    for item in items:
+        k = item.name
+        if k not in got:
+            item.problems.append(Problem(f"{FSDP_PREDICTION}() gives no {k!r} entry", exercise=QID))
+        elif abs(got[k] - want[k]) > TOLERANCE * want[k]:
+            item.problems.append(Problem(f"the predicted {k!r} is {got[k]:,.0f}; it is {want[k]:,.0f}", exercise=QID))
+    return items

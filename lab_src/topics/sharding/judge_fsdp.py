@@ -1,0 +1,136 @@
+"""Parent side of q22 (fsdp_layer): judge what the ranks of an "fsdp" case recorded (kind_fsdp.py).
+
+Three parts, read from behaviour, never from the answer's form:
+    values   every replica's whole gradients (each block's rebuilt from the ranks' shards) after each SGD step
+             equal one process's over the global batch (topics/data_parallel/judge_buckets.py computes them)
+    memory   at rest the stage holds the replicated parameters and its blocks' shards, nothing of their whole
+             parameters; at the peak of a step at most two layers' gathered copies beside them (the one in use,
+             and one prefetched); none left after the step
+    counts   per step and block: one gather per micro-batch's forward and one per its backward, one reduce-scatter
+             per backward
+"""
+from __future__ import annotations
+
+import torch
+
+from lab_src.judge.compare import close, scale_between
+from lab_src.judge.problems import Problem
+from lab_src.topics.data_parallel.judge_buckets import baseline_grads
+
+SLACK_BYTES = 4096          # buffers and small tensors a module may keep
+GATHERED_AT_ONCE = 2        # the layer in use and one prefetched
+
+
+def value_problems(outcome) -> list[Problem]:
+    want_steps = baseline_grads(outcome.case)
+    n = outcome.case.config.dp_size
+    first: dict[int, tuple[int, Problem]] = {}
+    for r, o in sorted(outcome.obs.items()):
+        for k, step in enumerate(o.get("steps") or []):
+            got = step.get("grads") or {}
+            none = [name for name, g in got.items() if g is None]
+            if none:
+                first[r] = (k, Problem(f"step {k}: {none[0]} has no gradient: its shard's .grad stayed None (the "
+                                       f"backward must return the reduce-scattered gradient for the shard)", rank=r))
+                break
+            wrong = [name for name in got if name in want_steps[k] and not close(got[name], want_steps[k][name])]
+            if not wrong:
+                continue
+            g = torch.cat([got[x].reshape(-1).double() for x in wrong])
+            w = torch.cat([want_steps[k][x].reshape(-1).double() for x in wrong])
+            c = scale_between(g, w)
+            blocks = all(x.startswith("blocks.") for x in wrong)
+            if c is not None and n > 1 and abs(c - n) < 1e-3 * n:
+                why = f"they are {n}x one process's: the reduce-scattered sum was not divided by dp.size"
+            elif c is not None and n > 1 and abs(c - 1 / n) < 1e-3 / n:
+                why = f"they are 1/{n} of one process's: divided by dp.size twice"
+            elif c is not None and abs(c - 1) > 1e-3:
+                why = f"they are {c:.3g}x one process's"
+            else:
+                why = f"largest difference {float((g - w).abs().max()):.3g}"
+            where = "the blocks' (rebuilt from every rank's shard)" if blocks else "these"
+            first[r] = (k, Problem(f"after step {k}, {len(wrong)} of {len(got)} gradients differ from one process's "
+                                   f"over the global batch ({', '.join(wrong[:2])}{' ...' if len(wrong) > 2 else ''}): "
+                                   f"{where}; {why}", rank=r))
+            break
+    if not first:
+        return []
+    earliest = min(k for k, _ in first.values())
+    out = []
+    for r, (k, problem) in sorted(first.items()):
+        if k > earliest:
+            problem = Problem(f"after step {k} the gradients differ, step {earliest}'s having been right on this rank: "
+                              f"another rank's wrong step {earliest} went into the shards it gathers", rank=r,
+                              consequence=True)
+        out.append(problem)
+    return out
+
+
+def memory_problems(outcome) -> list[Problem]:
+    problems = []
+    for r, o in sorted(outcome.obs.items()):
+        layers = o.get("layers_flat") or {}
+        if not layers:
+            continue
+        elem = 8 if outcome.case.config.dtype == "float64" else 4
+        shards = sum(s for _, s in layers.values()) * elem
+        rest_allowed = o.get("replicated_bytes", 0) + shards + SLACK_BYTES
+        if o.get("rest_bytes", 0) > rest_allowed:
+            extra = o["rest_bytes"] - o.get("replicated_bytes", 0) - shards
+            problems.append(Problem(f"at rest the stage holds {o['rest_bytes']:,} B, {extra:,} B more than the "
+                                    f"replicated parameters and the blocks' shards ({shards:,} B): the modules "
+                                    f"fsdp_layer returned still reach the blocks' whole parameters (an attribute, "
+                                    f"a list, the block itself); free them once the shard is cut (p.data = "
+                                    f"torch.empty(0)): FSDP keeps 1/n of them", rank=r))
+            continue
+        largest = max(total for total, _ in layers.values()) * elem
+        for k, step in enumerate(o.get("steps") or []):
+            if step.get("left"):
+                problems.append(Problem(f"step {k}: {step['left'][0]}'s gathered weights were still held after the "
+                                        f"step: a reference to the gathered tensor outlives the layer's forward or "
+                                        f"backward (kept on the module, or saved for the backward)", rank=r))
+                break
+            if step.get("peak", 0) > GATHERED_AT_ONCE * largest:
+                held = sorted(set(step.get("peak_layers") or []))
+                problems.append(Problem(
+                    f"step {k}: at the peak the rank held {len(step.get('peak_layers') or [])} gathered copies at "
+                    f"once (of {', '.join(held[:4])}{' ...' if len(held) > 4 else ''}; {step['peak']:,} B, "
+                    f"against at most {GATHERED_AT_ONCE} layers, {GATHERED_AT_ONCE * largest:,} B): free each "
+                    f"layer's gathered weights when its forward, or its backward, returns (saving them for the "
+                    f"backward keeps every layer gathered until then)", rank=r))
+                break
+    return problems
+
+
+def count_problems(outcome) -> list[Problem]:
+    """Gathers per block (each gather names its shard, so its layer is known), reduce-scatters per stage (a flat
+    gradient does not say whose it is when two blocks have the same size: they are counted together)."""
+    m = outcome.case.config.num_microbatches
+    problems = []
+    for r, o in sorted(outcome.obs.items()):
+        layers = sorted(o.get("layers_flat") or {})
+        for k, step in enumerate(o.get("steps") or []):
+            counts = {layer: sum(1 for _, name, _ in step.get("gathers") or [] if name == layer) for layer in layers}
+            off = [layer for layer in layers if counts[layer] != 2 * m]
+            scatters = len(step.get("scatters") or [])
+            if off:
+                problems.append(Problem(
+                    f"step {k}: {off[0]} was gathered {_times(counts[off[0]])} in a step of {m} micro-batches; FSDP "
+                    f"gathers a layer for each micro-batch's forward and again for its backward ({2 * m})", rank=r))
+                break
+            if scatters != len(layers) * m:
+                problems.append(Problem(
+                    f"step {k}: the stage's {len(layers)} blocks reduce-scattered {_times(scatters)} in a step of {m} "
+                    f"micro-batches; each block's backward reduce-scatters its gradient once ({len(layers) * m} in "
+                    f"all)", rank=r))
+                break
+    return problems
+
+
+def _times(k: int) -> str:
+    return {0: "never", 1: "once", 2: "twice"}.get(k, f"{k} times")
+
+
+def judge_run(outcome) -> dict[str, list[Problem]]:
+    return {"values": value_problems(outcome), "memory": memory_problems(outcome),
+            "counts": count_problems(outcome)}

@@ -1,0 +1,144 @@
+"""Rank side of q22 (fsdp_layer): on a data x pipeline grid of all the case's ranks (q14's layout), every block of
+each replica's stage is replaced by the answer's `fsdp_layer(block, dp)`, which keeps only this rank's shard of the
+block's flat parameters (`module.shard`). Then, `steps` times: each replica's 1F1B step (q12; in grading the
+reference's), the replicated parameters (embedding, head) averaged over the data-parallel group by the lab, a
+record, and one SGD step of every parameter the stage holds (the shards among them).
+
+Recorded per rank (plain values, never a verdict): each block's flat length and its shard's; the bytes the stage's
+parameters hold at rest; and per step the whole gradient of every parameter (each block's rebuilt from the ranks'
+shards of it, by the lab's own gather), every gather and reduce-scatter the answer asked for (time, layer, bytes),
+the most gathered bytes held at once and which layers, how long each layer's gathered copy lived at most, and the
+gathered copies still held after the step (FsdpGroup, fsdp.py).
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from lab_src import exercises
+from lab_src.harness import observe
+from lab_src.harness.case import Case
+from lab_src.pipeline import data, waiting
+from lab_src.pipeline.stage import PipelineStage
+from lab_src.topics.data_parallel.kind_buckets import make_groups
+from lab_src.topics.sharding.fsdp import FsdpGroup
+from lab_src.topics.sharding.kind import held_bytes
+from lab_src.topics.sharding.records import shard_bounds
+from lab_src.topics.tensor_parallel import rawcoll
+
+SGD_LR = 0.1    # topics/data_parallel/judge_buckets.py's, whose one-process gradients the judge compares with
+
+
+def storage_bytes(tensors) -> int:
+    seen, total = set(), 0
+    for t in tensors:
+        s = t.untyped_storage()
+        if s.data_ptr() not in seen:
+            seen.add(s.data_ptr())
+            total += s.nbytes()
+    return total
+
+
+def wrap_blocks(stage: PipelineStage, dp: FsdpGroup, obs: dict) -> dict:
+    """Replace each block by the answer's module; {block name: [(parameter name, shape)]} of the originals."""
+    layout, layers = {}, {}
+    n = dp.size
+    for key in list(stage.blocks.keys()):
+        block = stage.blocks[key]
+        name = f"blocks.{key}"
+        params = [(p_name, tuple(p.shape), p.numel()) for p_name, p in block.named_parameters()]
+        total = sum(k for _, _, k in params)
+        wrapped = exercises.fsdp_layer(block, dp)
+        if not isinstance(wrapped, nn.Module):
+            raise TypeError(f"fsdp_layer must return an nn.Module standing for the block, got {type(wrapped).__name__}")
+        shard = getattr(wrapped, "shard", None)
+        start, end = shard_bounds(total, n, dp.rank)
+        if not isinstance(shard, nn.Parameter) or shard.dim() != 1 or shard.numel() != end - start:
+            raise ValueError(f"the module fsdp_layer returns for {name} must hold its shard as `self.shard`, an "
+                             f"nn.Parameter of the {end - start:,} elements {start:,} to {end:,} of the block's "
+                             f"{total:,} flattened parameters (torch.tensor_split's shard {dp.rank} of {n}); it "
+                             f"holds {getattr(shard, 'shape', type(shard).__name__)}")
+        dp.names[shard.untyped_storage().data_ptr()] = name
+        dp.layer_of_length[total] = name
+        stage.blocks[key] = wrapped
+        layout[name] = params
+        layers[name] = [total, end - start]
+    obs["layers_flat"] = layers
+    return layout
+
+
+def whole_grads(stage: PipelineStage, dp: FsdpGroup, layout: dict) -> dict:
+    """name -> the whole gradient: the replicated parameters' own, each block's rebuilt from every rank's shard."""
+    out = {}
+    for name, p in stage.named_parameters():
+        if not name.startswith("blocks."):
+            out[name] = p.grad.detach().cpu().clone() if p.grad is not None else None
+    for key, module in stage.blocks.items():
+        name = f"blocks.{key}"
+        shard = module.shard
+        grad = shard.grad if shard.grad is not None else torch.zeros_like(shard)
+        full = dp.gather_raw(grad.detach())
+        offset = 0
+        for p_name, shape, k in layout[name]:
+            out[f"{name}.{p_name}"] = full[offset:offset + k].view(shape).cpu().clone() if shard.grad is not None \
+                else None
+            offset += k
+    return out
+
+
+def run(case: Case, ctx, group, tracer, obs) -> None:
+    cfg, settings = case.config, case.settings
+    dp_size, pp = cfg.dp_size, cfg.num_stages
+    dp_rank, pp_rank = divmod(ctx.rank, pp)
+    m = cfg.num_microbatches
+    mbs = cfg.global_batch_size // (dp_size * m)
+    rawcoll.CASE_RANKS[:] = range(case.stages)
+    data.SHARDS.clear()
+    obs["grid"], obs["micro_batch_size"] = [dp_size, pp], mbs
+    mine = {}
+    try:
+        mine, _ = make_groups(dp_size, pp, ctx.rank, ctx.timeout_s)
+        pipe_group, _ = mine["pipeline"]
+        dp_group, dp_ranks = mine["dp"]
+        stage = PipelineStage(cfg, pp_rank, pp, mbs, ctx.device, pipe_group)
+        observe.observe_stage(stage, obs)
+        replicated = [p for name, p in stage.named_parameters() if not name.startswith("blocks.")]
+        obs["replicated_bytes"] = storage_bytes(replicated)
+        dp = FsdpGroup(dp_group, dp_ranks, ctx.rank)
+        layout = wrap_blocks(stage, dp, obs)
+        seen: set = set()
+        for p in replicated:
+            held_bytes(p, seen)
+        obs["rest_bytes"] = obs["replicated_bytes"] + sum(held_bytes(block, seen, skip=(dp,))[0]
+                                                          for block in stage.blocks.values())
+        reduce = getattr(dist.all_reduce, "__wrapped__", dist.all_reduce)
+        steps = obs["steps"] = []
+        for k in range(settings.get("steps", 3)):
+            observe.barrier(group)
+            for p in stage.parameters():
+                p.grad = None
+            data_iter = iter(data.make_dataloader(cfg, mbs, dp_rank=dp_rank)) if stage.is_first_stage else None
+            dp.new_step()
+            obs["stepping"] = k
+            exercises.one_f_one_b_step(stage, data_iter, m)
+            for p in replicated:              # the lab's part: the parameters every rank holds whole, averaged
+                if p.grad is not None and dp.size > 1:
+                    waiting.wait(reduce(p.grad, group=dp_group, async_op=True))
+                    p.grad /= dp.size
+            steps.append({
+                "gathers": [list(g) for g in dp.gathers], "scatters": [list(s) for s in dp.scatters],
+                "peak": dp.peak, "peak_layers": list(dp.peak_layers), "longest": dict(dp.longest),
+                "left": dp.gathered_now(), "grads": whole_grads(stage, dp, layout),
+            })
+            with torch.no_grad():
+                for p in stage.parameters():
+                    if p.grad is not None:
+                        p -= SGD_LR * p.grad
+        obs.pop("stepping", None)
+        observe.finish_messages(stage, group, tracer)
+        for g, _ in mine.values():
+            dist.destroy_process_group(g)
+    finally:
+        rawcoll.CASE_RANKS.clear()
+        observe.record_instrumentation(obs, tracer)
