@@ -19,13 +19,12 @@ pytestmark = pytest.mark.q22
 
 
 def test_the_opening_figure_and_the_predictions_figures():
-    from lab_src.checks.q22_fsdp_layer import wanted
     from lab_src.pipeline.config import LabConfig
     from lab_src.pipeline.model import build_piece
     from lab_src.topics.sharding.figure import fsdp_figure
-    from lab_src.topics.sharding.records import BLOCK_PARAMS
+    from lab_src.topics.sharding.records import BLOCK_PARAMS, fsdp_wanted
     assert sum(p.numel() for p in build_piece(LabConfig(), "blocks.0", "cpu").parameters()) == BLOCK_PARAMS
-    assert wanted() == {"rest": 50_816, "peak": 101_632, "gathers": 16}
+    assert fsdp_wanted() == {"rest": 50_816, "peak": 101_632, "gathers": 16}
     assert fsdp_figure(3, 2).axes
 
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
-from lab_src.checks.q22_fsdp_layer import wanted
 from lab_src.topics.sharding.judge_fsdp import judge_run
-from lab_src.topics.sharding.records import FSDP_PREDICTION
+from lab_src.topics.sharding.records import FSDP_PREDICTION, fsdp_wanted
 
 from .common import Item, case_problems, read_prediction
 
@@ -49,7 +48,7 @@ def judge(ctx, outcomes):
 
 
 def prediction_items(ctx) -> list[Item]:
-    want = wanted()
+    want = fsdp_wanted()
     items = [Item("prediction", k) for k in want]
     got = read_prediction(ctx, QID, FSDP_PREDICTION, items)
     if got is None:

@@ -14,10 +14,10 @@ from pathlib import Path
 from lab_src.checks.common import UNFINISHED, GridViewReport, case_view, finish, make_case, run_cases, run_dir, sources
 from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
-from lab_src.topics.sharding.records import BLOCK_PARAMS, FSDP_PREDICTION, FSDP_PREDICTION_RANKS
+from lab_src.topics.sharding.records import (BLOCK_PARAMS, FSDP_PREDICTION, FSDP_PREDICTION_M, FSDP_PREDICTION_RANKS,
+                                             fsdp_wanted)
 
 CFG = LabConfig(num_stages=2, num_layers=4, num_microbatches=4, global_batch_size=16, dp_size=2, seed=61)
-PREDICTION_M = 8
 
 
 def check():
@@ -60,21 +60,15 @@ def table(out, found) -> str:
                              "block; gradients: each block's rebuilt from every rank's shard, against one process's)"
 
 
-def wanted() -> dict[str, float]:
-    n = FSDP_PREDICTION_RANKS
-    rest = 4 * BLOCK_PARAMS * 4 / n
-    return {"rest": rest, "peak": rest + BLOCK_PARAMS * 4, "gathers": 2 * PREDICTION_M}
-
-
 def prediction_line(path: str | None) -> str:
     from lab_src.judge.numeric import NotANumber, read_numbers
     head = (f"\n  your prediction ({FSDP_PREDICTION}: 4 blocks of {BLOCK_PARAMS:,} float32 parameters on "
-            f"{FSDP_PREDICTION_RANKS} ranks, m = {PREDICTION_M}): ")
+            f"{FSDP_PREDICTION_RANKS} ranks, m = {FSDP_PREDICTION_M}): ")
     try:
         got = read_numbers(Path(path).read_text(errors="replace"), FSDP_PREDICTION) if path else {}
     except NotANumber as e:
         return head + f"could not be read: {e}"
-    want = wanted()
+    want = fsdp_wanted()
     said = "; ".join(f"{k} {got[k]:,.0f}" if k in got else f"no {k}" for k in want)
     ok = all(k in got and abs(got[k] - v) <= 0.005 * v for k, v in want.items())
     return head + said + (" (graded: they match)" if ok else " (graded: the grader compares them)")

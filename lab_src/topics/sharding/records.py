@@ -43,6 +43,13 @@ class ZeroObserved(StageObserved):
 FSDP_PREDICTION = "predicted_fsdp_bytes"
 FSDP_PREDICTION_RANKS = 4
 BLOCK_PARAMS = 12_704
+FSDP_PREDICTION_M = 8
+
+
+def fsdp_wanted() -> dict[str, float]:
+    """The prediction's figures: a rank's bytes of the 4 blocks at rest and at a forward's peak, gathers a step."""
+    rest = 4 * BLOCK_PARAMS * 4 / FSDP_PREDICTION_RANKS
+    return {"rest": rest, "peak": rest + BLOCK_PARAMS * 4, "gathers": 2 * FSDP_PREDICTION_M}
 
 
 class FsdpObserved(StageObserved):
