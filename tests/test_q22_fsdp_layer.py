@@ -44,14 +44,17 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
     assert report.timeline() is not None
 
 
-# name: (the answer, its fraction of the points, what its feedback must say); parts: values, memory, counts (3
-# cases each), prediction (3 figures), a quarter each
+# name: (the answer, its fraction of the points, what its feedback must say); parts: values, memory, counts (5
+# cases each: three of SGD steps, two digits trainings), prediction (3 figures), a quarter each
 MISTAKES = {
-    "reference": (None, 1.0, "12 of 12 hidden checks passed"),
-    "q22_summed": (answer("q22_summed"), 0.75, "the reduce-scattered sum was not divided by dp.size"),
+    "reference": (None, 1.0, "18 of 18 hidden checks passed"),
+    # n x the gradients: the SGD cases fail; AdamW divides the scale away, so of the two trainings only the 2 x 2
+    # grid's curve leaves one process's (at step 13, by 1.3e-05): (1/5 + 1 + 1 + 1) / 4
+    "q22_summed": (answer("q22_summed"), 0.8, "the reduce-scattered sum was not divided by dp.size"),
     "q22_kept_weights": (answer("q22_kept_weights"), 0.75, "still reach the blocks' whole parameters"),
-    # every layer's copy saved for the backward: the peak and the counts fail everywhere: (1 + 0 + 0 + 1) / 4
-    "q22_saved_full": (answer("q22_saved_full"), 0.5, "saving them for the backward keeps every layer gathered"),
+    # every layer's copy saved for the backward: the counts fail everywhere, the peak wherever a stage holds more
+    # than two blocks' copies by the end of its forwards (not in the 4-rank training of 2 blocks): (1 + 1/5 + 0 + 1) / 4
+    "q22_saved_full": (answer("q22_saved_full"), 0.55, "saving them for the backward keeps every layer gathered"),
     # weights gathered once and reused: stale after the first SGD step, left after the step, too few gathers
     "q22_cached": (answer("q22_cached"), 0.25, "gathered weights were still held after the step"),
 }

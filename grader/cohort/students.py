@@ -138,8 +138,9 @@ COHORT = [
             # q20 (values, plan, rings, placement, prediction): the gradients are 1/dp of one process's on the three
             # grids with more than one replica; right on the 1 x 4 grid: (1/4 + 7/7 + 4/4 + 4/4 + 3/3) / 5
             # q21 (values, memory, messages, prediction): right values and messages, the whole state held: 3/4
-            # q22 (values, memory, counts, prediction): the gradients n x one process's in every case: 3/4
-            expect={"q17": 0.75, "q18": 0.5, "q19": 0.8889, "q20": 0.85, "q21": 0.75, "q22": 0.75}),
+            # q22 (values, memory, counts, prediction): the gradients n x one process's in the three SGD cases and
+            # the 2 x 2 training's curve off one process's (AdamW divides most of the scale away): (1/5 + 1 + 1 + 1) / 4
+            expect={"q17": 0.75, "q18": 0.5, "q19": 0.8889, "q20": 0.85, "q21": 0.75, "q22": 0.8}),
     # exit() in one answer must cost that exercise alone, and say which rank it happened on
     Student("xena", "q06 calls exit() on rank 1", answers={"q06": answer("q06_exit")}, expect={"q06": 0.0}),
     Student("wren", "q11 sends before it receives, with blocking calls: the 1F1B steady state deadlocks; q12 warms "
@@ -164,8 +165,9 @@ COHORT = [
             # the last stage's backward on any grid: (1 + 1 + 1 + 0 + 1) / 5
             # q21 (graded with the reference's q11 and q12): 3(n - 1)/n of the parameters' bytes sent in every case,
             # the rest right: (1 + 1 + 0 + 1) / 4
-            # q22: every layer gathered at once by the end of the forwards, half the gathers: (1 + 0 + 0 + 1) / 4
-            expect={"q11": 0.475, "q12": 0.3125, "q18": 0.7, "q19": 0.3333, "q20": 0.8, "q21": 0.75, "q22": 0.5}),
+            # q22: half the gathers everywhere; more than two layers' copies held at once except in the 4-rank
+            # training of two blocks, one micro-batch at a time: (1 + 1/5 + 0 + 1) / 4
+            expect={"q11": 0.475, "q12": 0.3125, "q18": 0.7, "q19": 0.3333, "q20": 0.8, "q21": 0.75, "q22": 0.55}),
     Student("yuki", "q11 receives activations into buffers that do not require grad; q12 has no cool-down; q13 never "
                     "zeroes the gradients; q17's MLP gathers the whole weights through torch's unwrapped all_gather "
                     "(unrecorded) and all-reduces zeros to look like one round each way; q18 seeds the replicated "

@@ -67,7 +67,8 @@ fsdp_figure(layers=3, n=2)
 #
 # The whole contract: `help(lab_src.exercises.fsdp_layer)`. The grader runs 2 and 4 data-parallel ranks and a
 # 2 × 2 grid, three steps each. It compares every whole gradient with one process's (each block's rebuilt from
-# every rank's shard) and measures the bytes the stage holds at rest. The lab watches every gathered copy, so it
+# every rank's shard). It also trains q13's digit classifier with your layers, on 2 and 4 replicas, and holds the
+# loss to one process's curve, step for step. It measures the bytes the stage holds at rest. The lab watches every gathered copy, so it
 # knows how many layers a rank holds at the peak and whether any outlives the step. It also counts gathers and
 # reduce-scatters per layer.
 #

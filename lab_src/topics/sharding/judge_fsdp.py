@@ -2,7 +2,8 @@
 
 Three parts, read from behaviour, never from the answer's form:
     values   every replica's whole gradients (each block's rebuilt from the ranks' shards) after each SGD step
-             equal one process's over the global batch (topics/data_parallel/judge_buckets.py computes them)
+             equal one process's over the global batch (topics/data_parallel/judge_buckets.py computes them);
+             in a digits training, the replicas' mean loss at every step on one process's curve (q13's tolerance)
     memory   at rest the stage holds the replicated parameters and its blocks' shards, nothing of their whole
              parameters; at the peak of a step at most two layers' gathered copies beside them (the one in use,
              and one prefetched); none left after the step
@@ -21,7 +22,35 @@ SLACK_BYTES = 4096          # buffers and small tensors a module may keep
 GATHERED_AT_ONCE = 2        # the layer in use and one prefetched
 
 
+def curve_problems(outcome) -> list[Problem]:
+    """A digits training: the replicas' mean loss at every step against one process's, within q13's tolerance."""
+    from lab_src.topics.training.digits import Digits
+    from lab_src.topics.training.records import curve_tolerance, relative_differences
+    from lab_src.topics.training.single_process import train_single_process
+    case = outcome.case
+    s = case.settings
+    want = train_single_process(case.config, Digits(case.config), s["steps"], s["lr"])["losses"]
+    pp = case.config.num_stages
+    last = [r for r in sorted(outcome.obs) if r % pp == pp - 1]
+    curves = [[st.get("loss") for st in outcome.obs[r].get("steps") or []] for r in last]
+    if not curves or any(len(c) != len(want) or any(x is None for x in c) for c in curves):
+        return [Problem("the last stages recorded no loss for every step: does the 1F1B step return the loss?")]
+    got = [sum(c[k] for c in curves) / len(curves) for k in range(len(want))]
+    rtol = curve_tolerance(case.config.dtype)
+    diffs = relative_differences(got, want)
+    off = [k for k, d in enumerate(diffs) if d > rtol]
+    if not off:
+        return []
+    k = off[0]
+    return [Problem(f"the replicas' mean loss leaves one process's curve at step {k}: {got[k]:.6f} against "
+                    f"{want[k]:.6f} (relative difference {diffs[k]:.2g}, allowed {rtol:g}); the gradients the "
+                    f"shards receive, or the replicated parameters', are not the whole batch's average",
+                    rank=last[0])]
+
+
 def value_problems(outcome) -> list[Problem]:
+    if outcome.case.settings.get("digits"):
+        return curve_problems(outcome)
     want_steps = baseline_grads(outcome.case)
     n = outcome.case.config.dp_size
     first: dict[int, tuple[int, Problem]] = {}

@@ -2,7 +2,10 @@
 each replica's stage is replaced by the answer's `fsdp_layer(block, dp)`, which keeps only this rank's shard of the
 block's flat parameters (`module.shard`). Then, `steps` times: each replica's 1F1B step (q12; in grading the
 reference's), the replicated parameters (embedding, head) averaged over the data-parallel group by the lab, a
-record, and one SGD step of every parameter the stage holds (the shards among them).
+record, and one SGD step of every parameter the stage holds (the shards among them). With the setting "digits",
+the stages are the digit classifier's (topics/training) and the steps a training run: each replica reads its share
+of each step's batch of images, and AdamW (lr from the settings) steps every parameter the stage holds; the last
+stage records each step's loss, which the judge holds to one process's curve.
 
 Recorded per rank (plain values, never a verdict): each block's flat length and its shard's; the bytes the stage's
 parameters hold at rest; and per step the whole gradient of every parameter (each block's rebuilt from the ranks'
@@ -87,6 +90,17 @@ def whole_grads(stage: PipelineStage, dp: FsdpGroup, layout: dict) -> dict:
     return out
 
 
+def digits_step(stage, data, k: int, dp_rank: int, dp_size: int, mbs: int):
+    """The data iterator of training step k for replica `dp_rank`: its share of the step's batch of digits, in
+    micro-batches (the first stage reads it); the last stage gets the same images' labels."""
+    tokens, labels = data.batch(k)
+    share = tokens.shape[0] // dp_size
+    rows = slice(dp_rank * share, (dp_rank + 1) * share)
+    if stage.is_last_stage:
+        stage.set_labels(list(labels[rows].split(mbs)))
+    return iter(tokens[rows].split(mbs)) if stage.is_first_stage else None
+
+
 def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg, settings = case.config, case.settings
     dp_size, pp = cfg.dp_size, cfg.num_stages
@@ -101,7 +115,14 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         mine, _ = make_groups(dp_size, pp, ctx.rank, ctx.timeout_s)
         pipe_group, _ = mine["pipeline"]
         dp_group, dp_ranks = mine["dp"]
-        stage = PipelineStage(cfg, pp_rank, pp, mbs, ctx.device, pipe_group)
+        training = settings.get("digits")
+        if training:
+            from lab_src.topics.training.classifier import ClassifierStage
+            from lab_src.topics.training.digits import Digits
+            stage = ClassifierStage(cfg, pp_rank, pp, mbs, ctx.device, pipe_group)
+            digits = Digits(cfg)
+        else:
+            stage = PipelineStage(cfg, pp_rank, pp, mbs, ctx.device, pipe_group)
         observe.observe_stage(stage, obs)
         replicated = [p for name, p in stage.named_parameters() if not name.startswith("blocks.")]
         obs["replicated_bytes"] = storage_bytes(replicated)
@@ -113,15 +134,19 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         obs["rest_bytes"] = obs["replicated_bytes"] + sum(held_bytes(block, seen, skip=(dp,))[0]
                                                           for block in stage.blocks.values())
         reduce = getattr(dist.all_reduce, "__wrapped__", dist.all_reduce)
+        optimizer = torch.optim.AdamW(stage.parameters(), lr=settings["lr"]) if training else None
         steps = obs["steps"] = []
         for k in range(settings.get("steps", 3)):
             observe.barrier(group)
             for p in stage.parameters():
                 p.grad = None
-            data_iter = iter(data.make_dataloader(cfg, mbs, dp_rank=dp_rank)) if stage.is_first_stage else None
+            if training:
+                data_iter = digits_step(stage, digits, k, dp_rank, dp_size, mbs)
+            else:
+                data_iter = iter(data.make_dataloader(cfg, mbs, dp_rank=dp_rank)) if stage.is_first_stage else None
             dp.new_step()
             obs["stepping"] = k
-            exercises.one_f_one_b_step(stage, data_iter, m)
+            returned = exercises.one_f_one_b_step(stage, data_iter, m)
             for p in replicated:              # the lab's part: the parameters every rank holds whole, averaged
                 if p.grad is not None and dp.size > 1:
                     waiting.wait(reduce(p.grad, group=dp_group, async_op=True))
@@ -129,8 +154,13 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
             steps.append({
                 "gathers": [list(g) for g in dp.gathers], "scatters": [list(s) for s in dp.scatters],
                 "peak": dp.peak, "peak_layers": list(dp.peak_layers), "longest": dict(dp.longest),
-                "left": dp.gathered_now(), "grads": whole_grads(stage, dp, layout),
+                "left": dp.gathered_now(),
             })
+            if training:
+                steps[-1]["loss"] = observe.unpack_step(returned, obs)[1] if stage.is_last_stage else None
+                optimizer.step()
+                continue
+            steps[-1]["grads"] = whole_grads(stage, dp, layout)
             with torch.no_grad():
                 for p in stage.parameters():
                     if p.grad is not None:

@@ -61,4 +61,5 @@ class FsdpObserved(StageObserved):
     steps: list                 # per step: "gathers" / "scatters" ([[time, layer, bytes]]), "peak" (the most
                                 #   gathered bytes held at once), "peak_layers", "longest" ({layer: seconds a gathered
                                 #   copy lived at most}), "left" (layers still gathered after the step), "grads"
-                                #   ({name: the whole gradient})
+                                #   ({name: the whole gradient}; not in a digits training), "loss" (a digits
+                                #   training's, on the last stage)
