@@ -103,7 +103,8 @@ def test_a_lane_that_waits_for_a_bucket_its_peer_never_launched_is_a_deadlock_th
 def test_a_lane_that_goes_on_keeps_the_case_going_and_lanes_do_not_take_the_main_threads_place():
     """Ranks 0 and 1 are a pipeline whose main threads wait for each other; ranks 0 and 2 a data-parallel pair
     whose lanes reduce a bucket (on a grid the two never share a pair of ranks). While the lanes go on, so
-    does the case; once they are idle, the main threads' cycle is what is left."""
+    does the case, between two of their messages too; once they say they wait for work, the main threads' cycle
+    is what is left."""
     p, feed = _watch(3)
     feed(0, ("B", ["0", "recv_forward", 0, 1]))
     feed(1, ("B", ["0", "recv_backward", 0, 0]))
@@ -115,6 +116,9 @@ def test_a_lane_that_goes_on_keeps_the_case_going_and_lanes_do_not_take_the_main
     assert p.ranks[(0, 2)].finished                  # a lane's operation does not undo its rank's W
     feed(0, ("E", ["0", "send_forward", None, 2, 0, 1]))
     feed(2, ("E", ["0", "recv_backward", None, 0, 0, 1]))
+    assert p.stuck(0, 3) is None                     # lanes between two operations (a ring's next message) go on
+    feed(0, ("B", ["0", "lane_idle", None, None, 0, 1]))
+    feed(2, ("B", ["0", "lane_idle", None, None, 0, 1]))
     stuck = p.stuck(0, 3)
     assert stuck is not None and stuck.cycle() == [0, 1, 0] and not stuck.lanes and stuck.finished == [2]
 
@@ -184,3 +188,19 @@ def test_a_lanes_events_are_drawn_in_a_thin_row_under_their_rank():
     frame = svg.frame(prepare(ev, 2, 1))
     ET.fromstring(frame)                                                    # well-formed
     assert frame.count("its lane 1") == 2
+
+
+def test_lanes_comparing_their_buckets_in_a_collective_all_are_in_go_on():
+    """q20's lanes compare the bucket they are about to sum (a small all-gather, journalled as a collective) while
+    the main threads wait for them: every member in it, so it goes on; a member whose main thread still computes
+    may yet join. (Unjournalled, the lanes looked idle there, and a grading once stopped a right answer.)"""
+    p, feed = _watch(2)
+    for r in (0, 1):
+        feed(r, ("B", ["0", "lane_idle", None, None, 0, 1]), ("E", ["0", "lane_idle", None, None, 0, 1]),
+             ("B", ["0", "wait_lane", None, 1]))
+    feed(0, ("B", ["0", "allreduce_dp", None, [0, 1], 0, 1]))
+    assert p.stuck(0, 2) is None                      # rank 1's lane has work and is between operations: it may join
+    feed(1, ("B", ["0", "allreduce_dp", None, [0, 1], 0, 1]))
+    assert p.stuck(0, 2) is None                      # both in it
+    feed(1, ("E", ["0", "allreduce_dp", None, [0, 1], 0, 1]), ("B", ["0", "lane_idle", None, None, 0, 1]))
+    assert p.stuck(0, 2) is None                      # rank 1's lane went through it: rank 0's completes too

@@ -34,7 +34,7 @@ from pathlib import Path
 from lab_src.harness.records import ENDED_WITHOUT_RETURNING, RankError
 from lab_src.harness.runfolder import journal_path, read_journal
 from lab_src.pipeline.ops import Op
-from lab_src.pipeline.trace import BARRIER, LANE_WAIT, Pending, op_text
+from lab_src.pipeline.trace import BARRIER, LANE_IDLE, LANE_WAIT, Pending, op_text
 
 
 def describe_op(kind: str, mb, peer, chunk: int = 0) -> str:
@@ -42,6 +42,8 @@ def describe_op(kind: str, mb, peer, chunk: int = 0) -> str:
         return f"the barrier that ends this part of the case, with ranks {peer}"
     if kind == LANE_WAIT:
         return f"a wait for what its lane {peer} does (a thread of the rank)"
+    if kind == LANE_IDLE:
+        return "nothing to do (a thread of the rank waiting for work)"
     op = Op.of(kind)
     if op is None:              # a collective: its `peer` is the list of ranks taking part
         return f"{kind} over ranks {peer}"
@@ -302,9 +304,10 @@ class Progress:
         some other operation, itself stuck (every rank of a stuck case is). A rank computing, posting a
         send, in a collective all its members are in, or between operations, may go on: then nothing is
         stuck. A rank's other lanes (threads: pipeline/trace.py `Tracer.lane`) are judged as its main one,
-        each on its own: one that may go on keeps the case going; one with no operation waits for work from
-        its main thread, and a main thread that waits for a lane (LANE_WAIT) is stuck when every operation
-        the lane could still do is: that lane is stuck or idle."""
+        each on its own: one that may go on keeps the case going, and so does one between two operations; one
+        that says it waits for work from its main thread (LANE_IDLE), or that never journalled anything, is
+        idle; and a main thread that waits for a lane (LANE_WAIT) is stuck when every operation the lane could
+        still do is: that lane is stuck or idle."""
         waits, finished, absent, lanes = {}, [], {}, {}
         for r in range(stages):
             s = self.ranks.get((case, r))
@@ -312,6 +315,8 @@ class Progress:
                 return None
             for lane, other in self.lanes.get((case, r), {}).items():
                 if other.pending is None:
+                    return None                 # busy between two operations: it may go on
+                if other.pending.kind == LANE_IDLE:
                     continue                    # an idle lane: it waits for work from the rank's main thread
                 blocked = self._blocked(case, r, other, stages)
                 if blocked is None:

@@ -47,6 +47,9 @@ BARRIER = "barrier"
 # reduces), journalled for the deadlock watch: stuck when that lane is stuck or has nothing to do. Its `peer` is
 # the lane's number.
 LANE_WAIT = "wait_lane"
+# A lane with nothing to do: its thread waits for work from the rank's main thread (q20: an empty queue of buckets),
+# journalled so that the deadlock watch tells it from a lane busy between two operations (which may go on).
+LANE_IDLE = "lane_idle"
 
 
 @dataclass(frozen=True)
@@ -363,6 +366,24 @@ def waiting_for_lane(lane: int):
     yield                                   # on an exception `pending` stays set, as in Tracer.span
     t.pending, t.pending_since = before, since
     t._write("E", pending)
+
+
+@contextlib.contextmanager
+def idle_lane():
+    """Around a lane's wait for work from its rank's main thread (a queue's get): journalled B and E for the
+    deadlock watch, which counts the lane as idle only within it; no event."""
+    t = active()
+    if t is None:
+        yield
+        return
+    pending = t._pending(LANE_IDLE, None, None)
+    t.pending, t.pending_since = pending, time.perf_counter()
+    t._write("B", pending)
+    try:
+        yield
+    finally:
+        t.pending = t.pending_since = None
+        t._write("E", pending)
 
 
 def waiting(kind: str, group: tuple):

@@ -108,12 +108,14 @@ class DataParallel:
     def _work(self, tracer) -> None:
         with (tracer.lane(LANE) if tracer is not None else _nothing()):
             while True:
-                handle = self._queue.get()
+                with trace.idle_lane():         # the deadlock watch: idle here, and only here
+                    handle = self._queue.get()
                 if handle is None:
                     return
                 try:
                     if self._agree_first and self.size > 1:
-                        self._agree(handle)
+                        with trace.waiting("allreduce_dp", tuple(self.ranks)):    # journalled as a collective
+                            self._agree(handle)
                     if self._all_reduce is not None:
                         self._all_reduce(handle.tensor, self.group)
                     else:
