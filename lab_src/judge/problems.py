@@ -63,6 +63,19 @@ def stamped(problems: list[Problem], exercise: str, case: str = "") -> list[Prob
     return [replace(p, exercise=p.exercise or exercise, case=p.case or case) for p in problems]
 
 
+def first_wrong_steps(first: dict, later) -> list[Problem]:
+    """Per rank, the problem of its first wrong step of a run of several (`first`: rank -> (step, Problem)). A rank
+    whose first wrong step comes after the earliest one's is charged with a consequence instead, in the words of
+    `later(step, earliest, cause)` (`cause`: the lowest rank wrong at the earliest step): an earlier step's wrong
+    values reach every rank through the optimizer step."""
+    if not first:
+        return []
+    earliest = min(k for k, _ in first.values())
+    cause = min(r for r, (k, _) in first.items() if k == earliest)
+    return [problem if k == earliest else Problem(later(k, earliest, cause), rank=r, consequence=True)
+            for r, (k, problem) in sorted(first.items())]
+
+
 # "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] " and the like
 _SOURCE_REF = re.compile(r"\[[^\]\s]*[/\\][^\]\s]*:\d+\]\s*")
 _LIBRARY_PATH = re.compile(r"(?:/[\w.+-]+)*/(?:site-packages|dist-packages|third_party|torch|pytorch|"

@@ -18,6 +18,7 @@ other rank of the group, so replicas must launch the same buckets in the same or
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -106,7 +107,7 @@ class DataParallel:
         return handle
 
     def _work(self, tracer) -> None:
-        with (tracer.lane(LANE) if tracer is not None else _nothing()):
+        with (tracer.lane(LANE) if tracer is not None else contextlib.nullcontext()):
             while True:
                 with trace.idle_lane():         # the deadlock watch: idle here, and only here
                     handle = self._queue.get()
@@ -177,10 +178,3 @@ class DataParallel:
             self._thread.join(timeout=5)
             self._thread = None
 
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False

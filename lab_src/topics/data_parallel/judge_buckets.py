@@ -16,7 +16,7 @@ import functools
 import torch
 
 from lab_src.judge.compare import close, scale_between
-from lab_src.judge.problems import Problem
+from lab_src.judge.problems import Problem, first_wrong_steps
 from lab_src.topics.data_parallel.buckets import bucket_bytes, plan_problems
 from lab_src.topics.dp_pp.records import TIED_NAMES
 
@@ -127,18 +127,10 @@ def value_problems(outcome) -> list[Problem]:
                     f"batch ({', '.join(wrong[:2])}{' ...' if len(wrong) > 2 else ''}): "
                     + explain(scale_between(g, w), dp, m, g, w, step, m), rank=r))
                 break
-    if not first:
-        return []
-    earliest = min(k for k, _ in first.values())
-    cause = min(r for r, (k, _) in first.items() if k == earliest)
-    out = []
-    for r, (k, problem) in sorted(first.items()):
-        if k > earliest:
-            problem = Problem(f"after step {k} the gradients differ, step {earliest}'s having been right on this rank: "
-                              f"rank {cause}'s wrong gradients of step {earliest} went into its weights with the SGD "
-                              f"step, and every later step starts from other weights", rank=r, consequence=True)
-        out.append(problem)
-    return out
+    return first_wrong_steps(first, lambda k, earliest, cause: (
+        f"after step {k} the gradients differ, step {earliest}'s having been right on this rank: rank {cause}'s "
+        f"wrong gradients of step {earliest} went into its weights with the SGD step, and every later step starts "
+        f"from other weights"))
 
 
 def stage_plan_problems(outcome) -> list[Problem]:

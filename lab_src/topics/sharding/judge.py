@@ -15,7 +15,7 @@ import functools
 
 import torch
 
-from lab_src.judge.problems import Problem
+from lab_src.judge.problems import Problem, first_wrong_steps
 from lab_src.topics.sharding.records import BETAS, EPS, LR, WEIGHT_DECAY, shard_bounds
 
 SLACK_BYTES = 1024          # a step count and the like, beside the two moments
@@ -75,17 +75,9 @@ def value_problems(outcome) -> list[Problem]:
                 f"({', '.join(wrong[:2])}{' ...' if len(wrong) > 2 else ''}; largest difference "
                 f"{float((g - w).abs().max()):.3g}){hint(o, k, outcome.case)}", rank=r))
             break
-    if not first:
-        return []
-    earliest = min(k for k, _ in first.values())
-    out = []
-    for r, (k, problem) in sorted(first.items()):
-        if k > earliest:
-            problem = Problem(f"after step {k} the parameters differ, step {earliest}'s having been right on this "
-                              f"rank: another rank's wrong step {earliest} reached them through the all-gather",
-                              rank=r, consequence=True)
-        out.append(problem)
-    return out
+    return first_wrong_steps(first, lambda k, earliest, cause: (
+        f"after step {k} the parameters differ, step {earliest}'s having been right on this rank: another rank's "
+        f"wrong step {earliest} reached them through the all-gather"))
 
 
 def hint(o: dict, k: int, case) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from lab_src.judge.compare import close, scale_between
-from lab_src.judge.problems import Problem
+from lab_src.judge.problems import Problem, first_wrong_steps
 from lab_src.topics.data_parallel.judge_buckets import baseline_grads
 
 SLACK_BYTES = 4096          # buffers and small tensors a module may keep
@@ -82,17 +82,9 @@ def value_problems(outcome) -> list[Problem]:
                                    f"over the global batch ({', '.join(wrong[:2])}{' ...' if len(wrong) > 2 else ''}): "
                                    f"{where}; {why}", rank=r))
             break
-    if not first:
-        return []
-    earliest = min(k for k, _ in first.values())
-    out = []
-    for r, (k, problem) in sorted(first.items()):
-        if k > earliest:
-            problem = Problem(f"after step {k} the gradients differ, step {earliest}'s having been right on this rank: "
-                              f"another rank's wrong step {earliest} went into the shards it gathers", rank=r,
-                              consequence=True)
-        out.append(problem)
-    return out
+    return first_wrong_steps(first, lambda k, earliest, cause: (
+        f"after step {k} the gradients differ, step {earliest}'s having been right on this rank: another rank's "
+        f"wrong step {earliest} went into the shards it gathers"))
 
 
 def memory_problems(outcome) -> list[Problem]:
