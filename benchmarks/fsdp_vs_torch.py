@@ -48,7 +48,9 @@ def worker(rank: int, n: int, init: str, steps: int, out: str) -> None:
     shapes = [[(name, p.shape, p.numel()) for name, p in block.named_parameters()] for block in ours.blocks]
     dp = FsdpGroup(dist.group.WORLD, list(range(n)), rank)
     for i in range(len(ours.blocks)):
+        total = sum(p.numel() for p in ours.blocks[i].parameters())
         ours.blocks[i] = exercises.fsdp_layer(ours.blocks[i], dp)
+        dp.register(f"blocks.{i}", ours.blocks[i].shard, total)      # as the kind does: no exchange of sizes
     replicated = [p for name, p in ours.named_parameters() if not name.startswith("blocks.")]
     mesh = init_device_mesh("cpu", (n,))
     for block in theirs.blocks:
@@ -103,6 +105,8 @@ def worker(rank: int, n: int, init: str, steps: int, out: str) -> None:
     dist.all_gather_object(gathered, result)
     if rank == 0:
         Path(out).write_text(json.dumps(gathered))
+    dist.barrier()                  # nothing of either model in flight when the groups go
+    del ours, theirs, sgd, mesh
     dist.destroy_process_group()
 
 

@@ -121,7 +121,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("q21", "sharded_adamw_step", "Sharding the training state: AdamW and the gradients over the data-parallel ranks (ZeRO-1/2)",
              ("q02", "q03", "q05", "q11", "q12")),
     Exercise("q22", "fsdp_layer", "Sharding the parameters too: FSDP inside a pipeline stage, layer by layer (ZeRO-3)",
-             ("q02", "q03", "q05", "q11", "q12")),
+             ("q02", "q03", "q05", "q11", "q12", "q19")),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]

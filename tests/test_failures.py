@@ -272,7 +272,9 @@ def test_ranks_starved_of_cpu_do_not_time_out_the_others_at_the_case_barrier(ans
     run, waited = run_on_a_busy_machine([case(answers)], tmp_path, timeout_s=2, case_deadline_s=30)
     assert run.outcomes[0].failure is None and not run.outcomes[0].errors(), \
         run.outcomes[0].failure or run.outcomes[0].errors()
-    assert waited > 4, f"the machine was not busy enough to test anything ({waited:.1f} s)"
+    # what it proves: ranks 0 and 1 waited past the barrier's 2 s timeout, by half of it at least, and went on (a
+    # fresh run with other work on the machine took 3.7 s: the busy loops' share of the CPU varies)
+    assert waited > 3, f"the machine was not busy enough to test anything ({waited:.1f} s)"
 
 
 def test_the_own_clock_leaves_out_waiting_for_a_cpu_and_counts_sleeping():

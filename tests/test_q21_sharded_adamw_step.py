@@ -54,6 +54,12 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
     assert "1 0 29,949 59,896 59,896 239,592 0 179,696 179,694 as AdamW" in out
     assert "(graded: they match)" in out
     assert report.timeline() is not None
+    # the memory lane: every event of the 4-rank run carries rank 1's state; its parameters (29,949 float32) all
+    # along, the whole gradients after the backwards, freed by the step, and one shard's moments from the first step
+    mine = [e for e in report.views[0]["events"] if e.rank == 1]
+    assert mine and all(e.state is not None for e in mine)
+    assert {e.state[0] for e in mine} == {119_796} and max(e.state[2] for e in mine) == 119_796
+    assert mine[-1].state[2:] == (0, 59_896) and any(e.held for e in mine if e.is_compute)
 
 
 # name: (the answer, its fraction of the points, what its feedback must say); parts: values, memory, messages (4
@@ -64,6 +70,8 @@ MISTAKES = {
     "q21_allreduce_slice": (answer("q21_allreduce_slice"), 0.75, "an all-reduce of the gradients and then an all-gather"),
     "q21_l2_decay": (answer("q21_l2_decay"), 0.75, "decoupled, p *= 1 - lr * 0.01, never added to the gradient"),
     "q21_grads_kept": (answer("q21_grads_kept"), 0.75, "of gradients are still held after the step"),
+    # right for n = 2 (one shard summed a step), t = 3 a step for n = 4: its two cases' values, (2/4) / 4 off
+    "q21_step_per_shard": (answer("q21_step_per_shard"), 0.875, "with the step count t = 3"),
     # right where the shards are even (the first two cases); a shape error on the uneven ones: (2/4 * 3 + 1) / 4
     "q21_floor_shards": (answer("q21_floor_shards"), 0.625, "The size of tensor a (7487) must match"),
 }

@@ -42,6 +42,19 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
     assert "0 0 61,056 10,240 50,816 50,816 50,816 8 4 as one" in out
     assert "(graded: they match)" in out
     assert report.timeline() is not None
+    # the timeline: each gather and reduce-scatter of rank 0 an event in the row under its own (2 blocks, 3 steps of
+    # m = 4), and every event carries the state: 61,056 B kept, at most one layer's 50,816 B gathered, alive only
+    # inside a forward or a backward
+    mine = [e for e in report.views[0]["events"] if e.rank == 0]
+    gathers = [e for e in mine if e.kind == "allgather_fsdp"]
+    assert len(gathers) == 2 * 8 * 3 and all(e.lane == 1 and e.bytes == 50_816 for e in gathers)
+    assert sum(e.kind == "reducescatter_fsdp" for e in mine) == 2 * 4 * 3
+    assert {e.state[0] for e in mine} == {61_056} and {e.state[1] for e in gathers} == {50_816}
+    assert all(e.state[1] == 0 for e in mine if (e.is_send or e.is_recv) and not e.lane)
+    # on the q19 ring (the reference's here): each of the 72 gathers and reduce-scatters an all-reduce of the
+    # block's 50,816 B, 2(n - 1) = 2 messages of half of it, in lane 1 to and from rank 2 (the other replica)
+    ring = [e for e in mine if e.lane == 1 and e.is_send]
+    assert len(ring) == 144 and {e.peer for e in ring} == {2} and sum(e.bytes for e in ring) == 72 * 50_816
 
 
 # name: (the answer, its fraction of the points, what its feedback must say); parts: values, memory, counts (5
@@ -95,3 +108,47 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
         assert says in " ".join("\n".join(lines).split()), (name, lines)
     for name in VALID:
         assert graded[name][0] == 1.0, (name, graded[name][1])
+
+
+def _gloo_collectives(rank: int, n: int, init: str, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from lab_src.topics.sharding.fsdp import FsdpGroup
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=n)
+    dp = FsdpGroup(dist.group.WORLD, list(range(n)), rank)
+    got = {}
+    for total in (12, 10, 7):           # even, and uneven: the first total % n shards one longer
+        whole = torch.arange(total, dtype=torch.float64) * (rank + 1)
+        shard = torch.tensor_split(torch.arange(total, dtype=torch.float64), n)[rank].clone()
+        got[total] = {"gathered": dp.gather_raw(shard, total=total).tolist(),
+                      "scattered": dp.reduce_scatter(whole).tolist()}
+    dist.destroy_process_group()
+    Path(out, f"{rank}.json").write_text(json.dumps(got))
+
+
+def test_without_a_ring_the_gathers_and_reduce_scatters_are_gloos_on_uneven_shards(tmp_path):
+    """The benchmark's path (no ring: gloo's all-gather and reduce-scatter, the shards padded to the longest):
+    3 processes, flat vectors of 12, 10 and 7 elements."""
+    import subprocess
+    import sys
+
+    import torch
+    n = 3
+    here = Path(__file__).resolve().parent
+    code = (f"import sys; sys.path[:0] = [{str(here.parent)!r}, {str(here)!r}]; "
+            f"from test_q22_fsdp_layer import _gloo_collectives; "
+            f"_gloo_collectives(int(sys.argv[1]), {n}, {'file://' + str(tmp_path / 'store')!r}, {str(tmp_path)!r})")
+    ranks = [subprocess.Popen([sys.executable, "-c", code, str(r)]) for r in range(n)]
+    try:
+        assert [p.wait(timeout=120) for p in ranks] == [0] * n
+    finally:
+        for p in ranks:
+            p.kill()
+    scale = sum(r + 1 for r in range(n))
+    for rank in range(n):
+        got = json.loads((tmp_path / f"{rank}.json").read_text())
+        for total, g in got.items():
+            whole = torch.arange(int(total), dtype=torch.float64)
+            assert g["gathered"] == whole.tolist()
+            assert g["scattered"] == (torch.tensor_split(whole, n)[rank] * scale).tolist()

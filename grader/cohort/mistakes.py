@@ -711,6 +711,19 @@ MISTAKES = {
         p.grad = None
 """, ""),
     ], top="# q21: the gradients left in .grad after the step\n"),
+    "q21_step_per_shard": Mistake("q21", [
+        ("""    grads = list(torch.tensor_split(""", """    state.setdefault("step", 0)
+    grads = list(torch.tensor_split("""),
+        ("""        grads[(me - s - 2) % n] += received
+""", """        grads[(me - s - 2) % n] += received
+        state["step"] += 1                        # one more shard summed: one more step of the moments
+"""),
+        ("""    if not state:
+        state.update(step=0, exp_avg""", """    if "exp_avg" not in state:
+        state.update(exp_avg"""),
+        ("""    state["step"] += 1
+    t = state["step"]""", """    t = state["step"]"""),
+    ], top="# q21: the bias correction's step count advanced once per shard of the reduce-scatter (n - 1 a step)\n"),
     "q22_saved_full": Mistake("q22", [
         ("""        ctx.save_for_backward(x)
         full = module.dp.all_gather(shard.detach())

@@ -32,12 +32,18 @@ def check():
     view = {**case_view(out), "title": f"q22: {case.label}", "dp": CFG.dp_size, "pp": CFG.num_stages}
     errs = stamped(case_problems(out), "q22", case.label)
     if errs:
-        return finish("q22", run, errs, lines + [UNFINISHED], views=[view], cls=GridViewReport)
+        return finish("q22", run, errs, lines + [UNFINISHED, ON_YOUR_RING], views=[view], cls=GridViewReport)
     found = judge_run(out)
     problems = [p for part in found.values() for p in stamped(part, "q22", case.label)]
     lines.append(table(out, found))
     lines.append(prediction_line(srcs.get("q22")))
+    if found["values"]:
+        lines.append(ON_YOUR_RING)
     return finish("q22", run, problems, lines, views=[view], cls=GridViewReport)
+
+
+ON_YOUR_RING = ("\n  dp.all_gather and dp.reduce_scatter run on your q19 ring_all_reduce: if q19's check does not pass, "
+                "fix q19 first (../data_parallel/q19_ring_all_reduce.ipynb)")
 
 
 def table(out, found) -> str:

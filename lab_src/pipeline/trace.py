@@ -3,7 +3,7 @@
 Each rank records one `Event` per forward or backward chunk, per point-to-point operation and per
 collective (q14's all-reduces):
 
-    (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk, held[, group[, lane]])
+    (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk, held[, group[, lane[, state]]])
 
 `rank` and `peer` are pipeline ranks; `kind` is an operation of `schedules.Op` ("forward", "send_forward",
 ...) or a collective of COLLECTIVES, which the topics declare (q14's "allreduce_dp", q17's "allreduce_tp", ...:
@@ -12,7 +12,9 @@ rank (0 unless the schedule is interleaved); `held` is the activation memory the
 operation ends: bytes of tensors saved for backward and not yet freed (harness/memory.py counts them while a
 pipeline case runs its step; 0 where nothing was counted); `group`, for a collective only, the global ranks
 taking part (a collective has no peer, and its `bytes` is the buffer this rank handed to it); `lane`, the
-thread of the rank that did it where it is not the main one (Tracer.lane). Rows of 8 or 9 fields (written
+thread of the rank that did it where it is not the main one (Tracer.lane); `state`, where the case measured it
+(the sharding kinds), the bytes of the training state the rank held when the operation ended, one figure per
+STATE_KINDS (parameters, gathered copies, gradients, optimizer state). Rows of 8 or 9 fields (written
 before `chunk` or `held` existed) still load. Times are seconds on the host's monotonic clock
 (`time.perf_counter`), which every process of a `torchrun --standalone` run shares, so the ranks'
 timelines line up without any synchronisation; `CaseOutcome.events()` moves a case's first event to 0.
@@ -50,6 +52,10 @@ LANE_WAIT = "wait_lane"
 # A lane with nothing to do: its thread waits for work from the rank's main thread (q20: an empty queue of buckets),
 # journalled so that the deadlock watch tells it from a lane busy between two operations (which may go on).
 LANE_IDLE = "lane_idle"
+# What an event's `state` counts, in order: the parameters the rank keeps (whole, or its shards), the whole weights
+# it has gathered and not yet freed (q22's FSDP), the gradients (.grad), the optimizer's state (q21's `state` dict,
+# AdamW's moments). Activations are `held`.
+STATE_KINDS = ("parameters", "gathered", "gradients", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class Event:
     held: int = 0                   # bytes saved for backward held by the rank when the operation ended
     group: tuple | None = None      # a collective's global ranks
     lane: int = 0                   # the rank's thread that did it: 0 the main one (Tracer.lane)
+    state: tuple | None = None      # bytes of the training state held when it ended, per STATE_KINDS
 
     @property
     def duration(self) -> float:
@@ -107,6 +114,9 @@ class Event:
 
     def to_row(self) -> tuple:
         row = astuple(self)
+        if self.state is not None:
+            return row
+        row = row[:-1]
         if self.lane:
             return row
         return row[:-1] if self.group is not None else row[:-2]   # a P2P or compute row is as it always was
@@ -118,8 +128,9 @@ class Event:
         held = rest[1] if len(rest) > 1 else 0
         group = tuple(rest[2]) if len(rest) > 2 and rest[2] is not None else None
         lane = rest[3] if len(rest) > 3 else 0
+        state = tuple(rest[4]) if len(rest) > 4 and rest[4] is not None else None
         return cls(rank, kind, mb, peer, tuple(shape) if shape is not None else None, nbytes, t0, t1, chunk, held,
-                   group, lane)
+                   group, lane, state)
 
 
 class Tracer:
@@ -138,6 +149,7 @@ class Tracer:
         self._thread = threading.local()      # per thread: pending, pending_since, lane
         self._journal = journal               # journal(tag, pending): harness/runfolder.py's format, or None
         self.memory = None                    # () -> bytes saved for backward now held (harness/memory.py)
+        self.state_memory = None              # () -> the training state's bytes now held, per STATE_KINDS
 
     @property
     def pending(self) -> "Pending | None":
@@ -209,7 +221,11 @@ class Tracer:
         """Keep a finished event (with the memory held now, and this thread's lane) and journal its end."""
         if self.current_lane and not event.lane:
             event = replace(event, lane=self.current_lane)
-        self.events.append(replace(event, held=self.held()) if self.memory is not None else event)
+        if self.memory is not None:
+            event = replace(event, held=self.held())
+        if self.state_memory is not None:
+            event = replace(event, state=tuple(int(b) for b in self.state_memory()))
+        self.events.append(event)
         if pending is not None:
             self._write("E", pending)
 

@@ -53,6 +53,7 @@ class EventKind:
     label: str                  # what a legend and a tooltip call it
     colour: str                 # how the timeline and the figures draw it
     collective: bool = True     # a collective over a group of ranks (no peer); False: a compute box of `Op`
+    lane_label: str = ""        # what names a rank's lane row holding only these (q22's gathers): not "its lane 1"
 
 
 @dataclass(frozen=True)

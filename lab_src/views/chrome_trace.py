@@ -39,6 +39,11 @@ def to_chrome_trace(events: list[Event], title: str = "pipeline step") -> dict:
         for e in sorted(events, key=lambda e: e.t_end):
             trace.append({"ph": "C", "name": f"rank {e.rank} activation memory", "pid": 0, "ts": e.t_end * us,
                           "args": {"bytes held for backward": e.held}})
+    if any(e.state for e in events):        # the training state: one counter track per rank, a series per kind
+        from lab_src.views.memory import by_kind
+        for e in sorted((e for e in events if e.state), key=lambda e: e.t_end):
+            trace.append({"ph": "C", "name": f"rank {e.rank} memory by kind", "pid": 0, "ts": e.t_end * us,
+                          "args": by_kind(e)})
     return {"traceEvents": trace, "displayTimeUnit": "ms"}
 
 

@@ -1,6 +1,7 @@
 """What both drawings (the static figure and the animated widget) need from one run's events."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from lab_src import topics
@@ -16,6 +17,7 @@ COLORS = {"forward": "#4c78a8", "backward": "#f58518", "send": "#54a24b", "recv"
 # split backward, each half in its own colour), named only when drawn
 COLLECTIVE_LABELS = {e.name: e.label for e in topics.event_kinds() if e.collective}
 BOX_LABELS = {e.name: e.label for e in topics.event_kinds() if not e.collective}
+LANE_LABELS = {e.name: e.lane_label for e in topics.event_kinds() if e.lane_label}
 
 
 def legend_kinds(events) -> tuple:
@@ -55,10 +57,29 @@ def row_of(e: Event) -> float:
 def lane_labels(events: list[Event]) -> dict[int, str]:
     """What names each rank's lane row at its left ("its lane 1"), for the ranks that have one."""
     lanes: dict[int, set] = {}
+    kinds: dict[int, set] = {}
     for e in events:
         if e.lane:
             lanes.setdefault(e.rank, set()).add(e.lane)
-    return {r: f"its lane{'s' if len(ls) > 1 else ''} {', '.join(map(str, sorted(ls)))}" for r, ls in lanes.items()}
+            kinds.setdefault(e.rank, set()).add(e.kind)
+    out = {}
+    for r, ls in lanes.items():
+        named = sorted({LANE_LABELS.get(k) for k in kinds[r]} - {None})
+        out[r] = (", ".join(named) if named and all(k in LANE_LABELS for k in kinds[r])
+                  else f"its lane{'s' if len(ls) > 1 else ''} {', '.join(map(str, sorted(ls)))}")
+    return out
+
+
+def folded_messages(events: list[Event]) -> set[Event]:
+    """The lane messages a collective of the same rank and lane spans (q22's gathers and reduce-scatters, run on
+    the student's ring): the collective's bar stands for them, so the drawings draw neither their bars nor their
+    arrows; their bytes still count."""
+    spans: dict[tuple, list] = {}
+    for e in events:
+        if e.lane and e.is_collective:
+            spans.setdefault((e.rank, e.lane), []).append((e.t_start, e.t_end))
+    return {e for e in events if e.lane and (e.is_send or e.is_recv)
+            and any(a <= e.t_start and e.t_end <= b for a, b in spans.get((e.rank, e.lane), ()))}
 
 
 @dataclass
@@ -86,6 +107,11 @@ class Timeline:
     # events to point out, each with what to say of it (q19's network study: the message the emulated network
     # held back): outlined in red, the words beside them
     marked: list[tuple[Event, str]] = field(default_factory=list)
+
+    @functools.cached_property
+    def folded(self) -> set[Event]:
+        """Messages drawn as part of the collective that spans them (folded_messages)."""
+        return folded_messages(self.events)
 
     @property
     def unfinished(self) -> bool:

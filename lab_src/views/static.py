@@ -37,6 +37,8 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
         # the rank did is drawn over it (a run of collectives alone: between them the rank computes)
         ax.barh(r, tl.span * ms, left=0, height=ROW, color=COLORS["idle"], hatch="///", edgecolor="#d4d4d4", lw=0)
     for e in tl.events:
+        if e in tl.folded:
+            continue
         if e.is_compute:
             ax.barh(e.rank, e.duration * ms, left=e.t_start * ms, height=ROW, color=box_color(e, tl.chunks),
                     edgecolor="white", lw=0.5)
@@ -54,6 +56,8 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
             t = max(e.t_end for e in members) * ms
             ax.plot([t, t], [min(group), max(group)], color=COLORS[kind], lw=1.2, ls=":", alpha=0.9)
     for send, recv in tl.matching.pairs:
+        if send in tl.folded or recv in tl.folded:
+            continue
         down = recv.rank > send.rank
         color = COLORS[send.phase]
         ax.annotate("", xy=(recv.t_end * ms, row_of(recv) + (-BAR if down else BAR) / 2),
@@ -66,14 +70,20 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
                 edgecolor=COLORS["wait"], lw=1.6)
         ax.text(e.t_start * ms, row_of(e) - 1.3 * BAR, f" {words}", color=COLORS["wait"], fontsize=7.5, ha="left",
                 va="bottom")
-    reduced = {r: sum(e.bytes for e in tl.events if e.rank == r and e.is_collective) for r in range(tl.p)}
+    # a collective whose messages were recorded (q22's, on the student's ring) is in the bytes sent already
+    folding = {e.rank for e in tl.folded}
+    reduced = {r: sum(e.bytes for e in tl.events if e.rank == r and e.is_collective) if r not in folding else 0
+               for r in range(tl.p)}
     sent = tl.bytes_sent()
+    how = ("all-reduced" if all(e.kind.startswith("allreduce") for e in tl.events if e.is_collective)
+           else "in collectives")     # q22's gathers and reduce-scatters
     for r, n in sent.items() if any(sent.values()) or any(reduced.values()) else ():   # a model's step: no bytes
-        extra = f"\n+ {reduced[r]:,} B all-reduced" if reduced[r] else ""
-        text = f"{reduced[r]:,} B all-reduced" if tl.collectives_only else f"sent {n:,} B{extra}"
+        extra = f"\n+ {reduced[r]:,} B {how}" if reduced[r] else ""
+        text = f"{reduced[r]:,} B {how}" if tl.collectives_only else f"sent {n:,} B{extra}"
         ax.text(1.005, r, text, transform=ax.get_yaxis_transform(), va="center", fontsize=8)
     ax.set_yticks(range(tl.p), [f"rank {r}" for r in range(tl.p)])
-    for r, label in lane_labels(tl.events).items():     # a lane's thin row, named at its left
+    # a lane's thin row, named at its left
+    for r, label in lane_labels([e for e in tl.events if e not in tl.folded]).items():
         ax.text(-0.005, r + LANE_STEP, label, transform=ax.get_yaxis_transform(), ha="right", va="center",
                 fontsize=7, color="#666")
     ax.set_ylim(tl.p - 0.5, -0.5)     # rank 0 on top
@@ -148,15 +158,21 @@ def legend_handles(collectives: tuple = (), chunks: int = 1, unfinished: bool = 
 def figure(timelines: list[Timeline], title: str = "", memory_unit: str = "bytes") -> TimelineFigure:
     """One panel per timeline (measured, ideal, ...), each on its own time axis in ms; under a timeline
     whose events carry activation memory, its memory lane (views/memory.py) on the same axis."""
-    from lab_src.views.memory import draw_lane, has_memory
+    from lab_src.views.memory import draw_lane, draw_state_lane, has_memory, has_state
     p = timelines[0].p
     panels = [(kind, tl) for tl in timelines for kind in ("timeline", "memory")
-              if kind == "timeline" or has_memory(tl)]
-    heights = [0.45 * p + 1.0 if kind == "timeline" else 1.3 for kind, _ in panels]
+              if kind == "timeline" or has_memory(tl) or has_state(tl)]
+    heights = [0.45 * p + 1.0 if kind == "timeline" else 0.35 * p + 0.8 if has_state(tl) else 1.3
+               for kind, tl in panels]
     fig = TimelineFigure(figsize=(11, 0.5 + sum(heights)), layout="constrained")
     axes = fig.subplots(len(panels), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
     for ax, (kind, tl) in zip(axes, panels):   # each on its own axis: an ideal step can be much shorter
-        draw(ax, tl) if kind == "timeline" else draw_lane(ax, tl, unit=memory_unit)
+        if kind == "timeline":
+            draw(ax, tl)
+        elif has_state(tl):
+            draw_state_lane(ax, tl)
+        else:
+            draw_lane(ax, tl, unit=memory_unit)
     axes[-1].set_xlabel("time since the step started (ms)")
     if title:
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")

@@ -103,7 +103,7 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
     """The SVG of `tl` at `step` (an index into tl.events; None: the whole run, no cursor)."""
     t_max = t_max or tl.drawn_until or 1e-3
     plot_w = width - LEFT - RIGHT
-    lane_h = memory.LANE_H if memory.has_memory(tl) else 0      # the memory lane, when the run counted it
+    lane_h = memory.lane_height(tl)      # the memory lane, when the run counted it
     collectives = legend_kinds(tl.events)
     extra = (legend_lines(LEFT, width - 8, collectives, tl.chunks, tl.unfinished, not tl.collectives_only,
                           bool(tl.compute_free)) - 1) \
@@ -126,20 +126,23 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
            f'data-view="{tl.kind}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
            f'style="width:100%; max-width:{width}px; height:auto" font-family="sans-serif" font-size="11">', DEFS]
     # rows: label, and idle (hatched) from the start of the step to the cursor
-    lanes = lane_labels(tl.events)
+    lanes = lane_labels([e for e in tl.events if e not in tl.folded])
     for r in range(tl.p):
         out.append(f'<text x="{LEFT - 8}" y="{mid(r) + 4}" text-anchor="end">rank {r}</text>')
         if r in lanes:     # a lane's thin row, named at its left
             out.append(f'<text x="{LEFT - 8}" y="{mid(r) + LANE_STEP * ROW_H + 3:.1f}" text-anchor="end" '
                        f'font-size="9" fill="#666">{lanes[r]}</text>')
-        if tl.row_notes:     # the rank's coordinates on a grid: "dp 1, pp 1"
-            out.append(f'<text x="{LEFT - 8}" y="{mid(r) + 16}" text-anchor="end" font-size="9" fill="#666">'
+        if tl.row_notes:     # the rank's coordinates on a grid: "dp 1, pp 1" (above the label where a lane is under it)
+            out.append(f'<text x="{LEFT - 8}" y="{mid(r) + (-10 if r in lanes else 16)}" text-anchor="end" '
+                       f'font-size="9" fill="#666">'
                        f'{tl.row_notes[r]}</text>')
         if not (tl.collectives_only or tl.compute_free):   # between collectives (or a ring's messages) it computes
             out.append(f'<rect x="{x(0):.1f}" y="{mid(r) - BOX_H / 2}" width="{x(min(cursor, tl.span)) - x(0):.1f}" '
                        f'height="{BOX_H}" fill="url(#pp-idle)"/>')
     # boxes: done in colour, the part still to come as a ghost
     for e in tl.events:
+        if e in tl.folded:
+            continue
         compute = e.is_compute
         color = box_color(e, tl.chunks) if compute else COLORS[e.kind] if e.is_collective else \
             COLORS["send" if e.is_send else "recv"]
@@ -165,6 +168,8 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
                        f'{box_label(e, tl.chunks)}</text>')
     # arrows, from the start of each send to the end of its receive
     for send, recv in tl.matching.pairs:
+        if send in tl.folded or recv in tl.folded:
+            continue
         down = recv.rank > send.rank
         y0 = ymid(send) + (BAR_H / 2 if down else -BAR_H / 2)
         y1 = ymid(recv) - (BAR_H / 2 if down else -BAR_H / 2)
@@ -192,7 +197,9 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
     for r in range(tl.p) if any(e.bytes for e in tl.events if e.is_send) else ():   # a model's step: no bytes
         sent = sum(e.bytes for e in tl.events if e.rank == r and e.is_send and e.t_end <= cursor)
         out.append(f'<text x="{width - RIGHT + 8}" y="{mid(r) + 4}" fill="#444">sent {sent:,} B</text>')
-    if lane_h:
+    if memory.has_state(tl):
+        out.append(memory.svg_state_lane(tl, x, TOP + tl.p * ROW_H, LEFT, plot_w, cursor))
+    elif lane_h:
         out.append(memory.svg_lane(tl, x, TOP + tl.p * ROW_H, LEFT, plot_w, cursor))
     # time axis in ms, and the cursor
     axis_y = TOP + tl.p * ROW_H + lane_h + 4

@@ -121,6 +121,9 @@ class TimelineWidget(w.VBox):
                 f"<b>Bytes sent</b> ({self.toggle.value})<table>{rows}</table><br>"
                 + (f"<b>Activation memory</b> (peak held for backward)<br>"
                    f"{escape(memory.describe_peaks(measured.events, measured.p))}<br><br>"
-                   if memory.has_memory(measured) else "")
+                   if memory.has_memory(measured) and not memory.has_state(measured) else "")
+                + ("<b>Memory by kind</b> (each rank at its peak, KiB or MiB)<br>"
+                   + "<br>".join(escape(line) for line in memory.describe_state(measured.events, measured.p))
+                   + "<br><br>" if memory.has_state(measured) else "")
                 + "".join(f"<div style='color:{'#b00' if n.startswith('This run did not finish') else '#555'}'>"
                           f"{escape(n)}</div>" for n in notes) + "</div>")

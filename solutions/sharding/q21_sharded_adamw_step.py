@@ -173,6 +173,15 @@ report = check("q21")
 # The 4-rank run, its three steps: each rank's 1F1B step (one stage: forwards and backwards only), then your
 # reduce-scatter and all-gather, message after message. How long does the optimizer step take against the
 # forward and backward, and which half of the ring carries which tensor?
+#
+# Under the timeline, the memory lane stacks what each rank holds when each of its operations ends: the
+# parameters, the activations saved for the backward, the gradients in `.grad`, and the tensors your `state`
+# holds (the temporaries your ring works in are not counted). Before you look: how tall is your state's band
+# against the parameters' band, and where does the gradients' band end?
+#
+# Here the gradients are whole until your step runs: the 1F1B step accumulates them over the micro-batches, and
+# only then does your reduce-scatter cut them to a shard. What this ZeRO-2 saves is what stays after the step.
+# DeepSpeed's ZeRO-2 never holds them whole: it reduce-scatters buckets during the backward, as q20's buckets do.
 
 # %%
 report.timeline()

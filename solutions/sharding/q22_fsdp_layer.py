@@ -60,6 +60,11 @@ fsdp_figure(layers=3, n=2)
 #   recompute the block's forward from the saved x. Then `dp.reduce_scatter(flat_grad)` gives the sum over the
 #   group, cut to this rank's shard; divided by `dp.size`, it is the shard's gradient. Free the copy again.
 #
+# `dp.all_gather` and `dp.reduce_scatter` run on your q19 `ring_all_reduce` over `dp.group` (the reference's
+# ring, in grading). A reduce-scatter is your ring's all-reduce, then a slice. A gather is your ring's
+# all-reduce of the whole flat vector, zero except for this rank's shard. Its first half then sums zeros, so it
+# sends twice the bytes of a real all-gather: that is the price of reusing q19 as it is.
+#
 # A `torch.autograd.Function` carries the two halves. Its `forward` gathers, computes, and saves only x; its
 # `backward` gathers, recomputes, backpropagates and reduce-scatters. The lab wraps every block of each
 # replica's stage, runs your q12 1F1B step (the reference's, in grading), averages the replicated embedding
@@ -177,9 +182,13 @@ report = check("q22")
 # %% [markdown]
 # ## What your code did
 #
-# The run, its three steps: each rank's 1F1B step, with the gathers and reduce-scatters inside its forward and
-# backward boxes (they are the lab's collectives, not drawn as messages). Compare each box's length with q12's.
-# How much of it is the gathering?
+# The run, its three steps: each rank's 1F1B step. The thin row under each rank holds the gathers and
+# reduce-scatters your module asked for; they run inside the forward and backward boxes above them. Compare each
+# box's length with q12's. How much of it is the gathering?
+#
+# The memory lane stacks what each rank holds when each of its operations ends: the parameters it keeps (the
+# embedding or the head whole, the blocks' shards), the gathered whole weights still alive, and the gradients.
+# A layer's gathered copy should appear at its gather and be gone when the box that used it ends.
 
 # %%
 report.timeline()

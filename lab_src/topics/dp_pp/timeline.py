@@ -87,13 +87,19 @@ def row_labels(dp: int, pp: int) -> list[str]:
 def grid_figure(measured: list[Event], dp: int, pp: int, m: int, title: str = "", predicted: list[Event] | None = None,
                 note: str = ""):
     """The static figure: the measured run, and under it what the traffic model predicts, if given."""
+    from lab_src.views.memory import draw_state_lane, has_state
     from lab_src.views.static import TimelineFigure, draw, legend_handles
     world = dp * pp
     panels = [grid_timeline(measured, dp, pp, m)]
     if predicted is not None:
         panels.append(grid_timeline(predicted, dp, pp, m, kind="predicted", note=note, align=False))
-    fig = TimelineFigure(figsize=(11, 0.6 + len(panels) * (0.45 * world + 1.1)), layout="constrained")
-    axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
+    lane = has_state(panels[0])         # the sharding kinds: the memory lane by kind, under the measured run
+    heights = [0.45 * world + 1.1] * len(panels) + ([0.35 * world + 0.8] if lane else [])
+    fig = TimelineFigure(figsize=(11, 0.6 + sum(heights)), layout="constrained")
+    axes = fig.subplots(len(heights), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    if lane:
+        draw_state_lane(axes[-1], panels[0])
+        axes[-1].set_yticks([world - 1 - r + 0.4 for r in range(world)], row_labels(dp, pp), fontsize=8)
     for ax, tl in zip(axes, panels):
         draw(ax, tl)
         ax.set_yticks(range(world), row_labels(dp, pp), fontsize=8)

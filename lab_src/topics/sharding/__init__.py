@@ -11,7 +11,7 @@ and ZeRO-2), on the student's own ring halves; then the parameters too, layer by
     judge_fsdp.py parent side of q22: gradients against one process's, bytes at rest and at the peak, the counts
 """
 from lab_src.harness.limits import COLLECTIVE_TIMEOUT_FACTOR
-from lab_src.topics import LAYOUT, Kind, Topic
+from lab_src.topics import LAYOUT, EventKind, Kind, Topic
 
 TOPIC = Topic(
     name="sharding",
@@ -25,10 +25,15 @@ TOPIC = Topic(
                           "replica's 1F1B step, a few steps in a row: parameters, the state and gradients each "
                           "rank holds, every message"),
         "fsdp": Kind("kind_fsdp", record="records:FsdpObserved",
-                     calls=LAYOUT + ("p2p_communicate", "one_f_one_b_step", "fsdp_layer"),
+                     calls=LAYOUT + ("p2p_communicate", "one_f_one_b_step", "ring_all_reduce", "fsdp_layer"),
                      timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                      what="q22's fsdp_layer wrapping every block of a data x pipeline grid's stages, a few 1F1B and "
                           "SGD steps: the whole gradients, the bytes held at rest and at the peak, every gather and "
                           "reduce-scatter"),
     },
+    # q22's gathers and reduce-scatters (fsdp.py): they run inside a forward or a backward, so the timeline draws
+    # them in a thin row under the rank's own
+    events=(EventKind("allgather_fsdp", "FSDP all-gather of a layer's weights", "#72b7b2", lane_label="FSDP"),
+            EventKind("reducescatter_fsdp", "FSDP reduce-scatter of a layer's gradient", "#b279a2",
+                      lane_label="FSDP")),
 )

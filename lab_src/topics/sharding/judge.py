@@ -42,7 +42,7 @@ def _one_process(cfg_items: tuple, steps: int, lr: float) -> list[dict]:
     model = build_model(cfg, "cpu")
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
     batch = next(iter(make_dataloader(cfg, cfg.global_batch_size)))
-    out = []
+    out = [{n: p.detach().clone() for n, p in model.named_parameters()}]       # before the first step
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
         model(batch).mean().backward()
@@ -52,14 +52,38 @@ def _one_process(cfg_items: tuple, steps: int, lr: float) -> list[dict]:
 
 
 def one_process(case) -> list[dict]:
+    """One process's parameters: [before the first step, after step 0, after step 1, ...]."""
     from lab_src.harness.baselines import threads_of_a_rank
     with threads_of_a_rank():
         return _one_process(tuple(sorted(case.config.to_dict().items())), case.settings.get("steps", 3),
                             case.settings.get("lr", LR))
 
 
+def first_step_factor(t: int) -> float:
+    """What AdamW's first update of an element (|gradient| >> eps) is, in units of lr, when its bias correction
+    takes the step count t: (1 - b1) / (1 - b1^t) * sqrt((1 - b2^t) / (1 - b2)); 1 for the right t = 1."""
+    b1, b2 = BETAS
+    return (1 - b1) / (1 - b1 ** t) * ((1 - b2 ** t) / (1 - b2)) ** 0.5
+
+
+def first_step_ratio(got: dict, want: dict, before: dict, lr: float) -> float | None:
+    """The median over the clearly-updated elements (AdamW moved them by over half of lr) of the answer's first
+    update over AdamW's, None where too few were: a bias correction that took the wrong step count scales every
+    such update by first_step_factor(t)."""
+    ratios = []
+    for name, g in got.items():
+        if name not in want or g.shape != want[name].shape:
+            continue
+        d_want = (want[name] - before[name]).double().reshape(-1)
+        d_got = (g - before[name]).double().reshape(-1)
+        clear = d_want.abs() > 0.5 * lr
+        ratios.append(d_got[clear] / d_want[clear])
+    every = torch.cat(ratios) if ratios else torch.empty(0)
+    return float(every.median()) if every.numel() >= 16 else None
+
+
 def value_problems(outcome) -> list[Problem]:
-    want_steps = one_process(outcome.case)
+    before, *want_steps = one_process(outcome.case)
     lr = outcome.case.settings.get("lr", LR)
     first: dict[int, tuple[int, Problem]] = {}
     for r, o in sorted(outcome.obs.items()):
@@ -73,15 +97,22 @@ def value_problems(outcome) -> list[Problem]:
             first[r] = (k, Problem(
                 f"after step {k}, {len(wrong)} of {len(got)} parameters differ from one process's AdamW "
                 f"({', '.join(wrong[:2])}{' ...' if len(wrong) > 2 else ''}; largest difference "
-                f"{float((g - w).abs().max()):.3g}){hint(o, k, outcome.case)}", rank=r))
+                f"{float((g - w).abs().max()):.3g}){hint(k, got, want_steps, before, lr)}", rank=r))
             break
     return first_wrong_steps(first, lambda k, earliest, cause: (
         f"after step {k} the parameters differ, step {earliest}'s having been right on this rank: another rank's "
         f"wrong step {earliest} reached them through the all-gather"))
 
 
-def hint(o: dict, k: int, case) -> str:
+def hint(k: int, got: dict, want_steps: list, before: dict, lr: float) -> str:
     if k == 0:
+        ratio = first_step_ratio(got, want_steps[0], before, lr)
+        t = next((t for t in range(2, 101) if ratio is not None and abs(ratio - first_step_factor(t)) < 0.02), None)
+        if t is not None:
+            return (f": the first step moved the parameters by {ratio:.2f} of AdamW's first step, what the bias "
+                    f"correction gives with the step count t = {t} (1 - 0.9^{t}, 1 - 0.999^{t}) instead of 1: the "
+                    f"count went up {t} times in one call; it counts optimizer steps, one per call of "
+                    f"sharded_adamw_step, whatever the number of shards or messages")
         return (": the first step of AdamW moves every element by about lr (its update is m / (sqrt(v) + eps) "
                 "after bias correction), so a wrong element is usually a wrong shard: check that shard i holds "
                 "the elements torch.tensor_split gives it (uneven sizes: the first N % n shards one longer), the "

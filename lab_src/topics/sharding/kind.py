@@ -17,6 +17,7 @@ import torch
 from lab_src import exercises
 from lab_src.harness import observe
 from lab_src.harness.case import Case
+from lab_src.harness.memory import counting
 from lab_src.pipeline import data
 from lab_src.pipeline.stage import PipelineStage
 from lab_src.topics.data_parallel.kind_buckets import make_groups
@@ -67,6 +68,21 @@ def held_bytes(value, seen=None, skip=()) -> tuple[int, int, int]:
     return total, count, largest
 
 
+def storage_bytes(tensors) -> int:
+    """Bytes of the storages under `tensors`, each counted once."""
+    seen, total = set(), 0
+    for t in tensors:
+        s = t.untyped_storage()
+        if s.data_ptr() not in seen:
+            seen.add(s.data_ptr())
+            total += s.nbytes()
+    return total
+
+
+def grad_bytes(params) -> int:
+    return storage_bytes([p.grad for p in params if p.grad is not None])
+
+
 def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg, settings = case.config, case.settings
     dp_size, pp = cfg.dp_size, cfg.num_stages
@@ -89,6 +105,10 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         obs["element_size"] = params[0].element_size()
         dp = DataParallelGroup(dp_group, dp_ranks, ctx.rank)
         state: dict = {}
+        kept = storage_bytes(params)
+        # every event carries the training state the rank holds (the timeline's memory lane): its parameters, their
+        # gradients, and what the answer's `state` holds; the 1F1B step's activations are counted too
+        tracer.state_memory = lambda: (kept, 0, grad_bytes(params), held_bytes(state)[0])
         steps = obs["steps"] = []
         for k in range(settings.get("steps", 3)):
             observe.barrier(group)
@@ -96,7 +116,8 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                 p.grad = None
             data_iter = iter(data.make_dataloader(cfg, mbs, dp_rank=dp_rank)) if stage.is_first_stage else None
             obs["stepping"] = k
-            exercises.one_f_one_b_step(stage, data_iter, m)
+            with counting(stage, tracer):
+                exercises.one_f_one_b_step(stage, data_iter, m)
             start, t0 = len(tracer.events), time.perf_counter()
             with torch.no_grad():
                 returned = exercises.sharded_adamw_step(params, dp, state, settings.get("lr", LR))
@@ -109,7 +130,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                 "seconds": seconds,
                 "params": {n: p.detach().cpu().clone() for n, p in stage.named_parameters()},
                 "state_bytes": nbytes, "state_tensors": tensors, "largest_state": largest,
-                "grad_bytes": sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None),
+                "grad_bytes": grad_bytes(params),
                 "sends": [[e.peer, e.bytes] for e in events if e.is_send],
                 "recvs": [[e.peer, e.bytes] for e in events if e.is_recv],
                 "collectives": [e.kind for e in events if e.is_collective],
@@ -119,5 +140,6 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         for g, _ in mine.values():      # every rank is past its steps: nothing is in flight on them
             torch.distributed.destroy_process_group(g)
     finally:
+        tracer.state_memory = None
         rawcoll.CASE_RANKS.clear()
         observe.record_instrumentation(obs, tracer)

@@ -26,21 +26,11 @@ from lab_src.pipeline import data, waiting
 from lab_src.pipeline.stage import PipelineStage
 from lab_src.topics.data_parallel.kind_buckets import make_groups
 from lab_src.topics.sharding.fsdp import FsdpGroup
-from lab_src.topics.sharding.kind import held_bytes
+from lab_src.topics.sharding.kind import grad_bytes, held_bytes, storage_bytes
 from lab_src.topics.sharding.records import shard_bounds
 from lab_src.topics.tensor_parallel import rawcoll
 
 SGD_LR = 0.1    # topics/data_parallel/judge_buckets.py's, whose one-process gradients the judge compares with
-
-
-def storage_bytes(tensors) -> int:
-    seen, total = set(), 0
-    for t in tensors:
-        s = t.untyped_storage()
-        if s.data_ptr() not in seen:
-            seen.add(s.data_ptr())
-            total += s.nbytes()
-    return total
 
 
 def wrap_blocks(stage: PipelineStage, dp: FsdpGroup, obs: dict) -> dict:
@@ -62,8 +52,7 @@ def wrap_blocks(stage: PipelineStage, dp: FsdpGroup, obs: dict) -> dict:
                              f"nn.Parameter of the {end - start:,} elements {start:,} to {end:,} of the block's "
                              f"{total:,} flattened parameters (torch.tensor_split's shard {dp.rank} of {n}); it "
                              f"holds {getattr(shard, 'shape', type(shard).__name__)}")
-        dp.names[shard.untyped_storage().data_ptr()] = name
-        dp.layer_of_length[total] = name
+        dp.register(name, shard, total)
         stage.blocks[key] = wrapped
         layout[name] = params
         layers[name] = [total, end - start]
@@ -81,7 +70,7 @@ def whole_grads(stage: PipelineStage, dp: FsdpGroup, layout: dict) -> dict:
         name = f"blocks.{key}"
         shard = module.shard
         grad = shard.grad if shard.grad is not None else torch.zeros_like(shard)
-        full = dp.gather_raw(grad.detach())
+        full = dp.gather_raw(grad.detach(), total=sum(k for _, _, k in layout[name]))
         offset = 0
         for p_name, shape, k in layout[name]:
             out[f"{name}.{p_name}"] = full[offset:offset + k].view(shape).cpu().clone() if shard.grad is not None \
@@ -127,6 +116,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         replicated = [p for name, p in stage.named_parameters() if not name.startswith("blocks.")]
         obs["replicated_bytes"] = storage_bytes(replicated)
         dp = FsdpGroup(dp_group, dp_ranks, ctx.rank)
+        dp.ring = exercises.ring_all_reduce          # the answer's q19 ring (in grading, the reference's)
         layout = wrap_blocks(stage, dp, obs)
         seen: set = set()
         for p in replicated:
@@ -135,6 +125,12 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                                                           for block in stage.blocks.values())
         reduce = getattr(dist.all_reduce, "__wrapped__", dist.all_reduce)
         optimizer = torch.optim.AdamW(stage.parameters(), lr=settings["lr"]) if training else None
+        # every event carries the training state the rank holds (the timeline's memory lane): what it keeps at
+        # rest, the gathered copies alive, the gradients, AdamW's state in a training; the gathers are events too
+        held = list(stage.parameters())
+        dp.tracer = tracer
+        tracer.state_memory = lambda: (obs["rest_bytes"], dp.gathered_bytes(), grad_bytes(held),
+                                       held_bytes(optimizer.state)[0] if optimizer is not None else 0)
         steps = obs["steps"] = []
         for k in range(settings.get("steps", 3)):
             observe.barrier(group)
@@ -170,5 +166,6 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         for g, _ in mine.values():
             dist.destroy_process_group(g)
     finally:
+        tracer.state_memory = None
         rawcoll.CASE_RANKS.clear()
         observe.record_instrumentation(obs, tracer)
