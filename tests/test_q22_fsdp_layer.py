@@ -68,11 +68,59 @@ MISTAKES = {
     # every layer's copy saved for the backward: the counts fail everywhere, the peak wherever a stage holds more
     # than two blocks' copies by the end of its forwards (not in the 4-rank training of 2 blocks): (1 + 1/5 + 0 + 1) / 4
     "q22_saved_full": (answer("q22_saved_full"), 0.55, "saving them for the backward keeps every layer gathered"),
+    # the same kept as a .detach() on ctx: a new tensor on the copy's storage, which the lab watches (not the tensor);
+    # an attribute of ctx lives until the step's graph goes, longer than a saved tensor (freed by the backward that
+    # used it), so the peak fails in the 4-rank training too: (1 + 0 + 0 + 1) / 4
+    "q22_saved_detached": (answer("q22_saved_detached"), 0.5, "saving them for the backward keeps every layer"),
     # weights gathered once and reused: stale after the first SGD step, left after the step, too few gathers
     "q22_cached": (answer("q22_cached"), 0.25, "gathered weights were still held after the step"),
 }
 # Valid answers written otherwise keep every point: the weights cut with torch.split; the block kept as a
-# registered submodule whose own parameters are emptied
+# registered submodule whose own parameters are emptied; FSDP1's way, with no recomputation: the forward keeps its
+# graph on a copy whose storage it then empties (resize_(0)), and the backward refills that storage from a second
+# gather, backpropagates through the saved graph and empties it again
+FSDP1_OLD = """    @staticmethod
+    def forward(ctx, x, shard, module):
+        ctx.module = module
+        ctx.save_for_backward(x)
+        full = module.dp.all_gather(shard.detach())
+        return functional_call(module.block, module.weights(full), (x,))
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        (x,) = ctx.saved_tensors
+        module = ctx.module
+        full = module.dp.all_gather(module.shard.detach()).requires_grad_()
+        with torch.enable_grad():
+            x_in = x.detach().requires_grad_(x.requires_grad)
+            y = functional_call(module.block, module.weights(full), (x_in,))
+            inputs = (x_in, full) if x.requires_grad else (full,)
+            grads = torch.autograd.grad(y, inputs, grad_y)
+        grad_x = grads[0] if x.requires_grad else None"""
+FSDP1_NEW = """    @staticmethod
+    def forward(ctx, x, shard, module):
+        ctx.module = module
+        full = module.dp.all_gather(shard.detach())
+        with torch.enable_grad():
+            x_in = x.detach().requires_grad_(x.requires_grad)
+            w = full.detach().requires_grad_()
+            y = functional_call(module.block, module.weights(w), (x_in,))
+        full.untyped_storage().resize_(0)             # the copy's storage emptied; the graph keeps its views
+        ctx.graph = (x_in, w, y)
+        return y.detach()
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        module = ctx.module
+        x_in, w, y = ctx.graph
+        again = module.dp.all_gather(module.shard.detach())
+        w.untyped_storage().resize_(again.numel() * again.element_size())
+        w.data.copy_(again)                           # refilled; .data: no version bump for the saved views
+        del again
+        inputs = (x_in, w) if x_in.requires_grad else (w,)
+        grads = torch.autograd.grad(y, inputs, grad_y)
+        w.untyped_storage().resize_(0)
+        grad_x = grads[0] if x_in.requires_grad else None"""
 VALID = {
     "split": [("""        out, offset = {}, 0
         for name, shape, count in self.shapes:
@@ -80,6 +128,7 @@ VALID = {
             offset += count
         return out""", """        pieces = torch.split(full, [count for _, _, count in self.shapes])
         return {name: piece.view(shape) for (name, shape, _), piece in zip(self.shapes, pieces)}""")],
+    "storage resized (FSDP1)": [(FSDP1_OLD, FSDP1_NEW)],
     "registered": [("""        self._block = [layer]        # in a list, so that its emptied parameters are not this module's
 
     @property

@@ -738,6 +738,15 @@ MISTAKES = {
         module = ctx.module
         full = full.detach().requires_grad_()"""),
     ], top="# q22: the gathered weights saved for the backward instead of gathered again\n"),
+    "q22_saved_detached": Mistake("q22", [
+        ("""        full = module.dp.all_gather(shard.detach())
+        return functional_call(module.block, module.weights(full), (x,))""",
+         """        full = module.dp.all_gather(shard.detach())
+        ctx.full = full.detach()                      # the backward needs these weights: keep them for it
+        return functional_call(module.block, module.weights(full), (x,))"""),
+        ("""        full = module.dp.all_gather(module.shard.detach()).requires_grad_()""",
+         """        full = ctx.full.requires_grad_()"""),
+    ], top="# q22: the gathered weights kept detached on ctx for the backward instead of gathered again\n"),
     "q22_kept_weights": Mistake("q22", [
         ("""        for p in layer.parameters():
             p.data = torch.empty(0, dtype=p.dtype, device=p.device)       # the whole weights: freed

@@ -66,9 +66,13 @@ fsdp_figure(layers=3, n=2)
 # sends twice the bytes of a real all-gather: that is the price of reusing q19 as it is.
 #
 # A `torch.autograd.Function` carries the two halves. Its `forward` gathers, computes, and saves only x; its
-# `backward` gathers, recomputes, backpropagates and reduce-scatters. The lab wraps every block of each
-# replica's stage, runs your q12 1F1B step (the reference's, in grading), averages the replicated embedding
-# and head, and takes the SGD step.
+# `backward` gathers, recomputes, backpropagates and reduce-scatters. Recomputing keeps the gathered weights out of
+# autograd's saved tensors. PyTorch's FSDP keeps the forward's graph instead and empties the copy's storage
+# (`untyped_storage().resize_(0)`), refilling it before the backward. Either is accepted: the lab watches the
+# copy's storage, so whatever keeps it alive (a `.detach()` of it included) counts as a gathered copy.
+#
+# The lab wraps every block of each replica's stage, runs your q12 1F1B step (the reference's, in grading),
+# averages the replicated embedding and head, and takes the SGD step.
 #
 # The whole contract: `help(lab_src.exercises.fsdp_layer)`. The grader runs 2 and 4 data-parallel ranks and a
 # 2 × 2 grid, three steps each. It compares every whole gradient with one process's (each block's rebuilt from

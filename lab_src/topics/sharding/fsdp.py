@@ -10,21 +10,21 @@ buckets do: a reduce-scatter is the ring's all-reduce and a slice, a gather the 
 vector, zero but for this rank's shard (the ring's first half then sums zeros: twice the bytes of an all-gather, the
 price of reusing q19 as it is). The ring's messages are recorded in lane 1, the row under the rank's own. Without a
 ring (benchmarks/fsdp_vs_torch.py) they are gloo's all-gather and reduce-scatter (shards padded to the longest);
-each counts as one gather or reduce-scatter. Each call is noted: its time, the shard's layer (`names`,
-filled by the kind), the bytes; and every gathered tensor is watched (`weakref.finalize`), so that the kind knows at
-every moment how many gathered bytes the rank holds, and which layers they are: a layer gathered and never freed, or
-kept for the whole step, shows as bytes that stay. With a tracer, each call is also an event of the timeline
-("allgather_fsdp", "reducescatter_fsdp"), drawn in a row under the rank's own: it runs inside the forward or
-backward box it belongs to. It is recorded when it ends and not journalled: the deadlock watch sees the forward or
-backward around it.
+each counts as one gather or reduce-scatter. Each call is noted: its time, the shard's layer (`names`, filled by the
+kind), the bytes; and every gathered tensor's storage is watched (a weak reference to it: `_held`), so that the kind
+knows at every moment how many gathered bytes the rank holds, and which layers they are: a layer gathered and never
+freed, or kept for the whole step, shows as bytes that stay. With a tracer, each call is also an event of the
+timeline ("allgather_fsdp", "reducescatter_fsdp"), drawn in a row under the rank's own: it runs inside the forward
+or backward box it belongs to. It is recorded when it ends and not journalled: the deadlock watch sees the forward
+or backward around it.
 """
 from __future__ import annotations
 
 import threading
 import time
-import weakref
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from lab_src.pipeline import waiting
 from lab_src.pipeline.trace import Event
@@ -40,7 +40,8 @@ class FsdpGroup:
         self.layer_of_length: dict[int, str] = {}  # a flat length -> a layer of that length
         self.gathers: list[list] = []             # [time, layer, bytes] of each all_gather of the step
         self.scatters: list[list] = []            # [time, layer, bytes] of each reduce_scatter of the step
-        self.alive: dict[int, tuple[str, int, float]] = {}   # gathered tensors held now: id -> (layer, bytes, since)
+        # every gathered copy whose storage is still there: id -> (layer, since, a weak reference to its storage)
+        self.alive: dict[int, tuple[str, float, StorageWeakRef]] = {}
         self.peak = 0                             # the most gathered bytes held at once in the step
         self.peak_layers: list[str] = []          # the layers held at that moment
         self.longest: dict[str, float] = {}       # layer -> the longest a gathered copy of it was held (s)
@@ -60,8 +61,7 @@ class FsdpGroup:
 
     def new_step(self) -> None:
         self.gathers, self.scatters, self.longest = [], [], {}
-        self.peak = sum(b for _, b, _ in self.alive.values())
-        self.peak_layers = [name for name, _, _ in self.alive.values()]
+        self.peak, self.peak_layers = self._held()
 
     def register(self, name: str, shard: torch.Tensor, total: int) -> None:
         """The lab's note of a layer's shard: its name, and its whole flat length (every rank's shard's length
@@ -98,11 +98,10 @@ class FsdpGroup:
         with self._lock:
             key = self._next
             self._next += 1
-            self.alive[key] = (layer, nbytes, now)
-            held = sum(b for _, b, _ in self.alive.values())
-            if held > self.peak:
-                self.peak, self.peak_layers = held, [name for name, _, _ in self.alive.values()]
-        weakref.finalize(full, self._freed, key)
+            self.alive[key] = (layer, now, StorageWeakRef(full.untyped_storage()))
+        held, layers = self._held()
+        if held > self.peak:
+            self.peak, self.peak_layers = held, layers
         self._record("allgather_fsdp", t_start, full)
         return full
 
@@ -179,11 +178,24 @@ class FsdpGroup:
             self.ring(tensor, self.group)
         t.pending, t.pending_since = before, since     # not on an exception: the error names the ring's message
 
-    def _freed(self, key: int) -> None:
+    def _held(self) -> tuple[int, list[str]]:
+        """The gathered bytes held now and whose: every gathered copy's storage that is still there, at its size
+        now (a storage emptied with `untyped_storage().resize_(0)`, FSDP1's way, holds nothing until it is filled
+        again). The storage, not the tensor: a `.detach()` of the copy, kept anywhere, keeps its storage and is
+        counted; a copy is let go when nothing reaches its storage (noted in `longest` then)."""
+        total, layers = 0, []
         with self._lock:
-            layer, _, since = self.alive.pop(key, (None, 0, 0.0))
-        if layer is not None:
-            self.longest[layer] = max(self.longest.get(layer, 0.0), time.perf_counter() - since)
+            for key, (layer, since, ref) in list(self.alive.items()):
+                storage = torch.UntypedStorage._new_with_weak_ptr(ref.cdata)
+                nbytes = storage.nbytes() if storage is not None else None
+                del storage
+                if nbytes is None:
+                    del self.alive[key]
+                    self.longest[layer] = max(self.longest.get(layer, 0.0), time.perf_counter() - since)
+                elif nbytes:
+                    total += nbytes
+                    layers.append(layer)
+        return total, layers
 
     def reduce_scatter(self, flat: torch.Tensor) -> torch.Tensor:
         """This rank's shard of the sum over the group of `flat` (a 1-D tensor, the same length on every rank)."""
@@ -205,9 +217,7 @@ class FsdpGroup:
         return part
 
     def gathered_bytes(self) -> int:
-        with self._lock:
-            return sum(b for _, b, _ in self.alive.values())
+        return self._held()[0]
 
     def gathered_now(self) -> list[str]:
-        with self._lock:
-            return [name for name, _, _ in self.alive.values()]
+        return self._held()[1]
