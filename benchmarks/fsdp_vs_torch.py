@@ -106,7 +106,7 @@ def worker(rank: int, n: int, init: str, steps: int, out: str) -> None:
     if rank == 0:
         Path(out).write_text(json.dumps(gathered))
     dist.barrier()                  # nothing of either model in flight when the groups go
-    del ours, theirs, sgd, mesh
+    ours = theirs = sgd = mesh = None   # released before the groups go
     dist.destroy_process_group()
 
 
