@@ -100,5 +100,21 @@ def test_an_answer_that_ends_its_process_as_it_loads_fails_at_once_and_costs_onl
     q03 = tests["q03"].judge(ctx, run.outcomes[n:])
     assert score(q03) == 1.0, [str(p) for i in q03 for p in i.problems]
     failures = [o.failure or "" for o in run.outcomes[:n]]
-    assert all("your answer to q09 ended the process of every rank while it loaded" in f for f in failures), failures
+    # every rank's, or (a rank still connecting to its peers when they ended fails with an error of its own, as in a
+    # fresh-machine run) the ranks' that ended, the others' failure after it
+    assert all("your answer to q09 ended the process of" in f and "while it loaded" in f for f in failures), failures
     assert not any("did not start within" in f for f in failures), failures     # not the start-up deadline
+
+
+def test_a_rank_failing_after_its_peers_ended_as_they_loaded_is_said_as_the_consequence():
+    """A fresh-machine run: ranks 1 to 3 ended with status 0 loading q09's answer while rank 0 was still connecting
+    to them (gloo: "connection closed by peer", exit code 1). The cause is still the answer's, said first."""
+    from types import SimpleNamespace
+
+    from lab_src.harness.records import ENDED_WITHOUT_RETURNING
+    from lab_src.harness.runner import loading_failure
+    said = loading_failure(SimpleNamespace(qid="q09"), SimpleNamespace(
+        stopped="rank 0: exit code 1", returncode=1,
+        exit_codes={0: 1, **dict.fromkeys((1, 2, 3), ENDED_WITHOUT_RETURNING)}))
+    assert said.startswith("your answer to q09 ended the process of ranks 1, 2, 3 while it loaded")
+    assert "rank 0 then failed, its peers gone (rank 0: exit code 1)" in said

@@ -261,12 +261,20 @@ def blame_loading(watches: list[CaseWatch], remaining: list[Case], result: Launc
 def loading_failure(case: Case, result: Launch) -> str:
     why = result.stopped or f"exit status {result.returncode}"
     codes = result.exit_codes or {}
-    if codes and all(c == ENDED_WITHOUT_RETURNING for c in codes.values()):
-        return (f"your answer to {case.qid} ended the process of every rank while it loaded (the code outside the "
-                f"function ran, and each rank's process ended with status 0 before its work was done: os._exit, "
-                f"or something that ends the interpreter, at the top level of the cell); none of {case.qid}'s "
-                f"cases could run, and the other exercises were graded in a launch of their own. The code outside "
-                f"the function should only define it")
+    ended = sorted(r for r, c in codes.items() if c == ENDED_WITHOUT_RETURNING)
+    if ended:
+        # a rank still connecting to its peers as they ended (gloo's "connection closed by peer") fails with an
+        # error of its own: a consequence, said after the cause
+        others = sorted(set(codes) - set(ended))
+        who = "every rank" if not others else f"rank{'s' if len(ended) > 1 else ''} {', '.join(map(str, ended))}"
+        then = (f"; rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} then failed, "
+                f"{'their' if len(others) > 1 else 'its'} peers gone ({why})" if others else "")
+        return (f"your answer to {case.qid} ended the process of {who} while it loaded (the code outside the "
+                f"function ran, and {'each' if not others else 'each such'} rank's process ended with status 0 "
+                f"before its work was done: "
+                f"os._exit, or something that ends the interpreter, at the top level of the cell){then}; none of "
+                f"{case.qid}'s cases could run, and the other exercises were graded in a launch of their own. The "
+                f"code outside the function should only define it")
     return (f"your answer to {case.qid} ended the grading sandbox while it loaded (the code outside the "
             f"function ran and every process of the launch ended: {why}); none of {case.qid}'s cases could "
             f"run, and the other exercises were graded in a sandbox of their own")
