@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from grader.cohort.answers import answer
+from grader.cohort.mistakes import Span, replaced
 
 pytestmark = pytest.mark.q22
 
@@ -78,27 +79,10 @@ MISTAKES = {
 # Valid answers written otherwise keep every point: the weights cut with torch.split; the block kept as a
 # registered submodule whose own parameters are emptied; FSDP1's way, with no recomputation: the forward keeps its
 # graph on a copy whose storage it then empties (resize_(0)), and the backward refills that storage from a second
-# gather, backpropagates through the saved graph and empties it again
-FSDP1_OLD = """    @staticmethod
-    def forward(ctx, x, shard, module):
-        ctx.module = module
-        ctx.save_for_backward(x)
-        full = module.dp.all_gather(shard.detach())
-        return functional_call(module.block, module.weights(full), (x,))
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        (x,) = ctx.saved_tensors
-        module = ctx.module
-        full = module.dp.all_gather(module.shard.detach()).requires_grad_()
-        with torch.enable_grad():
-            x_in = x.detach().requires_grad_(x.requires_grad)
-            y = functional_call(module.block, module.weights(full), (x_in,))
-            inputs = (x_in, full) if x.requires_grad else (full,)
-            grads = torch.autograd.grad(y, inputs, grad_y)
-        grad_x = grads[0] if x.requires_grad else None"""
-FSDP1_NEW = """    @staticmethod
-    def forward(ctx, x, shard, module):
+# gather, backpropagates through the saved graph and empties it again (in place of the reference's forward and
+# backward: the passage from the first line of the one to the line of the other that sets grad_x)
+FSDP1_OLD = Span("    def forward(ctx, x, shard, module):\n", "        grad_x = grads[0] if x.requires_grad else None")
+FSDP1_NEW = """    def forward(ctx, x, shard, module):
         ctx.module = module
         full = module.dp.all_gather(shard.detach())
         with torch.enable_grad():
@@ -146,10 +130,7 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
     right = Path(reference["q22"]).read_text()
     texts = {name: text if text is not None else right for name, (text, _, _) in MISTAKES.items()}
     for name, edits in VALID.items():
-        texts[name] = right
-        for old, new in edits:
-            assert old in texts[name], (name, old)
-            texts[name] = texts[name].replace(old, new)
+        texts[name] = replaced(right, edits, name)      # each edit at its one place (a Span: a passage)
     graded = grade_answers("q22", texts, reference, tmp_path)
     for name, (_, fraction, says) in MISTAKES.items():
         got, lines = graded[name]

@@ -170,13 +170,15 @@ def state_series(events: list[Event], rank: int) -> list[tuple[float, dict[str, 
     return [(0.0, first)] + [(e.t_end, by_kind(e)) for e in mine]
 
 
+def peak_of(points: list[tuple[float, dict[str, int]]]) -> tuple[int, dict[str, int]]:
+    """(the largest total of a rank's state_series, the bytes per kind at that moment)."""
+    best = max(points, key=lambda tv: sum(tv[1].values()), default=(0.0, {}))[1]
+    return sum(best.values()), best
+
+
 def state_peaks(events: list[Event], p: int) -> dict[int, tuple[int, dict[str, int]]]:
     """rank -> (its largest total, the bytes per kind at that moment)."""
-    out = {}
-    for r in range(p):
-        best = max(state_series(events, r), key=lambda tv: sum(tv[1].values()), default=(0.0, {}))[1]
-        out[r] = (sum(best.values()), best)
-    return out
+    return {r: peak_of(state_series(events, r)) for r in range(p)}
 
 
 def describe_state(events: list[Event], p: int) -> list[str]:
@@ -191,12 +193,12 @@ def draw_state_lane(ax, tl, t_max: float | None = None) -> None:
     """A row per rank of stacked bands (STACK), on the timeline's time axis (ms), every row on one scale."""
     t_max = t_max or tl.span or 1e-3
     kinds = kinds_held(tl.events)
-    peaks = state_peaks(tl.events, tl.p)
+    rows = {r: state_series(tl.events, r) for r in range(tl.p)}
+    peaks = {r: peak_of(pts) for r, pts in rows.items()}
     top = max((t for t, _ in peaks.values()), default=0) or 1
     div, name = scale(top)
-    for r in range(tl.p):
+    for r, pts in rows.items():
         base = tl.p - 1 - r
-        pts = state_series(tl.events, r)
         if not pts:
             continue
         ts = [t * 1e3 for t, _ in pts] + [t_max * 1e3]
@@ -229,7 +231,8 @@ def svg_state_lane(tl, x, top: float, left: float, width: float, cursor: float =
     """The training state's lane as SVG: per rank a stacked polygon per kind up to the cursor, its future as a
     ghost; every row on one scale (the largest total any rank held)."""
     kinds = kinds_held(tl.events)
-    peaks = state_peaks(tl.events, tl.p)
+    rows = {r: state_series(tl.events, r) for r in range(tl.p)}
+    peaks = {r: peak_of(pts) for r, pts in rows.items()}
     peak = max((t for t, _ in peaks.values()), default=0) or 1
     div, name = scale(peak)
     h = STATE_ROW - 6
@@ -237,9 +240,8 @@ def svg_state_lane(tl, x, top: float, left: float, width: float, cursor: float =
     for i, k in enumerate(kinds):
         out.append(f'<rect x="{left + 4 + 150 * i}" y="{top + 3}" width="9" height="9" fill="{KIND_COLORS[k]}"/>'
                    f'<text x="{left + 16 + 150 * i}" y="{top + 11}" fill="#444" font-size="9">{KIND_NAMES[k]}</text>')
-    for r in range(tl.p):
+    for r, pts in rows.items():
         base = top + 18 + (r + 1) * STATE_ROW
-        pts = state_series(tl.events, r)
         out.append(f'<text x="{left - 8}" y="{base - 6}" text-anchor="end" fill="#777" font-size="9">rank {r}</text>'
                    f'<line x1="{left}" y1="{base}" x2="{left + width}" y2="{base}" stroke="#ddd"/>')
         if not pts:

@@ -113,6 +113,11 @@ class Timeline:
         """Messages drawn as part of the collective that spans them (folded_messages)."""
         return folded_messages(self.events)
 
+    @functools.cached_property
+    def lanes(self) -> dict[int, str]:
+        """What names each rank's lane row (lane_labels), of the events drawn: folded messages are not."""
+        return lane_labels([e for e in self.events if e not in self.folded])
+
     @property
     def unfinished(self) -> bool:
         return bool(self.waits or self.ends or self.matching.lost_sends)

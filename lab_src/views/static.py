@@ -13,7 +13,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, BOX_LABELS, LANE_BAR, LANE_STEP, Timeline, box_color,
-                                   box_label, collective_calls, lane_labels, legend_kinds, row_of, wait_label)
+                                   box_label, collective_calls, legend_kinds, row_of, wait_label)
 
 ROW = 0.7     # height of a compute box, in rows
 BAR = 0.22    # height of a send/receive bar
@@ -83,7 +83,7 @@ def draw(ax, tl: Timeline, t_max: float | None = None) -> None:
         ax.text(1.005, r, text, transform=ax.get_yaxis_transform(), va="center", fontsize=8)
     ax.set_yticks(range(tl.p), [f"rank {r}" for r in range(tl.p)])
     # a lane's thin row, named at its left
-    for r, label in lane_labels([e for e in tl.events if e not in tl.folded]).items():
+    for r, label in tl.lanes.items():
         ax.text(-0.005, r + LANE_STEP, label, transform=ax.get_yaxis_transform(), ha="right", va="center",
                 fontsize=7, color="#666")
     ax.set_ylim(tl.p - 0.5, -0.5)     # rank 0 on top

@@ -12,7 +12,7 @@ from html import escape
 
 from lab_src.views import memory
 from lab_src.views.prepare import (COLLECTIVE_LABELS, COLORS, BOX_LABELS, LANE_BAR, LANE_STEP, Timeline, box_color,
-                                   box_label, collective_calls, describe, describe_wait, lane_labels, legend_kinds,
+                                   box_label, collective_calls, describe, describe_wait, legend_kinds,
                                    row_of, wait_label)
 
 LEFT, RIGHT, TOP, ROW_H, BOX_H, BAR_H, AXIS_H, LEGEND_H = 62, 118, 10, 46, 28, 10, 36, 22
@@ -126,7 +126,7 @@ def frame(tl: Timeline, step: int | None = None, t_max: float | None = None, wid
            f'data-view="{tl.kind}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
            f'style="width:100%; max-width:{width}px; height:auto" font-family="sans-serif" font-size="11">', DEFS]
     # rows: label, and idle (hatched) from the start of the step to the cursor
-    lanes = lane_labels([e for e in tl.events if e not in tl.folded])
+    lanes = tl.lanes
     for r in range(tl.p):
         out.append(f'<text x="{LEFT - 8}" y="{mid(r) + 4}" text-anchor="end">rank {r}</text>')
         if r in lanes:     # a lane's thin row, named at its left

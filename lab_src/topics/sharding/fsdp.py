@@ -83,10 +83,8 @@ class FsdpGroup:
         total = self.totals.get(shard.untyped_storage().data_ptr())
         if self.ring is not None and total is not None:
             # on the answer's ring: the whole flat vector, zero but for this rank's shard, summed over the group
+            self._counts(shard, total)
             start, end = shard_bounds(total, self.size, self.rank)
-            if shard.numel() != end - start:
-                raise ValueError(f"dp.all_gather got {shard.numel():,} elements; this rank's shard of {layer} is "
-                                 f"{end - start:,} (shard {self.rank} of its {total:,} flattened parameters)")
             full = torch.zeros(total, dtype=shard.dtype, device=shard.device)
             full[start:end] = shard.detach()
             self._sum(full)
@@ -113,11 +111,7 @@ class FsdpGroup:
         gather = getattr(dist.all_gather, "__wrapped__", dist.all_gather)
         total = total if total is not None else self.totals.get(shard.untyped_storage().data_ptr())
         if total is not None:
-            counts = [end - start for start, end in (shard_bounds(total, self.size, i) for i in range(self.size))]
-            if shard.numel() != counts[self.rank]:
-                raise ValueError(f"dp.all_gather got {shard.numel():,} elements; this rank's shard of "
-                                 f"{self._layer(shard)} is {counts[self.rank]:,} (shard {self.rank} of its "
-                                 f"{total:,} flattened parameters)")
+            counts = self._counts(shard, total)
         else:
             sizes = torch.tensor([shard.numel()], dtype=torch.int64)
             every = [torch.empty_like(sizes) for _ in self.ranks]
@@ -142,6 +136,14 @@ class FsdpGroup:
             # that the copy the answer frees would outlive it by chance (the benchmark saw two layers held at once)
             return out.clone()
         return torch.cat([row[:c] for row, c in zip(out.view(self.size, width), counts)])
+
+    def _counts(self, shard: torch.Tensor, total: int) -> list[int]:
+        """Every rank's shard length of a flat vector of `total` elements; this rank's `shard` must be its own."""
+        counts = [end - start for start, end in (shard_bounds(total, self.size, i) for i in range(self.size))]
+        if shard.numel() != counts[self.rank]:
+            raise ValueError(f"dp.all_gather got {shard.numel():,} elements; this rank's shard of {self._layer(shard)} "
+                             f"is {counts[self.rank]:,} (shard {self.rank} of its {total:,} flattened parameters)")
+        return counts
 
     def _reduce_scatter_gloo(self, flat: torch.Tensor) -> torch.Tensor:
         """This rank's shard of the sum over the group of `flat`, by gloo's reduce-scatter (each shard padded to
