@@ -3,7 +3,7 @@ torch.distributed.pipelining's Schedule1F1B.
 
 Same model (the lab's stages), same configuration, same batch, same processes, in one torchrun launch
 (benchmarks/versus.py). Each iteration times three steps in rotating order after warm-up: ours as the
-checks run it (every torch.distributed message recorded by topics/p2p/rawp2p.py, every operation traced and
+checks run it (every torch.distributed message recorded by comm/messages.py, every operation traced and
 journalled, the activation memory counted), ours untraced, and Schedule1F1B's. A step's time is the
 slowest rank's, between two barriers. Prints the median step times and the ratios ours / Schedule1F1B
 (the target is at most 1.0). Both schedules' gradients are compared once, as a sanity check.
@@ -24,12 +24,12 @@ from benchmarks import versus  # noqa: E402
 def contenders(spec: dict, ctx) -> versus.Contenders:
     from torch.distributed.pipelining import Schedule1F1B
 
+    from lab_src.comm import messages as msgs
     from lab_src.exercises import one_f_one_b_step
-    from lab_src.topics.p2p import rawp2p
     from lab_src.harness.memory import counting
     from lab_src.pipeline import trace
 
-    rawp2p.install()                           # as in the checks' processes
+    msgs.install()                           # as in the checks' processes
     stage, micro_batches, theirs = versus.one_stage_per_rank(spec, ctx, Schedule1F1B)
     tracer = versus.journal_tracer(spec, ctx.rank)
     m = len(micro_batches)

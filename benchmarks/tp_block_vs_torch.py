@@ -8,7 +8,7 @@ One torchrun launch; every rank builds both from the same unsharded block (the d
 heads) and feeds both the same batch, dropout off. One forward and backward of each is compared first
 (outputs, input gradients, the shard gradients of q, k, v, proj, up, down and the LayerNorms' gradients: the
 numbers must be equal). Then, after warm-up, each iteration times three steps in rotating order: ours as the
-checks run it (every collective recorded, topics/tensor_parallel/rawcoll.py), ours unrecorded, and torch's; a step is a
+checks run it (every collective recorded, comm/collectives.py), ours unrecorded, and torch's; a step is a
 forward and a backward from zero gradients, its time the slowest rank's between two barriers. Prints the
 median step times (min, max) and the ratios ours / torch's (target at most 1.0).
 
@@ -39,18 +39,18 @@ def worker(spec_path: str) -> None:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     from lab_src.answers import use_answers
+    from lab_src.comm import collectives as coll
     from lab_src.exercises import tp_block
     from lab_src.harness import groups as distributed
-    from lab_src.topics.tensor_parallel import rawcoll
-    from lab_src.topics.tensor_parallel.kind_block import q17_pieces
     from lab_src.pipeline import trace
     from lab_src.pipeline.config import LabConfig
     from lab_src.pipeline.model import build_piece
+    from lab_src.topics.tensor_parallel.kind_block import q17_pieces
     from lab_src.topics.tensor_parallel.runtime import BLOCK, TensorParallel, heads_rows, shard
 
     spec = json.loads(Path(spec_path).read_text())
     ctx = distributed.init(120)
-    rawcoll.install()
+    coll.install()
     cfg = LabConfig.from_dict(spec["config"])
     t, r = ctx.world_size, ctx.rank
     h, heads = cfg.hidden_size, cfg.num_heads

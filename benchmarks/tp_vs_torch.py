@@ -7,7 +7,7 @@ One torchrun launch; every rank builds both from the same unsharded block MLP (t
 so `up` is 256 -> 1024) and feeds both the same batch. One forward and backward of each is compared first
 (outputs, input gradients and every rank's weight-shard gradients: the numbers must be equal). Then, after
 warm-up, each iteration times three steps in rotating order: ours as the checks run it (every collective
-recorded, topics/tensor_parallel/rawcoll.py), ours unrecorded, and torch's; a step is a forward and a backward from zero
+recorded, comm/collectives.py), ours unrecorded, and torch's; a step is a forward and a backward from zero
 gradients, its time the slowest rank's between two barriers. Prints the median step times (min, max) and the
 ratios ours / torch's (target at most 1.0).
 
@@ -36,16 +36,16 @@ def worker(spec_path: str) -> None:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     from lab_src.answers import use_answers
+    from lab_src.comm import collectives as coll
     from lab_src.exercises import tp_layers
     from lab_src.harness import groups as distributed
-    from lab_src.topics.tensor_parallel import rawcoll
     from lab_src.pipeline import trace
     from lab_src.pipeline.config import LabConfig
     from lab_src.topics.tensor_parallel.runtime import TensorParallel, full_mlp, shard
 
     spec = json.loads(Path(spec_path).read_text())
     ctx = distributed.init(120)
-    rawcoll.install()
+    coll.install()
     cfg = LabConfig.from_dict(spec["config"])
     t, r = ctx.world_size, ctx.rank
     tp = TensorParallel(r, t, dist.group.WORLD, ctx.device)

@@ -18,7 +18,7 @@ _caller: list[str] = []
 _checked: set[int] = set()
 API: dict = {}    # qid -> the dispatching function, for every exercise with code (filled below)
 # qid -> a context manager factory run around every call of that exercise, given the call's arguments
-# (the checks' processes record q11's raw torch.distributed messages with it: topics/p2p/rawp2p.py)
+# (the checks' processes record q11's raw torch.distributed messages with it: comm/messages.py)
 AROUND: dict = {}
 
 

@@ -143,11 +143,11 @@ def test_a_collective_a_member_will_not_join_is_stuck_once_nothing_else_moves():
                              "rank 2 waits in allreduce_dp over ranks [2, 3], which rank 3 will not join",
                              "rank 3 waits in recv_forward(mb=1) from rank 1"]
     p = started(2)                                    # both in the same all-reduce: it goes on
-    feed(p, 0, ("B", ["0", "allreduce_tp", None, [0, 1]]))
-    feed(p, 1, ("B", ["0", "allreduce_tp", None, [0, 1]]))
+    feed(p, 0, ("B", ["0", "all_reduce", None, [0, 1]]))
+    feed(p, 1, ("B", ["0", "all_reduce", None, [0, 1]]))
     assert p.stuck(0, 2) is None
     p = started(2)                                    # a member outside the case: not the watch's to judge
-    feed(p, 0, ("B", ["0", "allreduce_tp", None, [0, 2]]))
+    feed(p, 0, ("B", ["0", "all_reduce", None, [0, 2]]))
     feed(p, 1, ("W", ["0"]))
     assert p.stuck(0, 2) is None
 
@@ -157,12 +157,12 @@ def test_the_case_barrier_waits_for_the_ranks_not_there_and_for_none_that_left()
     but those that have done their part. A rank in a collective whose member waits at the barrier is
     stuck (the barrier goes through the store: it joins no collective); so is a send to a rank there."""
     p = started(3)
-    feed(p, 0, ("B", ["0", "allreduce_tp", None, [0, 1]]))
+    feed(p, 0, ("B", ["0", "all_reduce", None, [0, 1]]))
     feed(p, 1, ("B", ["0", "barrier", None, [0, 1, 2]]))
     feed(p, 2, ("B", ["0", "barrier", None, [0, 1, 2]]))
     stuck = p.stuck(0, 3)
     assert stuck is not None and stuck.lines() == [
-        "rank 0 waits in allreduce_tp over ranks [0, 1], which rank 1 will not join",
+        "rank 0 waits in all_reduce over ranks [0, 1], which rank 1 will not join",
         "rank 1 has done this part of the case and waits for rank 0 at its end",
         "rank 2 has done this part of the case and waits for rank 0 at its end"]
     p = started(2)                                    # everybody at the barrier, or gone: it opens
@@ -188,13 +188,13 @@ def test_a_rank_not_yet_out_of_a_barrier_or_collective_the_others_are_through_is
     feed(p, 0, ("E", ["0", "barrier", None, [0, 1, 2]]), ("W", ["0"]))
     assert p.stuck(0, 3) is None                      # rank 2's barrier is open: it will receive
     p = started(2)
-    feed(p, 0, ("B", ["0", "allreduce_tp", None, [0, 1]]))
-    feed(p, 1, ("B", ["0", "allreduce_tp", None, [0, 1]]), ("E", ["0", "allreduce_tp", None, [0, 1]]),
+    feed(p, 0, ("B", ["0", "all_reduce", None, [0, 1]]))
+    feed(p, 1, ("B", ["0", "all_reduce", None, [0, 1]]), ("E", ["0", "all_reduce", None, [0, 1]]),
          ("B", ["0", "recv_forward", 0, 0]))
     assert p.stuck(0, 2) is None                      # rank 0 is through the all-reduce too: it will send
-    feed(p, 0, ("E", ["0", "allreduce_tp", None, [0, 1]]), ("B", ["0", "allreduce_tp", None, [0, 1]]))
+    feed(p, 0, ("E", ["0", "all_reduce", None, [0, 1]]), ("B", ["0", "all_reduce", None, [0, 1]]))
     stuck = p.stuck(0, 2)                             # a second all-reduce rank 1 will not join
-    assert stuck is not None and stuck.lines()[0] == "rank 0 waits in allreduce_tp over ranks [0, 1], which rank 1 will not join"
+    assert stuck is not None and stuck.lines()[0] == "rank 0 waits in all_reduce over ranks [0, 1], which rank 1 will not join"
 
 
 def test_the_watch_follows_posted_messages_one_by_one():

@@ -2,7 +2,7 @@
 
 Fast: the judge (topics/tensor_parallel/judge_layers.py) on observations made from the unsharded layers' own numbers: what a right
 rank records passes, and each realistic mistake's numbers or collectives get the message that names its
-misconception; the collectives of a raw answer are recorded (topics/tensor_parallel/rawcoll.py) in one process of one rank.
+misconception; the collectives of a raw answer are recorded (comm/collectives.py) in one process of one rank.
 Multi-process: the reference passes the visible check on 2 and 4 ranks, and every cohort mistake, graded
 through the hidden tests in one launch, gets its points and its message.
 """
@@ -18,8 +18,8 @@ import torch
 
 from grader.cohort.answers import answer
 from lab_src.harness.case import Case, CaseOutcome
-from lab_src.topics.tensor_parallel.judge_layers import expected, judge_part
 from lab_src.pipeline.config import LabConfig
+from lab_src.topics.tensor_parallel.judge_layers import expected, judge_part
 
 pytestmark = pytest.mark.q17
 
@@ -60,7 +60,7 @@ def test_expected_shards_put_back_together_are_the_unsharded_gradients():
     assert row[0]["weight_shape"] == [32, 32] and row[0]["params"] == 32 * 128 // 4 + 32
     mlp = expected("mlp", CFG, 2)
     assert mlp[0]["params"] == (128 * 32 + 128 + 32 * 128) // 2 + 32 and mlp[0]["full_params"] == 2 * 128 * 32 + 160
-    assert mlp[0]["fwd"] == [["allreduce_tp", 2 * 16 * 32 * 8, [0, 1]]] == mlp[0]["bwd"]
+    assert mlp[0]["fwd"] == [["all_reduce", 2 * 16 * 32 * 8, [0, 1]]] == mlp[0]["bwd"]
 
 
 def test_the_bias_added_on_every_rank_is_named():
@@ -87,25 +87,25 @@ def test_a_backward_without_its_all_reduce_is_named_by_its_numbers_and_its_round
 
 def test_extra_rounds_between_the_layers_are_named():
     def gathered(r, got):
-        got["fwd"] = [["allgather_tp", 2 * 16 * 64 * 8, [0, 1]]] + got["fwd"]
+        got["fwd"] = [["all_gather", 2 * 16 * 64 * 8, [0, 1]]] + got["fwd"]
     text = " ".join(said(judge_part("mlp", observed("mlp", change=gathered))).split())
     assert "made all-gather of 16,384 bytes over ranks [0, 1], all-reduce of 8,192 bytes over ranks [0, 1]" in text
     assert "The all-gather is an extra round" in text
 
     def reduced_twice(r, got):
-        got["fwd"] = [["allreduce_tp", 2 * 16 * 64 * 8, [0, 1]]] + got["fwd"]
+        got["fwd"] = [["all_reduce", 2 * 16 * 64 * 8, [0, 1]]] + got["fwd"]
     found = judge_part("mlp", observed("mlp", change=reduced_twice))
     assert "One all-reduce after each layer is a round too many" in said(found)
 
     def barrier(r, got):
-        got["fwd"] = [["barrier_tp", 0, [0, 1]]] + got["fwd"]
+        got["fwd"] = [["dist_barrier", 0, [0, 1]]] + got["fwd"]
     text = " ".join(said(judge_part("mlp", observed("mlp", change=barrier))).split())
     assert "made a barrier over ranks [0, 1], all-reduce of 8,192 bytes over ranks [0, 1]" in text
     assert "A barrier is a round too, though it carries no data" in text
 
 
 def test_a_result_not_made_of_its_recorded_all_reduce_is_named_and_a_sum_in_any_layout_passes():
-    """What each all-reduce gave back (rawcoll.CARRIED) against the part's result: an output right without its
+    """What each all-reduce gave back (coll.CARRIED) against the part's result: an output right without its
     all-reduce (zeros reduced to look like one round) is named; the sum with the bias added after it, or kept
     flat, passes."""
     want = expected("mlp", CFG, 2)
@@ -161,9 +161,9 @@ import os
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"], RANK="0", WORLD_SIZE="1")
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
-from lab_src.topics.tensor_parallel import rawcoll
+from lab_src.comm import collectives as coll
 from lab_src.pipeline import trace
-rawcoll.install()
+coll.install()
 dist.all_reduce(torch.ones(3))                           # outside a tracer: not recorded
 tracer = trace.Tracer(0)
 with trace.tracing(tracer):
@@ -173,13 +173,13 @@ with trace.tracing(tracer):
     dist.barrier()                                       # a round without data: recorded too
     from lab_src.pipeline import waiting
     waiting.barrier(None)                                # the lab's own barrier: never the answer's
-    rawcoll.CASE_RANKS[:] = []
+    coll.CASE_RANKS[:] = []
 print([(e.kind, e.bytes, e.group) for e in tracer.events])
-rawcoll.CASE_RANKS[:] = [5]
+coll.CASE_RANKS[:] = [5]
 try:
     with trace.tracing(tracer):
         dist.all_reduce(torch.ones(1))
-except rawcoll.WrongGroup as e:
+except coll.WrongGroup as e:
     print("refused:", e)
 dist.destroy_process_group()
 ''')
@@ -187,7 +187,7 @@ dist.destroy_process_group()
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env,
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert done.returncode == 0, done.stderr
-    assert "[('allreduce_tp', 32, (0,)), ('allgather_tp', 8, (0,)), ('barrier_tp', 0, (0,))]" in done.stdout
+    assert "[('all_reduce', 32, (0,)), ('all_gather', 8, (0,)), ('dist_barrier', 0, (0,))]" in done.stdout
     assert "refused: all-reduce over ranks [0] (the default group: no group= given), but the tensor-parallel " \
            "group is ranks [5]: pass group=tp.group" in done.stdout
 
@@ -200,12 +200,12 @@ def test_the_opening_figure_and_the_timeline_draw_from_the_lab_and_the_record():
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "up.weight rows 96..127\n(32, 32) + bias (32,)" in texts and "rank 3" in texts
     assert "down.weight cols 32..63\n(32, 32)" in texts
-    events = [Event(r, "allreduce_tp", None, None, (2, 16, 32), 8192, 0.001 * r, 0.004, 0, group=(0, 1))
+    events = [Event(r, "all_reduce", None, None, (2, 16, 32), 8192, 0.001 * r, 0.004, 0, group=(0, 1))
               for r in range(2)]
     fig = tp_timeline_figure(events, 2, "q17: t = 2", ("mlp",))
     assert fig.axes[0].get_title(loc="left") == "2 ranks · 1 collective on rank 0 · the parts, in order: mlp"
     # issue 41: a layer has no pipeline bubble: the legend names the collectives alone, nothing is hatched idle
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["tensor-parallel all-reduce"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["all-reduce (torch.distributed)"]
     assert not [p for p in fig.axes[0].patches if p.get_hatch()]
 
 
@@ -215,7 +215,7 @@ def test_the_timeline_labels_each_call_cuts_the_start_up_and_the_set_up_between_
     from lab_src.pipeline.trace import Event
     from lab_src.topics.tensor_parallel.timeline import cut_gaps, labelled, tp_timeline_figure, without_start_up
     def call(r, t0, t1):
-        return Event(r, "allreduce_tp", None, None, (2, 16, 32), 8192, t0, t1, 0, group=(0, 1))
+        return Event(r, "all_reduce", None, None, (2, 16, 32), 8192, t0, t1, 0, group=(0, 1))
     events = [call(0, 0.0, 0.330), call(1, 0.320, 0.330),       # rank 0 waited 320 ms for rank 1 to start
               call(0, 0.340, 0.350), call(1, 0.341, 0.350),
               call(0, 3.950, 3.960), call(1, 3.951, 3.960)]     # the next part, 3.6 s of set-up later
@@ -240,7 +240,7 @@ def test_the_timeline_steps_through_the_collectives_in_the_widget_and_is_static_
     from lab_src.pipeline.trace import Event
     from lab_src.topics.tensor_parallel.timeline import show_tp_timeline
     from lab_src.views.widget import TimelineWidget
-    events = [Event(r, "allreduce_tp", None, None, (2, 16, 32), 8192, 0.001 * r + s, 0.004 + s, 0, group=(0, 1))
+    events = [Event(r, "all_reduce", None, None, (2, 16, 32), 8192, 0.001 * r + s, 0.004 + s, 0, group=(0, 1))
               for s in (0.0, 0.01) for r in range(2)]
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     labels = {(r, k): f"mlp, {word}" for r in range(2) for k, word in enumerate(("forward", "backward"))}
@@ -360,6 +360,6 @@ def test_a_sum_only_rank_0_joins_is_stopped_as_a_deadlock_and_named(reference, t
     text = " ".join("\n".join(lines).split())
     assert fraction == 0.0, lines
     assert "deadlock in a collective: a member of its group did not join it" in text, lines
-    assert "rank 0 waits in allreduce_tp over ranks [0, 1], which rank 1 will not join" in text, lines
+    assert "rank 0 waits in all_reduce over ranks [0, 1], which rank 1 will not join" in text, lines
     assert "rank 1 has done this part of the case and waits for rank 0 at its end" in text, lines
     assert "dist.all_reduce(x, group=tp.group)" in text and "WaitTimedOut" not in text, lines

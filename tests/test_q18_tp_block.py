@@ -16,11 +16,11 @@ import torch
 
 from grader.cohort.answers import answer
 from lab_src.harness.case import Case, CaseOutcome
-from lab_src.topics.tensor_parallel.judge_block import expected, judge_part
 from lab_src.pipeline import dropout
-from lab_src.topics.tensor_parallel import runtime as tpmod
 from lab_src.pipeline.config import LabConfig
 from lab_src.pipeline.model import build_piece
+from lab_src.topics.tensor_parallel import runtime as tpmod
+from lab_src.topics.tensor_parallel.judge_block import expected, judge_part
 
 pytestmark = pytest.mark.q18
 
@@ -81,7 +81,7 @@ def test_expected_shards_put_back_together_are_the_unsharded_gradients():
     assert want[0]["qkv_weight_shape"] == [48, 32] and want[0]["proj_weight_shape"] == [32, 16]
     rows = torch.cat([tpmod.heads_rows(32, 4, r, 2) for r in range(2)])
     assert sorted(rows.tolist()) == list(range(96))
-    assert want[0]["fwd"] == [["allreduce_tp", 2 * 16 * 32 * 8, [0, 1]]] * 2 == want[1]["bwd"]
+    assert want[0]["fwd"] == [["all_reduce", 2 * 16 * 32 * 8, [0, 1]]] * 2 == want[1]["bwd"]
 
 
 def test_a_wrong_dropout_output_is_read_for_its_cause():
@@ -307,6 +307,7 @@ def test_a_rank_late_to_a_collective_waits_its_kinds_timeout_then_ends_its_case(
     from pathlib import Path
 
     from hidden_grading import grade_answer
+
     from lab_src.harness.limits import COLLECTIVE_TIMEOUT_FACTOR
     text = Path(reference["q18"]).read_text().replace("import copy\n", "import copy\nimport time\n_LATE = []\n")
     late = ("        a = self.proj(attn.transpose(1, 2).reshape(b, s, h // self.tp.size))\n")
@@ -321,7 +322,7 @@ def test_a_rank_late_to_a_collective_waits_its_kinds_timeout_then_ends_its_case(
         assert verdict["fraction"] == 1, said
         return
     assert verdict["fraction"] < 1, said
-    assert "waited in allreduce_tp over ranks [0, 1, 2, 3] until the timeout" in said, said
+    assert "waited in all_reduce over ranks [0, 1, 2, 3] until the timeout" in said, said
     assert "will not join" not in said, said
 
 

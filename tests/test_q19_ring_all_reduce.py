@@ -104,7 +104,7 @@ def test_a_whole_tensor_message_a_wrong_neighbour_and_a_collective_are_each_name
     assert "sent to rank 2 (outside its ring)" in text and "global rank +- 1 is another data-parallel column" in text
 
     def collective(r, length, rec):
-        rec["collectives"], rec["sends"], rec["recvs"] = ["allreduce_tp"], [], []
+        rec["collectives"], rec["sends"], rec["recvs"] = ["all_reduce"], [], []
     text = said(judge_run(outcome([8], change=collective)))
     assert "ring_all_reduce called dist.all_reduce" in text
 

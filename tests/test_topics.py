@@ -2,9 +2,14 @@
 
 The rules, read from the source's imports (tests/test_import_rules.py's graph: every import, at the top of a
 module or inside a function; that file holds the rule against import circles):
-1. the core (`pipeline/`, `harness/`, `judge/`, `views/`) imports no topic's module: it reads the topics'
+1. the core (`pipeline/`, `harness/`, `comm/`, `judge/`, `views/`) imports no topic's module: it reads the topics'
    declarations through `lab_src.topics` alone;
-2. a topic imports the core and the topics before it in course order (MODULES), never a later one;
+2. a topic imports the core and the topics before it in course order (MODULES), never a later one, and of another
+   topic never its kinds or judges (what several topics share at run time lives in the core: comm/ for process
+   groups, meshes, recorders and lanes); the topics stand at most 2 floors above the core, with at most 3 arrows
+   between them (what the course builds on, such as q13's digits);
+3b. process groups are made in two places, the case's own (harness/groups.py) and a mesh (comm/mesh.py), besides
+   q14's `Grid` (topics/dp_pp/grid.py), the student's own: no topic's kind calls `new_group`;
 3. a kind (rank side: `harness/kinds/*`, `topics/*/kind*.py`) and a judge (parent side: `judge/*`,
    `topics/*/judge*.py`) never import each other: what both read lives in a torch-free module of the topic;
 4. every topic's declaration (its `__init__.py`), every record class it names, and the tables the core
@@ -17,12 +22,12 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
-import pytest
 
+import pytest
 from conftest import ROOT
 from test_import_rules import import_graph
 
-CORE = ("lab_src.pipeline", "lab_src.harness", "lab_src.judge", "lab_src.views")
+CORE = ("lab_src.pipeline", "lab_src.harness", "lab_src.comm", "lab_src.judge", "lab_src.views")
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +71,53 @@ def test_a_topic_imports_only_the_core_and_the_topics_before_it(graph):
             elif other and order.index(other) > order.index(mine):
                 bad.append(f"{m} imports {d}, of the later topic {other}")
     assert not bad, "\n".join(bad)
+
+
+def topic_arrows(graph) -> dict[tuple[str, str], set[str]]:
+    """{(topic, another topic it imports): the modules of the other that it imports}."""
+    arrows: dict[tuple[str, str], set[str]] = {}
+    for m, ds in graph.items():
+        for d in ds:
+            mine, other = topic_name(m), topic_name(d)
+            if mine and other and other != mine:
+                arrows.setdefault((mine, other), set()).add(d)
+    return arrows
+
+
+def test_a_topic_never_imports_another_topics_kinds_or_judges(graph):
+    bad = [f"{m} imports {d}" for m, ds in graph.items() for d in ds
+           if topic_name(m) and topic_name(d) and topic_name(d) != topic_name(m) and (is_kind(d) or is_judge(d))]
+    assert not bad, ("a topic's kinds and judges are its own; what several topics need at run time belongs in the "
+                     "core (lab_src/comm, lab_src/judge):\n" + "\n".join(bad))
+
+
+def test_the_topics_stand_at_most_two_floors_above_the_core_with_three_arrows_between_them(graph):
+    arrows = topic_arrows(graph)
+    above: dict[str, set[str]] = {}
+    for mine, other in arrows:
+        above.setdefault(mine, set()).add(other)
+
+    def floor(t: str, seen=()) -> int:
+        assert t not in seen, f"topics import each other in a circle: {seen + (t,)}"
+        return 1 + max((floor(o, seen + (t,)) for o in above.get(t, ())), default=0)
+
+    from lab_src.topics import all_topics
+    floors = {t.name: floor(t.name) for t in all_topics()}
+    said = "; ".join(f"{a} -> {b} ({', '.join(sorted(ms))})" for (a, b), ms in sorted(arrows.items()))
+    assert max(floors.values()) <= 2, f"topic floors {floors}: {said}"
+    assert len(arrows) <= 3, f"{len(arrows)} arrows between topics: {said}"
+
+
+def test_process_groups_are_made_by_the_case_the_mesh_and_q14s_grid_only():
+    import ast
+    allowed = {"lab_src/harness/groups.py", "lab_src/comm/mesh.py", "lab_src/topics/dp_pp/grid.py"}
+    found = set()
+    for path in sorted((ROOT / "lab_src").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "new_group":
+                found.add(path.relative_to(ROOT).as_posix())
+    assert found - allowed == set(), f"process groups made outside the mesh: {sorted(found - allowed)}"
+    assert {"lab_src/harness/groups.py", "lab_src/comm/mesh.py"} <= found
 
 
 def test_a_kind_and_a_judge_never_import_each_other(graph):

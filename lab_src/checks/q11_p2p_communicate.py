@@ -3,21 +3,30 @@ combined operations of the steady state) and of an AFAB step (the four single on
 labelled with sender and micro-batch, with no compute. Also the notebook's experiment: the same calls
 made with blocking sends, which deadlock, and the report that says so.
 
-The messages are the answer's own torch.distributed calls, recorded in the ranks by topics/p2p/rawp2p.py.
+The messages are the answer's own torch.distributed calls, recorded in the ranks by comm/messages.py.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 
-import sys
-
 from lab_src import answers
-from lab_src.checks.common import (UNFINISHED, CheckReport, VISIBLE, errors, finish, indent, make_case, run_cases,
-                                   run_dir, sources)
+from lab_src.checks.common import (
+    UNFINISHED,
+    VISIBLE,
+    CheckReport,
+    errors,
+    finish,
+    indent,
+    make_case,
+    run_cases,
+    run_dir,
+    sources,
+)
+from lab_src.judge.problems import stamped
 from lab_src.registry import exercise
 from lab_src.topics.p2p.judge import judge_p2p, mutual_sends
-from lab_src.judge.problems import stamped
 
 CONFIGS = [(VISIBLE.replace(num_microbatches=6, global_batch_size=12), "1f1b"),
            (VISIBLE.replace(num_stages=2, num_layers=4), "1f1b"),

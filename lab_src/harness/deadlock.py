@@ -12,7 +12,7 @@ again, and E once delivered (where the stage's ranks are the launch's, as the jo
 The rank has done its part, but it is held there until its peer posts the receive: when every rank has
 done its part and one of them is held so by a peer that posts nothing more (a peer that raised), the
 case is stuck too. Code that journals a send and a receive as one operation would hide the send from it:
-journal each send on its own (topics/p2p/rawp2p.py does, for raw torch.distributed calls).
+journal each send on its own (comm/messages.py does, for raw torch.distributed calls).
 
 A rank may work in more than one thread (a lane: pipeline/trace.py `Tracer.lane`, q20's reducing thread):
 each lane's operation is followed on its own, and messages are counted per pair of ranks whatever the lane (on

@@ -31,6 +31,12 @@ class Dist:
     timeout_s: float
 
 
+def timeout(seconds: float) -> datetime.timedelta:
+    """A process group's timeout of `seconds`: the one place the lab turns seconds into one (comm/mesh.py, q14's Grid
+    and the groups here call it)."""
+    return datetime.timedelta(seconds=seconds)
+
+
 def choose_backend(local_world_size: int) -> tuple[str, torch.device, int]:
     forced = os.environ.get("LAB_BACKEND")
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -62,7 +68,7 @@ def init(timeout_s: float, world_timeout_s: float | None = None) -> Dist:
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))
     backend, device, local_rank = choose_backend(local_world)
     kwargs = {"device_id": device} if backend == "nccl" else {}
-    world_timeout = datetime.timedelta(seconds=world_timeout_s or 4 * timeout_s + 30)
+    world_timeout = timeout(world_timeout_s or 4 * timeout_s + 30)
     dist.init_process_group(backend, timeout=world_timeout, **kwargs)
     return Dist(dist.get_rank(), dist.get_world_size(), local_rank, backend, device, timeout_s)
 
@@ -79,8 +85,7 @@ class PipeGroups:
         after `timeout_s` (the launch's timeout when None)."""
         timeout_s = timeout_s or self.ctx.timeout_s
         if (size, timeout_s) not in self._groups:
-            self._groups[(size, timeout_s)] = dist.new_group(list(range(size)),
-                                                             timeout=datetime.timedelta(seconds=timeout_s))
+            self._groups[(size, timeout_s)] = dist.new_group(list(range(size)), timeout=timeout(timeout_s))
         return self._groups[(size, timeout_s)]
 
     def fresh(self) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 # ends a wait the watch cannot see through, as after another rank's error (gus's q07, mo's q08 in the cohort:
 # 60 s, tried, left those to the case deadline and changed their feedback). It is on the wall clock (gloo's):
 # tensor-parallel cases wait longer (COLLECTIVE_TIMEOUT_FACTOR below). A collective that does time out ends its
-# case (topics/tensor_parallel/rawcoll.py `CollectiveGaveUp`) instead of leaving a group in an undefined state to
+# case (comm/collectives.py `CollectiveGaveUp`) instead of leaving a group in an undefined state to
 # the case's next part.
 GRADING_RECV_TIMEOUT_S = 15.0
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from lab_src.pipeline.trace import Pending
 
-
 # Not an exit status (those are 0 to 255, or minus a signal's number): the status harness/elastic.py gives a rank
 # whose process ended with status 0 before its worker returned (os._exit(0) in an answer, say), which torch's
 # agent would otherwise wait for, for ever, as a rank still at work
@@ -42,7 +41,7 @@ def gave_up_waiting(message: str, kind: str = "") -> str | None:
     return None
 
 
-# the attribute topics/p2p/rawp2p.py sets on an exception that left a call of q11's function: that call, in words
+# the attribute comm/messages.py sets on an exception that left a call of q11's function: that call, in words
 Q11_CALL = "lab_q11_call"
 
 

@@ -171,11 +171,12 @@ def load_answers_under_test(cases: list, rank: int, limit_s: float, journal=None
 def wait_for_every_rank(world_size: int, rank: int, timeout_s: float = 3600) -> None:
     """A barrier through the job's store, without the world group's timeout: loading the answers may take
     one rank much longer than another. The launching process's startup deadline bounds the wait."""
-    import datetime
     import torch.distributed as dist
+
+    from lab_src.harness.groups import timeout
     store = dist.distributed_c10d._get_default_store()
     store.set(f"loaded/{rank}", "1")
-    store.wait([f"loaded/{r}" for r in range(world_size)], datetime.timedelta(seconds=timeout_s))
+    store.wait([f"loaded/{r}" for r in range(world_size)], timeout(timeout_s))
 
 
 def over_disk_limit(run_dir: Path, disk_limit: list | None, qid: str, before: int) -> tuple[RankError | None, int]:
@@ -212,12 +213,11 @@ def main(spec_path: str) -> int:
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
+    from lab_src import topics
     from lab_src.answers import use_answers
     from lab_src.exercises import running_for
+    from lab_src.harness import case_barrier, kinds, observed, runfolder, sandbox
     from lab_src.harness import groups as process_groups
-    from lab_src.harness import runfolder
-    from lab_src import topics
-    from lab_src.harness import case_barrier, kinds, observed, sandbox
     from lab_src.harness.case import Case
     from lab_src.pipeline import data, model, trace, waiting
 

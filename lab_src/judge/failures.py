@@ -158,7 +158,7 @@ def _waiting_lines(left: dict[int, dict], stuck, raised: set[int], wrong: set[in
 
 def in_call(error: dict, kind: str, mb) -> str:
     """'q11 send_forward_recv_backward(mb=1, recv_mb=0)': the call of q11's function the rank was in
-    when it stopped (topics/p2p/rawp2p.py), where it says more than the message it waited in (a combined
+    when it stopped (comm/messages.py), where it says more than the message it waited in (a combined
     call, or a call whose message went another way than its name)."""
     call = error.get("call")
     if not call or call == f"{kind}(mb={mb})":

@@ -80,6 +80,10 @@ class LabConfig:
         return self.dp_size * self.num_stages
 
 
+# with `tie_embeddings`, the two names of the one weight (the embedding's, and the output projection's on the last
+# stage): a fact about the model (pipeline/model.py), torch-free so that judges read it
+TIED_NAMES = ("embed.tokens.weight", "head.proj.weight")
+
 OPTIONAL_DEFAULTS = {"dp_size": 1, "tie_embeddings": False, "dropout": 0.0, "dropout_shards": 1}
 
 

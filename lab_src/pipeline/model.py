@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lab_src.pipeline import dropout
-from lab_src.pipeline.config import LabConfig
+from lab_src.pipeline.config import TIED_NAMES, LabConfig  # noqa: F401 - TIED_NAMES: the model's fact, read here too
 
 # Per-process instrumentation: the names of pieces built, and forward calls per piece.
 BUILT: list[str] = []

@@ -152,3 +152,9 @@ class Step:
             raise ValueError(f"{text!r} is not an action such as '2F0' (stage, letter, micro-batch)")
         stage, letter, mb = found.groups()
         return cls(int(stage), Op.lettered(letter), int(mb), int(stage) // p if p else 0)
+
+
+# The two combined operations of q11's `p2p_communicate`: a send and, with no compute between, the receive from the
+# same neighbour, posted together (topics/p2p/calls.py; comm/messages.py splits them into their messages)
+COMBINED = {"send_forward_recv_backward": (Op.SEND_FORWARD, Op.RECV_BACKWARD),
+            "send_backward_recv_forward": (Op.SEND_BACKWARD, Op.RECV_FORWARD)}

@@ -6,7 +6,7 @@ collective (q14's all-reduces):
     (rank, kind, microbatch, peer, shape, bytes, t_start, t_end, chunk, held[, group[, lane[, state]]])
 
 `rank` and `peer` are pipeline ranks; `kind` is an operation of `schedules.Op` ("forward", "send_forward",
-...) or a collective of COLLECTIVES, which the topics declare (q14's "allreduce_dp", q17's "allreduce_tp", ...:
+...) or a collective of COLLECTIVES, which the topics declare (q14's "allreduce_dp", q17's "all_reduce", ...:
 lab_src/topics/<topic>/__init__.py); `chunk` is the model chunk of the
 rank (0 unless the schedule is interleaved); `held` is the activation memory the rank holds when the
 operation ends: bytes of tensors saved for backward and not yet freed (harness/memory.py counts them while a
@@ -325,7 +325,7 @@ class Posted:
 
     @contextlib.contextmanager
     def posting(self):
-        """Around the call that posts it: the rank is in this operation (so topics/p2p/rawp2p.py, which records
+        """Around the call that posts it: the rank is in this operation (so comm/messages.py, which records
         raw torch.distributed calls made outside any operation, leaves it to this record)."""
         t = self.tracer
         if t is None:

@@ -66,7 +66,7 @@ def stoppable() -> bool:
 
 def barrier(group) -> None:
     """A barrier of `group` that the check can stop; the lab's own, never recorded as an answer's (the
-    original of a recorder's wrapper: topics/tensor_parallel/rawcoll.py records the barriers answers call)."""
+    original of a recorder's wrapper: comm/collectives.py records the barriers answers call)."""
     import torch.distributed as dist
     original = getattr(dist.barrier, "__wrapped__", dist.barrier)
     wait(original(group=group, async_op=True))

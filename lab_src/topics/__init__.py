@@ -5,17 +5,18 @@ A topic is a parallelism (or a part of one) taught by one or more exercises afte
 
     __init__.py        its declaration, `TOPIC = Topic(...)`: data only, no torch (this page's classes)
     records.py         what its kinds and judges share, torch-free: the typed record each kind's ranks fill
-                       (harness/observed.py), settings both sides read, names of parts
+                       (harness/observed.py), the typed settings both sides read (harness/settings.py), names of parts
     kind*.py           rank side: `run(case, ctx, group, tracer, obs)` of each case kind it declares
     judge*.py          parent side: the problems a run of its kinds shows (never imports a kind, nor a kind it)
     runtime modules    what its ranks are given or record (a recorder's `install()`, a grid, a stage class)
     pictures           its figures and timelines
 
-The core (`pipeline/`, `harness/`, `judge/`, `views/`) never imports a topic's modules: it reads the
+The core (`pipeline/`, `harness/`, `comm/`, `judge/`, `views/`) never imports a topic's modules: it reads the
 declarations below through `all_topics()` (the case kinds' table, the event kinds' names, colours and labels,
 the recorders a rank installs), so a new topic is one new folder and no core table changes. A topic imports
-the core and the topics before it in `lab_src.registry.MODULES` order, nothing later; tests/test_import_rules.py
-holds these rules. `python -m grader new --topic NAME` writes a new topic's skeleton.
+the core (comm/ for process groups, meshes, recorders and lanes), and of another topic only what the course builds
+on (q13's digits and training), never its kinds or judges, and nothing of a topic later in `lab_src.registry.MODULES`
+order; tests/test_import_rules.py holds these rules. `python -m grader new --topic NAME` writes a new topic's skeleton.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import importlib
 import pkgutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from lab_src.comm import EventKind  # noqa: F401 - what a topic declares its event kinds with
 
 # the exercise functions that building a pipeline stage calls (q02, q03, q05): most kinds' `calls` start with them
 LAYOUT = ("check_args", "activation_shape", "distribute_layers")
@@ -38,22 +41,13 @@ class Kind:
     what: str                   # what its ranks do, in a line or two
     step: bool = False          # its ranks also call the case's step, and what that step uses
     record: str = ""            # "module:Class", the typed record its ranks fill ("": harness/observed.py's Observed)
+    settings: str = ""          # "module:Class", its typed settings (harness/settings.py; "": it takes none)
     timeout_factor: int = 1     # its groups' and barriers' timeout is this many times the launch's (harness/worker.py)
 
     def within(self, package: str) -> "Kind":
         def full(name: str) -> str:
             return name if not name or name.startswith("lab_src.") else f"{package}.{name}"
-        return replace(self, module=full(self.module), record=full(self.record))
-
-
-@dataclass(frozen=True)
-class EventKind:
-    """A kind of event a topic's ranks record beside the core's operations (pipeline/ops.py's Op)."""
-    name: str                   # the `kind` of its events
-    label: str                  # what a legend and a tooltip call it
-    colour: str                 # how the timeline and the figures draw it
-    collective: bool = True     # a collective over a group of ranks (no peer); False: a compute box of `Op`
-    lane_label: str = ""        # what names a rank's lane row holding only these (q22's gathers): not "its lane 1"
+        return replace(self, module=full(self.module), record=full(self.record), settings=full(self.settings))
 
 
 @dataclass(frozen=True)
@@ -107,8 +101,12 @@ def kinds() -> dict[str, Kind]:
 
 
 def event_kinds() -> tuple[EventKind, ...]:
-    return tuple(e for t in all_topics() for e in t.events)
+    """The core's (lab_src/comm: the answer's own torch.distributed collectives), then every topic's."""
+    from lab_src import comm
+    return comm.EVENTS + tuple(e for t in all_topics() for e in t.events)
 
 
 def recorders() -> tuple[str, ...]:
-    return tuple(r for t in all_topics() for r in t.recorders)
+    """The core's (lab_src/comm: raw messages, raw collectives), then any a topic adds."""
+    from lab_src import comm
+    return comm.RECORDERS + tuple(r for t in all_topics() for r in t.recorders)

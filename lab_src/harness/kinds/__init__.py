@@ -17,7 +17,7 @@ from lab_src.registry import EXERCISES
 from lab_src.topics import LAYOUT, Kind
 
 CORE = {
-    "pipeline": Kind("pipeline", record="StepObserved", calls=LAYOUT + ("needs_dataloader",), step=True,
+    "pipeline": Kind("pipeline", record="StepObserved", settings="PerturbSettings", calls=LAYOUT + ("needs_dataloader",), step=True,
                      what="the step function the case names (q08's afab_step, ...) with its comparisons' raw "
                           "material, and the probes of q07, q09 and q10"),
     "comm": Kind("comm", record="CommObserved", calls=LAYOUT + ("pipeline_communicate",),
@@ -32,7 +32,8 @@ CORE = {
     "units": Kind("units", record="UnitsObserved", calls=(), what="exercise functions called on given arguments"),
     "seeds": Kind("seeds", record="SeedsObserved", calls=(), what="what the seed does to weights on different ranks (q01 demo)"),
 }
-KINDS = {**{name: replace(k, module=f"{__name__}.{k.module}", record=f"lab_src.harness.observed:{k.record}")
+KINDS = {**{name: replace(k, module=f"{__name__}.{k.module}", record=f"lab_src.harness.observed:{k.record}",
+                          settings=k.settings and f"lab_src.harness.settings:{k.settings}")
             for name, k in CORE.items()},
          **topics.kinds()}
 

@@ -12,13 +12,13 @@ launch).
 from __future__ import annotations
 
 from lab_src import exercises
-from lab_src.pipeline import split
 from lab_src.harness import observe
 from lab_src.harness.case import Case
 from lab_src.harness.kinds import probes as probe
 from lab_src.harness.memory import counting, peak_rss_bytes
 from lab_src.harness.records import Memory
-from lab_src.pipeline import data, perturb
+from lab_src.harness.settings import settings_of
+from lab_src.pipeline import data, perturb, split
 from lab_src.pipeline.baseline import load_baseline
 
 
@@ -27,7 +27,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     rank, probes = ctx.rank, case.probes
     try:
         stage = observe.build_stage(cfg, ctx, group, obs)
-        if case.settings.get("perturb") and stage.embed is not None:
+        if settings_of(case).perturb and stage.embed is not None:
             # evidence from outside the answer: the outputs must follow a change only rank 0 knows
             obs["perturbed"] = perturb.new_seed()
             perturb.perturb_embedding(stage.embed, obs["perturbed"])

@@ -24,20 +24,21 @@ TOPIC = Topic(
     title="Data parallel from first principles: a ring all-reduce, then gradient buckets under the pipeline",
     exercises=("q19", "q20"),
     kinds={
-        "ring": Kind("kind", record="records:RingObserved", calls=("ring_all_reduce",),
+        "ring": Kind("kind", record="records:RingObserved", settings="records:RingSettings", calls=("ring_all_reduce",),
                      timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                      what="q19's ring all-reduce over the case's ranks (or the columns of a grid of them), one "
                           "length after another: what each rank holds afterwards and every message it made"),
-        "ring_study": Kind("kind_study", record="records:StudyObserved", calls=("ring_all_reduce",),
+        "ring_study": Kind("kind_study", record="records:StudyObserved", settings="records:StudySettings", calls=("ring_all_reduce",),
                            timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                            what="q19's ring and gloo's all-reduce timed at lengths from a few elements to "
                                 "millions, each repeated: the ring's alpha-beta fit, algbw and busbw"),
-        "ring_network": Kind("kind_network", record="records:NetworkObserved", calls=("ring_all_reduce",),
+        "ring_network": Kind("kind_network", record="records:NetworkObserved", settings="records:NetworkSettings",
+                             calls=("ring_all_reduce",),
                              timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                              what="q19's ring all-reducing the seed's four layers' gradients step after step "
                                   "over an emulated network with a latency tail: each layer's and each step's "
                                   "time, and every message's emulated delay"),
-        "buckets": Kind("kind_buckets", record="records:BucketsObserved",
+        "buckets": Kind("kind_buckets", record="records:BucketsObserved", settings="records:BucketsSettings",
                         calls=LAYOUT + ("p2p_communicate", "ring_all_reduce", "bucketed_step"),
                         timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                         what="q20's Reducer and 1F1B step on a data x pipeline grid of the case's ranks, a few "

@@ -6,7 +6,7 @@
     dp.sum_tied(grad)            with tied embeddings, on the first and last stage: sum the tied weight's gradient
                                  over the two (this replica's first and last stage), recorded as "allreduce_tied"
 
-The reducing thread is lane 1 of the rank (pipeline/trace.py `Tracer.lane`): it runs the answer's
+The reducing thread is lane 1 of the rank (comm/lanes.py `Worker`): it runs the answer's
 `ring_all_reduce` (q19; in grading, the reference's) on each buffer, one after another in the order they were
 launched, while the main thread goes on with the backward. Its messages are recorded in lane 1, so the deadlock
 watch follows them on their own and the timeline draws them in a thin row under the rank's. A wait for a buffer
@@ -18,52 +18,40 @@ other rank of the group, so replicas must launch the same buckets in the same or
 """
 from __future__ import annotations
 
-import contextlib
-import queue
-import threading
 import time
 
 import torch
 
-from lab_src import exercises
+from lab_src.comm import collectives, lanes
 from lab_src.pipeline import trace, waiting
 
-LANE = 1
+LANE = lanes.LANE
 
 
 class BucketMismatch(RuntimeError):
     """The replicas launched different buckets as the same launch of a step."""
 
 
-class _Done:
-    """What `waiting.wait` waits on: the thread's event (a work-like object)."""
-
-    def __init__(self, event: threading.Event):
-        self.event = event
-
-    def wait(self):
-        self.event.wait()
-        return True
-
-
-class Launched:
+class Launched(lanes.Job):
     """One launched buffer; `wait()` returns once the ring has summed it (the buffer itself)."""
 
-    def __init__(self, index: int, tensor: torch.Tensor):
-        self.index, self.tensor = index, tensor
-        self.error: BaseException | None = None
+    def __init__(self, index: int, tensor: torch.Tensor, dp: "DataParallel"):
+        super().__init__()
+        self.index, self.tensor, self.dp = index, tensor, dp
         self.waited = False                 # whether the answer's wait() returned (dp.sum_tied reads it)
-        self._done = threading.Event()
 
-    def is_completed(self) -> bool:
-        return self._done.is_set()
+    def run(self) -> None:                  # in the reducing lane
+        dp = self.dp
+        if dp._agree_first and dp.size > 1:
+            with trace.waiting("allreduce_dp", tuple(dp.ranks)):    # journalled as a collective
+                dp._agree(self)
+        if dp._all_reduce is not None:
+            dp._all_reduce(self.tensor, dp.group)
+        else:
+            lanes.ring_all_reduce(self.tensor, dp.group, "q20")
 
     def wait(self) -> torch.Tensor:
-        if not self._done.is_set():
-            with trace.waiting_for_lane(LANE):
-                waiting.wait(_Done(self._done))
-        if self.error is not None:
-            raise self.error
+        super().wait()
         self.waited = True
         return self.tensor
 
@@ -81,8 +69,7 @@ class DataParallel:
         self.size, self.rank = len(self.ranks), self.ranks.index(rank)
         self.launches: list[list] = []        # [perf_counter, bytes, numel] of each launch of this step
         self._handles: list[Launched] = []
-        self._queue: queue.Queue = queue.Queue()
-        self._thread: threading.Thread | None = None
+        self._lane = lanes.Worker("lab-reducer")
 
     def __repr__(self) -> str:
         return f"DataParallel(size={self.size}, rank={self.rank}, ranks={self.ranks})"
@@ -97,40 +84,13 @@ class DataParallel:
             raise ValueError("dp.launch needs a contiguous tensor: the ring sums it through view(-1). Flatten the "
                              "bucket's gradients into one new buffer (torch.cat of each .grad.reshape(-1))")
         self.launches.append([time.perf_counter(), tensor.numel() * tensor.element_size(), tensor.numel()])
-        handle = Launched(len(self.launches) - 1, tensor)
+        handle = Launched(len(self.launches) - 1, tensor, self)
         self._handles.append(handle)
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._work, args=(trace.active(),), name="lab-reducer",
-                                            daemon=True)
-            self._thread.start()
-        self._queue.put(handle)
-        return handle
-
-    def _work(self, tracer) -> None:
-        with (tracer.lane(LANE) if tracer is not None else contextlib.nullcontext()):
-            while True:
-                with trace.idle_lane():         # the deadlock watch: idle here, and only here
-                    handle = self._queue.get()
-                if handle is None:
-                    return
-                try:
-                    if self._agree_first and self.size > 1:
-                        with trace.waiting("allreduce_dp", tuple(self.ranks)):    # journalled as a collective
-                            self._agree(handle)
-                    if self._all_reduce is not None:
-                        self._all_reduce(handle.tensor, self.group)
-                    else:
-                        with exercises.running_for("q20"):
-                            exercises.ring_all_reduce(handle.tensor, self.group)
-                except BaseException as e:  # noqa: BLE001 - handed to the main thread, which raises it
-                    handle.error = e
-                finally:
-                    handle._done.set()
+        return self._lane.submit(handle)
 
     def _agree(self, handle: Launched) -> None:
         """Every replica learns what the others launched as this launch of the step; a difference raises on all."""
-        import torch.distributed as dist
-        gather = getattr(dist.all_gather, "__wrapped__", dist.all_gather)    # the lab's own: not the answer's
+        gather = collectives.lab("all_gather")      # the lab's own: not the answer's
         t = handle.tensor
         mine = torch.tensor([handle.index, t.numel(), t.element_size()], dtype=torch.int64)
         seen = [torch.empty_like(mine) for _ in self.ranks]
@@ -146,7 +106,6 @@ class DataParallel:
 
     def sum_tied(self, grad) -> None:
         """Sum `grad` (the tied embedding's gradient) in place over this replica's first and last stage."""
-        import torch.distributed as dist
         if self._tied is None:
             raise ValueError("dp.sum_tied: this stage holds no tied embedding (only the first and the last stage of a "
                              "pipeline with tied embeddings do: stage.tied_embedding is None here)")
@@ -156,7 +115,7 @@ class DataParallel:
         group, ranks = self._tied
         self.tied_sums.append([time.perf_counter(), grad.numel() * grad.element_size(),
                                all(h.is_completed() and h.waited for h in self._handles)])
-        reduce = getattr(dist.all_reduce, "__wrapped__", dist.all_reduce)     # the lab's: recorded as its own kind
+        reduce = collectives.lab("all_reduce")      # the lab's: recorded as its own kind
         with trace.span("allreduce_tied", None, None, tuple(grad.shape), grad.numel() * grad.element_size(),
                         group=tuple(ranks)):
             if len(ranks) > 1:
@@ -173,8 +132,5 @@ class DataParallel:
         self._handles = []
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._lane.close()
 

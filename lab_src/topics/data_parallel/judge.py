@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import torch
 
+from lab_src.harness.settings import settings_of
 from lab_src.judge.problems import Problem
 from lab_src.topics.data_parallel.inputs import expected_sum, tensor_of
 from lab_src.topics.data_parallel.records import chunk_cap, groups_of, ring_bytes
 
 EPS = {"float32": 2.0 ** -23, "float64": 2.0 ** -52}
-COLLECTIVE_NAMES = {"allreduce_tp": "dist.all_reduce", "allgather_tp": "dist.all_gather",
-                    "reducescatter_tp": "dist.reduce_scatter", "broadcast_tp": "dist.broadcast",
-                    "reduce_tp": "dist.reduce", "barrier_tp": "dist.barrier"}
+COLLECTIVE_NAMES = {"all_reduce": "dist.all_reduce", "all_gather": "dist.all_gather",
+                    "reduce_scatter": "dist.reduce_scatter", "broadcast": "dist.broadcast",
+                    "reduce": "dist.reduce", "dist_barrier": "dist.barrier"}
 
 
 def values_of(run: dict) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -40,7 +41,7 @@ def values_of(run: dict) -> tuple[torch.Tensor | None, torch.Tensor | None]:
 
 
 def rings(outcome) -> list[list[int]]:
-    return groups_of(outcome.case.stages, outcome.case.settings.get("columns"))
+    return groups_of(outcome.case.stages, settings_of(outcome.case).columns)
 
 
 def chunk_of(index: int, length: int, n: int) -> int:
@@ -180,7 +181,7 @@ def merged(problems: list[tuple[str, int, Problem]]) -> list[Problem]:
 def judge_run(outcome) -> dict[str, list[Problem]]:
     """{"sums": [...], "ring": [...]} over every length and ring of the case, each cause once."""
     cfg = outcome.case.config
-    lengths = outcome.case.settings["lengths"]
+    lengths = settings_of(outcome.case).lengths
     found = {"sums": [], "ring": []}
     for ring in rings(outcome):
         for i, length in enumerate(lengths):
@@ -198,7 +199,7 @@ def traffic(outcome) -> list[dict]:
     """Per length: the bytes and messages each rank sent, and what a ring sends (for the check's table)."""
     rows = []
     n = len(rings(outcome)[0])
-    for i, length in enumerate(outcome.case.settings["lengths"]):
+    for i, length in enumerate(settings_of(outcome.case).lengths):
         per = {r: (o.get("runs") or [])[i] for r, o in sorted(outcome.obs.items()) if len(o.get("runs") or []) > i}
         if not per:
             continue

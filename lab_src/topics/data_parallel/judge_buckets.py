@@ -11,49 +11,19 @@ Four parts, each read from behaviour, never from the answer's form:
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
+from lab_src.harness.settings import settings_of
 from lab_src.judge.compare import close, scale_between
+from lab_src.judge.grid_baseline import grid_baseline_grads
 from lab_src.judge.problems import Problem, first_wrong_steps
+from lab_src.pipeline.config import TIED_NAMES
 from lab_src.topics.data_parallel.buckets import bucket_bytes, plan_problems
-from lab_src.topics.dp_pp.records import TIED_NAMES
-
-SGD_LR = 0.1   # kind_buckets.py's
-
-
-@functools.lru_cache(maxsize=16)
-def _baseline(cfg_items: tuple, freeze: tuple, steps: int) -> list[dict]:
-    from lab_src.pipeline.config import LabConfig
-    from lab_src.pipeline.data import make_dataloader
-    from lab_src.pipeline.model import build_model
-    cfg = LabConfig(**dict(cfg_items))
-    model = build_model(cfg, "cpu")
-    for name, p in model.named_parameters():
-        if name in freeze:
-            p.requires_grad_(False)
-    batch = next(iter(make_dataloader(cfg, cfg.global_batch_size)))
-    out = []
-    for _ in range(steps):
-        for p in model.parameters():
-            p.grad = None
-        model(batch).mean().backward()
-        out.append({n: p.grad.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)
-                    if p.grad is not None})
-        with torch.no_grad():
-            for p in model.parameters():
-                if p.grad is not None:
-                    p -= SGD_LR * p.grad
-    return out
 
 
 def baseline_grads(case) -> list[dict]:
-    """One process's gradients at each step: the whole model, the global batch, the kind's SGD steps."""
-    from lab_src.harness.baselines import threads_of_a_rank
-    with threads_of_a_rank():
-        return _baseline(tuple(sorted(case.config.to_dict().items())), tuple(case.settings.get("freeze", ())),
-                         case.settings.get("steps", 3))
+    """One process's gradients at each of the case's steps (judge/grid_baseline.py)."""
+    return grid_baseline_grads(case, settings_of(case).steps)
 
 
 def explain(c: float | None, dp: int, m: int, got, want, step: dict, mb_last: int) -> str:
@@ -135,7 +105,7 @@ def value_problems(outcome) -> list[Problem]:
 
 def stage_plan_problems(outcome) -> list[Problem]:
     problems = []
-    cap = outcome.case.settings["cap"]
+    cap = settings_of(outcome.case).cap
     for r, o in sorted(outcome.obs.items()):
         if "params" not in o:
             continue
@@ -173,7 +143,7 @@ def ring_problems(outcome) -> list[Problem]:
         for k, step in enumerate(o.get("steps") or []):
             got = [b for _, b, _ in step.get("launches") or []]
             if step.get("collectives"):
-                name = step["collectives"][0].split("_")[0].replace("allreduce", "all_reduce")
+                name = step["collectives"][0].removeprefix("dist_")     # the event kind: torch's function (comm/collectives.py)
                 problems.append(Problem(f"step {k}: the reducer called a collective of torch.distributed ({name}): "
                                         f"every bucket goes through dp.launch, whose thread sums it with your q19 "
                                         f"ring", rank=r))

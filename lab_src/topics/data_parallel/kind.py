@@ -6,46 +6,31 @@ groups every rank creates. The tensors come from inputs.py (the case's seed, the
 the ring). Between lengths the ranks meet at a barrier, so one length's messages never mix with the next's.
 For each length the rank records (plain values, never a verdict): whether the call raised, what it
 returned, the result's digest, float64 sum and (whole, or a random sample of) its values, the sends and
-receives it made (peer's global rank, bytes: topics/p2p/rawp2p.py records the answer's own torch.distributed
-calls) and any collective it called (topics/tensor_parallel/rawcoll.py).
+receives it made (peer's global rank, bytes: comm/messages.py records the answer's own torch.distributed
+calls) and any collective it called (comm/collectives.py).
 """
 from __future__ import annotations
 
-import datetime
 import hashlib
 import os
 import time
 
 import torch
-import torch.distributed as dist
 
 from lab_src import exercises
+from lab_src.comm import collectives as coll
+from lab_src.comm.mesh import Mesh
 from lab_src.harness import observe
 from lab_src.harness.case import Case
+from lab_src.harness.settings import settings_of
 from lab_src.topics.data_parallel.inputs import tensor_of
-from lab_src.topics.data_parallel.records import SAMPLED, WHOLE, groups_of
-from lab_src.topics.tensor_parallel import rawcoll
+from lab_src.topics.data_parallel.records import SAMPLED, WHOLE
 
 
-def ring_groups(case: Case, ctx, group):
-    """(this rank's process group, its global ranks): the case's own group, or its data-parallel column's,
-    whose groups every rank of the case creates, in the same order (the case then spans the whole launch)."""
-    rings = groups_of(case.stages, case.settings.get("columns"))
-    if len(rings) == 1:
-        return group, rings[0]
-    mine = None
-    for ranks in rings:
-        made = dist.new_group(ranks, timeout=datetime.timedelta(seconds=ctx.timeout_s))
-        if ctx.rank in ranks:
-            mine = (made, ranks)
-    return mine
-
-
-def close(ring, group) -> None:
-    """Destroy a column's group made for the case (each holds threads of the collective library), once the
-    case's messages are all delivered; the case's own group is the harness's."""
-    if ring is not group:
-        dist.destroy_process_group(ring)
+def ring_mesh(case: Case, ctx, group) -> Mesh:
+    """The case's ranks as rings along "dp": all of them (the case's own group), or (settings "columns") the
+    data-parallel columns of a (dp, pp) grid of them, whose groups every rank of the case makes, in the same order."""
+    return Mesh.of(case, ctx, whole=group).build("dp")
 
 
 def digest(t: torch.Tensor) -> str:
@@ -86,19 +71,20 @@ def sum_once(tensor: torch.Tensor, group, tracer) -> dict:
 
 def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg = case.config
-    rawcoll.CASE_RANKS[:] = range(case.stages)
+    coll.CASE_RANKS[:] = range(case.stages)
     try:
-        ring, ranks = ring_groups(case, ctx, group)
+        mesh = ring_mesh(case, ctx, group)
+        ring, ranks = mesh.entry("dp")
         position = ranks.index(ctx.rank)
         obs["group"], obs["position"] = ranks, position
         runs = obs["runs"] = []
-        for length in case.settings["lengths"]:
+        for length in settings_of(case).lengths:
             observe.barrier(group)
             x = tensor_of(cfg.seed, length, position, cfg.dtype).to(ctx.device)
             obs["summing"] = length
             runs.append(sum_once(x, ring, tracer))
         observe.finish_messages(None, group, tracer)
-        close(ring, group)
+        mesh.destroy()          # a column's groups hold threads of the collective library; the case's own is kept
     finally:
-        rawcoll.CASE_RANKS.clear()
+        coll.CASE_RANKS.clear()
         observe.record_instrumentation(obs, tracer)

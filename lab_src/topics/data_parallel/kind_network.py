@@ -2,7 +2,7 @@
 last layer first as a backward finishes them, step after step, over an emulated network (network.py) with a
 latency tail.
 
-Every send of the answer goes through the rank's emulated links (topics/p2p/rawp2p.py `NETWORK`), which hold it
+Every send of the answer goes through the rank's emulated links (comm/messages.py `NETWORK`), which hold it
 back for its delay without using the CPU. Each step starts at a barrier of the case's ranks; the rank times each
 layer's all-reduce and the step, and keeps every message it sent with its delay and whether it was slow. The
 study (tail.py) takes each step's and each layer's slowest rank, and marks the slow messages.
@@ -12,25 +12,26 @@ from __future__ import annotations
 import time
 
 from lab_src import exercises
+from lab_src.comm import messages as msgs
 from lab_src.harness import observe
 from lab_src.harness.case import Case
+from lab_src.harness.settings import settings_of
 from lab_src.topics.data_parallel.inputs import tensor_of
 from lab_src.topics.data_parallel.network import Links, Network
-from lab_src.topics.p2p import rawp2p
 
 
 def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg = case.config
-    s = case.settings
-    layers = s["layers"]                       # [[name, length]] in the order a backward finishes them
-    links = Links(Network(**s["network"]), ctx.rank, rawp2p._ORIGINAL["isend"])
+    s = settings_of(case)
+    layers = s.layers                       # [[name, length]] in the order a backward finishes them
+    links = Links(Network(**s.network), ctx.rank, msgs._ORIGINAL["isend"])
     obs["group"] = list(range(case.stages))
     steps = obs["steps"] = []                  # per step: [seconds of each layer's all-reduce], then the step's
     marks = obs["marks"] = []                  # per step: the number of the rank's events before it
     grads = [tensor_of(cfg.seed, length, ctx.rank, cfg.dtype) for _, length in layers]
-    rawp2p.NETWORK[0] = links
+    msgs.NETWORK[0] = links
     try:
-        for step in range(s["steps"]):
+        for step in range(s.steps):
             observe.barrier(group)
             marks.append(len(tracer.events))
             times, start = [], time.perf_counter()
@@ -43,7 +44,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
             steps.append(times + [time.perf_counter() - start])
         observe.finish_messages(None, group, tracer)
     finally:
-        rawp2p.NETWORK[0] = None
+        msgs.NETWORK[0] = None
         links.close()
         obs["sent"] = links.sent
         observe.record_instrumentation(obs, tracer)

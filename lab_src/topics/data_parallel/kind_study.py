@@ -4,7 +4,7 @@ all-reduce, each timed on the case's ranks at lengths from one element to millio
 Each timed call starts after a barrier of the case's ranks and is timed on every rank; the study (study.py)
 takes, per call, the slowest rank's time, as nccl-tests does. The ring's messages are recorded as in every
 case (the lab's point-to-point layer), so its time is the student path's, recording included; gloo's
-all-reduce goes through the lab's collective recorder (topics/tensor_parallel/rawcoll.py) the same way.
+all-reduce goes through the lab's collective recorder (comm/collectives.py) the same way.
 """
 from __future__ import annotations
 
@@ -15,16 +15,17 @@ import torch.distributed as dist
 from lab_src import exercises
 from lab_src.harness import observe
 from lab_src.harness.case import Case
+from lab_src.harness.settings import settings_of
 from lab_src.topics.data_parallel.inputs import tensor_of
 
 
 def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg = case.config
-    repeats = case.settings.get("repeats", 5)
+    repeats = settings_of(case).repeats
     timings = obs["timings"] = {"ring": {}, "gloo": {}}
     obs["group"] = list(range(case.stages))
     try:
-        for length in case.settings["lengths"]:
+        for length in settings_of(case).lengths:
             x = tensor_of(cfg.seed, length, ctx.rank, cfg.dtype)
             for name in ("ring", "gloo"):
                 times = timings[name][length] = []

@@ -8,7 +8,41 @@ the same ones without any of them travelling.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from lab_src.harness.observed import Observed, StageObserved
+from lab_src.harness.settings import GridSettings, Settings
+
+
+@dataclass(frozen=True)
+class RingSettings(Settings):
+    lengths: list                       # the tensors' lengths, summed one after another
+    columns: int | None = None          # the rings are the data-parallel columns of a grid this many stages deep
+
+    def degrees(self, case) -> dict[str, int]:
+        columns = self.columns or 1
+        return {"dp": case.stages // columns, "pp": columns}
+
+
+@dataclass(frozen=True)
+class StudySettings(Settings):
+    lengths: list
+    repeats: int = 5
+
+
+@dataclass(frozen=True)
+class NetworkSettings(Settings):
+    layers: list                        # [[name, length]] in the order a backward finishes them
+    steps: int
+    network: dict                       # network.py `Network`'s fields
+
+
+@dataclass(frozen=True)
+class BucketsSettings(GridSettings):
+    cap: int                            # the byte cap the Reducer is built with
+    steps: int = 3                      # optimizer steps in a row
+    mlp_caps: list = field(default_factory=list)    # the seed's MLP planned under these caps too
+    freeze: list = field(default_factory=list)      # parameters left without a gradient
 
 # the seed's MNIST MLP (784-256-128-64-10, float32): its four layers' gradients, weights and biases, are
 # what a data-parallel step all-reduces (the bytes the seed lists: 803840, 131584, 33024 and 2600)
@@ -72,7 +106,6 @@ BUCKET_PREDICTION = "predicted_buckets"     # a function of q20's answer cell: t
 class BucketsObserved(StageObserved):
     grid: list                  # [dp, pp]
     params: list                # the stage's parameters in declaration order: [name, bytes, requires_grad]
-    cap: int                    # the byte cap the Reducer was built with
     buckets: object             # the Reducer's `buckets` (lists of names), or its repr when it is not that
     mlp_plans: dict             # str(cap) -> the Reducer's buckets for the seed's MLP under that cap
     stepping: int               # the step the rank was in when it stopped (absent once every step ran)

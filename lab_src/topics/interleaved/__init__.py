@@ -15,7 +15,7 @@ TOPIC = Topic(
     title="Interleaved 1F1B with virtual stages",
     exercises=("q15",),
     kinds={
-        "interleaved": Kind("kind", record="records:InterleavedObserved", calls=LAYOUT + ("needs_dataloader",),
+        "interleaved": Kind("kind", record="records:InterleavedObserved", settings="lab_src.harness.settings:PerturbSettings", calls=LAYOUT + ("needs_dataloader",),
                             step=True, what="an interleaved step (q15) on ranks holding several model chunks each"),
         "torch": Kind("kind_torch", record="lab_src.harness.observed:StageObserved", calls=LAYOUT,
                       what="torch.distributed.pipelining's Schedule1F1B on the case's stages (the notebooks' "

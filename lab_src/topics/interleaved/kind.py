@@ -13,9 +13,10 @@ from lab_src import exercises
 from lab_src.harness import observe
 from lab_src.harness.case import Case
 from lab_src.harness.records import Memory
+from lab_src.harness.settings import settings_of
 from lab_src.pipeline import data, perturb
-from lab_src.topics.interleaved.chunked import InterleavedStage
 from lab_src.pipeline.schedules import schedule
+from lab_src.topics.interleaved.chunked import InterleavedStage
 
 
 class NoMoreMicroBatches(StopIteration):
@@ -52,7 +53,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         mbs = obs["micro_batch_size"] = observe.micro_batch_size(cfg)
         stage = InterleavedStage(cfg, rank, p, v, mbs, ctx.device, group)
         obs["chunk_layers"] = stage.chunk_layers
-        if case.settings.get("perturb") and stage.embed is not None:
+        if settings_of(case).perturb and stage.embed is not None:
             # evidence from outside the answer: the outputs must follow a change only rank 0 knows
             obs["perturbed"] = perturb.new_seed()
             perturb.perturb_embedding(stage.embed, obs["perturbed"])

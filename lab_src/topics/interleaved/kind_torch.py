@@ -7,7 +7,7 @@ Each rank records the forwards and backwards torch's schedule ran, with their mi
 (compute only: torch's own messages are not traced), from the calls the schedule makes to its stage
 (`forward_one_chunk`, `backward_one_chunk`): what torch ran, not its plan (`pipeline_order`, whose last rank
 is numbered from micro-batch 1 in torch 2.13). torch's step runs outside the tracer, so that the lab's recorders of raw
-point-to-point calls (topics/p2p/rawp2p.py) leave torch's messages alone.
+point-to-point calls (comm/messages.py) leave torch's messages alone.
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import time
 from lab_src.harness import observe
 from lab_src.harness.case import Case
 from lab_src.pipeline import data, trace
-from lab_src.topics.interleaved.chunked import InterleavedStage
 from lab_src.pipeline.schedules import schedule
-from lab_src.topics.interleaved.torch_bridge import chunk_modules, mean_loss, stage_modules
 from lab_src.pipeline.trace import Event
+from lab_src.topics.interleaved.chunked import InterleavedStage
+from lab_src.topics.interleaved.torch_bridge import chunk_modules, mean_loss, stage_modules
 
 
 def _recorded(method, kind: str, events: list, rank: int, chunk: int = 0):

@@ -1,7 +1,6 @@
-"""Point-to-point messages with torch.distributed's own calls (q11).
+"""Point-to-point messages with torch.distributed's own calls (q11); the recorder is the core's (comm/messages.py).
 
     calls.py     the four operations and their raw torch.distributed calls, as the judge and the kind name them
-    rawp2p.py    the recorder: every raw isend/irecv/send/recv/batch_isend_irecv of a rank, journalled and timed
     kind.py      rank side: q11's operations in the order of the case's schedule
     judge.py     parent side: messages, buffers, the pipeline around them, the graded prediction
 """
@@ -13,5 +12,4 @@ TOPIC = Topic(
     exercises=("q11",),
     kinds={"p2p": Kind("kind", record="records:P2PObserved", calls=LAYOUT + ("p2p_communicate",),
                        what="q11's raw torch.distributed operations in the order of the case's schedule")},
-    recorders=("rawp2p",),
 )

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_src.pipeline.schedules import Op, Schedule, schedule as schedule_named
+from lab_src.pipeline.ops import COMBINED
+from lab_src.pipeline.schedules import Op, Schedule
+from lab_src.pipeline.schedules import schedule as schedule_named
 
-COMBINED = {"send_forward_recv_backward": (Op.SEND_FORWARD, Op.RECV_BACKWARD),
-            "send_backward_recv_forward": (Op.SEND_BACKWARD, Op.RECV_FORWARD)}
 OPERATIONS = tuple(o.value for o in Op if not o.is_compute) + tuple(COMBINED)
 
 

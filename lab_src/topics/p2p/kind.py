@@ -8,18 +8,18 @@ arrived and how its buffer was allocated (shape, dtype, device, requires_grad), 
 messages made with torch.distributed's own calls (not through stage.send / stage.recv). The ends' no-ops are
 probed first: on the first stage the operations towards the previous stage, on the last those towards
 the next, must return None without a message. The messages themselves are recorded by the wrappers of
-topics/p2p/rawp2p.py, whatever torch.distributed calls the answer makes.
+comm/messages.py, whatever torch.distributed calls the answer makes.
 """
 from __future__ import annotations
 
 import torch
 
 from lab_src import exercises
+from lab_src.comm import messages as msgs
 from lab_src.harness import observe
-from lab_src.topics.p2p import rawp2p
 from lab_src.harness.case import Case
-from lab_src.topics.p2p.calls import COMBINED, calls
 from lab_src.pipeline.schedules import Op
+from lab_src.topics.p2p.calls import COMBINED, calls
 
 
 def read_buffer(value) -> dict | None:
@@ -64,7 +64,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         obs["probes"] = {"noop_ends": _probe_noop_ends(stage, tracer)}
         observe.barrier(group)
         done = obs["calls"] = []
-        raw_before = rawp2p.RECORDED[0]
+        raw_before = msgs.RECORDED[0]
         for call in calls(case.schedule, rank, p, m, combined="single" not in case.probes):
             send = next((op for op in call.parts if op.is_send), None)
             tensor = observe.label_tensor(stage, rank, call.microbatch, send.phase) if send else None
@@ -74,7 +74,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                                             **kwargs)
             done.append([call.operation, call.microbatch, call.recv_microbatch, read_buffer(got),
                          [[e.kind, e.microbatch] for e in tracer.events[before:]]])
-            obs["raw_messages"] = rawp2p.RECORDED[0] - raw_before   # made with torch.distributed's own calls
+            obs["raw_messages"] = msgs.RECORDED[0] - raw_before   # made with torch.distributed's own calls
         observe.finish_messages(None, group, tracer)
     finally:
         observe.record_instrumentation(obs, tracer)

@@ -26,6 +26,7 @@ import time
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from lab_src.comm import collectives, lanes
 from lab_src.pipeline import waiting
 from lab_src.pipeline.trace import Event
 from lab_src.topics.sharding.records import shard_bounds
@@ -107,8 +108,7 @@ class FsdpGroup:
         """The gather itself, neither noted nor watched (the kind's own reading of the shards' gradients). The
         shards' lengths follow from the layer's whole length where the lab knows it (`total`, or a registered
         shard's); otherwise the ranks exchange them first."""
-        import torch.distributed as dist
-        gather = getattr(dist.all_gather, "__wrapped__", dist.all_gather)
+        gather = collectives.lab("all_gather")
         total = total if total is not None else self.totals.get(shard.untyped_storage().data_ptr())
         if total is not None:
             counts = self._counts(shard, total)
@@ -129,7 +129,7 @@ class FsdpGroup:
         if self.size == 1:
             return padded[:counts[0]].clone()
         out = torch.empty(width * self.size, dtype=shard.dtype, device=shard.device)
-        into = getattr(dist.all_gather_single, "__wrapped__", dist.all_gather_single)
+        into = collectives.lab("all_gather_single")
         waiting.wait(into(out, padded.contiguous(), group=self.group, async_op=True))
         if all(c == width for c in counts):
             # a copy: gloo's worker thread may hold the buffer it gathered into a little after the wait returns, so
@@ -148,7 +148,6 @@ class FsdpGroup:
     def _reduce_scatter_gloo(self, flat: torch.Tensor) -> torch.Tensor:
         """This rank's shard of the sum over the group of `flat`, by gloo's reduce-scatter (each shard padded to
         the longest, torch.tensor_split's shards being uneven where the length does not divide by n)."""
-        import torch.distributed as dist
         bounds = [shard_bounds(flat.numel(), self.size, i) for i in range(self.size)]
         width = max(end - start for start, end in bounds)
         if all(end - start == width for start, end in bounds):
@@ -159,7 +158,7 @@ class FsdpGroup:
                 row[:end - start] = flat.detach()[start:end]
             rows = rows.view(-1)
         out = torch.empty(width, dtype=flat.dtype, device=flat.device)
-        scatter = getattr(dist.reduce_scatter_single, "__wrapped__", dist.reduce_scatter_single)
+        scatter = collectives.lab("reduce_scatter_single")
         waiting.wait(scatter(out, rows, group=self.group, async_op=True))
         start, end = bounds[self.rank]
         return out[:end - start]
@@ -169,16 +168,9 @@ class FsdpGroup:
         the rank's lane 1, the row under its own, since they run inside a forward or a backward."""
         if self.size == 1:
             return
-        t = self.tracer
-        if t is None:
-            self.ring(tensor, self.group)
-            return
         # the forward or backward around it is the main lane's; its messages are the ring's own operations
-        before, since = t.pending, t.pending_since
-        t.pending = t.pending_since = None
-        with t.lane(1):
+        with lanes.inline(self.tracer):
             self.ring(tensor, self.group)
-        t.pending, t.pending_since = before, since     # not on an exception: the error names the ring's message
 
     def _held(self) -> tuple[int, list[str]]:
         """The gathered bytes held now and whose: every gathered copy's storage that is still there, at its size

@@ -15,8 +15,9 @@ import functools
 
 import torch
 
+from lab_src.harness.settings import settings_of
 from lab_src.judge.problems import Problem, first_wrong_steps
-from lab_src.topics.sharding.records import BETAS, EPS, LR, WEIGHT_DECAY, shard_bounds
+from lab_src.topics.sharding.records import BETAS, EPS, WEIGHT_DECAY, shard_bounds
 
 SLACK_BYTES = 1024          # a step count and the like, beside the two moments
 # AdamW divides each gradient element by its own running magnitude: where a gradient is nearly zero (the key
@@ -55,8 +56,8 @@ def one_process(case) -> list[dict]:
     """One process's parameters: [before the first step, after step 0, after step 1, ...]."""
     from lab_src.harness.baselines import threads_of_a_rank
     with threads_of_a_rank():
-        return _one_process(tuple(sorted(case.config.to_dict().items())), case.settings.get("steps", 3),
-                            case.settings.get("lr", LR))
+        return _one_process(tuple(sorted(case.config.to_dict().items())), settings_of(case).steps,
+                            settings_of(case).lr)
 
 
 def first_step_factor(t: int) -> float:
@@ -84,7 +85,7 @@ def first_step_ratio(got: dict, want: dict, before: dict, lr: float) -> float | 
 
 def value_problems(outcome) -> list[Problem]:
     before, *want_steps = one_process(outcome.case)
-    lr = outcome.case.settings.get("lr", LR)
+    lr = settings_of(outcome.case).lr
     first: dict[int, tuple[int, Problem]] = {}
     for r, o in sorted(outcome.obs.items()):
         for k, step in enumerate(o.get("steps") or []):

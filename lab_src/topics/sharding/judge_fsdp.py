@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import torch
 
+from lab_src.harness.settings import settings_of
 from lab_src.judge.compare import close, scale_between
+from lab_src.judge.grid_baseline import grid_baseline_grads
 from lab_src.judge.problems import Problem, first_wrong_steps
-from lab_src.topics.data_parallel.judge_buckets import baseline_grads
 
 SLACK_BYTES = 4096          # buffers and small tensors a module may keep
 GATHERED_AT_ONCE = 2        # the layer in use and one prefetched
@@ -49,9 +50,9 @@ def curve_problems(outcome) -> list[Problem]:
 
 
 def value_problems(outcome) -> list[Problem]:
-    if outcome.case.settings.get("digits"):
+    if settings_of(outcome.case).digits:
         return curve_problems(outcome)
-    want_steps = baseline_grads(outcome.case)
+    want_steps = grid_baseline_grads(outcome.case, settings_of(outcome.case).steps)
     n = outcome.case.config.dp_size
     first: dict[int, tuple[int, Problem]] = {}
     for r, o in sorted(outcome.obs.items()):

@@ -5,8 +5,8 @@ reference's), then the answer's `sharded_adamw_step(params, dp, state, lr)` over
 
 Recorded per rank and step (plain values, never a verdict): the parameters after the step, the bytes of tensors
 the answer's `state` holds (what it keeps of AdamW's state), the gradients still held after the step, every
-message the answer sent or received (topics/p2p/rawp2p.py records its raw calls) and any collective it called
-(topics/tensor_parallel/rawcoll.py). judge.py compares with one process's AdamW.
+message the answer sent or received (comm/messages.py records its raw calls) and any collective it called
+(comm/collectives.py). judge.py compares with one process's AdamW.
 """
 from __future__ import annotations
 
@@ -15,14 +15,11 @@ import time
 import torch
 
 from lab_src import exercises
+from lab_src.comm.grid import grid_case
 from lab_src.harness import observe
 from lab_src.harness.case import Case
 from lab_src.harness.memory import counting
-from lab_src.pipeline import data
-from lab_src.pipeline.stage import PipelineStage
-from lab_src.topics.data_parallel.kind_buckets import make_groups
-from lab_src.topics.sharding.records import LR
-from lab_src.topics.tensor_parallel import rawcoll
+from lab_src.harness.settings import settings_of
 
 
 class DataParallelGroup:
@@ -84,62 +81,48 @@ def grad_bytes(params) -> int:
 
 
 def run(case: Case, ctx, group, tracer, obs) -> None:
-    cfg, settings = case.config, case.settings
-    dp_size, pp = cfg.dp_size, cfg.num_stages
-    dp_rank, pp_rank = divmod(ctx.rank, pp)
-    m = cfg.num_microbatches
-    mbs = cfg.global_batch_size // (dp_size * m)
-    rawcoll.CASE_RANKS[:] = range(case.stages)
-    data.SHARDS.clear()
-    obs["grid"], obs["micro_batch_size"] = [dp_size, pp], mbs
-    mine = {}
-    try:
-        mine, _ = make_groups(dp_size, pp, ctx.rank, ctx.timeout_s)
-        pipe_group, _ = mine["pipeline"]
-        dp_group, dp_ranks = mine["dp"]
-        stage = PipelineStage(cfg, pp_rank, pp, mbs, ctx.device, pipe_group)
-        observe.observe_stage(stage, obs)
-        params = list(stage.parameters())
-        obs["dp_group"] = dp_ranks
-        obs["elements"] = sum(p.numel() for p in params)
-        obs["element_size"] = params[0].element_size()
-        dp = DataParallelGroup(dp_group, dp_ranks, ctx.rank)
-        state: dict = {}
-        kept = storage_bytes(params)
-        # every event carries the training state the rank holds (the timeline's memory lane): its parameters, their
-        # gradients, and what the answer's `state` holds; the 1F1B step's activations are counted too
-        tracer.state_memory = lambda: (kept, 0, grad_bytes(params), held_bytes(state)[0])
-        steps = obs["steps"] = []
-        for k in range(settings.get("steps", 3)):
-            observe.barrier(group)
-            for p in params:
-                p.grad = None
-            data_iter = iter(data.make_dataloader(cfg, mbs, dp_rank=dp_rank)) if stage.is_first_stage else None
-            obs["stepping"] = k
-            with counting(stage, tracer):
-                exercises.one_f_one_b_step(stage, data_iter, m)
-            start, t0 = len(tracer.events), time.perf_counter()
-            with torch.no_grad():
-                returned = exercises.sharded_adamw_step(params, dp, state, settings.get("lr", LR))
-            seconds = time.perf_counter() - t0
-            if returned is not None:
-                obs["returned"] = f"sharded_adamw_step returns nothing; it returned {observe.plain(returned)!r}"[:300]
-            events = tracer.events[start:]
-            nbytes, tensors, largest = held_bytes(state)
-            steps.append({
-                "seconds": seconds,
-                "params": {n: p.detach().cpu().clone() for n, p in stage.named_parameters()},
-                "state_bytes": nbytes, "state_tensors": tensors, "largest_state": largest,
-                "grad_bytes": grad_bytes(params),
-                "sends": [[e.peer, e.bytes] for e in events if e.is_send],
-                "recvs": [[e.peer, e.bytes] for e in events if e.is_recv],
-                "collectives": [e.kind for e in events if e.is_collective],
-            })
-        obs.pop("stepping", None)
-        observe.finish_messages(stage, group, tracer)
-        for g, _ in mine.values():      # every rank is past its steps: nothing is in flight on them
-            torch.distributed.destroy_process_group(g)
-    finally:
-        tracer.state_memory = None
-        rawcoll.CASE_RANKS.clear()
-        observe.record_instrumentation(obs, tracer)
+    settings = settings_of(case)
+    with grid_case(case, ctx, group, tracer, obs) as grid:
+        try:
+            stage = grid.stage()
+            params = list(stage.parameters())
+            obs["dp_group"] = grid.dp_ranks
+            obs["elements"] = sum(p.numel() for p in params)
+            obs["element_size"] = params[0].element_size()
+            dp = DataParallelGroup(grid.dp_group, grid.dp_ranks, ctx.rank)
+            state: dict = {}
+            kept = storage_bytes(params)
+            # every event carries the training state the rank holds (the timeline's memory lane): its parameters,
+            # their gradients, and what the answer's `state` holds; the 1F1B step's activations are counted too
+            tracer.state_memory = lambda: (kept, 0, grad_bytes(params), held_bytes(state)[0])
+            steps = obs["steps"] = []
+            for k in range(settings.steps):
+                observe.barrier(group)
+                for p in params:
+                    p.grad = None
+                data_iter = grid.data_iter(stage)
+                obs["stepping"] = k
+                with counting(stage, tracer):
+                    exercises.one_f_one_b_step(stage, data_iter, grid.m)
+                start, t0 = len(tracer.events), time.perf_counter()
+                with torch.no_grad():
+                    returned = exercises.sharded_adamw_step(params, dp, state, settings.lr)
+                seconds = time.perf_counter() - t0
+                if returned is not None:
+                    obs["returned"] = (f"sharded_adamw_step returns nothing; it returned "
+                                       f"{observe.plain(returned)!r}")[:300]
+                events = tracer.events[start:]
+                nbytes, tensors, largest = held_bytes(state)
+                steps.append({
+                    "seconds": seconds,
+                    "params": {n: p.detach().cpu().clone() for n, p in stage.named_parameters()},
+                    "state_bytes": nbytes, "state_tensors": tensors, "largest_state": largest,
+                    "grad_bytes": grad_bytes(params),
+                    "sends": [[e.peer, e.bytes] for e in events if e.is_send],
+                    "recvs": [[e.peer, e.bytes] for e in events if e.is_recv],
+                    "collectives": [e.kind for e in events if e.is_collective],
+                })
+            obs.pop("stepping", None)
+            grid.finish(stage)      # every rank is past its steps: nothing is in flight on the groups
+        finally:
+            tracer.state_memory = None

@@ -16,19 +16,19 @@ gathered copies still held after the step (FsdpGroup, fsdp.py).
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from lab_src import exercises
+from lab_src.comm import collectives as coll
+from lab_src.comm.grid import grid_case
 from lab_src.harness import observe
 from lab_src.harness.case import Case
-from lab_src.pipeline import data, waiting
+from lab_src.harness.settings import settings_of
+from lab_src.pipeline import waiting
 from lab_src.pipeline.stage import PipelineStage
-from lab_src.topics.data_parallel.kind_buckets import make_groups
 from lab_src.topics.sharding.fsdp import FsdpGroup
 from lab_src.topics.sharding.kind import grad_bytes, held_bytes, storage_bytes
 from lab_src.topics.sharding.records import shard_bounds
-from lab_src.topics.tensor_parallel import rawcoll
 
 SGD_LR = 0.1    # topics/data_parallel/judge_buckets.py's, whose one-process gradients the judge compares with
 
@@ -91,81 +91,71 @@ def digits_step(stage, data, k: int, dp_rank: int, dp_size: int, mbs: int):
 
 
 def run(case: Case, ctx, group, tracer, obs) -> None:
-    cfg, settings = case.config, case.settings
-    dp_size, pp = cfg.dp_size, cfg.num_stages
-    dp_rank, pp_rank = divmod(ctx.rank, pp)
-    m = cfg.num_microbatches
-    mbs = cfg.global_batch_size // (dp_size * m)
-    rawcoll.CASE_RANKS[:] = range(case.stages)
-    data.SHARDS.clear()
-    obs["grid"], obs["micro_batch_size"] = [dp_size, pp], mbs
-    mine = {}
-    try:
-        mine, _ = make_groups(dp_size, pp, ctx.rank, ctx.timeout_s)
-        pipe_group, _ = mine["pipeline"]
-        dp_group, dp_ranks = mine["dp"]
-        training = settings.get("digits")
+    settings = settings_of(case)
+    with grid_case(case, ctx, group, tracer, obs) as grid:
+        try:
+            _steps(case, ctx, group, tracer, obs, grid, settings)
+        finally:
+            tracer.state_memory = None
+
+
+def _steps(case: Case, ctx, group, tracer, obs, grid, settings) -> None:
+    dp_size, dp_rank, dp_group, mbs, m = grid.dp_size, grid.dp_rank, grid.dp_group, grid.mbs, grid.m
+    training = settings.digits
+    if training:
+        from lab_src.topics.training.classifier import ClassifierStage
+        from lab_src.topics.training.digits import Digits
+        stage = grid.stage(ClassifierStage)
+        digits = Digits(case.config)
+    else:
+        stage = grid.stage()
+    replicated = [p for name, p in stage.named_parameters() if not name.startswith("blocks.")]
+    obs["replicated_bytes"] = storage_bytes(replicated)
+    dp = FsdpGroup(dp_group, grid.dp_ranks, ctx.rank)
+    dp.ring = exercises.ring_all_reduce          # the answer's q19 ring (in grading, the reference's)
+    layout = wrap_blocks(stage, dp, obs)
+    seen: set = set()
+    for p in replicated:
+        held_bytes(p, seen)
+    obs["rest_bytes"] = obs["replicated_bytes"] + sum(held_bytes(block, seen, skip=(dp,))[0]
+                                                      for block in stage.blocks.values())
+    reduce = coll.lab("all_reduce")
+    optimizer = torch.optim.AdamW(stage.parameters(), lr=settings.lr) if training else None
+    # every event carries the training state the rank holds (the timeline's memory lane): what it keeps at
+    # rest, the gathered copies alive, the gradients, AdamW's state in a training; the gathers are events too
+    held = list(stage.parameters())
+    dp.tracer = tracer
+    tracer.state_memory = lambda: (obs["rest_bytes"], dp.gathered_bytes(), grad_bytes(held),
+                                   held_bytes(optimizer.state)[0] if optimizer is not None else 0)
+    steps = obs["steps"] = []
+    for k in range(settings.steps):
+        observe.barrier(group)
+        for p in stage.parameters():
+            p.grad = None
         if training:
-            from lab_src.topics.training.classifier import ClassifierStage
-            from lab_src.topics.training.digits import Digits
-            stage = ClassifierStage(cfg, pp_rank, pp, mbs, ctx.device, pipe_group)
-            digits = Digits(cfg)
+            data_iter = digits_step(stage, digits, k, dp_rank, dp_size, mbs)
         else:
-            stage = PipelineStage(cfg, pp_rank, pp, mbs, ctx.device, pipe_group)
-        observe.observe_stage(stage, obs)
-        replicated = [p for name, p in stage.named_parameters() if not name.startswith("blocks.")]
-        obs["replicated_bytes"] = storage_bytes(replicated)
-        dp = FsdpGroup(dp_group, dp_ranks, ctx.rank)
-        dp.ring = exercises.ring_all_reduce          # the answer's q19 ring (in grading, the reference's)
-        layout = wrap_blocks(stage, dp, obs)
-        seen: set = set()
-        for p in replicated:
-            held_bytes(p, seen)
-        obs["rest_bytes"] = obs["replicated_bytes"] + sum(held_bytes(block, seen, skip=(dp,))[0]
-                                                          for block in stage.blocks.values())
-        reduce = getattr(dist.all_reduce, "__wrapped__", dist.all_reduce)
-        optimizer = torch.optim.AdamW(stage.parameters(), lr=settings["lr"]) if training else None
-        # every event carries the training state the rank holds (the timeline's memory lane): what it keeps at
-        # rest, the gathered copies alive, the gradients, AdamW's state in a training; the gathers are events too
-        held = list(stage.parameters())
-        dp.tracer = tracer
-        tracer.state_memory = lambda: (obs["rest_bytes"], dp.gathered_bytes(), grad_bytes(held),
-                                       held_bytes(optimizer.state)[0] if optimizer is not None else 0)
-        steps = obs["steps"] = []
-        for k in range(settings.get("steps", 3)):
-            observe.barrier(group)
+            data_iter = grid.data_iter(stage)
+        dp.new_step()
+        obs["stepping"] = k
+        returned = exercises.one_f_one_b_step(stage, data_iter, m)
+        for p in replicated:              # the lab's part: the parameters every rank holds whole, averaged
+            if p.grad is not None and dp.size > 1:
+                waiting.wait(reduce(p.grad, group=dp_group, async_op=True))
+                p.grad /= dp.size
+        steps.append({
+            "gathers": [list(g) for g in dp.gathers], "scatters": [list(s) for s in dp.scatters],
+            "peak": dp.peak, "peak_layers": list(dp.peak_layers), "longest": dict(dp.longest),
+            "left": dp.gathered_now(),
+        })
+        if training:
+            steps[-1]["loss"] = observe.unpack_step(returned, obs)[1] if stage.is_last_stage else None
+            optimizer.step()
+            continue
+        steps[-1]["grads"] = whole_grads(stage, dp, layout)
+        with torch.no_grad():
             for p in stage.parameters():
-                p.grad = None
-            if training:
-                data_iter = digits_step(stage, digits, k, dp_rank, dp_size, mbs)
-            else:
-                data_iter = iter(data.make_dataloader(cfg, mbs, dp_rank=dp_rank)) if stage.is_first_stage else None
-            dp.new_step()
-            obs["stepping"] = k
-            returned = exercises.one_f_one_b_step(stage, data_iter, m)
-            for p in replicated:              # the lab's part: the parameters every rank holds whole, averaged
-                if p.grad is not None and dp.size > 1:
-                    waiting.wait(reduce(p.grad, group=dp_group, async_op=True))
-                    p.grad /= dp.size
-            steps.append({
-                "gathers": [list(g) for g in dp.gathers], "scatters": [list(s) for s in dp.scatters],
-                "peak": dp.peak, "peak_layers": list(dp.peak_layers), "longest": dict(dp.longest),
-                "left": dp.gathered_now(),
-            })
-            if training:
-                steps[-1]["loss"] = observe.unpack_step(returned, obs)[1] if stage.is_last_stage else None
-                optimizer.step()
-                continue
-            steps[-1]["grads"] = whole_grads(stage, dp, layout)
-            with torch.no_grad():
-                for p in stage.parameters():
-                    if p.grad is not None:
-                        p -= SGD_LR * p.grad
-        obs.pop("stepping", None)
-        observe.finish_messages(stage, group, tracer)
-        for g, _ in mine.values():
-            dist.destroy_process_group(g)
-    finally:
-        tracer.state_memory = None
-        rawcoll.CASE_RANKS.clear()
-        observe.record_instrumentation(obs, tracer)
+                if p.grad is not None:
+                    p -= SGD_LR * p.grad
+    obs.pop("stepping", None)
+    grid.finish(stage)

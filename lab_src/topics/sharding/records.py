@@ -2,10 +2,26 @@
 hyper-parameters of the contract, the graded prediction's configuration, and the record each rank fills."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lab_src.harness.observed import StageObserved
+from lab_src.harness.settings import GridSettings
 
 BETAS, EPS, WEIGHT_DECAY = (0.9, 0.999), 1e-8, 0.01     # torch.optim.AdamW's defaults: the contract's
 LR = 0.01
+
+
+@dataclass(frozen=True)
+class ZeroSettings(GridSettings):
+    steps: int = 3                      # steps in a row (each a replica's 1F1B step, then the answer's AdamW step)
+    lr: float = LR
+
+
+@dataclass(frozen=True)
+class FsdpSettings(GridSettings):
+    steps: int = 3
+    digits: bool = False                # the digit classifier's stages, trained with AdamW (else SGD on the lab's model)
+    lr: float | None = None             # AdamW's, in a training
 PREDICTION_NAME = "predicted_bytes"     # a function of q21's answer cell: bytes per rank of each stage
 PREDICTION_RANKS = 4
 PREDICTION_PARAMS = 106_368             # the lab's default model (LabConfig()): 8 blocks of hidden 32, float32

@@ -2,7 +2,6 @@
 dropout seeds, training to one process's curve, tensor parallel inside pipeline stages (q18).
 
     runtime.py       what one rank of a tensor-parallel group is given (`tp.rank`, `tp.size`, `tp.group`)
-    rawcoll.py       the recorder: the answer's own torch.distributed collectives, journalled and timed
     records.py       what the kinds and the judges share, torch-free (the parts a case tries)
     kind_layers.py   rank side (q17): the two communication functions, the layers, the MLP
     kind_block.py    rank side (q18): the block, dropout off and on, the replicated LayerNorms
@@ -12,7 +11,7 @@ dropout seeds, training to one process's curve, tensor parallel inside pipeline 
     figure.py, block_figure.py, timeline.py, curves.py   the pictures
 """
 from lab_src.harness.limits import COLLECTIVE_TIMEOUT_FACTOR
-from lab_src.topics import EventKind, Kind, Topic
+from lab_src.topics import Kind, Topic
 
 TOPIC = Topic(
     name="tensor_parallel",
@@ -23,21 +22,13 @@ TOPIC = Topic(
                    timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                    what="q17's tensor-parallel pieces on the case's t ranks: the two communication functions, the "
                         "column- and row-parallel layers, the MLP; outputs, gradients, shards and collectives"),
-        "tp_block": Kind("kind_block", record="records:BlockObserved", calls=("tp_layers", "tp_block"),
+        "tp_block": Kind("kind_block", record="records:BlockObserved", settings="records:BlockSettings", calls=("tp_layers", "tp_block"),
                          timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                          what="q18's tensor-parallel block on the case's t ranks, dropout off and on: outputs, "
                               "gradients, shards, collectives, the replicated LayerNorms after an optimizer step"),
-        "tp_train": Kind("kind_train", record="records:TrainObserved", calls=("tp_layers", "tp_block"),
+        "tp_train": Kind("kind_train", record="records:TrainObserved", settings="records:TrainSettings", calls=("tp_layers", "tp_block"),
                          timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                          what="the digits model with q18's tensor-parallel blocks, trained on t ranks (or t x p: "
                               "tensor parallel inside pipeline stages); each rank's loss curve"),
     },
-    # the raw collectives of a tensor-parallel answer, recorded by rawcoll.py
-    events=(EventKind("allreduce_tp", "tensor-parallel all-reduce", "#17becf"),
-            EventKind("allgather_tp", "tensor-parallel all-gather", "#bcbd22"),
-            EventKind("reducescatter_tp", "tensor-parallel reduce-scatter", "#8c564b"),
-            EventKind("broadcast_tp", "broadcast", "#7f7f7f"),
-            EventKind("reduce_tp", "reduce", "#7f7f7f"),
-            EventKind("barrier_tp", "barrier", "#525252")),
-    recorders=("rawcoll",),
 )

@@ -28,7 +28,7 @@ def tp_block_figure(t: int = 2, cfg: LabConfig = LabConfig(global_batch_size=4, 
     ax = fig.subplots()
     row_h, gap = 1.0, 0.4
     top = t * (row_h + gap)
-    grey, reduce_color = "#bdbdbd", COLORS["allreduce_tp"]
+    grey, reduce_color = "#bdbdbd", COLORS["all_reduce"]
 
     def box(x, y, w, label, color, alpha=0.75, text_color="black"):
         ax.add_patch(Rectangle((x, y + 0.12), w, row_h - 0.24, fc=color, ec="#777", lw=0.7, alpha=alpha))

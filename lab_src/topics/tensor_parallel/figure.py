@@ -29,7 +29,7 @@ def tp_figure(t: int = 2, cfg: LabConfig = LabConfig(global_batch_size=4, num_mi
     fig = TimelineFigure(figsize=(12, 1.45 * t + 1.6), layout="constrained")
     ax = fig.subplots()
     row_h, gap = 1.0, 0.45
-    reduce_color = COLORS["allreduce_tp"]
+    reduce_color = COLORS["all_reduce"]
 
     def arrow(x0, x1, y):
         ax.add_patch(FancyArrowPatch((x0, y), (x1, y), arrowstyle="-|>", mutation_scale=10, color="#555"))

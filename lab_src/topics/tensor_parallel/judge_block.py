@@ -22,17 +22,17 @@ pipeline/dropout.py defines it for t shards. Per part ("block": dropout off; "dr
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import functools
+from dataclasses import replace
 
 import torch
 
+from lab_src.harness.settings import settings_of
 from lab_src.judge.problems import Problem
-from lab_src.topics.tensor_parallel.judge_layers import KIND_WORDS, TOLERANCE, round_key, rounds_text, close
-from lab_src.topics.tensor_parallel import runtime as tpmod
-from lab_src.topics.tensor_parallel.records import BLOCK_WHAT, grid_members, part_config
 from lab_src.pipeline.model import build_piece
+from lab_src.topics.tensor_parallel import runtime as tpmod
+from lab_src.topics.tensor_parallel.judge_layers import KIND_WORDS, TOLERANCE, close, round_key, rounds_text
+from lab_src.topics.tensor_parallel.records import BLOCK_WHAT, grid_members, part_config
 
 WHAT = BLOCK_WHAT
 GRADS = {"qkv": "qkv (column parallel by heads)", "proj": "proj (row parallel)", "up": "the MLP's up",
@@ -66,7 +66,7 @@ def expected(part: str, cfg, t: int) -> list[dict]:
     g, block = full["grads"], full["block"]
     h, heads = cfg.hidden_size, cfg.num_heads
     act = full["out"].numel() * full["out"].element_size()
-    one = [["allreduce_tp", act, list(range(t))]] * 2
+    one = [["all_reduce", act, list(range(t))]] * 2
     shapes = {"qkv": [3 * h // t, h], "proj": [h, h // t], "up": [4 * h // t, h], "down": [h, 4 * h // t],
               "attn_norm": [h], "mlp_norm": [h]}
     params = (3 * h * h + 3 * h + h * h + 4 * h * h + 4 * h + 4 * h * h) // t + h + h + 4 * h
@@ -199,18 +199,18 @@ def communication(part: str, r: int, got: dict, want: dict, norm_bytes: int = 0)
         why = ""
         if any(tuple(g) != tuple(need[0][2]) for _, _, g in have):
             why = ": over the wrong ranks; the tensor-parallel group is tp.group"
-        elif "allgather_tp" in kinds:
+        elif "all_gather" in kinds:
             why = (". An all-gather is an extra round: q, k, v stay sharded by heads, each rank's attention "
                    "output is exactly the input its row-parallel proj needs")
-        elif kinds.count("allreduce_tp") > 2 and norm_bytes and any(
-                k == "allreduce_tp" and n == norm_bytes for k, n, _ in have) and norm_bytes != need[0][1]:
-            extra = sum(1 for k, n, _ in have if k == "allreduce_tp" and n == norm_bytes)
+        elif kinds.count("all_reduce") > 2 and norm_bytes and any(
+                k == "all_reduce" and n == norm_bytes for k, n, _ in have) and norm_bytes != need[0][1]:
+            extra = sum(1 for k, n, _ in have if k == "all_reduce" and n == norm_bytes)
             why = (f". {extra} of them reduce {norm_bytes:,} bytes, the size of a LayerNorm's weight or bias: the "
                    f"LayerNorms are replicated, and every rank already computes their whole gradient from the whole "
                    f"activation, so a sum over the ranks counts it t times. Only the sharded layers' partial sums "
                    f"are reduced (one round per sub-layer each way)")
-        elif kinds.count("allreduce_tp") > 2:
-            extra = kinds.count("allreduce_tp") - 2
+        elif kinds.count("all_reduce") > 2:
+            extra = kinds.count("all_reduce") - 2
             why = (f". The block needs one round per sub-layer each way (after proj and after the MLP's down in the "
                    f"forward; before qkv and before up in the backward), and this makes {extra} more"
                    + (": three column-parallel layers for q, k and v would each copy into the region, where one "
@@ -253,7 +253,7 @@ def judge_part(part: str, outcome, block_right: bool | None = None) -> dict[str,
         if block_right is None:
             block_right = not block_wrong(block)
     cfg = outcome.case.config
-    replicas = (outcome.case.settings or {}).get("replicas", 1)
+    replicas = settings_of(outcome.case).replicas
     n = outcome.case.stages
     t = n // replicas
     tol = TOLERANCE[cfg.dtype]

@@ -42,7 +42,7 @@ def expected(part: str, cfg, t: int) -> list[dict]:
     act = tuple(data["x"].shape)
     elem = data["x"].element_size()
     group = list(range(t))
-    one = [["allreduce_tp", _numel(act) * elem, group]]
+    one = [["all_reduce", _numel(act) * elem, group]]
     if part == "copy":
         total = sum(data["copy_grads"])
         return [{"out": data["x"], "in_grad": total, "fwd": [], "bwd": one,
@@ -63,7 +63,7 @@ def expected(part: str, cfg, t: int) -> list[dict]:
                         "bias_grad": tpmod.shard(up.bias.grad, r, t, 0),
                         "partial": tpmod.shard(data["col_grad"], r, t, -1) @ w,
                         "weight_shape": list(w.shape), "params": (up.weight.numel() + up.bias.numel()) // t,
-                        "fwd": [], "bwd": [["allreduce_tp", x.numel() * elem, group]]})
+                        "fwd": [], "bwd": [["all_reduce", x.numel() * elem, group]]})
         return out
     if part == "row":
         a = tpmod.hidden_activation(cfg, data["x"]).clone().requires_grad_()
@@ -171,14 +171,14 @@ def _mismatch(part: str, key: str, r: int, t: int, v, want: dict, tol: float) ->
 
 
 # ---- communication -------------------------------------------------------------------------------------
-KIND_WORDS = {"allreduce_tp": "all-reduce", "allgather_tp": "all-gather", "reducescatter_tp": "reduce-scatter",
-              "broadcast_tp": "broadcast", "reduce_tp": "reduce", "barrier_tp": "barrier"}
+KIND_WORDS = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
+              "broadcast": "broadcast", "reduce": "reduce", "dist_barrier": "barrier"}
 
 
 def rounds_text(rounds: list) -> str:
     if not rounds:
         return "no collective"
-    return ", ".join(f"a barrier over ranks {g}" if k == "barrier_tp" else
+    return ", ".join(f"a barrier over ranks {g}" if k == "dist_barrier" else
                      f"{KIND_WORDS.get(k, k)} of {b:,} bytes over ranks {g}" for k, b, g in rounds)
 
 
@@ -238,22 +238,22 @@ def round_key(row) -> tuple:
 
 def _why(part: str, phase: str, have: list, need: list) -> str:
     kinds = [k for k, _, _ in have]
-    if "barrier_tp" in kinds:
+    if "dist_barrier" in kinds:
         return (". A barrier is a round too, though it carries no data: every rank of the group waits for the "
                 "slowest one, for nothing. The layers need no synchronisation of their own: the all-reduce "
                 "already waits for every rank's partial sum")
-    if "allgather_tp" in kinds:
+    if "all_gather" in kinds:
         return (". The all-gather is an extra round: the column-parallel layer's output stays sharded, and each "
                 "rank's slice of it is exactly the input the row-parallel layer needs (t times the bytes of the "
                 "activation, for nothing)")
-    if part == "column" and phase == "fwd" and "allreduce_tp" in kinds:
+    if part == "column" and phase == "fwd" and "all_reduce" in kinds:
         return (". An all-reduce after the column-parallel layer is a round too many: its outputs on the ranks "
                 "are disjoint slices of the output features, not partial sums, so there is nothing to reduce")
-    if part == "mlp" and phase == "fwd" and kinds.count("allreduce_tp") > 1:
+    if part == "mlp" and phase == "fwd" and kinds.count("all_reduce") > 1:
         return (". One all-reduce after each layer is a round too many: the column-parallel layer's outputs are "
                 "disjoint slices, not partial sums, so there is nothing to reduce after it; only the "
                 "row-parallel layer's partial sums are reduced")
-    if part == "mlp" and phase == "bwd" and kinds.count("allreduce_tp") > 1:
+    if part == "mlp" and phase == "bwd" and kinds.count("all_reduce") > 1:
         return (". Only the input's gradient needs summing (the copy's backward, before the column-parallel "
                 "layer); the row-parallel layer's backward is the identity")
     if not have and need:

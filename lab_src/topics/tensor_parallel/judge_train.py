@@ -14,6 +14,7 @@ import functools
 
 import torch
 
+from lab_src.harness.settings import settings_of
 from lab_src.judge.problems import Problem
 from lab_src.topics.training.records import CURVE_RTOL, relative_differences
 
@@ -42,7 +43,7 @@ def judge_training(outcome, steps: int, lr: float, want: list[float] | None = No
     cfg, n = outcome.case.config, outcome.case.stages
     rtol = CURVE_RTOL[cfg.dtype]
     found = {"curves": [], "replicated": []}
-    if outcome.case.settings.get("perturb"):
+    if settings_of(outcome.case).perturb:
         seed = (outcome.obs.get(0) or {}).get("perturbed")
         if not isinstance(seed, int):
             found["curves"].append(Problem(

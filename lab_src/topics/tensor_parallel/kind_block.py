@@ -19,22 +19,21 @@ The answer gets q17's pieces (`q17`): in a notebook the student's q17 answer, in
 """
 from __future__ import annotations
 
-import datetime
 from types import SimpleNamespace
 
 import torch
-import torch.distributed as dist
 
 from lab_src import answers, exercises
+from lab_src.comm import collectives as coll
+from lab_src.comm.mesh import Mesh
 from lab_src.harness import observe
-from lab_src.topics.tensor_parallel.records import BLOCK_PARTS, BLOCK_WHAT, grid_members, part_config
-from lab_src.topics.tensor_parallel import rawcoll
 from lab_src.harness.case import Case
-from lab_src.topics.tensor_parallel.kind_layers import (PIECES, Part, _backward, answer_frames, caught,
-                                                          detached, piece)
-from lab_src.topics.tensor_parallel import runtime as tpmod
+from lab_src.harness.settings import settings_of
 from lab_src.pipeline import waiting
 from lab_src.pipeline.model import build_piece
+from lab_src.topics.tensor_parallel import runtime as tpmod
+from lab_src.topics.tensor_parallel.kind_layers import PIECES, Part, _backward, answer_frames, caught, detached, piece
+from lab_src.topics.tensor_parallel.records import BLOCK_PARTS, BLOCK_WHAT, part_config
 
 LR = 1e-2
 # the sub-modules of the answer's block the lab reads, by the name the records use
@@ -106,32 +105,26 @@ def run_part(part: str, cfg, tp, tracer, rec: dict) -> None:
 
 
 def run(case: Case, ctx, group, tracer, obs) -> None:
-    cfg, settings = case.config, case.settings or {}
+    cfg, settings = case.config, settings_of(case)
     # `replicas` > 1: that many tensor-parallel groups side by side, each running the whole block (the layout of
     # records.grid_members, as in a t x p grid): only there does a global rank differ from the tensor-parallel one
-    replicas = settings.get("replicas", 1)
-    t, mine = case.stages // replicas, ctx.rank % replicas
-    made, finished = [], False
-    if replicas == 1:
-        tp_group = group
-    else:
-        # every rank of the case makes every group, in the same order (as the trainings' grid does): torch names
-        # the groups a process makes by their number (the worker starts every case with the same number on
-        # every rank of the launch: harness/worker.py)
-        for s in range(replicas):
-            made.append(dist.new_group(grid_members(s, t, replicas), timeout=datetime.timedelta(seconds=ctx.timeout_s)))
-        tp_group = made[mine]
-    tp = tpmod.TensorParallel(ctx.rank // replicas, t, tp_group, ctx.device)
+    replicas = settings.replicas
+    t = case.stages // replicas
+    finished = False
+    # every rank of the case makes every group, in the same order (comm/mesh.py), as the trainings' grid does; with
+    # one replica the tensor-parallel group is the case's own
+    mesh = Mesh.of(case, ctx, whole=group).build("tp")
+    tp = tpmod.TensorParallel(mesh.coord("tp"), t, mesh.group("tp"), ctx.device)
     obs["tp_block"] = {}
-    rawcoll.CASE_RANKS[:] = grid_members(mine, t, replicas)
+    coll.CASE_RANKS[:] = mesh.members("tp")
     try:
-        for part in settings.get("parts") or BLOCK_PARTS:
+        for part in settings.parts or BLOCK_PARTS:
             observe.barrier(group)
             start = len(tracer.events)
             rec = obs["tp_block"][part] = {}
             try:
                 run_part(part, cfg, tp, tracer, rec)
-            except (answers.StubCalled, waiting.StoppedWaiting, waiting.WaitTimedOut, rawcoll.CollectiveGaveUp):
+            except (answers.StubCalled, waiting.StoppedWaiting, waiting.WaitTimedOut, coll.CollectiveGaveUp):
                 raise
             except Exception as e:  # noqa: BLE001 - a part that raises is an observation; the next part runs
                 message = str(e) or (f"still the stub from the release (raise NotImplementedError()): write it "
@@ -146,7 +139,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         observe.finish_messages(None, group, tracer)
         finished = True
     finally:
-        rawcoll.CASE_RANKS.clear()
+        coll.CASE_RANKS.clear()
         observe.record_instrumentation(obs, tracer)
-        if made and finished:
-            dist.destroy_process_group(made[mine])      # its threads; nothing is in flight on it any more
+        if finished:
+            mesh.destroy()      # its threads; nothing is in flight on it any more

@@ -12,7 +12,7 @@ The case's `calls` name the parts (all of records.LAYER_PARTS by default):
 For each part the rank records (plain values and tensors, never a verdict): the output, the input's
 gradient, the shards the layer holds (shapes right after construction, values, gradients), the number of
 parameter elements it holds, and the collectives its forward and its backward made (kind, bytes, global
-ranks), read from the event record (topics/tensor_parallel/rawcoll.py records the answer's own torch.distributed calls),
+ranks), read from the event record (comm/collectives.py records the answer's own torch.distributed calls),
 with what each all-reduce was handed and gave back: the judge checks that the output (or the input's gradient)
 is made of that sum, which an answer that computes the whole layer some other way cannot fake by reducing zeros.
 A part that raises is recorded as such and the next part runs. The inputs are drawn from the
@@ -26,12 +26,12 @@ from pathlib import Path
 import torch
 
 from lab_src import answers, exercises
+from lab_src.comm import collectives as coll
 from lab_src.harness import observe
-from lab_src.topics.tensor_parallel.records import LAYER_PARTS, LAYER_WHAT
-from lab_src.topics.tensor_parallel import rawcoll
 from lab_src.harness.case import Case
-from lab_src.topics.tensor_parallel import runtime as tpmod
 from lab_src.pipeline import waiting
+from lab_src.topics.tensor_parallel import runtime as tpmod
+from lab_src.topics.tensor_parallel.records import LAYER_PARTS, LAYER_WHAT
 
 # the names the q17 answer cell defines beside tp_layers
 PIECES = ("CopyToTensorParallel", "ReduceFromTensorParallel", "ColumnParallelLinear", "RowParallelLinear")
@@ -76,18 +76,18 @@ def grads(module, prefix: str = "") -> dict:
 
 class Part:
     """One part's record `rec`: the collectives of the phase in progress go to "fwd" or "bwd", and what each of
-    its all-reduces was handed and gave back to "fwd_carried" or "bwd_carried" (rawcoll.CARRIED)."""
+    its all-reduces was handed and gave back to "fwd_carried" or "bwd_carried" (coll.CARRIED)."""
 
     def __init__(self, tracer, rec: dict):
         self.tracer, self.rec, self.start = tracer, rec, len(tracer.events)
-        self.carried = len(rawcoll.CARRIED or ())
+        self.carried = len(coll.CARRIED or ())
         rec.update(fwd=[], bwd=[], fwd_carried=[], bwd_carried=[])
 
     def _phase(self, phase: str) -> None:
         self.rec[phase] = rounds(self.tracer, self.start)
         self.rec[f"{phase}_span"] = [self.start, len(self.tracer.events)]    # which of the rank's events, for the timeline
-        self.rec[f"{phase}_carried"] = list((rawcoll.CARRIED or [])[self.carried:])
-        self.start, self.carried = len(self.tracer.events), len(rawcoll.CARRIED or ())
+        self.rec[f"{phase}_carried"] = list((coll.CARRIED or [])[self.carried:])
+        self.start, self.carried = len(self.tracer.events), len(coll.CARRIED or ())
 
     def forward_done(self) -> None:
         self._phase("fwd")
@@ -163,8 +163,8 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     tp = tpmod.TensorParallel(ctx.rank, case.stages, group, ctx.device)
     data = tpmod.inputs(cfg, case.stages)
     obs["tp"] = {}
-    rawcoll.CASE_RANKS[:] = range(case.stages)
-    rawcoll.CARRIED = []
+    coll.CASE_RANKS[:] = range(case.stages)
+    coll.CARRIED = []
     try:
         for part in case.calls or LAYER_PARTS:
             observe.barrier(group)
@@ -172,7 +172,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
             rec = obs["tp"][part] = {}
             try:
                 run_part(part, cfg, tp, data, tracer, rec)
-            except (answers.StubCalled, waiting.StoppedWaiting, waiting.WaitTimedOut, rawcoll.CollectiveGaveUp):
+            except (answers.StubCalled, waiting.StoppedWaiting, waiting.WaitTimedOut, coll.CollectiveGaveUp):
                 raise
             except Exception as e:  # noqa: BLE001 - a part that raises is an observation; the next part runs
                 message = str(e) or (f"still the stub from the release (raise NotImplementedError()): write it "
@@ -183,8 +183,8 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                 obs.setdefault("caught", []).append(caught(e, message, answer_frames(e), LAYER_WHAT[part]))
         observe.finish_messages(None, group, tracer)
     finally:
-        rawcoll.CASE_RANKS.clear()
-        rawcoll.CARRIED = None
+        coll.CASE_RANKS.clear()
+        coll.CARRIED = None
         observe.record_instrumentation(obs, tracer)
 
 

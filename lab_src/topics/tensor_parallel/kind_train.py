@@ -18,7 +18,7 @@ micro-batch's mean cross-entropy over `num_microbatches` (run those with dropout
 are not the slices of the whole batch's that one process draws).
 
 While it runs, a collective over ranks outside this rank's tensor-parallel group is refused
-(topics/tensor_parallel/rawcoll.py: WrongGroup), before it could wait for ranks that never join it. Each rank records the
+(comm/collectives.py: WrongGroup), before it could wait for ranks that never join it. Each rank records the
 loss of every step (the last stage's ranks), its LayerNorms' parameters after training, and its events.
 With `settings["seed_policy"]` other than "answer" (the notebook's experiment, never graded), the
 answer's `dropout.stream` calls are answered by a wrong policy (`POLICIES`): what it does to the curve.
@@ -32,26 +32,26 @@ wrote over the run's, is the unchanged model's, and is told so (judge_train.py).
 from __future__ import annotations
 
 import contextlib
-import datetime
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 from lab_src import exercises
-from lab_src.harness import observe
-from lab_src.topics.tensor_parallel import rawcoll
-from lab_src.topics.tensor_parallel.records import grid_members
+from lab_src.comm import collectives as coll
+from lab_src.comm.mesh import Mesh
+from lab_src.harness import case_barrier, observe
 from lab_src.harness.case import Case
-from lab_src.topics.tensor_parallel.kind_block import q17_pieces
-from lab_src.harness import case_barrier
+from lab_src.harness.settings import settings_of
 from lab_src.pipeline import dropout, perturb, trace, waiting
-from lab_src.topics.training import digits
-from lab_src.topics.tensor_parallel import runtime as tpmod
-from lab_src.topics.training.classifier import class_scores
 from lab_src.pipeline.model import build_piece
+from lab_src.topics.tensor_parallel import runtime as tpmod
+from lab_src.topics.tensor_parallel.kind_block import q17_pieces
+from lab_src.topics.tensor_parallel.records import TrainSettings
+from lab_src.topics.training import digits
+from lab_src.topics.training.classifier import class_scores
 
-DEFAULTS = {"t": 2, "steps": 20, "lr": 1e-2, "seed_policy": "answer"}
+DEFAULTS = TrainSettings().to_dict()
 # The notebook's experiment (checks/tp_seeds.py): the answer's block, its streams replaced by a wrong policy
 POLICIES = {
     "answer": "the answer's own streams",
@@ -61,7 +61,7 @@ POLICIES = {
 
 
 def settings(case: Case) -> dict:
-    return {**DEFAULTS, **(case.settings or {})}
+    return settings_of(case).to_dict()
 
 
 class Stage(torch.nn.Module):
@@ -166,19 +166,14 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg, s = case.config, settings(case)
     t = s["t"]
     p = case.stages // t
-    stage = ctx.rank % p
-    members = grid_members(stage, t, p)
+    # rank g is stage g % p and tensor-parallel rank g // p (records.grid_members): a (tp, pp) mesh
+    mesh = Mesh.of(case, ctx, whole=group)
+    stage, members = mesh.coord("pp"), mesh.members("tp")
     obs.update(losses=[], step_events=[], grid=[t, p], stage=stage, tp_ranks=members, sent_bytes=0)
-    made, finished = [], False
-    if p == 1:
-        tp_group = group
-    else:          # every rank of the case makes every stage's group, in the same order (as q14's grid does)
-        for s_ in range(p):
-            g = dist.new_group(grid_members(s_, t, p), timeout=datetime.timedelta(seconds=ctx.timeout_s))
-            made.append(g)
-        tp_group = made[stage]
-    tp = tpmod.TensorParallel(ctx.rank // p, t, tp_group, ctx.device)
-    rawcoll.CASE_RANKS[:] = members
+    finished = False
+    mesh.build("tp")    # every rank of the case makes every stage's group, in the same order, as q14's grid does
+    tp = tpmod.TensorParallel(mesh.coord("tp"), t, mesh.group("tp"), ctx.device)
+    coll.CASE_RANKS[:] = members
     try:
         perturbed = None
         if s.get("perturb"):
@@ -186,12 +181,12 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
             if ctx.rank == 0:
                 obs["perturbed"] = perturbed
         observe.barrier(group)
-        with seed_policy(s["seed_policy"], ctx.rank // p):
+        with seed_policy(s["seed_policy"], mesh.coord("tp")):
             train(cfg, s, ctx.rank, t, p, tp, group, tracer, obs, perturbed)
         observe.finish_messages(None, group, tracer)
         finished = True
     finally:
-        rawcoll.CASE_RANKS.clear()
+        coll.CASE_RANKS.clear()
         observe.record_instrumentation(obs, tracer)
-        if made and finished:
-            dist.destroy_process_group(made[stage])      # its threads; nothing is in flight on it any more
+        if finished:
+            mesh.destroy()      # its threads; nothing is in flight on it any more

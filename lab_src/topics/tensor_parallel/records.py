@@ -2,7 +2,32 @@
 case tries and their configurations, and the record each kind's ranks fill."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lab_src.harness.observed import Observed
+from lab_src.harness.settings import Settings
+
+
+@dataclass(frozen=True)
+class BlockSettings(Settings):
+    parts: list | None = None           # the parts tried (all of BLOCK_PARTS by default)
+    replicas: int = 1                   # tensor-parallel groups side by side (the layout of grid_members)
+
+    def degrees(self, case) -> dict[str, int]:
+        return {"tp": case.stages // self.replicas, "pp": self.replicas}
+
+
+@dataclass(frozen=True)
+class TrainSettings(Settings):
+    t: int = 2                          # tensor-parallel degree; the case's ranks / t pipeline stages
+    steps: int = 20
+    lr: float = 1e-2
+    seed_policy: str = "answer"         # the notebook's experiment (checks/tp_seeds.py): a wrong policy in its place
+    perturb: bool = False               # stage 0 changes its embedding once, by an amount drawn outside the ranks
+
+    def degrees(self, case) -> dict[str, int]:
+        """Rank g is stage g % p and tensor-parallel rank g // p (grid_members)."""
+        return {"tp": self.t, "pp": case.stages // self.t}
 
 LAYER_PARTS = ("copy", "reduce", "column", "row", "mlp")   # q17's parts, in the order a case runs them
 BLOCK_PARTS = ("block", "dropout")                          # q18's block cases: dropout off, then on

@@ -2,7 +2,7 @@
 (bars joined across their group, views/static.py), one row per rank, each call labelled with its part and
 direction.
 
-The events are what the ranks recorded (topics/tensor_parallel/rawcoll.py: the answer's own torch.distributed calls); the
+The events are what the ranks recorded (comm/collectives.py: the answer's own torch.distributed calls); the
 parts of the case ran one after another (copy, reduce, column, row, mlp; topics/tensor_parallel/kind_layers.py), so the
 bars come in that order, each part's forward before its backward. Each part's record keeps which of the rank's
 events its forward and its backward made (`fwd_span`, `bwd_span`): `call_labels` reads them.

@@ -14,8 +14,8 @@ digits model's, `PREDICTION`: t = 2 alone, and p = 2 alone.
 from __future__ import annotations
 
 from lab_src.pipeline.config import LabConfig
-from lab_src.topics.training.digits import DIGITS
 from lab_src.pipeline.trace import Event
+from lab_src.topics.training.digits import DIGITS
 
 PREDICTION_NAME = "predicted_bytes"       # a function of the q18 answer cell: {"tensor_parallel", "pipeline"}
 PREDICTION = DIGITS                       # 4 blocks, hidden 32, 64 pixels, batches of 32 in 4 micro-batches
@@ -39,5 +39,5 @@ def expected_bytes(cfg: LabConfig, t: int, p: int) -> dict[str, int]:
 def measured_bytes(events: list[Event], steps: int, sent: int = 0) -> dict[str, float]:
     """Bytes per step of a training run: its record's all-reduces over more than one rank, and the bytes
     its ranks sent between stages (`sent`: the sum of the ranks' `sent_bytes`)."""
-    tp = sum(e.bytes for e in events if e.kind == "allreduce_tp" and len(e.group or ()) > 1)
+    tp = sum(e.bytes for e in events if e.kind == "all_reduce" and len(e.group or ()) > 1)
     return {"tensor_parallel": tp / max(steps, 1), "pipeline": sent / max(steps, 1)}

@@ -14,6 +14,6 @@ TOPIC = Topic(
     name="training",
     title="Train it: a real loss, an optimizer, one process's learning curve",
     exercises=("q13",),
-    kinds={"train": Kind("kind", record="records:TrainObserved", calls=LAYOUT, step=True,
+    kinds={"train": Kind("kind", record="records:TrainObserved", settings="records:TrainSettings", calls=LAYOUT, step=True,
                          what="the student's training loop around the step, on the digits (q13)")},
 )

@@ -2,16 +2,28 @@
 record each rank fills."""
 from __future__ import annotations
 
-from lab_src.harness.observed import StageObserved
+from dataclasses import dataclass
 
-DEFAULTS = {"steps": 30, "lr": 3e-3, "test_microbatches": None}
+from lab_src.harness.observed import StageObserved
+from lab_src.harness.settings import Settings, settings_of
+
+
+@dataclass(frozen=True)
+class TrainSettings(Settings):
+    steps: int = 30
+    lr: float = 3e-3
+    test_microbatches: int | None = None
+    perturb: bool = False
+
+
+DEFAULTS = TrainSettings().to_dict()
 # how far a pipeline's loss curve may stray from one process's, relative, step by step (judge.py says why)
 CURVE_RTOL = {"float32": 1e-5, "float64": 1e-10}
 
 
 def settings(case) -> dict:
-    """A training case's settings: its own (`Case.settings`) over the defaults."""
-    return {**DEFAULTS, **(case.settings or {})}
+    """A training case's settings: its own (`Case.settings`) over the defaults (TrainSettings), as a dict."""
+    return settings_of(case).to_dict()
 
 
 def curve_tolerance(dtype: str) -> float:

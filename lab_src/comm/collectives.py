@@ -1,13 +1,14 @@
-"""Raw `torch.distributed` collectives, recorded like q14's all-reduces (q17's tensor parallelism).
+"""The answer's own `torch.distributed` collectives, recorded like the lab's (every topic's: q17's tensor-parallel
+layers first, q19's ring when it calls one, any later all-to-all over an expert dimension).
 
-Students of q17 call `dist.all_reduce` (and perhaps `all_gather`, `all_gather_into_tensor`,
-`reduce_scatter_tensor`, `broadcast`, `reduce`, `barrier`) themselves, inside their autograd functions. A
+An answer may call `dist.all_reduce` (and `all_gather`, `all_gather_into_tensor`, `reduce_scatter_tensor`,
+`all_to_all`, `all_to_all_single`, `broadcast`, `reduce`, `barrier`) itself. A
 barrier carries no data, but it is a round all the same: every rank waits for the slowest. Inside the
 processes of a check or of the grader, `install()` replaces those entry points of `torch.distributed` and
 `distributed_c10d` by wrappers that record each call as an `Event` of the event record (pipeline/trace.py):
-its kind (`KINDS`: "allreduce_tp", "allgather_tp", ...), the global ranks of its group, and the bytes of
-the tensor this rank handed to it. The judge of q17 (topics/tensor_parallel/judge_layers.py) counts them per forward and backward;
-the timeline draws them as it draws q14's.
+its kind (`KINDS`: "all_reduce", "all_gather", ...: what it is, whichever dimension of a mesh its group spans;
+the core declares them once, in `EVENTS` of comm/__init__.py), the global ranks of its group, and the bytes of
+the tensor this rank handed to it. Judges count them per forward and backward; the timeline draws them.
 
 While a q17 case runs, each recorded all-reduce also keeps what this rank handed it and what it gave back
 (`CARRIED`): the record above can be stepped around (torch's own functions stay in the answer's reach), so the
@@ -29,9 +30,10 @@ from lab_src.harness.records import gave_up_waiting
 from lab_src.pipeline import trace, waiting
 
 # torch.distributed function -> the event kind it is recorded as
-KINDS = {"all_reduce": "allreduce_tp", "all_gather": "allgather_tp", "all_gather_into_tensor": "allgather_tp",
-         "reduce_scatter_tensor": "reducescatter_tp", "reduce_scatter": "reducescatter_tp",
-         "broadcast": "broadcast_tp", "reduce": "reduce_tp", "barrier": "barrier_tp"}
+KINDS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "all_gather_into_tensor": "all_gather",
+         "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter": "reduce_scatter",
+         "all_to_all": "all_to_all", "all_to_all_single": "all_to_all",
+         "broadcast": "broadcast", "reduce": "reduce", "barrier": "dist_barrier"}
 _ORIGINAL: dict = {}
 # the global ranks of the case running now (set by its kind): a collective over other ranks too would wait
 # for ranks that are not in the case, so it is refused at once, with the group to use
@@ -71,6 +73,8 @@ def _nbytes(name: str, bound: dict) -> tuple[tuple | None, int]:
         piece = bound.get("tensor", bound.get("input_tensor"))
     elif name in ("reduce_scatter", "reduce_scatter_tensor"):
         piece = bound.get("input", bound.get("input_list"))
+    elif name in ("all_to_all", "all_to_all_single"):
+        piece = bound.get("input", bound.get("input_tensor_list"))
     else:
         piece = bound.get("tensor")
     tensors = piece if isinstance(piece, (list, tuple)) else [piece]
@@ -119,6 +123,12 @@ def _wrapper(name: str):
     wrapper.__name__, wrapper.__qualname__ = original.__name__, original.__qualname__
     wrapper.__doc__, wrapper.__wrapped__ = original.__doc__, original
     return wrapper
+
+
+def lab(name: str):
+    """torch.distributed's own `name`, never recorded: the lab's bookkeeping (what a case reads of the shards, the
+    replicas' agreement on a bucket), which is not the answer's traffic."""
+    return _ORIGINAL.get(name) or getattr(dist, name)
 
 
 def install() -> None:

@@ -37,8 +37,7 @@ import torch.distributed.distributed_c10d as c10d
 
 from lab_src.harness.records import Q11_CALL
 from lab_src.pipeline import trace, waiting
-from lab_src.pipeline.ops import Op
-from lab_src.topics.p2p.calls import COMBINED
+from lab_src.pipeline.ops import COMBINED, Op
 from lab_src.pipeline.trace import Event
 
 _ORIGINAL: dict = {}
