@@ -2,13 +2,14 @@
 collective recorder on an all-to-all over a mesh dimension, and the typed settings of a case."""
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 
 import pytest
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from lab_src.comm.mesh import Mesh
 from lab_src.harness.case import Case
@@ -38,57 +39,54 @@ def test_a_mesh_refuses_degrees_that_are_not_whole_numbers_or_a_rank_outside_it(
         Mesh(dims, rank=rank, timeout_s=5)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank(rank: int, world: int, port: int, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    from lab_src.comm import collectives
-    from lab_src.pipeline import trace
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        collectives.install()
-        mesh = Mesh({"dp": 2, "pp": 2}, rank, timeout_s=30).build("pp", "dp")
-        mesh.add("tied", [[0, 1], [2, 3]])
-        seen = {name: dist.get_process_group_ranks(mesh.group(name)) for name in ("pp", "dp", "tied")}
-        tracer = trace.Tracer(rank)
-        with trace.tracing(tracer):
-            dp = mesh.group("dp")
-            sent = torch.arange(4, dtype=torch.float32) + 10 * rank
-            got = torch.empty(4)
-            dist.all_to_all_single(got, sent, group=dp)
-            total = torch.ones(3)
-            dist.all_reduce(total, group=mesh.group("pp"))
-        mesh.destroy()
-        out.put((rank, seen, got.tolist(), total.tolist(),
-                 [(e.kind, e.bytes, list(e.group)) for e in tracer.events if e.is_collective]))
-    finally:
-        dist.destroy_process_group()
+RANK = """
+import json, os, sys
+import torch
+import torch.distributed as dist
+from lab_src.comm import collectives
+from lab_src.comm.mesh import Mesh
+from lab_src.pipeline import trace
+rank = int(sys.argv[1])
+torch.set_num_threads(1)
+dist.init_process_group("gloo", rank=rank, world_size=4)
+collectives.install()
+mesh = Mesh({"dp": 2, "pp": 2}, rank, timeout_s=30).build("pp", "dp")
+mesh.add("tied", [[0, 1], [2, 3]])
+seen = {name: dist.get_process_group_ranks(mesh.group(name)) for name in ("pp", "dp", "tied")}
+tracer = trace.Tracer(rank)
+with trace.tracing(tracer):
+    sent = torch.arange(4, dtype=torch.float32) + 10 * rank
+    got = torch.empty(4)
+    dist.all_to_all_single(got, sent, group=mesh.group("dp"))
+    total = torch.ones(3)
+    dist.all_reduce(total, group=mesh.group("pp"))
+mesh.destroy()
+print(json.dumps([seen, got.tolist(), total.tolist(),
+                  [[e.kind, e.bytes, list(e.group)] for e in tracer.events if e.is_collective]]))
+dist.destroy_process_group()
+"""
 
 
 def test_a_meshs_groups_are_real_and_the_recorder_names_an_all_to_all_over_one_of_them():
     """Four gloo ranks as a 2 x 2 (dp, pp) mesh: each group holds the ranks the arithmetic says; an all-to-all over
     dp moves each half where it belongs and is recorded as "all_to_all" over its group, an all-reduce over pp too."""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_rank, args=(r, 4, port, out)) for r in range(4)]
-    for p in procs:
-        p.start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", RANK, str(r)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True) for r in range(4)]
+    results = {}
     try:
-        results = {}
-        for _ in procs:
-            rank, *rest = out.get(timeout=120)
-            results[rank] = rest
+        for r, p in enumerate(procs):
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err[-2000:]
+            results[r] = json.loads(out.strip().splitlines()[-1])
     finally:
         for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
     for rank, (seen, got, total, events) in results.items():
         mesh = Mesh({"dp": 2, "pp": 2}, rank, timeout_s=5)
         assert seen == {"pp": mesh.members("pp"), "dp": mesh.members("dp"), "tied": mesh.members("pp")}
@@ -97,7 +95,7 @@ def test_a_meshs_groups_are_real_and_the_recorder_names_an_all_to_all_over_one_o
         assert got == [10 * peer[0] + 2 * position, 10 * peer[0] + 2 * position + 1,
                        10 * peer[1] + 2 * position, 10 * peer[1] + 2 * position + 1]
         assert total == [2.0, 2.0, 2.0]
-        assert events == [("all_to_all", 16, peer), ("all_reduce", 12, mesh.members("pp"))]
+        assert events == [["all_to_all", 16, peer], ["all_reduce", 12, mesh.members("pp")]]
 
 
 def test_a_cases_settings_are_its_kinds_class_and_a_key_it_does_not_declare_is_named():

@@ -94,8 +94,8 @@ def test_rebuilding_the_notebooks_from_unchanged_twins_changes_nothing(tmp_path)
 
 def test_lab_src_top_level_holds_only_what_students_touch():
     top = sorted(p.name for p in (ROOT / "lab_src").iterdir() if not p.name.startswith("__pycache__"))
-    assert top == ["__init__.py", "answers.py", "checks", "exercises.py", "grading.py", "harness", "judge", "magic.py",
-                   "pipeline", "registry.py", "topics", "views"]
+    assert top == ["__init__.py", "answers.py", "checks", "comm", "exercises.py", "grading.py", "harness", "judge",
+                   "magic.py", "pipeline", "registry.py", "topics", "views"]
 
 
 def test_no_grader_module_imports_the_visible_checks():

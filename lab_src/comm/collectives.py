@@ -38,6 +38,9 @@ _ORIGINAL: dict = {}
 # the global ranks of the case running now (set by its kind): a collective over other ranks too would wait
 # for ranks that are not in the case, so it is refused at once, with the group to use
 CASE_RANKS: list = []
+# how a refusal names the group the answer should have used: (what it is, what the answer was given). A tensor-parallel
+# kind says ("the tensor-parallel group", "tp.group"); other kinds leave the case's own words
+CASE_GROUP: list = []
 # while a q17 case runs (kind_layers arms it with a list): per recorded all-reduce, what this rank handed it and
 # what it gave back, so that the judge can tell whether the part's output is made of the sum it recorded
 CARRIED: list | None = None
@@ -98,9 +101,10 @@ def _wrapper(name: str):
         shape, nbytes = _nbytes(name, bound)
         members = _members(bound.get("group"))
         if CASE_RANKS and not set(members) <= set(CASE_RANKS):
+            what, given = CASE_GROUP or ("the case's group", "the group your function was given")
             raise WrongGroup(f"{name.replace('_', '-')} over ranks {list(members)}"
                              f"{' (the default group: no group= given)' if bound.get('group') is None else ''}, "
-                             f"but the tensor-parallel group is ranks {list(CASE_RANKS)}: pass group=tp.group")
+                             f"but {what} is ranks {list(CASE_RANKS)}: pass group={given}")
         keep = CARRIED is not None and name == "all_reduce" and hasattr(bound.get("tensor"), "detach")
         sent = bound["tensor"].detach().cpu().clone() if keep else None
         with trace.span(kind, None, None, shape, nbytes, group=members):

@@ -117,6 +117,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     tp = tpmod.TensorParallel(mesh.coord("tp"), t, mesh.group("tp"), ctx.device)
     obs["tp_block"] = {}
     coll.CASE_RANKS[:] = mesh.members("tp")
+    coll.CASE_GROUP[:] = ["the tensor-parallel group", "tp.group"]
     try:
         for part in settings.parts or BLOCK_PARTS:
             observe.barrier(group)
@@ -140,6 +141,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         finished = True
     finally:
         coll.CASE_RANKS.clear()
+        coll.CASE_GROUP.clear()
         observe.record_instrumentation(obs, tracer)
         if finished:
             mesh.destroy()      # its threads; nothing is in flight on it any more

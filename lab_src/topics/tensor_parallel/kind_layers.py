@@ -164,6 +164,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     data = tpmod.inputs(cfg, case.stages)
     obs["tp"] = {}
     coll.CASE_RANKS[:] = range(case.stages)
+    coll.CASE_GROUP[:] = ["the tensor-parallel group", "tp.group"]
     coll.CARRIED = []
     try:
         for part in case.calls or LAYER_PARTS:
@@ -184,6 +185,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         observe.finish_messages(None, group, tracer)
     finally:
         coll.CASE_RANKS.clear()
+        coll.CASE_GROUP.clear()
         coll.CARRIED = None
         observe.record_instrumentation(obs, tracer)
 

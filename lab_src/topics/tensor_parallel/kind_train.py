@@ -174,6 +174,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     mesh.build("tp")    # every rank of the case makes every stage's group, in the same order, as q14's grid does
     tp = tpmod.TensorParallel(mesh.coord("tp"), t, mesh.group("tp"), ctx.device)
     coll.CASE_RANKS[:] = members
+    coll.CASE_GROUP[:] = ["the tensor-parallel group", "tp.group"]
     try:
         perturbed = None
         if s.get("perturb"):
@@ -187,6 +188,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         finished = True
     finally:
         coll.CASE_RANKS.clear()
+        coll.CASE_GROUP.clear()
         observe.record_instrumentation(obs, tracer)
         if finished:
             mesh.destroy()      # its threads; nothing is in flight on it any more
