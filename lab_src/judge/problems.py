@@ -15,6 +15,9 @@ in), is its `kind`, set where it is made; the message is only what the student r
 A judge makes problems without the exercise and the case: the caller, which knows what it is judging,
 stamps them once (`stamped`). A problem that names its own exercise (a mistake of an earlier exercise)
 or case (a step of a training case) keeps it.
+
+A judge that can find the same problem twice (in the same words: its `str`) drops the repeats with
+`dedupe`; telling problems of other words once, with where else they showed, is judge/summary.py's.
 """
 from __future__ import annotations
 
@@ -61,6 +64,16 @@ class Problem:
 def stamped(problems: list[Problem], exercise: str, case: str = "") -> list[Problem]:
     """A judge's problems, each naming `exercise` and `case` unless it names its own."""
     return [replace(p, exercise=p.exercise or exercise, case=p.case or case) for p in problems]
+
+
+def dedupe(problems: list[Problem]) -> list[Problem]:
+    """The problems without a repeat of one already said in the same words (its `str`), in their order."""
+    seen, out = set(), []
+    for p in problems:
+        if str(p) not in seen:
+            seen.add(str(p))
+            out.append(p)
+    return out
 
 
 def first_wrong_steps(first: dict, later) -> list[Problem]:
