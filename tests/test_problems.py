@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab_src.judge.failures import from_error, rank_problems
+from lab_src.judge.failures import from_error, rank_problems, sanitize
 from lab_src.judge.problems import Kind, Problem, dedupe, stamped
 from lab_src.judge.realness import WRONG_SCHEDULE, check_messages
 from lab_src.judge.summary import render
@@ -101,7 +101,6 @@ def test_a_missing_dp_rank_is_one_problem_that_says_what_the_rank_reads():
 
 
 def test_gloo_internals_never_reach_the_student():
-    from lab_src.judge.problems import sanitize
     raw = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
            "[127.0.0.1]:4242 GLHF! \U0001F3D6\ufe0f")
     said = sanitize(raw)

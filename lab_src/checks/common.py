@@ -19,8 +19,8 @@ from pathlib import Path
 from lab_src import answers
 from lab_src.grading import autograding, grader_view
 from lab_src.harness.case import Case, CaseOutcome, Run
-from lab_src.judge.failures import case_problems, not_run
-from lab_src.judge.problems import Problem, sanitize, stamped
+from lab_src.judge.failures import case_problems, not_run, sanitize
+from lab_src.judge.problems import Problem, stamped
 from lab_src.judge.summary import counts, render, wrap
 from lab_src.pipeline.config import LabConfig
 from lab_src.registry import exercise

@@ -22,7 +22,6 @@ A judge that can find the same problem twice (in the same words: its `str`) drop
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass, field, replace
 
 
@@ -87,22 +86,3 @@ def first_wrong_steps(first: dict, later) -> list[Problem]:
     cause = min(r for r, (k, _) in first.items() if k == earliest)
     return [problem if k == earliest else Problem(later(k, earliest, cause), rank=r, consequence=True)
             for r, (k, problem) in sorted(first.items())]
-
-
-# "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] " and the like
-_SOURCE_REF = re.compile(r"\[[^\]\s]*[/\\][^\]\s]*:\d+\]\s*")
-_LIBRARY_PATH = re.compile(r"(?:/[\w.+-]+)*/(?:site-packages|dist-packages|third_party|torch|pytorch|"
-                           r"lib/python3[\w.]*)/[\w./+-]*")
-# gloo's sign-off on a closed connection ("Connection closed by peer [...]. GLHF! 🏖️"): noise to a student
-_GLOO_NOISE = re.compile(r"\s*GLHF!?\s*(?:\U0001F3D6\ufe0f?)?")
-# a launch runs copies of the answers: <run folder>/inputs/3-q08_afab_step.py is the student's q08_afab_step.py
-_ANSWER_COPY = re.compile(r"\S*/inputs/\d+-(q\d\d_\w+\.py)")
-
-
-def sanitize(text: str) -> str:
-    """An error message without paths into torch, gloo or the Python installation: they say where the
-    library noticed a problem, never what the student should change."""
-    text = _SOURCE_REF.sub("", text)
-    text = _GLOO_NOISE.sub("", text)
-    text = _ANSWER_COPY.sub(r"\1", text)
-    return _LIBRARY_PATH.sub(lambda m: m.group(0).rsplit("/", 1)[-1], text)
