@@ -53,7 +53,9 @@ class CheckReport:
     def ok(self) -> bool:
         return not self.problems
 
-    def events(self, case: int = 0):
+    def timeline_events(self, case: int = 0):
+        """The events `timeline(case)` draws, of the run's case number `case`: its outcome's
+        `CaseOutcome.events(recovered=True)`, kept in the case's view."""
         return self.views[case]["events"]
 
     def stages(self, case: int = 0) -> int:
