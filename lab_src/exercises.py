@@ -14,6 +14,20 @@ import functools
 from lab_src import answers
 from lab_src.registry import CODED, exercise
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing (type checkers and linters read the name)
+if TYPE_CHECKING:
+    # What the contracts' annotations name. The annotations are never evaluated (`from __future__ import
+    # annotations`), so nothing is imported for them when the lab runs; the lab's classes are named through the
+    # package (`lab_src.PipelineStage`, `lab_src.topics.dp_pp.grid.Grid`), not imported from their modules, most
+    # of which import this one.
+    from collections.abc import Callable, Iterable, Iterator
+    from types import SimpleNamespace
+
+    import torch
+    from torch import nn
+
+    import lab_src
+
 _caller: list[str] = []
 _checked: set[int] = set()
 API: dict = {}    # qid -> the dispatching function, for every exercise with code (filled below)
@@ -68,7 +82,8 @@ def _exercise_api(qid: str):
 
 
 @_exercise_api("q02")
-def check_args(num_layers, num_stages, global_batch_size, num_microbatches, allow_uneven_layers=False):
+def check_args(num_layers: int, num_stages: int, global_batch_size: int, num_microbatches: int,
+               allow_uneven_layers: bool = False) -> int:
     """Validate a pipeline configuration and return the micro-batch size.
 
     Raise ValueError (not assert: `python -O` strips asserts) with a message that names the problem when
@@ -81,7 +96,7 @@ def check_args(num_layers, num_stages, global_batch_size, num_microbatches, allo
 
 
 @_exercise_api("q03")
-def activation_shape(cfg, micro_batch_size):
+def activation_shape(cfg: lab_src.LabConfig, micro_batch_size: int) -> tuple[int, ...]:
     """The shape of the tensor one stage sends to the next for one micro-batch, as a tuple of ints.
 
     `cfg` is a `LabConfig` (num_layers, hidden_size, num_heads, seq_len, vocab_size, ...). The receiving
@@ -91,7 +106,8 @@ def activation_shape(cfg, micro_batch_size):
 
 
 @_exercise_api("q04")
-def baseline_step(model, dataloader, device):
+def baseline_step(model: nn.Module, dataloader: Iterable[torch.Tensor],
+                  device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """One forward and backward pass of the whole (unsharded) model on one batch.
 
     Fetch the first batch from `dataloader`, move it to `device`, run `model` on it, use the mean of
@@ -100,7 +116,7 @@ def baseline_step(model, dataloader, device):
 
 
 @_exercise_api("q05")
-def distribute_layers(num_layers, pp_rank, pp_size):
+def distribute_layers(num_layers: int, pp_rank: int, pp_size: int) -> list[int]:
     """The indices of the transformer blocks that stage `pp_rank` of `pp_size` owns, in order.
 
     Consecutive stages own consecutive blocks; together they own every block exactly once. When the
@@ -109,12 +125,13 @@ def distribute_layers(num_layers, pp_rank, pp_size):
 
 
 @_exercise_api("q06")
-def needs_dataloader(pp_rank, pp_size):
+def needs_dataloader(pp_rank: int, pp_size: int) -> bool:
     """True when stage `pp_rank` of `pp_size` must read batches from the training dataloader."""
 
 
 @_exercise_api("q07")
-def pipeline_communicate(operation, stage, tensor=None, microbatch=0):
+def pipeline_communicate(operation: str, stage: lab_src.PipelineStage, tensor: torch.Tensor | None = None,
+                         microbatch: int = 0) -> torch.Tensor | None:
     """Carry out one point-to-point operation of `stage`, or nothing where the operation does not apply.
 
     `operation` is one of "recv_forward", "send_forward", "recv_backward", "send_backward". Use
@@ -125,7 +142,8 @@ def pipeline_communicate(operation, stage, tensor=None, microbatch=0):
 
 
 @_exercise_api("q08")
-def afab_step(stage, data_iter, num_microbatches):
+def afab_step(stage: lab_src.PipelineStage, data_iter: Iterator[torch.Tensor] | None,
+              num_microbatches: int) -> tuple[list[torch.Tensor], float | None]:
     """One All-Forward-All-Backward training step of `stage` over `num_microbatches` micro-batches.
 
     `data_iter` yields micro-batches of tokens on the stages that need the dataloader (None elsewhere).
@@ -137,7 +155,7 @@ def afab_step(stage, data_iter, num_microbatches):
 
 
 @_exercise_api("q09")
-def check_outputs(outputs, baseline_output, stage):
+def check_outputs(outputs: list[torch.Tensor], baseline_output: torch.Tensor, stage: lab_src.PipelineStage) -> bool:
     """Compare the pipelined outputs with the baseline's on the stage that holds them.
 
     `outputs` is what `afab_step` returned on this stage; `baseline_output` is the unsharded model's
@@ -147,7 +165,7 @@ def check_outputs(outputs, baseline_output, stage):
 
 
 @_exercise_api("q10")
-def check_gradients(stage, baseline_grads):
+def check_gradients(stage: lab_src.PipelineStage, baseline_grads: dict[str, torch.Tensor]) -> list[str]:
     """Compare the gradient of every parameter this stage owns with the baseline's.
 
     `baseline_grads` maps full-model parameter names (e.g. "blocks.5.up.weight") to gradients.
@@ -156,7 +174,8 @@ def check_gradients(stage, baseline_grads):
 
 
 @_exercise_api("q11")
-def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch=None):
+def p2p_communicate(operation: str, stage: lab_src.PipelineStage, tensor: torch.Tensor | None = None,
+                    microbatch: int = 0, recv_microbatch: int | None = None) -> torch.Tensor | None:
     """One point-to-point operation of `stage` with raw torch.distributed calls, or nothing where it
     does not apply.
 
@@ -179,7 +198,8 @@ def p2p_communicate(operation, stage, tensor=None, microbatch=0, recv_microbatch
 
 
 @_exercise_api("q12")
-def one_f_one_b_step(stage, data_iter, num_microbatches):
+def one_f_one_b_step(stage: lab_src.PipelineStage, data_iter: Iterator[torch.Tensor] | None,
+                     num_microbatches: int) -> tuple[list[torch.Tensor], float | None]:
     """One One-Forward-One-Backward training step of `stage` over `num_microbatches` micro-batches.
 
     Rank r runs min(p - r - 1, m) warm-up forwards, then alternates one forward and one backward, then
@@ -192,7 +212,8 @@ def one_f_one_b_step(stage, data_iter, num_microbatches):
 
 
 @_exercise_api("q14")
-def dp_pp_step(grid, cfg):
+def dp_pp_step(grid: lab_src.topics.dp_pp.grid.Grid,
+               cfg: lab_src.LabConfig) -> tuple[lab_src.PipelineStage, list[torch.Tensor], float | None]:
     """One training step of this rank on a grid of `grid.dp_size` data-parallel replicas of a
     `grid.pp_size`-stage pipeline (`grid.world_size` = dp_size * pp_size ranks). Return `(stage, outputs, loss)`.
 
@@ -219,7 +240,8 @@ def dp_pp_step(grid, cfg):
 
 
 @_exercise_api("q15")
-def interleaved_step(stage, data_iter, num_microbatches):
+def interleaved_step(stage: lab_src.topics.interleaved.chunked.InterleavedStage, data_iter: Iterator[torch.Tensor] | None,
+                     num_microbatches: int) -> tuple[list[torch.Tensor], float | None]:
     """One Interleaved 1F1B training step of a rank that holds `stage.num_chunks` model chunks.
 
     `stage` is an `InterleavedStage` (lab_src/topics/interleaved/chunked.py) of rank `stage.pp_rank` of
@@ -245,7 +267,9 @@ def interleaved_step(stage, data_iter, num_microbatches):
 
 
 @_exercise_api("q13")
-def train_pipeline(stage, data, step_fn, num_steps, lr):
+def train_pipeline(stage: lab_src.topics.training.classifier.ClassifierStage, data: lab_src.topics.training.digits.Digits,
+                   step_fn: Callable[..., tuple[list[torch.Tensor], float | None]], num_steps: int,
+                   lr: float) -> dict[str, list[float] | float] | None:
     """Train this rank's `stage` for `num_steps` optimizer steps on the digits, then evaluate it on the
     held-out images. Every rank of the pipeline runs this function at once.
 
@@ -271,7 +295,8 @@ def train_pipeline(stage, data, step_fn, num_steps, lr):
 
 
 @_exercise_api("q16")
-def zero_bubble_step(stage, data_iter, num_microbatches):
+def zero_bubble_step(stage: lab_src.PipelineStage, data_iter: Iterator[torch.Tensor] | None,
+                     num_microbatches: int) -> tuple[list[torch.Tensor], float | None]:
     """One ZB-H1 (zero bubble) training step of `stage` over `num_microbatches` micro-batches.
 
     Each backward is split in two: `stage.backward_input(x, y, grad, microbatch=mb)` (I) returns the gradient
@@ -291,7 +316,7 @@ def zero_bubble_step(stage, data_iter, num_microbatches):
 
 
 @_exercise_api("q17")
-def tp_layers(up, down, tp):
+def tp_layers(up: nn.Linear, down: nn.Linear, tp: lab_src.topics.tensor_parallel.runtime.TensorParallel) -> nn.Module:
     """The MLP of one block, `down(gelu(up(x)))`, split over the tensor-parallel group `tp`: return this
     rank's part of it, an `nn.Module` whose `up` is a `ColumnParallelLinear` of `up` and whose `down` a
     `RowParallelLinear` of `down`, and whose forward takes the whole input x (the same on every rank) and
@@ -315,7 +340,8 @@ def tp_layers(up, down, tp):
 
 
 @_exercise_api("q18")
-def tp_block(block, tp, q17):
+def tp_block(block: lab_src.pipeline.model.Block, tp: lab_src.topics.tensor_parallel.runtime.TensorParallel,
+             q17: SimpleNamespace) -> nn.Module:
     """The lab's transformer block (pipeline/model.py's `Block`: pre-norm causal attention, then the MLP,
     each with its residual) split over the tensor-parallel group `tp`: return this rank's part of it, an
     `nn.Module` whose forward takes the whole input x (b, s, h), the same on every rank, and returns the
@@ -343,7 +369,7 @@ def tp_block(block, tp, q17):
 
 
 @_exercise_api("q19")
-def ring_all_reduce(tensor, group=None):
+def ring_all_reduce(tensor: torch.Tensor, group: torch.distributed.ProcessGroup | None = None) -> torch.Tensor:
     """Sum `tensor` over the ranks of the process group `group` (the whole world when None), in place, with
     a ring, and return `tensor`. Every rank of the group calls it with a tensor of the same shape and dtype;
     afterwards each holds the sum of all of them, and all hold exactly the same bits.
@@ -363,7 +389,8 @@ def ring_all_reduce(tensor, group=None):
 
 
 @_exercise_api("q20")
-def bucketed_step(stage, data_iter, num_microbatches, reducer):
+def bucketed_step(stage: lab_src.PipelineStage, data_iter: Iterator[torch.Tensor] | None, num_microbatches: int,
+                  reducer) -> tuple[list[torch.Tensor], float | None]:
     """One 1F1B training step of `stage` (your q12, with `p2p_communicate`) on one replica of a data x pipeline
     grid, whose gradients `reducer` averages over the stage's data-parallel replicas while the backward runs.
     Return what q12's step returns: on the last stage `(outputs, loss)`, elsewhere `([], None)`.
@@ -397,7 +424,8 @@ def bucketed_step(stage, data_iter, num_microbatches, reducer):
 
 
 @_exercise_api("q21")
-def sharded_adamw_step(params, dp, state, lr):
+def sharded_adamw_step(params: list[nn.Parameter], dp: lab_src.topics.sharding.kind.DataParallelGroup, state: dict,
+                       lr: float) -> None:
     """One AdamW step of this rank's `params` with AdamW's state (ZeRO-1) and the reduced gradients (ZeRO-2)
     sharded over the data-parallel group `dp`. Every rank of `dp.group` calls it, under torch.no_grad(), with its
     replica's copy of the same parameters, in the same order, each `.grad` holding that replica's own gradient.
@@ -424,7 +452,7 @@ def sharded_adamw_step(params, dp, state, lr):
 
 
 @_exercise_api("q22")
-def fsdp_layer(layer, dp):
+def fsdp_layer(layer: lab_src.pipeline.model.Block, dp: lab_src.topics.sharding.fsdp.FsdpGroup) -> nn.Module:
     """Return an `nn.Module` that stands for `layer` (one transformer block of a pipeline stage: its forward
     takes x and returns the block's output) and holds only this rank's shard of the block's parameters, as
     `self.shard`: an nn.Parameter, the elements `torch.tensor_split` gives shard `dp.rank` of `dp.size` of the

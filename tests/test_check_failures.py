@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from lab_src.harness.deadlock import Progress
-from lab_src.judge.failures import rank_problems
-from lab_src.judge.problems import Problem, sanitize
+from lab_src.judge.failures import rank_problems, sanitize
+from lab_src.judge.problems import Problem
 from lab_src.judge.summary import CONSEQUENCES, render
 from lab_src.registry import EXERCISES
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lab_src.judge.failures import from_error, rank_problems
-from lab_src.judge.problems import Kind, Problem, stamped
+from lab_src.judge.failures import from_error, rank_problems, sanitize
+from lab_src.judge.problems import Kind, Problem, dedupe, stamped
 from lab_src.judge.realness import WRONG_SCHEDULE, check_messages
 from lab_src.judge.summary import render
 from lab_src.pipeline.trace import Event
@@ -26,6 +26,13 @@ def test_stamping_fills_only_what_a_problem_leaves_empty():
     assert str(earlier) == "[q05]: an earlier exercise's  (4 stages)"
     assert str(step) == "[q08]: a step of the case  (4 stages, step 3)"
     assert stamped([], "q08", "x") == []
+
+
+def test_dedupe_drops_a_problem_said_in_the_same_words_and_keeps_the_order():
+    first, again, other = Problem("late", rank=1), Problem("late", rank=1), Problem("late", rank=2)
+    kept = dedupe([first, other, again, Problem("late", rank=1, kind=Kind.WAIT)])
+    assert kept == [first, other] and kept[0] is first       # the same words: the first one kept
+    assert dedupe([]) == []
 
 
 def test_the_kind_is_set_where_a_problem_is_made():
@@ -94,7 +101,6 @@ def test_a_missing_dp_rank_is_one_problem_that_says_what_the_rank_reads():
 
 
 def test_gloo_internals_never_reach_the_student():
-    from lab_src.judge.problems import sanitize
     raw = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
            "[127.0.0.1]:4242 GLHF! \U0001F3D6\ufe0f")
     said = sanitize(raw)

@@ -89,7 +89,7 @@ def test_the_visible_check_passes_and_the_blocking_experiment_deadlocks_with_its
         (folder / EXERCISES[qid].answer_file).write_text(open(reference[qid]).read())
     report = check("q11")
     assert report.ok
-    events = report.events(0)       # the answer's own torch.distributed calls, recorded in the ranks
+    events = report.timeline_events(0)       # the answer's own torch.distributed calls, recorded in the ranks
     assert {e.kind for e in events} == {"send_forward", "recv_forward", "send_backward", "recv_backward"}
     assert len(events) == 2 * 2 * 3 * 6
     out = capsys.readouterr().out
@@ -195,7 +195,7 @@ def test_a_forgotten_wait_and_a_direction_read_from_the_name_are_named_at_once(r
     assert not report.ok and named in text, text
     assert "{'tensor_shape'" not in text and "0 messages)" not in text and "pair.cc" not in text
     # the timeline: the messages that went through, and where each rank was left waiting
-    assert any(report.events(c) or report.views[c]["waits"] for c in range(3))
+    assert any(report.timeline_events(c) or report.views[c]["waits"] for c in range(3))
     # three cases, each stopped as soon as its ranks wait for a rank that raised (a receive's timeout is 10 s
     # each); loose, for a loaded machine
     assert took < 25, took

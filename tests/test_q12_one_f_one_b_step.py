@@ -200,7 +200,7 @@ def test_the_visible_check_and_the_memory_experiment(reference, in_tmp, capsys, 
     report = check("q12")
     out = capsys.readouterr().out
     assert report.ok and "micro-batches held awaiting backward, at most: 4, 3, 2, 1 (ranks 0..3)" in out
-    assert any(e.held for e in report.events(0))
+    assert any(e.held for e in report.timeline_events(0))
     runs = memory_vs_microbatches(ms=(4, 16))
     afab = {row["m"]: row["peak"] for row in runs.of("afab")}
     one = {row["m"]: row["peak"] for row in runs.of("1f1b")}

@@ -19,8 +19,8 @@ from pathlib import Path
 from lab_src import answers
 from lab_src.grading import autograding, grader_view
 from lab_src.harness.case import Case, CaseOutcome, Run
-from lab_src.judge.failures import case_problems, not_run
-from lab_src.judge.problems import Problem, sanitize, stamped
+from lab_src.judge.failures import case_problems, not_run, sanitize
+from lab_src.judge.problems import Problem, stamped
 from lab_src.judge.summary import counts, render, wrap
 from lab_src.pipeline.config import LabConfig
 from lab_src.registry import exercise
@@ -53,7 +53,9 @@ class CheckReport:
     def ok(self) -> bool:
         return not self.problems
 
-    def events(self, case: int = 0):
+    def timeline_events(self, case: int = 0):
+        """The events `timeline(case)` draws, of the run's case number `case`: its outcome's
+        `CaseOutcome.events(recovered=True)`, kept in the case's view."""
         return self.views[case]["events"]
 
     def stages(self, case: int = 0) -> int:

@@ -12,14 +12,35 @@ consequences, not mistakes of their own, and point at code that is right. So a c
 
 Every problem that says where a rank waited is a `Kind.WAIT`. The problems name no exercise or case:
 the caller stamps them (judge/problems.py, `stamped`). Everything about reading a rank's error is here
-(`from_error`, the student's line, a wrong peer); judge/problems.py only holds what a problem is.
+(`from_error`, the student's line, a wrong peer, `sanitize`: a message without the library's paths);
+judge/problems.py only holds what a problem is.
 """
 from __future__ import annotations
 
+import re
+
 from lab_src.harness.records import gave_up_waiting
-from lab_src.judge.problems import Kind, Problem, sanitize
+from lab_src.judge.problems import Kind, Problem
 from lab_src.pipeline.schedules import Op
 from lab_src.pipeline.trace import op_text, unpack
+
+# "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] " and the like
+_SOURCE_REF = re.compile(r"\[[^\]\s]*[/\\][^\]\s]*:\d+\]\s*")
+_LIBRARY_PATH = re.compile(r"(?:/[\w.+-]+)*/(?:site-packages|dist-packages|third_party|torch|pytorch|"
+                           r"lib/python3[\w.]*)/[\w./+-]*")
+# gloo's sign-off on a closed connection ("Connection closed by peer [...]. GLHF! 🏖️"): noise to a student
+_GLOO_NOISE = re.compile(r"\s*GLHF!?\s*(?:\U0001F3D6\ufe0f?)?")
+# a launch runs copies of the answers: <run folder>/inputs/3-q08_afab_step.py is the student's q08_afab_step.py
+_ANSWER_COPY = re.compile(r"\S*/inputs/\d+-(q\d\d_\w+\.py)")
+
+
+def sanitize(text: str) -> str:
+    """An error message without paths into torch, gloo or the Python installation: they say where the
+    library noticed a problem, never what the student should change."""
+    text = _SOURCE_REF.sub("", text)
+    text = _GLOO_NOISE.sub("", text)
+    text = _ANSWER_COPY.sub(r"\1", text)
+    return _LIBRARY_PATH.sub(lambda m: m.group(0).rsplit("/", 1)[-1], text)
 
 
 def is_wait(error: dict) -> bool:

@@ -15,11 +15,13 @@ in), is its `kind`, set where it is made; the message is only what the student r
 A judge makes problems without the exercise and the case: the caller, which knows what it is judging,
 stamps them once (`stamped`). A problem that names its own exercise (a mistake of an earlier exercise)
 or case (a step of a training case) keeps it.
+
+A judge that can find the same problem twice (in the same words: its `str`) drops the repeats with
+`dedupe`; telling problems of other words once, with where else they showed, is judge/summary.py's.
 """
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass, field, replace
 
 
@@ -63,6 +65,16 @@ def stamped(problems: list[Problem], exercise: str, case: str = "") -> list[Prob
     return [replace(p, exercise=p.exercise or exercise, case=p.case or case) for p in problems]
 
 
+def dedupe(problems: list[Problem]) -> list[Problem]:
+    """The problems without a repeat of one already said in the same words (its `str`), in their order."""
+    seen, out = set(), []
+    for p in problems:
+        if str(p) not in seen:
+            seen.add(str(p))
+            out.append(p)
+    return out
+
+
 def first_wrong_steps(first: dict, later) -> list[Problem]:
     """Per rank, the problem of its first wrong step of a run of several (`first`: rank -> (step, Problem)). A rank
     whose first wrong step comes after the earliest one's is charged with a consequence instead, in the words of
@@ -74,22 +86,3 @@ def first_wrong_steps(first: dict, later) -> list[Problem]:
     cause = min(r for r, (k, _) in first.items() if k == earliest)
     return [problem if k == earliest else Problem(later(k, earliest, cause), rank=r, consequence=True)
             for r, (k, problem) in sorted(first.items())]
-
-
-# "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] " and the like
-_SOURCE_REF = re.compile(r"\[[^\]\s]*[/\\][^\]\s]*:\d+\]\s*")
-_LIBRARY_PATH = re.compile(r"(?:/[\w.+-]+)*/(?:site-packages|dist-packages|third_party|torch|pytorch|"
-                           r"lib/python3[\w.]*)/[\w./+-]*")
-# gloo's sign-off on a closed connection ("Connection closed by peer [...]. GLHF! 🏖️"): noise to a student
-_GLOO_NOISE = re.compile(r"\s*GLHF!?\s*(?:\U0001F3D6\ufe0f?)?")
-# a launch runs copies of the answers: <run folder>/inputs/3-q08_afab_step.py is the student's q08_afab_step.py
-_ANSWER_COPY = re.compile(r"\S*/inputs/\d+-(q\d\d_\w+\.py)")
-
-
-def sanitize(text: str) -> str:
-    """An error message without paths into torch, gloo or the Python installation: they say where the
-    library noticed a problem, never what the student should change."""
-    text = _SOURCE_REF.sub("", text)
-    text = _GLOO_NOISE.sub("", text)
-    text = _ANSWER_COPY.sub(r"\1", text)
-    return _LIBRARY_PATH.sub(lambda m: m.group(0).rsplit("/", 1)[-1], text)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from lab_src.judge.problems import Kind, Problem
+from lab_src.judge.problems import Kind, Problem, dedupe
 from lab_src.judge.record import check_record
 from lab_src.pipeline.schedules import Op, Schedule, matching_schedules, schedule
 from lab_src.pipeline.trace import Event
@@ -119,7 +119,7 @@ def check_messages(events: list[Event], p: int, m: int, shape: tuple, sched: Sch
             if mine.get(op.value, 0) != n:
                 problems.append(Problem(f"{mine.get(op.value, 0)} {op} operations; a {p}-stage pipeline "
                                         f"with {m} micro-batches needs {n} on this rank", rank=r))
-    return _dedupe(problems)
+    return dedupe(problems)
 
 
 def _fused(counts: Counter) -> Counter:
@@ -188,12 +188,3 @@ def check_run(outcome) -> list[Problem]:
 def _few(items, n: int = 4) -> str:
     items = list(items)
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
-
-
-def _dedupe(problems: list[Problem]) -> list[Problem]:
-    seen, out = set(), []
-    for p in problems:
-        if str(p) not in seen:
-            seen.add(str(p))
-            out.append(p)
-    return out

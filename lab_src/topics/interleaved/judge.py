@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from lab_src.judge.problems import Kind, Problem
+from lab_src.judge.problems import Kind, Problem, dedupe
 from lab_src.judge.record import check_record
 from lab_src.judge.realness import WRONG_SCHEDULE, check_built_and_ran, check_layers
 from lab_src.pipeline.schedules import Interleaved1F1B, Op, compute_order, in_flight_violations, schedule
@@ -111,7 +111,7 @@ def check_chunk_messages(events, p: int, m: int, sched: Interleaved1F1B, shape: 
                                             f"{labels[twice[0]]} times: pass each operation the micro-batch "
                                             f"and the chunk it works on", rank=r, microbatch=twice[0]))
     problems += _unmatched(events, p)
-    return _dedupe(_contiguous_hint(events, p, v) + problems)    # the hint explains the rest
+    return dedupe(_contiguous_hint(events, p, v) + problems)    # the hint explains the rest
 
 
 def swapped_messages(events, p: int) -> list[Problem]:
@@ -280,15 +280,6 @@ def order_at_stop(outcome) -> list[Problem]:
                                 f"that waits for a message its peer sends only later deadlocks the pipeline",
                                 rank=r, microbatch=mb, kind=Kind.WAIT))
     return problems
-
-
-def _dedupe(problems: list[Problem]) -> list[Problem]:
-    seen, out = set(), []
-    for p in problems:
-        if str(p) not in seen:
-            seen.add(str(p))
-            out.append(p)
-    return out
 
 
 # ---- the prediction (graded: grader/hidden/q15_interleaved_step.py) -------------------------------------

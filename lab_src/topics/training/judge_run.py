@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 
-from lab_src.judge.problems import Problem
+from lab_src.judge.problems import Problem, dedupe
 from lab_src.judge.realness import check_built_and_ran, check_layers, check_messages, check_order
 from lab_src.pipeline.schedules import FORWARD_ONLY, schedule
 from lab_src.pipeline.trace import Event
@@ -46,7 +46,7 @@ def pipeline_problems(outcome, label: str) -> list[Problem]:
         found = check_messages(ev, p, eval_mbs, shape, FORWARD_ONLY)
         found += [Problem(why, rank=r, microbatch=mb) for r, mb, why in FORWARD_ONLY.violations(ev, p, eval_mbs)]
         problems += [replace(pr, case=f"{label}, evaluation") for pr in found]
-    return _dedupe(problems)
+    return dedupe(problems)
 
 
 def _data(outcome):
@@ -215,12 +215,3 @@ def evaluation_problems(outcome, expected: dict) -> list[Problem]:
         problems.append(Problem(f"test_accuracy is {got_acc:.4g}; {whose} has {want_acc:.4g} on the held-out "
                                 f"images: {why}", rank=p - 1))
     return problems
-
-
-def _dedupe(problems: list[Problem]) -> list[Problem]:
-    seen, out = set(), []
-    for p in problems:
-        if str(p) not in seen:
-            seen.add(str(p))
-            out.append(p)
-    return out
