@@ -11,6 +11,7 @@ A feature of the timeline is added here, once; a painter is told how to paint a 
 stays a painter's own is how a primitive looks in its medium: font metrics (whether a label fits its box),
 tick marks, and in the animation, how a primitive shows before the cursor reaches it (`reveal`).
 
+    Span     what the primitives drawn from a time to a time on a row share
     Shade    hatched idle time of a rank's row (the bubble)
     Box      a filled span: a compute box (labelled "F3"), a message's bar, a collective's thicker bar
     Arrow    a message from its send to its receive; `lost`: a send no receive took (dashed, ending in ✕)
@@ -82,18 +83,20 @@ def legend_of(timelines: list[Timeline]) -> list[LegendItem]:
 
 # ---- the panel ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Shade:
+class Span:
+    """Something drawn from t0 to t1 (s) on a row (its middle, in rows from the top)."""
     t0: float
     t1: float
     row: float
+
+
+@dataclass(frozen=True)
+class Shade(Span):
     height: float = BOX
 
 
 @dataclass(frozen=True)
-class Box:
-    t0: float
-    t1: float
-    row: float
+class Box(Span):
     height: float
     colour: str
     label: str = ""         # written inside, where it fits (a compute box's "F3")
@@ -125,10 +128,7 @@ class Join:
 
 
 @dataclass(frozen=True)
-class Wait:
-    t0: float
-    t1: float               # where the wait is drawn to (the axis's end where it went on past it)
-    row: float
+class Wait(Span):           # t1: where the wait is drawn to (the axis's end where it went on past it)
     label: str              # "waits in recv_forward(mb=2) from rank 0"
     until: str = ""         # "until stopped at 900 ms »", where the wait went on past the axis
     tip: str = ""
@@ -143,10 +143,7 @@ class Cross:
 
 
 @dataclass(frozen=True)
-class Mark:
-    t0: float
-    t1: float
-    row: float
+class Mark(Span):
     words: str
     height: float = MARK
 

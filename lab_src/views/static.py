@@ -3,6 +3,9 @@
 One row per rank on a time axis in milliseconds: forward and backward boxes labelled with their
 micro-batch, thin bars for sends and receives, an arrow from each send to its receive, and hatched
 idle time (the bubble). The title of each panel gives the bubble next to (p-1)/(m+p-1).
+
+What a panel shows, and the legend, is decided by views/scene.py (the same scene the widget's frames paint);
+this module paints its primitives with matplotlib.
 """
 from __future__ import annotations
 

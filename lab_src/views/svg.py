@@ -4,6 +4,9 @@ The frame at step i shows the run up to the moment its i-th event finished (the 
 happened before is drawn in colour, idle time hatched; what is still to come is a faint ghost, so
 the layout never jumps. The event that just finished is outlined, and if it is a message, its arrow
 from send to receive is drawn bold. Hovering any box shows what it was.
+
+What the frame shows is decided by views/scene.py (the same scene the static figure paints); this module paints
+its primitives as SVG elements, and the memory lane (views/memory.py) under them.
 """
 from __future__ import annotations
 
@@ -82,7 +85,8 @@ def paint_legend(items: list[sc.LegendItem], x: float, y: float, right: float | 
     parts = []
     for item, (xi, line) in zip(items, _layout(items, x, right)):
         yi = y + line * LEGEND_LINE
-        text = f'<text x="{xi + (28 if item.swatch == "arrow" else 18):.0f}" y="{yi}" fill="#444">{escape(item.label, quote=False)}</text>'
+        text = (f'<text x="{xi + (28 if item.swatch == "arrow" else 18):.0f}" y="{yi}" fill="#444">'
+                f'{escape(item.label, quote=False)}</text>')
         if item.swatch == "wait":
             parts.append(f'<rect x="{xi:.0f}" y="{yi - 10:.1f}" width="14" height="10" fill="{item.colour}" '
                          f'fill-opacity="0.18" stroke="{item.colour}" stroke-dasharray="3,2"/>' + text)
