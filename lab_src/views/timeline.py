@@ -13,6 +13,7 @@ returns the static matplotlib figure instead (static.py).
     clocks.py    align the ranks' clocks so that no message arrives before it was sent
     ideal.py     a schedule's step under a cost model (equal compute per layer, latency + bandwidth)
     prepare.py   a run prepared for drawing: sorted steps, bubble, bytes sent
+    scene.py     what a panel shows and its legend, decided once for both drawings
     static.py    matplotlib figure          svg.py    one animation frame    widget.py  the ipywidgets view
     memory.py    the memory lane under the ranks (bytes each rank holds for its backwards)
     schedule_figure.py  schedules drawn from the schedule model       experiments.py  Q12's memory and bubble plots

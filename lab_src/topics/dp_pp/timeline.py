@@ -88,7 +88,8 @@ def grid_figure(measured: list[Event], dp: int, pp: int, m: int, title: str = ""
                 note: str = ""):
     """The static figure: the measured run, and under it what the traffic model predicts, if given."""
     from lab_src.views.memory import draw_state_lane, has_state
-    from lab_src.views.static import TimelineFigure, draw, legend_handles
+    from lab_src.views.scene import legend_of
+    from lab_src.views.static import TimelineFigure, draw, handles
     world = dp * pp
     panels = [grid_timeline(measured, dp, pp, m)]
     if predicted is not None:
@@ -108,8 +109,7 @@ def grid_figure(measured: list[Event], dp: int, pp: int, m: int, title: str = ""
     axes[-1].set_xlabel("time since the step started (ms)")
     if title:
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")
-    kinds = tuple({e.kind for tl in panels for e in tl.events if e.is_collective})
-    fig.legend(handles=legend_handles(kinds), loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    fig.legend(handles=handles(legend_of(panels)), loc="outside lower center", ncol=4, fontsize=8, frameon=False)
     return fig
 
 

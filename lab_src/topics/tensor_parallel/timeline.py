@@ -102,7 +102,8 @@ def start_up_text(wait: float) -> str:
 def tp_timeline_figure(events: list[Event], t: int, title: str = "", parts=(), labels: dict | None = None):
     """The static figure of one q17 or q18 case on `t` ranks; `labels`: `call_labels` of the case."""
     from lab_src.views.prepare import collective_calls, prepare
-    from lab_src.views.static import TimelineFigure, draw, legend_handles
+    from lab_src.views.scene import legend_of
+    from lab_src.views.static import TimelineFigure, draw, handles
     names = labelled(events, labels or {})
     events, names, wait = without_start_up(events, names)
     events, names, cuts = cut_gaps(events, names)
@@ -127,8 +128,7 @@ def tp_timeline_figure(events: list[Event], t: int, title: str = "", parts=(), l
     ax.set_xlabel("time (ms); between two bars a rank computes")
     if title:
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")
-    kinds = tuple(sorted({e.kind for e in events if e.is_collective}))
-    fig.legend(handles=legend_handles(kinds, pipeline=False), loc="outside lower center", ncol=4, fontsize=8,
+    fig.legend(handles=handles(legend_of([tl])), loc="outside lower center", ncol=4, fontsize=8,
                frameon=False)
     return fig
 
