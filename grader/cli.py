@@ -14,7 +14,8 @@
     python -m grader status                           # graded / running / failed / waiting
     python -m grader table                            # the grade table
     python -m grader text [--from-py]                 # solutions/*.ipynb <-> their jupytext .py twins
-    python -m grader new qNN function_name            # the skeleton of a new exercise (--schedule NAME: a step)
+    python -m grader new qNN function_name            # the skeleton of a new exercise (--schedule NAME: a step;
+                                                      # --module M --module-title "...": in a new module M)
     python -m grader readme                           # README's exercise table, from the registry
 
 `--course DIR` (default ./course) chooses the course folder: gradebook.db (SQLite), submissions,
@@ -210,7 +211,7 @@ def cmd_text(course: Course, args) -> int:
 def cmd_new(course: Course, args) -> int:
     from .new_exercise import create
     for path in create(args.qid, args.function, args.title, args.points, args.schedule, args.needs, args.module,
-                       args.topic):
+                       args.topic, args.module_title):
         print(f"wrote {path}")
     print("Now write the prose, the reference answer, the check and the hidden tests; add realistic mistakes "
           "to grader/cohort/mistakes.py and students.py; then `python -m grader text` and `python -m grader release`.")
@@ -274,6 +275,8 @@ def main(argv=None) -> int:
                    help="the exercises whose answers its checks run (default with --schedule: those of q08)")
     p.add_argument("--module", default="pipeline_lab",
                    help="the course module (assignment) it joins (lab_src/registry.py MODULES; default pipeline_lab)")
+    p.add_argument("--module-title", default="", metavar="TITLE",
+                   help="--module is a new module, with this title: added to MODULES (last) and MODULE_TITLES")
     p.add_argument("--topic", default="", metavar="NAME",
                    help="an exercise of this topic after the core (lab_src/topics/NAME/, written when it is new)")
     args = ap.parse_args(argv)

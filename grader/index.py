@@ -5,18 +5,10 @@ from __future__ import annotations
 
 import json
 
-from lab_src.registry import MODULES, module_of
+from lab_src.registry import MODULE_TITLES, MODULES, module_of
 
 # `course` below is a grader.course.Course, which calls this module (generate_release): it is named in the
 # annotations as a string and never imported here, so that the two modules do not import each other.
-TITLES = {
-    "pipeline_lab": "Pipeline parallelism, the core: seeds, stages, communication, All-Forward-All-Backward, checks",
-    "pipeline_schedules": "Schedules: point-to-point messages, 1F1B, interleaved 1F1B",
-    "pipeline_training": "Training at scale: a real training loop, data x pipeline parallel",
-    "tensor_parallel": "Tensor parallelism: layers, then the whole block split across ranks; dropout seeds; training",
-    "data_parallel": "Data parallel from first principles: a ring all-reduce, then gradient buckets under the pipeline",
-    "sharding": "Sharding the training state: the optimizer and the gradients over the data-parallel ranks (ZeRO)",
-}
 # what a visible check costs on a laptop's CPU, torchrun start-up included (an upper bound: not measured per
 # notebook; benchmarks/validate_time.py times a whole notebook)
 CHECK_TIME = "up to a minute"
@@ -41,7 +33,7 @@ def index_text(course: "Course") -> str:
     a = course.assignment
     order = list(course.plan.modules)
     earlier = sorted({module_of(n) for ex in course.exercises for n in ex.needs} - {a}, key=order.index)
-    lines = [f"# {a}: {TITLES.get(a, a)}", ""]
+    lines = [f"# {a}: {MODULE_TITLES.get(a, a)}", ""]   # the titles: lab_src/registry.py
     if a in order:
         lines.append(f"Assignment {order.index(a) + 1} of {len(order)} of this course ({', '.join(order)}).")
     if earlier:

@@ -1,11 +1,14 @@
-"""`python -m grader new qNN function_name [--schedule NAME]`: the skeleton of a new exercise, in every place
-it needs one.
+"""`python -m grader new qNN function_name [--schedule NAME] [--module M [--module-title "..."]]`: the skeleton
+of a new exercise, in every place it needs one.
 
 Writes (never overwriting an existing file):
-    solutions/pipeline_lab/qNN_<function>.ipynb and its .py twin   prose, answer cell, check, hidden-test cell
-    lab_src/checks/qNN_<function>.py                               the visible check
-    grader/hidden/qNN_<function>.py                                the hidden tests
-and adds the exercise's declaration to lab_src/registry.py and its contract to lab_src/exercises.py.
+    solutions/<module>/qNN_<function>.ipynb and its .py twin   prose, answer cell, check, hidden-test cell
+    lab_src/checks/qNN_<function>.py                           the visible check
+    grader/hidden/qNN_<function>.py                            the hidden tests
+and adds the exercise's declaration to lab_src/registry.py (its entry, and its id in its module's tuple of
+`MODULES`) and its contract to lab_src/exercises.py. <module> is `--module` (default the core, pipeline_lab);
+a module not yet in `MODULES` is created when `--module-title` gives its title: appended to `MODULES` (last
+in course order) and to `MODULE_TITLES`.
 Without `--schedule` the exercise is a function called directly ("units" cases). With `--schedule NAME`
 (a schedule of lab_src/pipeline/schedules.py, one chunk per rank) it is a pipelined step judged against
 that schedule, as q08 is. Its check is q08's, the pipeline check (lab_src/checks/step_check.py). Its hidden
@@ -156,11 +159,12 @@ def {function}(stage, data_iter, num_microbatches):
 
 
 def create(qid: str, function: str, title: str = "TODO title", points: int = 10, schedule: str = "",
-           needs: tuple[str, ...] | None = None, module: str = ASSIGNMENT, topic: str = "") -> list[Path]:
+           needs: tuple[str, ...] | None = None, module: str = ASSIGNMENT, topic: str = "",
+           module_title: str = "") -> list[Path]:
     """Write the skeleton of exercise `qid`; with `schedule`, a pipelined step judged against that schedule,
     whose answers `needs` by default those of the lab's first step (q08); with `topic`, an exercise of that
     topic after the core, checked and graded through the topic's case kind (grader/new_topic.py writes the
-    topic's folder when it is new)."""
+    topic's folder when it is new); with `module_title`, `module` is a new course module of that title."""
     if schedule and topic:
         raise SystemExit("--schedule and --topic: a step of the core's schedules, or an exercise of a topic, not both")
     if not re.fullmatch(r"q\d\d", qid) or not re.fullmatch(r"[a-z][a-z0-9_]*", function):
@@ -173,8 +177,16 @@ def create(qid: str, function: str, title: str = "TODO title", points: int = 10,
     unknown = [q for q in needs or () if q not in EXERCISES]
     if unknown:
         raise SystemExit(f"--needs: no exercise {', '.join(unknown)}")
-    if module not in MODULES:
-        raise SystemExit(f"--module: no module {module!r}; the modules are {', '.join(MODULES)} (lab_src/registry.py)")
+    new_module = module not in MODULES
+    if new_module and not module_title:
+        raise SystemExit(f"--module: no module {module!r}; the modules are {', '.join(MODULES)} (lab_src/registry.py); "
+                         f"give --module-title to create it")
+    if module_title and not new_module:
+        raise SystemExit(f"--module-title: the module {module!r} exists (its title: lab_src/registry.py MODULE_TITLES)")
+    if new_module and not re.fullmatch(r"[a-z][a-z0-9_]*", module):
+        raise SystemExit(f"--module {module!r}: a module's name is its folder's (lowercase letters, digits, _)")
+    if '"' in module_title or "\\" in module_title:
+        raise SystemExit("--module-title: no quotes or backslashes")
     course_module, module = module, f"{qid}_{function}"
     written = []
 
@@ -210,11 +222,14 @@ def create(qid: str, function: str, title: str = "TODO title", points: int = 10,
         entry += (f',\n             schedule="{schedule}", timeline="more micro-batches than stages", '
                   f'other_schedule_credit=0.5')
     text = text.replace("\n]}", "\n" + entry + "),\n]}", 1)
-    # ... and into its module's tuple of MODULES (the line `    "<module>": (...),`; the core's key is ASSIGNMENT)
-    key = "ASSIGNMENT" if course_module == ASSIGNMENT else re.escape(f'"{course_module}"')
-    text = re.sub(rf"(\n    {key}: \()([^)]*)\)",
-                  lambda m: m.group(1) + (m.group(2).rstrip().rstrip(",") + ", " if m.group(2).strip() else "") + f'"{qid}"'
-                  + ("" if m.group(2).strip() else ",") + ")", text, count=1)   # a module of one: a tuple
+    if new_module:   # a new module, last in course order: its line in MODULES and its title in MODULE_TITLES
+        text = _append_to_dict(text, "MODULES", f'    "{course_module}": ("{qid}",),')
+        text = _append_to_dict(text, "MODULE_TITLES", f'    "{course_module}": "{module_title}",')
+    else:            # ... into its module's tuple of MODULES (the line `    "<module>": (...),`; the core's key is ASSIGNMENT)
+        key = "ASSIGNMENT" if course_module == ASSIGNMENT else re.escape(f'"{course_module}"')
+        text = re.sub(rf"(\n    {key}: \()([^)]*)\)",
+                      lambda m: m.group(1) + (m.group(2).rstrip().rstrip(",") + ", " if m.group(2).strip() else "")
+                      + f'"{qid}"' + ("" if m.group(2).strip() else ",") + ")", text, count=1)   # a module of one: a tuple
     registry.write_text(text)
     written.append(registry)
     exercises = ROOT / "lab_src" / "exercises.py"
@@ -224,6 +239,15 @@ def create(qid: str, function: str, title: str = "TODO title", points: int = 10,
     exercises.write_text(text.replace(marker, contract.rstrip("\n") + "\n" + marker, 1))
     written.append(exercises)
     return written
+
+
+def _append_to_dict(text: str, name: str, line: str) -> str:
+    """registry.py's text with `line` added as the last item of the dict `name` (from `name: ... = {` to its closing brace)."""
+    start = re.search(rf"^{name}: [^\n]*= {{\n", text, re.MULTILINE)
+    if not start:
+        raise SystemExit(f"lab_src/registry.py: no `{name}: ... = {{` to add the new module to")
+    end = text.index("\n}", start.end())
+    return text[:end] + "\n" + line + text[end:]
 
 
 def check_schedule(name: str) -> None:

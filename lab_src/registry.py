@@ -3,14 +3,15 @@
 zip-collect pattern, the pytest markers, README's exercise table. Every file that belongs to exercise
 qNN carries its module name `qNN_<function>`:
 
-    solutions/pipeline_lab/qNN_<function>.ipynb (+ .py)  its source: prose, reference answer, test cells
-    notebooks/pipeline_lab/qNN_<function>.ipynb          the student notebook (generated release)
+    solutions/<module>/qNN_<function>.ipynb (+ .py)      its source: prose, reference answer, test cells
+    notebooks/<module>/qNN_<function>.ipynb              the student notebook (generated release)
     lab_src/exercises.py  @_exercise_api("qNN")          the stub and its contract (signature, docstring)
     lab_src/checks/qNN_<function>.py                     the visible check (`check("qNN")`)
     grader/hidden/qNN_<function>.py                      the hidden tests the grader runs out of process
     answers/qNN_<function>.py                            the student's answer, written by the %%answer cell
 
-`python -m grader new qNN function_name` writes the skeleton of a new exercise's files.
+`python -m grader new qNN function_name --module M` writes the skeleton of a new exercise's files (with
+`--module-title`, into a new module M). <module> is the course module (`MODULES` below) the exercise belongs to.
 """
 from __future__ import annotations
 
@@ -135,6 +136,17 @@ MODULES: dict[str, tuple[str, ...]] = {
     "tensor_parallel": ("q17", "q18"),
     "data_parallel": ("q19", "q20"),
     "sharding": ("q21", "q22"),
+}
+
+# Each module's title: the heading of its assignment's README.md (grader/index.py). `grader new --module NEW
+# --module-title "..."` adds a module to both tables.
+MODULE_TITLES: dict[str, str] = {
+    ASSIGNMENT: "Pipeline parallelism, the core: seeds, stages, communication, All-Forward-All-Backward, checks",
+    "pipeline_schedules": "Schedules: point-to-point messages, 1F1B, interleaved 1F1B",
+    "pipeline_training": "Training at scale: a real training loop, data x pipeline parallel",
+    "tensor_parallel": "Tensor parallelism: layers, then the whole block split across ranks; dropout seeds; training",
+    "data_parallel": "Data parallel from first principles: a ring all-reduce, then gradient buckets under the pipeline",
+    "sharding": "Sharding the training state: the optimizer and the gradients over the data-parallel ranks (ZeRO)",
 }
 
 

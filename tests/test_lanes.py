@@ -1,6 +1,6 @@
 """A rank's lanes (pipeline/trace.py): a thread of the rank other than its main one has its own operation in
 progress, and what it journals and records carries its lane, while lane 0's journal lines and event rows stay
-as they always were (old journals and saved views still load). The first step of docs/q20-design.md."""
+as they always were (old journals and saved views still load). The first step of q20's second lane (lab_src/topics/data_parallel/README.md)."""
 from __future__ import annotations
 
 import threading
@@ -169,7 +169,7 @@ def test_two_lanes_wait_at_once_each_in_a_wait_the_check_can_stop():
 
 
 def test_a_lanes_events_are_drawn_in_a_thin_row_under_their_rank():
-    """Step 4 of docs/q20-design.md: a lane's messages (q20's buckets) over the main thread's backward boxes,
+    """q20's second lane, drawn (lab_src/topics/data_parallel/README.md): a lane's messages (q20's buckets) over the main thread's backward boxes,
     in the static figure and in the widget's frame, their arrows joining the lanes' rows."""
     import xml.etree.ElementTree as ET
 

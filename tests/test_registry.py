@@ -149,6 +149,36 @@ def test_grader_new_writes_a_working_skeleton_in_at_most_seven_files(tmp_path):
     assert not list((copy / "notebooks" / "pipeline_lab").glob("*.py")), "the jupytext twins must not ship"
 
 
+
+@pytest.mark.slow
+def test_grader_new_creates_a_module_with_its_title(tmp_path):
+    """In a copy of the repository: `grader new q99 ... --module toy_module --module-title T` adds the module
+    to MODULES (last, holding q99) and its title to MODULE_TITLES in lab_src/registry.py; its assignment is
+    released with that title; an unknown module without a title, and a title for an existing one, are refused."""
+    copy, run = repository_copy(tmp_path)
+    refused = run("-m", "grader", "new", "q99", "toy_sum", "--module", "toy_module")
+    assert refused.returncode != 0 and "give --module-title to create it" in refused.stderr
+    refused = run("-m", "grader", "new", "q99", "toy_sum", "--module", "sharding", "--module-title", "Again")
+    assert refused.returncode != 0 and "the module 'sharding' exists" in refused.stderr
+    made = run("-m", "grader", "new", "q99", "toy_sum", "--title", "Toy", "--module", "toy_module",
+               "--module-title", "A toy module: one exercise")
+    assert made.returncode == 0, made.stderr
+    assert (copy / "solutions" / "toy_module" / "q99_toy_sum.ipynb").exists()
+    probe = run("-c", "import json\nfrom lab_src.registry import MODULES, MODULE_TITLES, module_order_problems\n"
+                "print(json.dumps([list(MODULES)[-1], MODULES['toy_module'], MODULE_TITLES['toy_module'],"
+                "list(MODULES) == list(MODULE_TITLES), module_order_problems()]))")
+    assert probe.returncode == 0, probe.stderr
+    assert json.loads(probe.stdout.splitlines()[-1]) == ["toy_module", ["q99"], "A toy module: one exercise", True, []]
+    release = run("-m", "grader", "--course", str(tmp_path / "course"), "release", "--assignment", "toy_module")
+    assert release.returncode == 0, release.stderr
+    index = (copy / "notebooks" / "toy_module" / "README.md").read_text()
+    assert index.startswith("# toy_module: A toy module: one exercise\n"), index[:200]
+
+
+def test_every_module_has_a_title_beside_it():
+    from lab_src.registry import MODULE_TITLES, MODULES
+    assert list(MODULE_TITLES) == list(MODULES) and all(MODULE_TITLES.values())
+
 # In the copy, after `grader new q99 toy_step --schedule afab`: the visible check without an answer, then with
 # q08's reference step as the answer, then the hidden tests of that answer (without the sandbox: a test needs
 # no bubblewrap), each printed as one JSON line.

@@ -27,8 +27,8 @@ from __future__ import annotations
 # after this: the groups' timeout (harness/groups.py `init`; the world group, whose barriers wait for a whole
 # case, gets 4 times it plus 30 s), from the spec's `timeout_s`, which grader/trusted.py passes to run_cases.
 # The last resort: a deadlock is stopped at once by the runner's watch (harness/deadlock.py), so this mostly
-# ends a wait the watch cannot see through, as after another rank's error (gus's q07, mo's q08 in the cohort:
-# 60 s, tried, left those to the case deadline and changed their feedback). It is on the wall clock (gloo's):
+# ends a wait the watch cannot see through, as after another rank's error; longer leaves those waits to the case
+# deadline (benchmarks/README.md, "Limits and the runs behind them"). It is on the wall clock (gloo's):
 # tensor-parallel cases wait longer (COLLECTIVE_TIMEOUT_FACTOR below). A collective that does time out ends its
 # case (comm/collectives.py `CollectiveGaveUp`) instead of leaving a group in an undefined state to
 # the case's next part.
@@ -37,25 +37,20 @@ GRADING_RECV_TIMEOUT_S = 15.0
 # The cases of a kind whose ranks wait for each other at every collective (tensor parallelism: each sub-layer's
 # all-reduce joins all t ranks) give their groups and barriers this many times the timeout above (the kind's
 # `timeout_factor`, topics/__init__.py `Kind`; harness/worker.py passes the case's timeout in `ctx`). One rank
-# starved of CPU holds all t there, and at 15 s a loaded machine failed the reference: in the full test run
-# (the cohort graded eight students at a time beside the other tests) ada's, rui's and wren's q18 lost 6 of 20
-# points at t = 4 (ranks 0, 1 timed out in proj's all-reduce, ranks 2, 3 came late and were left alone), and
-# graded alone were right each time. A collective that hangs is still stopped at once by the deadlock watch;
+# starved of CPU holds all t there: at 15 s a loaded machine failed the reference's q18 (benchmarks/README.md,
+# "Grading"). A collective that hangs is still stopped at once by the deadlock watch;
 # this only ends the waits the watch cannot see through, later. Below the world group's 4 x 15 + 30 s, which
 # waits for the slowest rank's whole case.
 COLLECTIVE_TIMEOUT_FACTOR = 4
 # The case's barriers (harness/case_barrier.py) wait as long, but on the clock of the case deadline below: wall time
-# less what the launch's most starved rank waited for a CPU (harness/own_time.py `peers_clock`). On the wall clock,
-# CI most likely failed the reference again so (inferred from its report, not reproduced): ranks 0 and 1 of ada's
-# q18 at t = 4 gave up at the barrier between two parts while ranks 2 and 3, starved of CPU beside the browser
-# tests, had not come, and left them alone in the next part's first all-reduce (14 of 20). gloo's own waits stay
-# on the wall clock.
+# less what the launch's most starved rank waited for a CPU (harness/own_time.py `peers_clock`): on the wall clock
+# a starved rank's late arrival failed the reference's q18 (benchmarks/README.md, "Limits and the runs behind
+# them"). gloo's own waits stay on the wall clock.
 
 # A case, from its start to its end on every rank, on the ranks' own clock: harness/case_watch.py `CaseWatch`
 # ends the launch, the case fails and the cases after it are launched again. Passed to run_cases by
-# grader/trusted.py. Generous, so that a loaded machine never fails a correct answer: a long graded case
-# (uma's q13, 30 training steps) ran over 45 s of wall time on 2 busy cores, before the deadline read the
-# ranks' own clock (benchmarks/README.md).
+# grader/trusted.py. Generous, so that a loaded machine never fails a correct answer; read on the ranks' own
+# clock because a long graded case overran it on the wall clock (benchmarks/README.md, "The test suite").
 GRADING_CASE_DEADLINE_S = 45.0
 
 # The same two for a visible check, in a student's kernel: run_cases's defaults, for the checks that pass
@@ -68,15 +63,15 @@ CHECK_CASE_DEADLINE_S = 30.0
 # From a launch's start until its ranks start the first case (forked, process groups joined, every answer
 # under test loaded once: LOAD_LIMIT_S), on the wall clock: harness/case_watch.py `CaseWatch` ("the ranks did
 # not start within 120 s"), run_cases's `startup_s`, for the checks and the grader alike. A healthy start
-# takes well under a second from a warm process; it was reached by ranks that hung at their start (about
-# one launch in 400), which harness/elastic.py `hold_until_all_forked` prevents (benchmarks/README.md).
+# takes well under a second from a warm process; ranks that hung at their start reached it, which
+# harness/elastic.py `hold_until_all_forked` prevents (benchmarks/README.md, start_hold.py).
 STARTUP_S = 120.0
 
 # How long an answer cell under test may run as it loads (the code outside its function), on every rank
 # before the first case, on the rank's own clock: harness/worker.py `load_answers_under_test` stops it, and
 # each of its exercise's cases says so. run_cases passes half its startup deadline (this value by default);
-# the worker uses this for a spec that does not say (scripts/train.py). A cell that walks the disk as it
-# loads took over 60 s of wall time on one rank in CI (mallory's q06), which the own clock leaves out.
+# the worker uses this for a spec that does not say (scripts/train.py). On the own clock, since a cell that
+# walks the disk overran it on the wall clock in CI (benchmarks/README.md, "The test suite").
 LOAD_LIMIT_S = STARTUP_S / 2
 
 # Wall-clock backstops of the two limits on the ranks' own clock, in harness/case_watch.py `CaseWatch`: the
@@ -149,9 +144,8 @@ CELL_TIMEOUT_S = 120
 
 # A kernel that executes a submitted notebook must answer within this (nbgrader's `Execute.startup_timeout`,
 # its own default 60 s), else it gets KERNEL_START_RETRIES fresh starts (grader/execute.py
-# `RetryingExecute`), written into the course config by grader/course.py. While other students' hidden
-# tests keep every core busy, 60 s was not always enough and nbgrader dropped the student's whole autograded
-# folder (benchmarks/README.md, kernel_start.py).
+# `RetryingExecute`), written into the course config by grader/course.py: nbgrader's 60 s was not always
+# enough while other students' hidden tests kept every core busy (benchmarks/README.md, kernel_start.py).
 KERNEL_STARTUP_TIMEOUT_S = 180
 KERNEL_START_RETRIES = 1
 

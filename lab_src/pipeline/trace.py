@@ -137,7 +137,7 @@ class Tracer:
     """Records the events of one rank, and journals each operation as it begins and ends.
 
     A rank may work in more than one thread (a lane): the main one, lane 0, and for example one that reduces
-    gradients while the main one computes (q20, docs/q20-design.md). The operation in progress is each
+    gradients while the main one computes (q20, lab_src/topics/data_parallel/README.md). The operation in progress is each
     thread's own (`pending`, `pending_since`); a thread says which lane it is with `with tracer.lane(1):`, and
     what it journals and records carries that lane."""
 
