@@ -303,7 +303,7 @@ def test_a_rank_late_to_a_collective_waits_its_kinds_timeout_then_ends_its_case(
     (limits.COLLECTIVE_TIMEOUT_FACTOR, 8 s), so 5 s late costs nothing (at the launch's own 2 s it failed the
     reference: the full test run's q18 at t = 4), and 11 s late times the peers' all-reduce out. The feedback
     then names the timeout and the collective, never a deadlock: the group is unusable after a failed
-    collective, so the case ends there (rawcoll.CollectiveGaveUp) instead of running its next part."""
+    collective, so the case ends there (comm/collectives.py CollectiveGaveUp) instead of running its next part."""
     from pathlib import Path
 
     from hidden_grading import grade_answer

@@ -45,7 +45,7 @@ RUNS = {
     "interleaved chunks": lambda: prepare([replace(e, chunk=e.microbatch % 2) if e.is_compute else e
                                            for e in ideal_events(2, 4, activation_bytes=64)], 2, 4, align=False,
                                           chunks=2),
-    "collectives alone": lambda: prepare([Event(r, "allreduce_tp", None, None, (2, 8), 64, 0.001 * r + s, 0.004 + s, 0,
+    "collectives alone": lambda: prepare([Event(r, "all_reduce", None, None, (2, 8), 64, 0.001 * r + s, 0.004 + s, 0,
                                                 group=(0, 1)) for s in (0.0, 0.01) for r in range(2)], 2, 1,
                                          align=False),
 }
@@ -84,7 +84,7 @@ def test_the_legends_name_what_is_drawn_in_the_same_words():
     zb = [i.label for i in sc.legend_of([RUNS["zero bubble + all-reduce"]()])]
     assert zb[:4] == ["forward", "backward", "I: input's gradient", "W: weights' gradients"]
     assert zb[-1] == "data-parallel all-reduce" and "idle (bubble)" in zb
-    assert [i.label for i in sc.legend_of([RUNS["collectives alone"]()])] == ["tensor-parallel all-reduce"]
+    assert [i.label for i in sc.legend_of([RUNS["collectives alone"]()])] == ["all-reduce (torch.distributed)"]
     tied = sc.legend(("allreduce_tied",))
     assert "tied-embedding all-reduce" in [i.label for i in tied]
     frame = svg.paint(sc.Scene(1, 1.0, 1.0, "", "black", [sc.RowLabel(0, "rank 0")], legend=tied), width=860)

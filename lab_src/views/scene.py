@@ -261,6 +261,7 @@ def _tallies(tl: Timeline) -> list[Tally]:
                if r not in folding else () for r in range(tl.p)}
     if not any(sent.values()) and not any(reduced.values()):
         return []
-    how = ("all-reduced" if all(e.kind.startswith("allreduce") for e in tl.events if e.is_collective)
+    how = ("all-reduced" if all(e.kind in ("all_reduce", "allreduce_dp", "allreduce_tied")
+                                for e in tl.events if e.is_collective)
            else "in collectives")     # q22's gathers and reduce-scatters
     return [Tally(r, sent[r], reduced[r], how, tl.collectives_only) for r in range(tl.p)]

@@ -15,7 +15,7 @@ sent (a link is first in, first out). It uses no CPU, so a rank can compute whil
 real network, and a 2-core machine shows the delays honestly.
 
     net = Network(seed=3)
-    links = Links(net, rank=0, post=original_isend)   # installed by the kind (kind_network.py) under rawp2p
+    links = Links(net, rank=0, post=original_isend)   # installed by the kind (kind_network.py) under comm/messages.py
     work = links.send(peer=1, tensor=t, args=(), kwargs={"dst": 1})
     work.wait()                                        # the message has left and been delivered
 

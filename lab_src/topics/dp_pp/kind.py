@@ -42,7 +42,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
             _observe_stage(stage, obs)
         grid.close()                    # every rank is past the step: nothing is in flight on its groups
         if "network" in case.probes:
-            with trace.tracing(None):   # the lab's own ping-pong: not part of the student's run (rawp2p records raw calls)
+            with trace.tracing(None):   # the lab's own ping-pong: not part of the student's run (comm/messages.py records raw calls)
                 obs["link"] = measure_link(ctx.rank, group, ctx.device)
     finally:
         obs["groups_created"] = [list(g) for g in grid.created]

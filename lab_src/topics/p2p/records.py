@@ -7,4 +7,4 @@ from lab_src.harness.observed import StageObserved
 class P2PObserved(StageObserved):
     probes: dict                # {"noop_ends": ...}: the operations at the ends of the pipeline
     calls: list                 # each call the rank made, in order, with what it got back
-    raw_messages: int           # messages made with torch.distributed's own calls (rawp2p.RECORDED)
+    raw_messages: int           # messages made with torch.distributed's own calls (comm/messages.py RECORDED)

@@ -5,7 +5,7 @@
 One row per rank: the input (the same on every rank), `up`'s weight with the rows (output features) this
 rank holds shaded, the activation slice it computes, `down`'s weight with the columns (input features) it
 holds shaded, its partial sum; then the two communication rounds as bars across every rank, in the colour
-the timeline gives a tensor-parallel all-reduce (views/prepare.py): f before `up` (identity forward,
+the timeline gives an all-reduce (views/prepare.py): f before `up` (identity forward,
 all-reduce of the input's gradient backward) and g after `down` (all-reduce forward, identity backward).
 The shapes come from the model (pipeline/model.py) and the case's batch (topics/tensor_parallel/runtime.py).
 """
