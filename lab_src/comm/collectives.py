@@ -21,6 +21,7 @@ recorded outside a tracer (the worker's own bookkeeping, code run in a notebook'
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import torch.distributed as dist
@@ -44,6 +45,19 @@ CASE_GROUP: list = []
 # while a q17 case runs (kind_layers arms it with a list): per recorded all-reduce, what this rank handed it and
 # what it gave back, so that the judge can tell whether the part's output is made of the sum it recorded
 CARRIED: list | None = None
+
+
+@contextlib.contextmanager
+def bounded(ranks, what: str = "", given: str = ""):
+    """While a case runs: the answer's collectives over other ranks than `ranks` are refused, naming the group as
+    `what` ("the tensor-parallel group") and what the answer was given (`given`, "tp.group")."""
+    CASE_RANKS[:] = ranks
+    CASE_GROUP[:] = [what, given] if what else []
+    try:
+        yield
+    finally:
+        CASE_RANKS.clear()
+        CASE_GROUP.clear()
 
 
 class WrongGroup(ValueError):

@@ -64,14 +64,13 @@ class Grid:
 @contextlib.contextmanager
 def grid_case(case, ctx, group, tracer, obs, *, tied: bool = False, record_shards: bool = False):
     grid = Grid(case, ctx, group, tracer, obs)
-    collectives.CASE_RANKS[:] = range(case.stages)
     data.SHARDS.clear()
     obs["grid"], obs["micro_batch_size"] = [grid.dp_size, grid.pp], grid.mbs
     try:
-        grid.build(tied)
-        yield grid
+        with collectives.bounded(range(case.stages)):
+            grid.build(tied)
+            yield grid
     finally:
-        collectives.CASE_RANKS.clear()
         if record_shards:
             obs["shards"] = [list(s) for s in data.SHARDS]
         observe.record_instrumentation(obs, tracer)

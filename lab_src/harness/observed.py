@@ -12,8 +12,6 @@ The core's kinds declare their records here; a topic's in its `records.py` (torc
 """
 from __future__ import annotations
 
-import importlib
-
 
 class UndeclaredField(KeyError):
     pass
@@ -143,12 +141,8 @@ class SeedsObserved(Observed):
 
 def record_class(kind: str) -> type[Observed]:
     """The record of a case kind, as its declaration names it (harness/kinds)."""
-    from lab_src.harness.kinds import KINDS
-    name = KINDS[kind].record
-    if not name:
-        return Observed
-    module, _, cls = name.partition(":")
-    return getattr(importlib.import_module(module), cls)
+    from lab_src.harness.kinds import declared_class
+    return declared_class(kind, "record", Observed)
 
 
 def observed(kind: str, plain) -> Observed:

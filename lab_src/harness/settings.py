@@ -16,7 +16,6 @@ that declares no class takes no settings. Torch-free: the trusted grader reads t
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass
 
 
@@ -74,12 +73,8 @@ class PerturbSettings(Settings):
 
 def settings_class(kind: str) -> type[Settings]:
     """The settings class a case kind's declaration names (harness/kinds), or `Settings` (none)."""
-    from lab_src.harness.kinds import KINDS
-    name = KINDS[kind].settings
-    if not name:
-        return Settings
-    module, _, cls = name.partition(":")
-    return getattr(importlib.import_module(module), cls)
+    from lab_src.harness.kinds import declared_class
+    return declared_class(kind, "settings", Settings)
 
 
 def settings_of(case) -> Settings:

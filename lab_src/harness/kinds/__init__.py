@@ -17,7 +17,8 @@ from lab_src.registry import EXERCISES
 from lab_src.topics import LAYOUT, Kind
 
 CORE = {
-    "pipeline": Kind("pipeline", record="StepObserved", settings="PerturbSettings", calls=LAYOUT + ("needs_dataloader",), step=True,
+    "pipeline": Kind("pipeline", record="StepObserved", settings="PerturbSettings",
+                     calls=LAYOUT + ("needs_dataloader",), step=True,
                      what="the step function the case names (q08's afab_step, ...) with its comparisons' raw "
                           "material, and the probes of q07, q09 and q10"),
     "comm": Kind("comm", record="CommObserved", calls=LAYOUT + ("pipeline_communicate",),
@@ -36,6 +37,15 @@ KINDS = {**{name: replace(k, module=f"{__name__}.{k.module}", record=f"lab_src.h
                           settings=k.settings and f"lab_src.harness.settings:{k.settings}")
             for name, k in CORE.items()},
          **topics.kinds()}
+
+
+def declared_class(kind: str, what: str, default: type) -> type:
+    """The class a case kind's declaration names for `what` ("record", "settings": "module:Class"), or `default`."""
+    name = getattr(KINDS[kind], what)
+    if not name:
+        return default
+    module, _, cls = name.partition(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def runners() -> dict:

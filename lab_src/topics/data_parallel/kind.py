@@ -71,8 +71,8 @@ def sum_once(tensor: torch.Tensor, group, tracer) -> dict:
 
 def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg = case.config
-    coll.CASE_RANKS[:] = range(case.stages)
     try:
+        coll.CASE_RANKS[:] = range(case.stages)
         mesh = ring_mesh(case, ctx, group)
         ring, ranks = mesh.entry("dp")
         position = ranks.index(ctx.rank)

@@ -22,11 +22,13 @@ TOPIC = Topic(
                    timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                    what="q17's tensor-parallel pieces on the case's t ranks: the two communication functions, the "
                         "column- and row-parallel layers, the MLP; outputs, gradients, shards and collectives"),
-        "tp_block": Kind("kind_block", record="records:BlockObserved", settings="records:BlockSettings", calls=("tp_layers", "tp_block"),
+        "tp_block": Kind("kind_block", record="records:BlockObserved", settings="records:BlockSettings",
+                         calls=("tp_layers", "tp_block"),
                          timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                          what="q18's tensor-parallel block on the case's t ranks, dropout off and on: outputs, "
                               "gradients, shards, collectives, the replicated LayerNorms after an optimizer step"),
-        "tp_train": Kind("kind_train", record="records:TrainObserved", settings="records:TrainSettings", calls=("tp_layers", "tp_block"),
+        "tp_train": Kind("kind_train", record="records:TrainObserved", settings="records:TrainSettings",
+                         calls=("tp_layers", "tp_block"),
                          timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                          what="the digits model with q18's tensor-parallel blocks, trained on t ranks (or t x p: "
                               "tensor parallel inside pipeline stages); each rank's loss curve"),

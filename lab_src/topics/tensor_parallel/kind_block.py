@@ -116,32 +116,29 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     mesh = Mesh.of(case, ctx, whole=group).build("tp")
     tp = tpmod.TensorParallel(mesh.coord("tp"), t, mesh.group("tp"), ctx.device)
     obs["tp_block"] = {}
-    coll.CASE_RANKS[:] = mesh.members("tp")
-    coll.CASE_GROUP[:] = ["the tensor-parallel group", "tp.group"]
-    try:
-        for part in settings.parts or BLOCK_PARTS:
-            observe.barrier(group)
-            start = len(tracer.events)
-            rec = obs["tp_block"][part] = {}
-            try:
-                run_part(part, cfg, tp, tracer, rec)
-            except (answers.StubCalled, waiting.StoppedWaiting, waiting.WaitTimedOut, coll.CollectiveGaveUp):
-                raise
-            except Exception as e:  # noqa: BLE001 - a part that raises is an observation; the next part runs
-                message = str(e) or (f"still the stub from the release (raise NotImplementedError()): write it "
-                                     f"in {exercises.tp_block.exercise.notebook}"
-                                     if isinstance(e, NotImplementedError) else "")
-                frames = answer_frames(e, "q18")
-                rec.update(raised=type(e).__name__, message=message[:800],
-                           line=f"line {frames[-1].lineno}: {frames[-1].line}" if frames else "",
-                           rounds=[[ev.kind, ev.bytes, list(ev.group or ())]
-                                   for ev in tracer.events[start:] if ev.is_collective])
-                obs.setdefault("caught", []).append(caught(e, message, frames, BLOCK_WHAT[part]))
-        observe.finish_messages(None, group, tracer)
-        finished = True
-    finally:
-        coll.CASE_RANKS.clear()
-        coll.CASE_GROUP.clear()
-        observe.record_instrumentation(obs, tracer)
-        if finished:
-            mesh.destroy()      # its threads; nothing is in flight on it any more
+    with coll.bounded(mesh.members("tp"), "the tensor-parallel group", "tp.group"):
+        try:
+            for part in settings.parts or BLOCK_PARTS:
+                observe.barrier(group)
+                start = len(tracer.events)
+                rec = obs["tp_block"][part] = {}
+                try:
+                    run_part(part, cfg, tp, tracer, rec)
+                except (answers.StubCalled, waiting.StoppedWaiting, waiting.WaitTimedOut, coll.CollectiveGaveUp):
+                    raise
+                except Exception as e:  # noqa: BLE001 - a part that raises is an observation; the next part runs
+                    message = str(e) or (f"still the stub from the release (raise NotImplementedError()): write it "
+                                         f"in {exercises.tp_block.exercise.notebook}"
+                                         if isinstance(e, NotImplementedError) else "")
+                    frames = answer_frames(e, "q18")
+                    rec.update(raised=type(e).__name__, message=message[:800],
+                               line=f"line {frames[-1].lineno}: {frames[-1].line}" if frames else "",
+                               rounds=[[ev.kind, ev.bytes, list(ev.group or ())]
+                                       for ev in tracer.events[start:] if ev.is_collective])
+                    obs.setdefault("caught", []).append(caught(e, message, frames, BLOCK_WHAT[part]))
+            observe.finish_messages(None, group, tracer)
+            finished = True
+        finally:
+            observe.record_instrumentation(obs, tracer)
+            if finished:
+                mesh.destroy()      # its threads; nothing is in flight on it any more

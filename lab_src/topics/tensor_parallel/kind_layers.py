@@ -163,31 +163,28 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     tp = tpmod.TensorParallel(ctx.rank, case.stages, group, ctx.device)
     data = tpmod.inputs(cfg, case.stages)
     obs["tp"] = {}
-    coll.CASE_RANKS[:] = range(case.stages)
-    coll.CASE_GROUP[:] = ["the tensor-parallel group", "tp.group"]
-    coll.CARRIED = []
-    try:
-        for part in case.calls or LAYER_PARTS:
-            observe.barrier(group)
-            start = len(tracer.events)
-            rec = obs["tp"][part] = {}
-            try:
-                run_part(part, cfg, tp, data, tracer, rec)
-            except (answers.StubCalled, waiting.StoppedWaiting, waiting.WaitTimedOut, coll.CollectiveGaveUp):
-                raise
-            except Exception as e:  # noqa: BLE001 - a part that raises is an observation; the next part runs
-                message = str(e) or (f"still the stub from the release (raise NotImplementedError()): write it "
-                                     f"in {exercises.tp_layers.exercise.notebook}"
-                                     if isinstance(e, NotImplementedError) else "")
-                rec.update(raised=type(e).__name__, message=message[:800], line=_answer_line(e),
-                           rounds=rounds(tracer, start))
-                obs.setdefault("caught", []).append(caught(e, message, answer_frames(e), LAYER_WHAT[part]))
-        observe.finish_messages(None, group, tracer)
-    finally:
-        coll.CASE_RANKS.clear()
-        coll.CASE_GROUP.clear()
-        coll.CARRIED = None
-        observe.record_instrumentation(obs, tracer)
+    with coll.bounded(range(case.stages), "the tensor-parallel group", "tp.group"):
+        coll.CARRIED = []
+        try:
+            for part in case.calls or LAYER_PARTS:
+                observe.barrier(group)
+                start = len(tracer.events)
+                rec = obs["tp"][part] = {}
+                try:
+                    run_part(part, cfg, tp, data, tracer, rec)
+                except (answers.StubCalled, waiting.StoppedWaiting, waiting.WaitTimedOut, coll.CollectiveGaveUp):
+                    raise
+                except Exception as e:  # noqa: BLE001 - a part that raises is an observation; the next part runs
+                    message = str(e) or (f"still the stub from the release (raise NotImplementedError()): write it "
+                                         f"in {exercises.tp_layers.exercise.notebook}"
+                                         if isinstance(e, NotImplementedError) else "")
+                    rec.update(raised=type(e).__name__, message=message[:800], line=_answer_line(e),
+                               rounds=rounds(tracer, start))
+                    obs.setdefault("caught", []).append(caught(e, message, answer_frames(e), LAYER_WHAT[part]))
+            observe.finish_messages(None, group, tracer)
+        finally:
+            coll.CARRIED = None
+            observe.record_instrumentation(obs, tracer)
 
 
 def answer_frames(e: BaseException, qid: str = "q17") -> list:

@@ -173,22 +173,19 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
     finished = False
     mesh.build("tp")    # every rank of the case makes every stage's group, in the same order, as q14's grid does
     tp = tpmod.TensorParallel(mesh.coord("tp"), t, mesh.group("tp"), ctx.device)
-    coll.CASE_RANKS[:] = members
-    coll.CASE_GROUP[:] = ["the tensor-parallel group", "tp.group"]
-    try:
-        perturbed = None
-        if s.get("perturb"):
-            perturbed = int(case_barrier.shared("perturbation", lambda: str(perturb.new_seed())))
-            if ctx.rank == 0:
-                obs["perturbed"] = perturbed
-        observe.barrier(group)
-        with seed_policy(s["seed_policy"], mesh.coord("tp")):
-            train(cfg, s, ctx.rank, t, p, tp, group, tracer, obs, perturbed)
-        observe.finish_messages(None, group, tracer)
-        finished = True
-    finally:
-        coll.CASE_RANKS.clear()
-        coll.CASE_GROUP.clear()
-        observe.record_instrumentation(obs, tracer)
-        if finished:
-            mesh.destroy()      # its threads; nothing is in flight on it any more
+    with coll.bounded(members, "the tensor-parallel group", "tp.group"):
+        try:
+            perturbed = None
+            if s.get("perturb"):
+                perturbed = int(case_barrier.shared("perturbation", lambda: str(perturb.new_seed())))
+                if ctx.rank == 0:
+                    obs["perturbed"] = perturbed
+            observe.barrier(group)
+            with seed_policy(s["seed_policy"], mesh.coord("tp")):
+                train(cfg, s, ctx.rank, t, p, tp, group, tracer, obs, perturbed)
+            observe.finish_messages(None, group, tracer)
+            finished = True
+        finally:
+            observe.record_instrumentation(obs, tracer)
+            if finished:
+                mesh.destroy()      # its threads; nothing is in flight on it any more
