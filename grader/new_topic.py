@@ -2,9 +2,10 @@
 folder `lab_src/topics/NAME/` when it is new (the layout: lab_src/topics/__init__.py).
 
 A new topic's skeleton is its declaration (`__init__.py`: the exercise, one case kind named as the topic),
-`records.py` (the record its ranks fill, torch-free), `kind.py` (what each rank of a case does: calls the
-exercise's function and records what it got) and `judge.py` (the problems a run shows). No core file
-changes: the core's tables read the declaration. For a topic that exists, the exercise joins its
+`records.py` (the record its ranks fill and the settings its cases carry, with the case's degrees: torch-free),
+`kind.py` (what each rank of a case does: its mesh from the degrees, the answer's collectives bounded to the case,
+the exercise's function called and what it got recorded) and `judge.py` (the problems a run shows). No core file
+changes: the core's tables read the declaration, and comm/ gives the mesh, the recorders and the lanes. For a topic that exists, the exercise joins its
 declaration's `exercises`. The exercise's visible check and hidden tests (new_exercise.py) then run the
 topic's kind and judge with the topic's judge.
 """
@@ -29,7 +30,7 @@ TOPIC = Topic(
     name="{topic}",
     title="{title}",
     exercises=("{qid}",),
-    kinds={{"{topic}": Kind("kind", record="records:{record}", calls=("{function}",),
+    kinds={{"{topic}": Kind("kind", record="records:{record}", settings="records:{settings}", calls=("{function}",),
                            what="TODO: what the ranks of a {topic} case do")}},
 )
 '''
@@ -37,7 +38,18 @@ TOPIC = Topic(
 RECORDS = '''"""What the {topic} kind (kind.py) and judge (judge.py) share, torch-free, and the record each rank fills."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lab_src.harness.observed import Observed
+from lab_src.harness.settings import Settings
+
+
+@dataclass(frozen=True)
+class {settings}(Settings):
+    """The numbers a {topic} case runs on (TODO: each with its default), and how its ranks are laid out."""
+
+    def degrees(self, case) -> dict[str, int]:
+        return {{"dp": case.stages}}         # TODO: the case's ranks as named dimensions (comm/mesh.py)
 
 
 class {record}(Observed):
@@ -48,14 +60,24 @@ KIND = '''"""Rank side of {topic} ({qid}): TODO what each rank of a case does.""
 from __future__ import annotations
 
 from lab_src import exercises
+from lab_src.comm import collectives
+from lab_src.comm.mesh import Mesh
 from lab_src.harness import observe
 from lab_src.harness.case import Case
+from lab_src.harness.settings import settings_of
 
 
 def run(case: Case, ctx, group, tracer, obs) -> None:
+    settings = settings_of(case)
     try:
-        # TODO: give the answer what a rank of this topic has, and record what it did
-        obs["result"] = observe.attempt(exercises.{function})
+        with collectives.bounded(range(case.stages)):
+            # every group of the case's dimensions, made on every rank in one order (a dimension that spans the
+            # whole case is the case's own group)
+            mesh = Mesh.of(case, ctx, whole=group).build(*settings.degrees(case))
+            # TODO: give the answer what a rank of this topic has (mesh.group("dp"), ...), and record what it did
+            obs["result"] = observe.attempt(exercises.{function})
+            observe.finish_messages(None, group, tracer)
+            mesh.destroy()
     finally:
         observe.record_instrumentation(obs, tracer)
 '''
@@ -96,7 +118,8 @@ def add(topic: str, qid: str, function: str, title: str) -> list[Path]:
         init.write_text(text[:found.start(1)] + new + text[found.end(1):])
         return [init]
     folder.mkdir(parents=True)
-    names = dict(topic=topic, qid=qid, function=function, title=title, record=record_name(topic))
+    names = dict(topic=topic, qid=qid, function=function, title=title, record=record_name(topic),
+                 settings=record_name(topic).removesuffix("Observed") + "Settings")
     written = []
     for name, template in (("__init__.py", DECLARATION), ("records.py", RECORDS), ("kind.py", KIND),
                            ("judge.py", JUDGE)):
