@@ -175,12 +175,14 @@ with trace.tracing(tracer):
     waiting.barrier(None)                                # the lab's own barrier: never the answer's
     coll.CASE_RANKS[:] = []
 print([(e.kind, e.bytes, e.group) for e in tracer.events])
-coll.CASE_RANKS[:] = [5]
-try:
-    with trace.tracing(tracer):
-        dist.all_reduce(torch.ones(1))
-except coll.WrongGroup as e:
-    print("refused:", e)
+for words in (("the tensor-parallel group", "tp.group"), ()):
+    with coll.bounded([5], *words):
+        try:
+            with trace.tracing(tracer):
+                dist.all_reduce(torch.ones(1))
+        except coll.WrongGroup as e:
+            print("refused:", e)
+print("after:", coll.CASE_RANKS, coll.CASE_GROUP)
 dist.destroy_process_group()
 ''')
     env = {**os.environ, "PORT": str(29000 + os.getpid() % 900), "PYTHONPATH": str(os.getcwd())}
@@ -190,6 +192,10 @@ dist.destroy_process_group()
     assert "[('all_reduce', 32, (0,)), ('all_gather', 8, (0,)), ('dist_barrier', 0, (0,))]" in done.stdout
     assert "refused: all-reduce over ranks [0] (the default group: no group= given), but the tensor-parallel " \
            "group is ranks [5]: pass group=tp.group" in done.stdout
+    # another topic's case names no tensor-parallel group (comm/collectives.py bounded: the case's words)
+    assert "refused: all-reduce over ranks [0] (the default group: no group= given), but the case's ranks are [5]: " \
+           "pass the process group your function was given as group=" in done.stdout
+    assert "after: [] []" in done.stdout
 
 
 def test_the_opening_figure_and_the_timeline_draw_from_the_lab_and_the_record():

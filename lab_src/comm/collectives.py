@@ -115,10 +115,12 @@ def _wrapper(name: str):
         shape, nbytes = _nbytes(name, bound)
         members = _members(bound.get("group"))
         if CASE_RANKS and not set(members) <= set(CASE_RANKS):
-            what, given = CASE_GROUP or ("the case's group", "the group your function was given")
+            where = (f"{CASE_GROUP[0]} is ranks {list(CASE_RANKS)}: pass group={CASE_GROUP[1]}" if CASE_GROUP else
+                     f"the case's ranks are {list(CASE_RANKS)}: pass the process group your function was given as "
+                     f"group=")
             raise WrongGroup(f"{name.replace('_', '-')} over ranks {list(members)}"
                              f"{' (the default group: no group= given)' if bound.get('group') is None else ''}, "
-                             f"but {what} is ranks {list(CASE_RANKS)}: pass group={given}")
+                             f"but {where}")
         keep = CARRIED is not None and name == "all_reduce" and hasattr(bound.get("tensor"), "detach")
         sent = bound["tensor"].detach().cpu().clone() if keep else None
         with trace.span(kind, None, None, shape, nbytes, group=members):
