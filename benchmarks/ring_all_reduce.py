@@ -46,7 +46,9 @@ def main() -> None:
     from lab_src.checks.ring_study import ring_study
     with with_reference_answers():
         for n in args.ranks:
-            study = ring_study(n=n, repeats=args.repeats)      # prints its table
+            study = ring_study(n=n, repeats=args.repeats)      # prints its table (without the fit: q19 asks for it)
+            alpha, beta = study.fit()
+            print(f"the ring's alpha-beta fit: alpha = {alpha * 1e6:.0f} us, 1/beta = {1 / beta / 1e9:.2f} GB/s")
             big = max(study.ring)
             print(f"n = {n}, {big * 4:,} bytes: ring busbw {study.busbw(big, study.ring[big]) / 1e9:.3f} GB/s, "
                   f"gloo {study.busbw(big, study.gloo[big]) / 1e9:.3f} GB/s, ring / gloo time "

@@ -127,6 +127,33 @@ def test_the_prediction_is_read_from_the_answer_and_a_whole_gradient_is_named(tm
     assert "the whole gradient" in str(items[0].problems[0])
 
 
+def test_the_check_prints_each_predicted_number_right_or_wrong_beside_the_measurement(tmp_path):
+    from lab_src.checks.q19_ring_all_reduce import prediction_line
+    answer = tmp_path / "q19.py"
+    # fc2 is the whole gradient (wrong), fc4 is within half a percent (right), fc3 is missing, fc_3 is no key
+    answer.write_text('def predicted_bytes():\n    return {"fc1": 1_205_760, "fc2": 131_584, "fc4": 3_910, "fc_3": 1}\n')
+    text = " ".join(prediction_line(str(answer)).split())
+    assert "graded (right within 0.5%)" in text
+    assert "fc1 1,205,760 right fc2 131,584 wrong: measured 197,376 fc3 missing" in text, text
+    assert "fc4 3,910 right" in text and "not graded: 'fc_3' (the keys are fc1, fc2, fc3, fc4)" in text
+
+
+def test_a_prediction_of_another_form_is_told_the_keys(tmp_path, reference):
+    from grader.hidden.common import Context
+    from grader.hidden.q19_ring_all_reduce import prediction_items
+    from lab_src.checks.q19_ring_all_reduce import prediction_line
+    form = '`return {"fc1": ..., "fc2": ..., "fc3": ..., "fc4": ...}`'
+    answer = tmp_path / "q19.py"
+    for body in ("return [1_205_760, 197_376, 49_536, 3_900]",                  # a list, not a dict
+                 "n = 4\n    return {'fc1': 2 * (n - 1) / n * 803_840}",         # a computation
+                 "raise NotImplementedError()"):                                 # the release's stub
+        answer.write_text(f"def predicted_bytes():\n    {body}\n")
+        line = prediction_line(str(answer))
+        assert "could not be read" in line and form in line, line
+        items = prediction_items(Context(student={"q19": str(answer)}, reference=reference))
+        assert not any(i.passed for i in items) and form in str(items[0].problems[0])
+
+
 def test_the_opening_figure_ends_with_every_chunk_whole_on_every_rank():
     from lab_src.topics.data_parallel.figure import ring_figure, ring_steps
     for n in (2, 3, 4):
@@ -151,7 +178,7 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
     assert report.ok and "q19: all checks passed" in out, out
     assert "200,960 fc1 1,205,760 1,205,760 6 200,960" in out
     assert "650 fc4 3,896 to 3,904 3,900 6 652" in out
-    assert "matches the bytes measured above (graded)" in out
+    assert "fc1 1,205,760 right fc2 197,376 right fc3 49,536 right fc4 3,900 right" in out
     widget = report.timeline()          # the 4-rank run's messages alone: no bubble, no schedule's second view
     svg = widget.frame.value
     assert list(widget.views) == ["measured"] and "message: send → receive" in svg and "idle (bubble)" not in svg
@@ -228,5 +255,15 @@ def test_the_study_times_the_ring_and_gloo_and_fits_the_model(reference, in_tmp,
     alpha, beta = study.fit()
     out = capsys.readouterr().out
     assert "ring all-reduce on 2 ranks" in out and "busbw" in out and "262,144" in out
+    # the notebook asks the student to fit alpha and beta: the table printed before that says nothing of the fit
+    assert "alpha" not in out and "model" not in out
     assert study.busbw(262_144, 1.0) == study.algbw(262_144, 1.0) * 2 * (2 - 1) / 2
-    assert len(study.figure(alpha, beta).axes) == 1
+
+    def legend(fig):
+        return [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert not any("fit" in t or "model" in t for t in legend(study.figure()))      # the times alone
+    fig = study.figure(alpha, beta)
+    assert len(fig.axes) == 1 and any(t.startswith("your model") for t in legend(fig)) \
+        and any(t.startswith("the lab's fit") for t in legend(fig))
+    study.table(alpha, beta)
+    assert "the model with alpha" in capsys.readouterr().out

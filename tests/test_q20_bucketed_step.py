@@ -34,6 +34,30 @@ def test_the_predictions_numbers_follow_from_the_rule():
     assert [mlp_buckets(c) for c in (1 << 20, 1 << 19, 1 << 16)] == [1, 2, 4]
 
 
+def test_the_check_prints_each_predicted_count_right_or_wrong_beside_the_plan(tmp_path):
+    from lab_src.checks.q20_bucketed_step import mlp_lines
+    from lab_src.harness.case import Case, CaseOutcome
+    from lab_src.pipeline.config import LabConfig
+    from lab_src.topics.data_parallel.judge_buckets import mlp_plan_problems
+    first = ["fc4.bias", "fc4.weight", "fc3.bias", "fc3.weight", "fc2.bias"]
+    plans = {str(1 << 20): [first + ["fc2.weight", "fc1.bias", "fc1.weight"]],          # the rule's: 1 bucket
+             str(1 << 19): [first + ["fc2.weight", "fc1.bias"], ["fc1.weight"]],        # the rule's: 2
+             str(1 << 16): [first, ["fc2.weight"], ["fc1.bias", "fc1.weight"]]}         # fc1's two over the cap
+    out = CaseOutcome(Case(kind="buckets", qid="q20", config=LabConfig(), stages=4), {0: {"mlp_plans": plans}})
+    answer = tmp_path / "q20.py"
+    answer.write_text('def predicted_buckets():\n    return {"1MiB": 1, "512KiB": 3, "64KiB": 4}\n')
+    lines, problems = mlp_lines(out, str(answer), mlp_plan_problems)
+    text = " ".join(" ".join(lines).split())
+    assert "graded: the number of buckets, exactly" in text
+    assert "cap 1MiB: 1 bucket (971,048 B); you predicted 1: right" in text, text
+    assert "you predicted 3: wrong, the rule makes 2" in text
+    assert "cap 64KiB: 3 buckets" in text and "you predicted 4: not judged here until this plan follows the rule" in text
+    assert len(problems) == 1
+    answer.write_text("def predicted_buckets():\n    return [1, 2, 4]\n")
+    text = " ".join(" ".join(mlp_lines(out, str(answer), mlp_plan_problems)[0]).split())
+    assert 'could not be read' in text and '`return {"1MiB": ..., "512KiB": ..., "64KiB": ...}`' in text, text
+
+
 def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, capsys):
     from lab_src.checks import check
     (in_tmp / "map.json").write_text(json.dumps({k: str(v) for k, v in reference.items()}))
@@ -45,7 +69,7 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
     out = " ".join(capsys.readouterr().out.split())
     assert report.ok and "q20: all checks passed" in out, out
     assert "0 0 0 4: 38,272 / 29,568 / 35,840 / 8,192 4/4 backward 3" in out and "tied embeddings" in out
-    assert "cap 512KiB: 2 buckets (168,232 / 802,816 B); you predicted 2 (graded)" in out
+    assert "cap 512KiB: 2 buckets (168,232 / 802,816 B); you predicted 2: right" in out
     events = report.views[0]["events"]
     lane = [e for e in events if e.lane == 1]
     assert {e.rank for e in lane} == {0, 1, 2, 3} and all(e.kind.startswith(("send", "recv")) for e in lane)

@@ -30,14 +30,33 @@ def test_the_shards_are_tensor_splits():
 
 
 def test_the_predictions_figures_and_the_opening_figure():
-    from grader.hidden.q21_sharded_adamw_step import wanted
     from lab_src.pipeline.config import LabConfig
     from lab_src.pipeline.model import build_model
     from lab_src.topics.sharding.figure import zero_figure
-    from lab_src.topics.sharding.records import PREDICTION_PARAMS
+    from lab_src.topics.sharding.records import PREDICTION_PARAMS, zero_wanted
     assert sum(p.numel() for p in build_model(LabConfig(), "cpu").parameters()) == PREDICTION_PARAMS
-    assert wanted() == {"dp": 1_701_888, "zero1": 1_063_680, "zero2": 744_576, "sent": 638_208}
-    assert zero_figure(4).axes
+    assert zero_wanted() == {"dp": 1_701_888, "zero1": 1_063_680, "zero2": 744_576, "sent": 638_208}
+    assert len(zero_figure(4).axes[0].get_yticks()) == 4
+    # the opening draws plain data parallelism alone: the ZeRO rows would answer the prediction asked after it
+    assert [t.get_text() for t in zero_figure(4, stages=1).axes[0].get_yticklabels()] == ["data parallel"]
+
+
+def test_the_check_prints_each_predicted_number_right_or_wrong(tmp_path, reference):
+    from grader.hidden.common import Context
+    from grader.hidden.q21_sharded_adamw_step import prediction_items
+    from lab_src.checks.q21_sharded_adamw_step import prediction_line
+    answer = tmp_path / "q21.py"
+    # zero1 as ZeRO-2's figure (wrong), sent within half a percent (right)
+    answer.write_text('def predicted_bytes():\n    return {"dp": 1_701_888, "zero1": 744_576, "zero2": 744_576, '
+                      '"sent": 640_000}\n')
+    text = " ".join(prediction_line(str(answer)).split())
+    assert "dp 1,701,888 right zero1 744,576 wrong: it is 1,063,680 zero2 744,576 right sent 640,000 right" in text
+    assert "the grader compares them" not in text
+    # the hidden test says the same, with the same tolerance
+    items = prediction_items(Context(student={"q21": str(answer)}, reference=reference))
+    assert [i.passed for i in items] == [True, False, True, True]
+    answer.write_text("def predicted_bytes():\n    return (1, 2, 3, 4)\n")
+    assert '`return {"dp": ..., "zero1": ..., "zero2": ..., "sent": ...}`' in prediction_line(str(answer))
 
 
 def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, capsys):
@@ -52,7 +71,7 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
     assert report.ok and "q21: all checks passed" in out, out
     # rank 1 of 4 holds the moments of elements 7,488 to 14,974 of 29,949, and sends 2 x 3 shards a step
     assert "1 0 29,949 59,896 59,896 239,592 0 179,696 179,694 as AdamW" in out
-    assert "(graded: they match)" in out
+    assert "dp 1,701,888 right zero1 1,063,680 right zero2 744,576 right sent 638,208 right" in out
     assert report.timeline() is not None
     # the memory lane: every event of the 4-rank run carries rank 1's state; its parameters (29,949 float32) all
     # along, the whole gradients after the backwards, freed by the step, and one shard's moments from the first step

@@ -29,6 +29,25 @@ def test_the_opening_figure_and_the_predictions_figures():
     assert fsdp_figure(3, 2).axes
 
 
+def test_the_check_prints_each_predicted_number_right_or_wrong(tmp_path, reference):
+    from grader.hidden.common import Context
+    from grader.hidden.q22_fsdp_layer import prediction_items
+    from lab_src.checks.q22_fsdp_layer import prediction_line
+    answer = tmp_path / "q22.py"
+    # the four blocks' gathers together, 4 x 16: wrong, and the grader's message says why
+    answer.write_text('def predicted_fsdp_bytes():\n    return {"rest": 50_816, "peak": 101_632, "gathers": 64}\n')
+    text = " ".join(prediction_line(str(answer)).split())
+    assert "rest 50,816 right peak 101,632 right gathers 64 wrong: it is 16" in text, text
+    assert "the grader compares them" not in text
+    items = prediction_items(Context(student={"q22": str(answer)}, reference=reference))
+    assert [i.passed for i in items] == [True, True, False]
+    assert "the 4 blocks' together; the prediction counts one block's" in str(items[2].problems[0])
+    answer.write_text('def predicted_fsdp_bytes():\n    return {"rest": 50_816, "peak": 101_632}\n')
+    assert "gathers missing" in " ".join(prediction_line(str(answer)).split())
+    answer.write_text("def predicted_fsdp_bytes():\n    return [50_816, 101_632, 16]\n")
+    assert '`return {"rest": ..., "peak": ..., "gathers": ...}`' in prediction_line(str(answer))
+
+
 def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, capsys):
     from lab_src.checks import check
     (in_tmp / "map.json").write_text(json.dumps({k: str(v) for k, v in reference.items()}))
@@ -41,7 +60,7 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
     assert report.ok and "q22: all checks passed" in out, out
     # rank 0: the embedding whole, two blocks' halves; one block gathered at a time; 8 gathers, 4 scatters a block
     assert "0 0 61,056 10,240 50,816 50,816 50,816 8 4 as one" in out
-    assert "(graded: they match)" in out
+    assert "rest 50,816 right peak 101,632 right gathers 16 right" in out
     assert report.timeline() is not None
     # the timeline: each gather and reduce-scatter of rank 0 an event in the row under its own (2 blocks, 3 steps of
     # m = 4), and every event carries the state: 61,056 B kept, at most one layer's 50,816 B gathered, alive only

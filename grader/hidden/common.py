@@ -248,13 +248,14 @@ def shortened(text: str, limit: int = 160) -> str:
     return head[:limit].rsplit(" ", 1)[0] + " ..."
 
 
-def read_prediction(ctx, qid: str, name: str, items: list[Item]) -> dict | None:
+def read_prediction(ctx, qid: str, name: str, items: list[Item], keys=None) -> dict | None:
     """The numbers the answer cell's function `name` returns (lab_src/judge/numeric.py reads them, never runs
-    them), or None after putting on every item of `items` why they could not be read."""
+    them), or None after putting on every item of `items` why they could not be read (with `keys`, the
+    prediction's, the message shows the form the answer takes)."""
     from lab_src.judge.numeric import NotANumber, read_numbers
     path = ctx.student.get(qid)
     try:
-        return read_numbers(Path(path).read_text(errors="replace"), name) if path else {}
+        return read_numbers(Path(path).read_text(errors="replace"), name, keys) if path else {}
     except NotANumber as e:
         for item in items:
             item.problems.append(Problem(f"the prediction could not be read: {e}", exercise=qid))

@@ -11,11 +11,11 @@ Three parts, each a third of the points:
 """
 from __future__ import annotations
 
-
+from lab_src.judge.numeric import matches
 from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.data_parallel.judge import judge_run, ring_errors
-from lab_src.topics.data_parallel.records import PREDICTION_NAME, PREDICTION_RANKS, SEED_LAYERS, ring_bytes
+from lab_src.topics.data_parallel.records import PREDICTION_KEYS, PREDICTION_NAME, PREDICTION_RANKS, SEED_LAYERS, ring_bytes
 
 from .common import Item, read_prediction
 
@@ -30,7 +30,6 @@ CASES = {
     "n = 4, float64": (4, LabConfig(num_stages=4, seed=6, dtype="float64"), {"lengths": [6, 65_537]}),
     "n = 4, 16 MiB": (4, LabConfig(num_stages=4, seed=7), {"lengths": [4_194_305]}),
 }
-TOLERANCE = 0.005   # a prediction within half a percent counts
 
 
 def cases(ctx):
@@ -51,7 +50,7 @@ def judge(ctx, outcomes):
 
 def prediction_items(ctx) -> list[Item]:
     items = [Item("prediction", k) for k in SEED_LAYERS]
-    got = read_prediction(ctx, QID, PREDICTION_NAME, items)
+    got = read_prediction(ctx, QID, PREDICTION_NAME, items, PREDICTION_KEYS)
     if got is None:
         return items
     for item in items:
@@ -59,14 +58,14 @@ def prediction_items(ctx) -> list[Item]:
         want = ring_bytes(SEED_LAYERS[k], PREDICTION_RANKS)
         if k not in got:
             item.problems.append(Problem(f"{PREDICTION_NAME}() gives no {k!r} entry", exercise=QID))
-        elif abs(got[k] - want) > TOLERANCE * want:
+        elif not matches(got[k], want):
             whole = SEED_LAYERS[k] * 4
             why = (" (the whole gradient: a ring sends every chunk n - 1 times in each of its two halves, "
-                   "2(n - 1)/n of the gradient from each rank)" if abs(got[k] - whole) <= TOLERANCE * whole else
+                   "2(n - 1)/n of the gradient from each rank)" if matches(got[k], whole) else
                    f" ({PREDICTION_RANKS - 1} times the gradient: that is a ring passing the whole tensor)"
-                   if abs(got[k] - (PREDICTION_RANKS - 1) * whole) <= TOLERANCE * whole else
+                   if matches(got[k], (PREDICTION_RANKS - 1) * whole) else
                    " (one half of the ring only: the reduce-scatter and the all-gather each send (n - 1)/n)"
-                   if abs(got[k] - want / 2) <= TOLERANCE * want else "")
+                   if matches(got[k], want / 2) else "")
             item.problems.append(Problem(
                 f"the predicted bytes for {k} are {got[k]:,.0f}; each rank of a ring of {PREDICTION_RANKS} sends "
                 f"{want:,.0f} on average for its {SEED_LAYERS[k]:,} float32 elements{why}", exercise=QID))

@@ -12,11 +12,19 @@ Five parts, each a fifth of the points:
 """
 from __future__ import annotations
 
+from lab_src.judge.numeric import matches
 from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.data_parallel.buckets import mlp_params
 from lab_src.topics.data_parallel.judge_buckets import judge_run, mlp_plan_problems
-from lab_src.topics.data_parallel.records import BUCKET_PREDICTION, MLP_CAPS, SEED_MLP
+from lab_src.topics.data_parallel.records import (
+    BUCKET_PREDICTION,
+    BUCKET_PREDICTION_KEYS,
+    BUCKET_TOLERANCE,
+    MLP_CAP_NAMES,
+    MLP_CAPS,
+    SEED_MLP,
+)
 
 from .common import Item, case_problems, read_prediction
 
@@ -36,7 +44,7 @@ CASES = {
         LabConfig(num_stages=2, num_layers=4, num_microbatches=8, global_batch_size=32, dp_size=2, seed=24,
                   dtype="float64", tie_embeddings=True), {"cap": 1 << 20}),
 }
-CAP_NAMES = {1 << 20: "1MiB", 1 << 19: "512KiB", 1 << 16: "64KiB"}
+CAP_NAMES = MLP_CAP_NAMES
 PARTS = ("values", "plan", "rings", "placement")
 
 
@@ -74,14 +82,14 @@ def mlp_buckets(cap: int) -> int:
 
 def prediction_items(ctx) -> list[Item]:
     items = [Item("prediction", CAP_NAMES[cap]) for cap in MLP_CAPS]
-    got = read_prediction(ctx, QID, BUCKET_PREDICTION, items)
+    got = read_prediction(ctx, QID, BUCKET_PREDICTION, items, BUCKET_PREDICTION_KEYS)
     if got is None:
         return items
     for item, cap in zip(items, MLP_CAPS):
         want = mlp_buckets(cap)
         if item.name not in got:
             item.problems.append(Problem(f"{BUCKET_PREDICTION}() gives no {item.name!r} entry", exercise=QID))
-        elif got[item.name] != want:
+        elif not matches(got[item.name], want, BUCKET_TOLERANCE):
             item.problems.append(Problem(
                 f"the predicted buckets of the seed's MLP under {item.name} are {got[item.name]:g}; the rule makes "
                 f"{want} (walk the parameters from fc4.bias, close a bucket before the parameter that would take "

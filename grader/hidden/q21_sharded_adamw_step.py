@@ -10,10 +10,17 @@ Four parts, each a quarter of the points:
 """
 from __future__ import annotations
 
+from lab_src.judge.numeric import matches
 from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.sharding.judge import judge_run
-from lab_src.topics.sharding.records import PREDICTION_NAME, PREDICTION_PARAMS, PREDICTION_RANKS, zero_bytes
+from lab_src.topics.sharding.records import (
+    PREDICTION_KEYS,
+    PREDICTION_NAME,
+    PREDICTION_PARAMS,
+    PREDICTION_RANKS,
+    zero_wanted,
+)
 
 from .common import Item, case_problems, read_prediction
 
@@ -31,7 +38,6 @@ CASES = {
                                                  num_microbatches=8, global_batch_size=32, dp_size=2, seed=53),
 }
 PARTS = ("values", "memory", "messages")
-TOLERANCE = 0.005
 
 
 def cases(ctx):
@@ -49,16 +55,10 @@ def judge(ctx, outcomes):
     return items + prediction_items(ctx)
 
 
-def wanted() -> dict[str, float]:
-    z = zero_bytes(PREDICTION_PARAMS, PREDICTION_RANKS)
-    n = PREDICTION_RANKS
-    return {"dp": z["dp"], "zero1": z["zero1"], "zero2": z["zero2"], "sent": 2 * (n - 1) / n * PREDICTION_PARAMS * 4}
-
-
 def prediction_items(ctx) -> list[Item]:
-    want = wanted()
+    want = zero_wanted()
     items = [Item("prediction", k) for k in want]
-    got = read_prediction(ctx, QID, PREDICTION_NAME, items)
+    got = read_prediction(ctx, QID, PREDICTION_NAME, items, PREDICTION_KEYS)
     if got is None:
         return items
     p = PREDICTION_PARAMS * 4
@@ -66,7 +66,7 @@ def prediction_items(ctx) -> list[Item]:
         k = item.name
         if k not in got:
             item.problems.append(Problem(f"{PREDICTION_NAME}() gives no {k!r} entry", exercise=QID))
-        elif abs(got[k] - want[k]) > TOLERANCE * want[k]:
+        elif not matches(got[k], want[k]):
             item.problems.append(Problem(
                 f"the predicted {k!r} is {got[k]:,.0f} B; it is {want[k]:,.0f} B ({want[k] / p:g} x the "
                 f"parameters' {p:,} B on {PREDICTION_RANKS} ranks)", exercise=QID))

@@ -12,10 +12,11 @@ Four parts, each a quarter of the points:
 """
 from __future__ import annotations
 
+from lab_src.judge.numeric import matches
 from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.sharding.judge_fsdp import judge_run
-from lab_src.topics.sharding.records import FSDP_PREDICTION, fsdp_wanted
+from lab_src.topics.sharding.records import FSDP_PREDICTION, FSDP_PREDICTION_BLOCKS, FSDP_PREDICTION_KEYS, fsdp_wanted
 from lab_src.topics.training.digits import DIGITS
 
 from .common import Item, case_problems, read_prediction
@@ -36,7 +37,6 @@ CASES = {
 }
 TRAINING = {"digits": True, "steps": 15, "lr": 1e-2}
 PARTS = ("values", "memory", "counts")
-TOLERANCE = 0.005
 
 
 def cases(ctx):
@@ -59,13 +59,16 @@ def judge(ctx, outcomes):
 def prediction_items(ctx) -> list[Item]:
     want = fsdp_wanted()
     items = [Item("prediction", k) for k in want]
-    got = read_prediction(ctx, QID, FSDP_PREDICTION, items)
+    got = read_prediction(ctx, QID, FSDP_PREDICTION, items, FSDP_PREDICTION_KEYS)
     if got is None:
         return items
     for item in items:
         k = item.name
         if k not in got:
             item.problems.append(Problem(f"{FSDP_PREDICTION}() gives no {k!r} entry", exercise=QID))
-        elif abs(got[k] - want[k]) > TOLERANCE * want[k]:
-            item.problems.append(Problem(f"the predicted {k!r} is {got[k]:,.0f}; it is {want[k]:,.0f}", exercise=QID))
+        elif not matches(got[k], want[k]):
+            why = (f" (that is the {FSDP_PREDICTION_BLOCKS} blocks' together; the prediction counts one block's)"
+                   if k == "gathers" and matches(got[k], FSDP_PREDICTION_BLOCKS * want[k]) else "")
+            item.problems.append(Problem(f"the predicted {k!r} is {got[k]:,.0f}; it is {want[k]:,.0f}{why}",
+                                         exercise=QID))
     return items

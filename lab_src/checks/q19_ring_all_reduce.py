@@ -14,7 +14,7 @@ from pathlib import Path
 from lab_src.checks.common import UNFINISHED, CheckReport, case_view, finish, make_case, run_cases, run_dir, sources
 from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
-from lab_src.topics.data_parallel.records import PREDICTION_NAME, PREDICTION_RANKS, SEED_LAYERS, ring_bytes
+from lab_src.topics.data_parallel.records import PREDICTION_KEYS, PREDICTION_NAME, PREDICTION_RANKS, SEED_LAYERS, ring_bytes
 
 SHORT = [1, 3, 5, 1000]
 CASES = [("n = 4, the seed's four layers and short tensors", 4, {"lengths": list(SEED_LAYERS.values()) + SHORT}),
@@ -64,18 +64,17 @@ def traffic_table(rows: list[dict], columns: int | None) -> str:
 
 
 def prediction_line(path: str | None) -> str:
-    from lab_src.judge.numeric import NotANumber, read_numbers
-    head = f"\n  your prediction ({PREDICTION_NAME}, n = {PREDICTION_RANKS}, bytes each rank sends on average): "
+    """The graded prediction, each layer's number right or wrong as the grader judges it, a wrong one beside the
+    bytes a ring sends (the column "2(n-1)/n" of the table above, for the seed's four layers)."""
+    from lab_src.judge.numeric import TOLERANCE, NotANumber, read_numbers, verdict_lines
+    head = (f"\n  your prediction, {PREDICTION_NAME}(), graded (right within {TOLERANCE:.1%}):\n"
+            f"    the bytes each rank of a ring of {PREDICTION_RANKS} sends on average, per layer")
     try:
-        got = read_numbers(Path(path).read_text(errors="replace"), PREDICTION_NAME) if path else {}
+        got = read_numbers(Path(path).read_text(errors="replace"), PREDICTION_NAME, PREDICTION_KEYS) if path else {}
     except NotANumber as e:
-        return head + f"could not be read: {e}"
+        return head + f"\n    could not be read: {e}"
     want = {k: ring_bytes(v, PREDICTION_RANKS) for k, v in SEED_LAYERS.items()}
-    wrong = [f"{k} {got[k]:,.0f} (measured {want[k]:,.0f})" for k in want if k in got and got[k] != want[k]]
-    missing = [k for k in want if k not in got]
-    if not wrong and not missing:
-        return head + "matches the bytes measured above (graded)"
-    return head + "; ".join(wrong + ([f"no {', '.join(missing)}"] if missing else [])) + " (graded)"
+    return "\n".join([head] + verdict_lines(got, want, "measured"))
 
 
 __all__ = ["check"]

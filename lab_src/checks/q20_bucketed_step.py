@@ -14,12 +14,18 @@ from pathlib import Path
 from lab_src.checks.common import UNFINISHED, GridViewReport, case_view, finish, make_case, run_cases, run_dir, sources
 from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
-from lab_src.topics.data_parallel.records import BUCKET_PREDICTION, MLP_CAPS
+from lab_src.topics.data_parallel.records import (
+    BUCKET_PREDICTION,
+    BUCKET_PREDICTION_KEYS,
+    BUCKET_TOLERANCE,
+    MLP_CAP_NAMES,
+    MLP_CAPS,
+)
 
 CAP = 40_000            # bytes: each stage holds 2 blocks of 50,944 B of gradients, and the embedding or the head
 CFG = LabConfig(num_stages=2, num_layers=4, num_microbatches=4, global_batch_size=16, dp_size=2, seed=20,
                 tie_embeddings=True)
-CAP_NAMES = {1 << 20: "1MiB", 1 << 19: "512KiB", 1 << 16: "64KiB"}
+CAP_NAMES = MLP_CAP_NAMES
 
 
 def check():
@@ -87,21 +93,24 @@ def rank_table(out) -> str:
 
 
 def mlp_lines(out, path, judge) -> tuple[list[str], list]:
-    from lab_src.judge.numeric import NotANumber, read_numbers
+    """Your Reducer's plan of the seed's MLP under each cap, and your prediction beside it, right or wrong as the
+    grader judges it: against the plan when the plan follows the rule (the grader counts the rule's buckets)."""
+    from lab_src.judge.numeric import NotANumber, matches, read_numbers
     try:
-        predicted = read_numbers(Path(path).read_text(errors="replace"), BUCKET_PREDICTION) if path else {}
+        predicted = read_numbers(Path(path).read_text(errors="replace"), BUCKET_PREDICTION,
+                                 BUCKET_PREDICTION_KEYS) if path else {}
     except NotANumber as e:
-        predicted = {}
-        note = f" (your prediction could not be read: {e})"
+        predicted = None
+        note = f"\n    your prediction could not be read: {e}"
     else:
         note = ""
     plans = (out.obs.get(0) or {}).get("mlp_plans") or {}
-    lines = [f"\n  your Reducer on the seed's MLP (784-256-128-64-10, float32){note}:"]
+    lines = [f"\n  your Reducer on the seed's MLP (784-256-128-64-10, float32) beside your prediction, "
+             f"{BUCKET_PREDICTION}() (graded: the number of buckets, exactly){note}"]
     problems = []
     for cap in MLP_CAPS:
         plan = plans.get(str(cap))
         name = CAP_NAMES[cap]
-        said = predicted.get(name)
         got = len(plan) if isinstance(plan, list) else "?"
         sizes = ""
         if isinstance(plan, list):
@@ -109,9 +118,27 @@ def mlp_lines(out, path, judge) -> tuple[list[str], list]:
             from lab_src.topics.data_parallel.records import SEED_MLP
             known = dict(mlp_params(SEED_MLP))
             sizes = " / ".join(f"{sum(known.get(n, 0) for n in b):,}" for b in plan)
-        said = f"{said:g}" if said is not None else "nothing"
-        lines.append(f"    cap {name:>6}: {got} bucket{'s' if got != 1 else ''} ({sizes} B); you predicted {said} (graded)")
-        problems += judge(out.obs, cap)
+        wrong_plan = judge(out.obs, cap)
+        problems += wrong_plan
+        line = f"    cap {name:>6}: {got} bucket{'s' if got != 1 else ''} ({sizes} B)"
+        if predicted is None:
+            lines.append(line)
+            continue
+        said = predicted.get(name)
+        if said is None:
+            verdict = f"no prediction: write it as \"{name}\": ... (graded)"
+        elif wrong_plan:
+            verdict = (f"you predicted {said:g}: not judged here until this plan follows the rule (the problem "
+                       f"above says where it does not); the grader counts the rule's buckets")
+        elif matches(said, got, BUCKET_TOLERANCE):
+            verdict = f"you predicted {said:g}: right"
+        else:
+            verdict = f"you predicted {said:g}: wrong, the rule makes {got}"
+        lines.append(f"{line}; {verdict}")
+    extra = [k for k in predicted or {} if k not in BUCKET_PREDICTION_KEYS]
+    if extra:
+        lines.append(f"    not graded: {', '.join(repr(k) for k in extra)} (the keys are "
+                     f"{', '.join(BUCKET_PREDICTION_KEYS)})")
     return lines, problems
 
 

@@ -14,8 +14,14 @@ from pathlib import Path
 from lab_src.checks.common import UNFINISHED, GridViewReport, case_view, finish, make_case, run_cases, run_dir, sources
 from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
-from lab_src.topics.sharding.records import (PREDICTION_NAME, PREDICTION_PARAMS, PREDICTION_RANKS, shard_bounds,
-                                             zero_bytes)
+from lab_src.topics.sharding.records import (
+    PREDICTION_KEYS,
+    PREDICTION_NAME,
+    PREDICTION_PARAMS,
+    PREDICTION_RANKS,
+    shard_bounds,
+    zero_wanted,
+)
 
 CASES = [("n = 4, 29,949 parameters (uneven shards)", 4,
           LabConfig(num_stages=1, num_layers=2, vocab_size=61, num_microbatches=2, global_batch_size=16, dp_size=4,
@@ -67,19 +73,16 @@ def table(out, found) -> str:
 
 
 def prediction_line(path: str | None) -> str:
-    from lab_src.judge.numeric import NotANumber, read_numbers
-    head = (f"\n  your prediction ({PREDICTION_NAME}: the default model's {PREDICTION_PARAMS:,} float32 parameters, "
-            f"n = {PREDICTION_RANKS}, bytes per rank): ")
+    """The graded prediction, each figure right or wrong as the grader judges it, a wrong one beside the default
+    model's figure (the runs above use smaller models: the same fractions of their own parameters' bytes)."""
+    from lab_src.judge.numeric import TOLERANCE, NotANumber, read_numbers, verdict_lines
+    head = (f"\n  your prediction, {PREDICTION_NAME}(), graded (right within {TOLERANCE:.1%}):\n"
+            f"    bytes per rank for the default model's {PREDICTION_PARAMS:,} float32 parameters on n = {PREDICTION_RANKS}")
     try:
-        got = read_numbers(Path(path).read_text(errors="replace"), PREDICTION_NAME) if path else {}
+        got = read_numbers(Path(path).read_text(errors="replace"), PREDICTION_NAME, PREDICTION_KEYS) if path else {}
     except NotANumber as e:
-        return head + f"could not be read: {e}"
-    want = zero_bytes(PREDICTION_PARAMS, PREDICTION_RANKS)
-    want = {"dp": want["dp"], "zero1": want["zero1"], "zero2": want["zero2"],
-            "sent": 2 * (PREDICTION_RANKS - 1) / PREDICTION_RANKS * PREDICTION_PARAMS * 4}
-    said = [f"{k} {got[k]:,.0f}" if k in got else f"no {k}" for k in want]
-    ok = all(k in got and abs(got[k] - v) <= 0.005 * v for k, v in want.items())
-    return head + "; ".join(said) + (" (graded: they match)" if ok else " (graded: the grader compares them)")
+        return head + f"\n    could not be read: {e}"
+    return "\n".join([head] + verdict_lines(got, zero_wanted(), "it is"))
 
 
 __all__ = ["check"]

@@ -14,8 +14,15 @@ from pathlib import Path
 from lab_src.checks.common import UNFINISHED, GridViewReport, case_view, finish, make_case, run_cases, run_dir, sources
 from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
-from lab_src.topics.sharding.records import (BLOCK_PARAMS, FSDP_PREDICTION, FSDP_PREDICTION_M, FSDP_PREDICTION_RANKS,
-                                             fsdp_wanted)
+from lab_src.topics.sharding.records import (
+    BLOCK_PARAMS,
+    FSDP_PREDICTION,
+    FSDP_PREDICTION_BLOCKS,
+    FSDP_PREDICTION_KEYS,
+    FSDP_PREDICTION_M,
+    FSDP_PREDICTION_RANKS,
+    fsdp_wanted,
+)
 
 CFG = LabConfig(num_stages=2, num_layers=4, num_microbatches=4, global_batch_size=16, dp_size=2, seed=61)
 
@@ -67,17 +74,17 @@ def table(out, found) -> str:
 
 
 def prediction_line(path: str | None) -> str:
-    from lab_src.judge.numeric import NotANumber, read_numbers
-    head = (f"\n  your prediction ({FSDP_PREDICTION}: 4 blocks of {BLOCK_PARAMS:,} float32 parameters on "
-            f"{FSDP_PREDICTION_RANKS} ranks, m = {FSDP_PREDICTION_M}): ")
+    """The graded prediction, each figure right or wrong as the grader judges it, a wrong one beside the figure of
+    the default model's blocks (the run above has 2 blocks a stage on 2 ranks, m = 4)."""
+    from lab_src.judge.numeric import TOLERANCE, NotANumber, read_numbers, verdict_lines
+    head = (f"\n  your prediction, {FSDP_PREDICTION}(), graded (right within {TOLERANCE:.1%}):\n"
+            f"    {FSDP_PREDICTION_BLOCKS} blocks of {BLOCK_PARAMS:,} float32 parameters on {FSDP_PREDICTION_RANKS} "
+            f"ranks, m = {FSDP_PREDICTION_M}: the bytes a rank holds, the gathers of one block in a step")
     try:
-        got = read_numbers(Path(path).read_text(errors="replace"), FSDP_PREDICTION) if path else {}
+        got = read_numbers(Path(path).read_text(errors="replace"), FSDP_PREDICTION, FSDP_PREDICTION_KEYS) if path else {}
     except NotANumber as e:
-        return head + f"could not be read: {e}"
-    want = fsdp_wanted()
-    said = "; ".join(f"{k} {got[k]:,.0f}" if k in got else f"no {k}" for k in want)
-    ok = all(k in got and abs(got[k] - v) <= 0.005 * v for k, v in want.items())
-    return head + said + (" (graded: they match)" if ok else " (graded: the grader compares them)")
+        return head + f"\n    could not be read: {e}"
+    return "\n".join([head] + verdict_lines(got, fsdp_wanted(), "it is"))
 
 
 __all__ = ["check"]

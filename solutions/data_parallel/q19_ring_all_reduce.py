@@ -45,9 +45,13 @@ ring_figure(n=4)
 # average, to sum each layer's gradient?** How does that compare with passing the whole gradient round the
 # ring (each rank forwarding the running sum n - 1 times), and what happens to your answer as n grows?
 #
-# Write your four numbers in `predicted_bytes()` in the answer cell below, before you write the ring:
-# they are graded (within half a percent), and the check runs your ring on exactly these four sizes and
-# prints what it measured beside them.
+# Write your four numbers in `predicted_bytes()` in the answer cell below, before you write the ring, as
+#
+#     return {"fc1": ..., "fc2": ..., "fc3": ..., "fc4": ...}
+#
+# each the bytes one rank sends on average for that layer: numbers, or arithmetic on numbers such as
+# `3 * 1024`. They are graded: right within half a percent. The check runs your ring on exactly these four
+# sizes and prints each of your numbers as right or wrong, beside what it measured.
 #
 # <details><summary><b>Hint</b>: counting (open it if you are stuck)</summary>
 #
@@ -99,7 +103,8 @@ import torch.distributed as dist
 
 
 def predicted_bytes():
-    """The bytes each rank of a ring of 4 ranks sends, on average, to sum each layer's gradient (float32)."""
+    """The bytes each rank of a ring of 4 ranks sends, on average, to sum each layer's gradient (float32), as
+    return {"fc1": ..., "fc2": ..., "fc3": ..., "fc4": ...} with a number for each."""
     ### BEGIN SOLUTION
     # 2(n - 1)/n of each layer's bytes, n = 4: every chunk is sent n - 1 times in each half
     return {"fc1": 1_205_760, "fc2": 197_376, "fc3": 49_536, "fc4": 3_900}
@@ -143,7 +148,7 @@ def ring_all_reduce(tensor, group=None):
 # The check runs your ring on 4 ranks (real processes, gloo on the CPU) over the gradients' sizes of the
 # seed's four layers and a few short tensors, then on the two columns of a 2 × 2 grid. It prints, for each
 # length, the bytes each rank sent beside a ring's 2(n - 1)/n, the messages, the largest message and the
-# time, then your prediction beside the measurement.
+# time, then each number of your prediction, right or wrong, beside the measurement.
 
 # %%
 report = check("q19")
@@ -174,10 +179,12 @@ report.timeline()
 # this machine's and the lab's, not a cluster's. Fit α and β to your ring's times (a least-squares fit of
 # the two-term model, or two points: the shortest length for α, the longest for β), then draw your model
 # over the measurements. Where is the length at which the two terms are equal? Is gloo's all-reduce
-# faster on the long tensors, and by how much of the busbw? Most of this machine's α is not a wire: it is
-# processes waking up on shared cores and the lab's bookkeeping of every message (each one journalled for
-# the deadlock watch, and waited for in a wait the check can stop), which gloo's own all-reduce, measured
-# through the same recorder but with fewer, larger steps, pays less often.
+# faster on the long tensors, and by how much of the busbw? The study prints the times, not the fit: the
+# fit is yours. Once you set your α and β, the figure draws your model beside the lab's own fit. Most of
+# this machine's α is not a wire: it is processes waking up on shared cores and the lab's bookkeeping of
+# every message (each one journalled for the deadlock watch, and waited for in a wait the check can stop),
+# which gloo's own all-reduce, measured through the same recorder but with fewer, larger steps, pays less
+# often.
 #
 # <details><summary><b>Hint</b>: the fit (open it if you are stuck)</summary>
 #

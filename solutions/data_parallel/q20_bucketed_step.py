@@ -49,8 +49,13 @@ buckets_figure(p=4, m=8, buckets=3)
 # contract below, how many buckets does the MLP make with a cap of 1 MiB, of 512 KiB, and of 64 KiB?**
 # Which of those plans reduces fc4's gradient earliest, and which sends fewest messages?
 #
-# Write the three numbers in `predicted_buckets()` in the answer cell before you write the reducer. They
-# are graded, and the check builds your Reducer on that MLP under the same three caps.
+# Write the three numbers in `predicted_buckets()` in the answer cell before you write the reducer, as
+#
+#     return {"1MiB": ..., "512KiB": ..., "64KiB": ...}
+#
+# each the number of buckets under that cap. They are graded, and only the exact count is right. The check
+# builds your Reducer on that MLP under the same three caps and prints each plan beside your number, right or
+# wrong.
 #
 # <details><summary><b>Hint</b>: the rule, by hand (open it if you are stuck)</summary>
 #
@@ -115,7 +120,8 @@ from lab_src import p2p_communicate
 
 
 def predicted_buckets():
-    """How many buckets the seed's MLP makes under each cap (numbers only)."""
+    """How many buckets the seed's MLP makes under each cap, as
+    return {"1MiB": ..., "512KiB": ..., "64KiB": ...} with a number for each."""
     ### BEGIN SOLUTION
     return {"1MiB": 1, "512KiB": 2, "64KiB": 4}
     ### END SOLUTION
@@ -244,7 +250,7 @@ def bucketed_step(stage, data_iter, num_microbatches, reducer):
 # It compares every gradient with one process's, then prints, per rank, the plan's bucket sizes, the rings
 # launched in each step, the backward the first ring started in, and how long `finish` waited after the
 # stage's last backward (the reduction the backward did not hide; measured on this machine, so it varies from
-# run to run). Then come your Reducer's plans for the seed's MLP, beside your prediction.
+# run to run). Then come your Reducer's plans for the seed's MLP, each beside your prediction, right or wrong.
 
 # %%
 report = check("q20")

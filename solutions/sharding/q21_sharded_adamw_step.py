@@ -27,14 +27,15 @@
 # Your q19 ring already has both halves. Its **reduce-scatter** leaves each rank one chunk of the sum: exactly
 # the shard of the gradient it needs. Its **all-gather** then spreads the updated parameters. Together they
 # send as many bytes as one all-reduce, yet each rank holds only 1/n of the optimizer state. The figure
-# shows what each rank holds under each stage.
+# shows what each rank holds under plain data parallelism. The ZeRO stages come in the same picture after
+# your check, once you have made your prediction.
 
 # %%
 # %load_ext lab_src
 from lab_src.checks import check
 from lab_src.topics.sharding.figure import zero_figure
 
-zero_figure(n=4)
+zero_figure(n=4, stages=1)
 
 # %% [markdown]
 # ## Predict first
@@ -44,7 +45,12 @@ zero_figure(n=4)
 # moments) does each rank hold after a step under plain data parallelism (`"dp"`), under ZeRO-1
 # (`"zero1"`), and under ZeRO-2 (`"zero2"`, counting the gradient's shard)?** And **how many bytes does
 # each rank send per step under ZeRO-2** (`"sent"`), against the 2(n - 1)/n of an all-reduce? Write the four
-# numbers in `predicted_bytes()` before you write the step. They are graded (within half a percent).
+# numbers in `predicted_bytes()` before you write the step, as
+#
+#     return {"dp": ..., "zero1": ..., "zero2": ..., "sent": ...}
+#
+# They are graded: right within half a percent. The check prints each number as right or wrong, beside the
+# figure it is judged against.
 #
 # <details><summary><b>Hint</b>: counting (open it if you are stuck)</summary>
 #
@@ -102,7 +108,8 @@ import torch.distributed as dist
 
 
 def predicted_bytes():
-    """n = 4, the default model's 106,368 float32 parameters: bytes held per rank, and sent per step."""
+    """n = 4, the default model's 106,368 float32 parameters: bytes held per rank, and sent per step, as
+    return {"dp": ..., "zero1": ..., "zero2": ..., "sent": ...} with a number for each."""
     ### BEGIN SOLUTION
     # P = 4 x 106,368 = 425,472 B; dp 4P, ZeRO-1 2P + 2P/4, ZeRO-2 P + 3P/4; sent 2(n - 1)/n P
     return {"dp": 1_701_888, "zero1": 1_063_680, "zero2": 744_576, "sent": 638_208}
@@ -161,8 +168,8 @@ def sharded_adamw_step(params, dp, state, lr):
 # then on a 2 × 2 grid (two replicas of a 2-stage pipeline; each stage's two replicas form a group). Each runs
 # three steps, each after the replica's 1F1B step. Per rank it prints the bytes your `state` holds beside one
 # shard's moments and the whole state's, the bytes sent per step beside 2(n - 1)/n of the parameters, and
-# whether the parameters equal one process's AdamW. Then it prints your prediction beside the figures of the
-# default model.
+# whether the parameters equal one process's AdamW. Then it prints each number of your prediction, right or
+# wrong, beside the default model's figure.
 
 # %%
 report = check("q21")
@@ -185,6 +192,16 @@ report = check("q21")
 
 # %%
 report.timeline()
+
+# %% [markdown]
+# ## The stages side by side
+#
+# The opening figure again, now with the three ZeRO stages under plain data parallelism. Each band is the
+# parameters', the gradients' or the moments' bytes, whole or a 1/n shard. Compare it with your prediction,
+# and with the memory lane above: which row is your step?
+
+# %%
+zero_figure(n=4)
 
 # %% nbgrader={"grade": true, "grade_id": "q21_hidden", "locked": true, "points": 20, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q21 (20 points): the grader runs them in fresh processes, outside

@@ -39,9 +39,14 @@ fsdp_figure(layers=3, n=2)
 #
 # A block of the lab's default model (hidden size 32) has 12,704 float32 parameters. A stage holds 4 blocks,
 # sharded over n = 4 data-parallel ranks. **How many bytes of the blocks' parameters does a rank hold at rest
-# (`"rest"`), and at the peak of a forward, with one layer gathered (`"peak"`)?** And **how many gathers of a
-# block does one step of m = 8 micro-batches make on each rank (`"gathers"`)?** Write the three numbers in
-# `predicted_fsdp_bytes()` before you write the layer. They are graded (within half a percent).
+# (`"rest"`), and at the peak of a forward, with one layer gathered (`"peak"`)?** And **in one step of m = 8
+# micro-batches, how many times does a rank gather one block (`"gathers"`: one block's count, not the four
+# blocks' together)?** Write the three numbers in `predicted_fsdp_bytes()` before you write the layer, as
+#
+#     return {"rest": ..., "peak": ..., "gathers": ...}
+#
+# They are graded: right within half a percent. The check prints each number as right or wrong, beside the
+# figure it is judged against.
 
 # %% [markdown]
 # ## Your task
@@ -103,7 +108,8 @@ from torch.func import functional_call
 
 
 def predicted_fsdp_bytes():
-    """4 blocks of 12,704 float32 parameters on 4 ranks: bytes at rest and at a forward's peak; gathers for m = 8."""
+    """4 blocks of 12,704 float32 parameters on 4 ranks: bytes at rest and at a forward's peak; gathers of one
+    block in a step of m = 8, as return {"rest": ..., "peak": ..., "gathers": ...} with a number for each."""
     ### BEGIN SOLUTION
     # at rest 4 shards of 12,704 / 4 elements; the peak adds one whole block; a block is gathered 2m times
     return {"rest": 50_816, "peak": 101_632, "gathers": 16}
@@ -178,7 +184,7 @@ class ShardedLayer(nn.Module):
 # each stage's replicas a group) and runs three steps of m = 4 micro-batches. Per rank it prints the bytes held
 # at rest beside the replicated parameters and the shards, the peak of gathered bytes beside one layer's, the
 # gathers and reduce-scatters per block and step, and whether the gradients equal one process's. Then it prints
-# your prediction beside the default model's figures.
+# each number of your prediction, right or wrong, beside the default model's figure.
 
 # %%
 report = check("q22")

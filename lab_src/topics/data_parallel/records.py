@@ -50,6 +50,7 @@ SEED_MLP = (784, 256, 128, 64, 10)
 SEED_LAYERS = {f"fc{i + 1}": SEED_MLP[i] * SEED_MLP[i + 1] + SEED_MLP[i + 1] for i in range(len(SEED_MLP) - 1)}
 
 PREDICTION_NAME = "predicted_bytes"     # a function of the answer cell: {"fc1": bytes, ...}
+PREDICTION_KEYS = tuple(SEED_LAYERS)    # its keys, "fc1" to "fc4"
 PREDICTION_RANKS = 4                    # the bytes each rank sends, on average, in a ring of 4 ranks
 
 SAMPLED = 4096      # a large result travels as its digest, its float64 sum and this many elements drawn at random
@@ -100,7 +101,10 @@ class NetworkObserved(Observed):
 
 # q20: the seed's MLP planned under these caps (1 MiB: one bucket; 0.5 MiB: fc1's weight alone; 64 KiB: four)
 MLP_CAPS = (1 << 20, 1 << 19, 1 << 16)
+MLP_CAP_NAMES = {1 << 20: "1MiB", 1 << 19: "512KiB", 1 << 16: "64KiB"}
 BUCKET_PREDICTION = "predicted_buckets"     # a function of q20's answer cell: the graded prediction
+BUCKET_PREDICTION_KEYS = tuple(MLP_CAP_NAMES[cap] for cap in MLP_CAPS)    # its keys: how many buckets per cap
+BUCKET_TOLERANCE = 0                        # a count of buckets: right only when exact
 
 
 class BucketsObserved(StageObserved):

@@ -3,9 +3,14 @@ benchmarks/ring_all_reduce.py runs it with the reference answer).
 
     study = ring_study()           # lab_src/checks/ring_study.py: 4 ranks, the answer's ring and gloo's
                                    # all_reduce, lengths 1 to 4,194,304
-    study.table()                  # (ring_study prints it) per length: time, algbw, busbw (nccl-tests')
+    study.table()                  # (ring_study prints it) per length: time, algbw, busbw (nccl-tests'); no fit
+    study.table(alpha, beta)       # the same with the model's time beside each length
     alpha, beta = study.fit()      # the lab's least-squares fit of the alpha-beta model to the ring's times
-    study.figure(alpha, beta)      # the times, and the model with your alpha and beta (or the lab's)
+    study.figure(alpha, beta)      # the times, your model and the lab's fit; study.figure(): the times alone
+
+The student fits alpha and beta (q19's notebook asks for them): the table the study prints and the figure drawn
+without the student's numbers say nothing of the lab's fit, so that nothing answers the question before it is
+asked.
 
 Each call is timed on every rank after a barrier of the case's ranks; a call's time is its slowest rank's,
 and a length's time the median over its repeats. nccl-tests (PERFORMANCE.md) defines, for an all-reduce of S
@@ -52,38 +57,42 @@ class RingStudy:
         return float(alpha), float(beta)
 
     def table(self, alpha: float | None = None, beta: float | None = None) -> None:
-        if alpha is None or beta is None:
-            alpha, beta = self.fit()
-        print(f"ring all-reduce on {self.n} ranks of this machine (loopback, shared cores), float32; "
-              f"alpha = {alpha * 1e6:.0f} us, 1/beta = {1 / beta / 1e9:.2f} GB/s")
-        print(f"{'length':>10} {'bytes':>11} | {'ring (ms)':>9} {'algbw':>9} {'busbw':>9} {'model (ms)':>10} | "
-              f"{'gloo (ms)':>9} {'busbw':>9} | ring / gloo")
+        """Per length: the ring's time, algbw and busbw beside gloo's; with (alpha, beta), the model's time too."""
+        modelled = alpha is not None and beta is not None
+        print(f"ring all-reduce on {self.n} ranks of this machine (loopback, shared cores), float32"
+              + (f"; the model with alpha = {alpha * 1e6:.0f} us, 1/beta = {1 / beta / 1e9:.2f} GB/s" if modelled else ""))
+        print(f"{'length':>10} {'bytes':>11} | {'ring (ms)':>9} {'algbw':>9} {'busbw':>9} "
+              + (f"{'model (ms)':>10} " if modelled else "") + f"| {'gloo (ms)':>9} {'busbw':>9} | ring / gloo")
         for x in sorted(self.ring):
             r, g = self.ring[x], self.gloo.get(x, float("nan"))
             print(f"{x:>10,} {self.nbytes(x):>11,} | {r * 1e3:>9.2f} {_bw(self.algbw(x, r))} {_bw(self.busbw(x, r))} "
-                  f"{self.model(x, alpha, beta) * 1e3:>10.2f} | {g * 1e3:>9.2f} {_bw(self.busbw(x, g))} | "
-                  f"{r / g:>6.2f}")
+                  + (f"{self.model(x, alpha, beta) * 1e3:>10.2f} " if modelled else "")
+                  + f"| {g * 1e3:>9.2f} {_bw(self.busbw(x, g))} | {r / g:>6.2f}")
         print("(algbw = bytes / time; busbw = algbw x 2(n-1)/n, what each rank's link carries; GB/s)")
 
     def figure(self, alpha: float | None = None, beta: float | None = None):
-        """The measured times of the ring and of gloo against the bytes, and the model with (alpha, beta)."""
+        """The measured times of the ring and of gloo against the bytes; given (alpha, beta), the model with them
+        and, beside it, the lab's fit (not before: the fit is what the student is asked for)."""
         from lab_src.views.static import TimelineFigure
-        fitted = self.fit()
         fig = TimelineFigure(figsize=(8, 4.2), layout="constrained")
         ax = fig.subplots()
         xs = sorted(self.ring)
         sizes = [self.nbytes(x) for x in xs]
         ax.loglog(sizes, [self.ring[x] * 1e3 for x in xs], "o", color="#4c78a8", label="your ring (measured)")
         ax.loglog(sizes, [self.gloo[x] * 1e3 for x in xs], "s", color="#999", label="gloo's all_reduce (measured)")
-        ax.loglog(sizes, [self.model(x, *fitted) * 1e3 for x in xs], "--", color="#4c78a8", lw=1,
-                  label=f"the lab's fit: alpha {fitted[0] * 1e6:.0f} us, 1/beta {1 / fitted[1] / 1e9:.2f} GB/s")
+        title = (f"All-reduce on {self.n} ranks of this machine: latency-bound on the left, "
+                 f"bandwidth-bound on the right")
         if alpha is not None and beta is not None:
+            fitted = self.fit()
             ax.loglog(sizes, [self.model(x, alpha, beta) * 1e3 for x in xs], "-", color="#e45756", lw=1.5,
                       label=f"your model: alpha {alpha * 1e6:.0f} us, 1/beta {1 / beta / 1e9:.2f} GB/s")
+            ax.loglog(sizes, [self.model(x, *fitted) * 1e3 for x in xs], "--", color="#4c78a8", lw=1,
+                      label=f"the lab's fit: alpha {fitted[0] * 1e6:.0f} us, 1/beta {1 / fitted[1] / 1e9:.2f} GB/s")
+        else:
+            title += "\n(set your alpha and beta to draw your model, and the lab's fit beside it)"
         ax.set_xlabel("bytes summed (float32)")
         ax.set_ylabel("time of one all-reduce (ms)")
-        ax.set_title(f"All-reduce on {self.n} ranks of this machine: latency-bound on the left, "
-                     f"bandwidth-bound on the right", fontsize=9)
+        ax.set_title(title, fontsize=9)
         ax.legend(fontsize=8)
         return fig
 

@@ -1,7 +1,8 @@
 """Q21's opening picture: what each of n data-parallel ranks holds of the training state (parameters, gradients,
 AdamW's two moments) under plain data parallelism and the three ZeRO stages, drawn from the sizes alone.
 
-    zero_figure(n=4)
+    zero_figure(n=4)               # q21's notebook, after the check: every stage
+    zero_figure(n=4, stages=1)     # its opening: plain data parallelism alone (the ZeRO rows answer its prediction)
 
 One row per stage of sharding, one block per rank; in each block the parameters, the gradients and the optimizer
 state, each either whole (the full width of its band) or a shard (1/n of it, at the rank's place).
@@ -15,16 +16,18 @@ STAGES = (("data parallel", ()), ("ZeRO-1: moments sharded", ("AdamW moments (2x
 WIDTH = {"parameters": 1.0, "gradients": 1.0, "AdamW moments (2x)": 2.0}    # in units of the parameters' bytes
 
 
-def zero_figure(n: int = 4):
+def zero_figure(n: int = 4, stages: int | None = None):
+    """What each of n ranks holds under the first `stages` rows of STAGES (all of them by default)."""
     from matplotlib.patches import Patch, Rectangle
 
     from lab_src.views.static import TimelineFigure
-    fig = TimelineFigure(figsize=(11, 0.9 * len(STAGES) + 1.2), layout="constrained")
+    rows = STAGES[:stages] if stages else STAGES
+    fig = TimelineFigure(figsize=(11, 0.9 * len(rows) + 1.2), layout="constrained")
     ax = fig.subplots()
     gap = 0.6
     block = sum(WIDTH.values()) + gap
-    for row, (title, sharded) in enumerate(STAGES):
-        y = len(STAGES) - 1 - row
+    for row, (title, sharded) in enumerate(rows):
+        y = len(rows) - 1 - row
         for r in range(n):
             x = r * block
             for kind, w in WIDTH.items():
@@ -35,16 +38,18 @@ def zero_figure(n: int = 4):
                     ax.add_patch(Rectangle((x, y + 0.1), w, 0.7, fc=COLORS[kind], ec="black", lw=0.6))
                 x += w
     ax.set_xlim(-0.1, n * block)
-    ax.set_ylim(0, len(STAGES))
-    ax.set_yticks([len(STAGES) - 1 - i + 0.45 for i in range(len(STAGES))], [t for t, _ in STAGES], fontsize=8)
+    ax.set_ylim(0, len(rows))
+    ax.set_yticks([len(rows) - 1 - i + 0.45 for i in range(len(rows))], [t for t, _ in rows], fontsize=8)
     ax.set_xticks([r * block + (block - gap) / 2 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=8)
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
     ax.legend(handles=[Patch(color=c, label=k) for k, c in COLORS.items()], loc="upper center",
-              bbox_to_anchor=(0.4, -0.08), ncol=3, fontsize=8, frameon=False)
-    fig.suptitle(f"What each of {n} data-parallel ranks holds of the training state (float32, AdamW): a coloured "
-                 f"band whole, or its 1/{n} shard at the rank's place", fontsize=9)
+              bbox_to_anchor=(0.4, -0.32 / len(rows)), ncol=3, fontsize=8, frameon=False)
+    said = (f"a coloured band whole, or its 1/{n} shard at the rank's place" if len(rows) > 1 else
+            "every band whole, on every rank")
+    fig.suptitle(f"What each of {n} data-parallel ranks holds of the training state (float32, AdamW): {said}",
+                 fontsize=9)
     return fig
 
 

@@ -23,6 +23,7 @@ class FsdpSettings(GridSettings):
     digits: bool = False                # the digit classifier's stages, trained with AdamW (else SGD on the lab's model)
     lr: float | None = None             # AdamW's, in a training
 PREDICTION_NAME = "predicted_bytes"     # a function of q21's answer cell: bytes per rank of each stage
+PREDICTION_KEYS = ("dp", "zero1", "zero2", "sent")
 PREDICTION_RANKS = 4
 PREDICTION_PARAMS = 106_368             # the lab's default model (LabConfig()): 8 blocks of hidden 32, float32
 
@@ -42,6 +43,13 @@ def zero_bytes(params: int, n: int, element: int = 4) -> dict[str, float]:
     return {"dp": 4 * p, "zero1": 2 * p + 2 * p / n, "zero2": p + 3 * p / n, "zero3": 4 * p / n}
 
 
+def zero_wanted() -> dict[str, float]:
+    """q21's prediction's figures: bytes held per rank under data parallel, ZeRO-1 and ZeRO-2, and sent per step
+    under ZeRO-2 (a reduce-scatter and an all-gather: 2(n - 1)/n of the parameters), for the default model."""
+    z, n = zero_bytes(PREDICTION_PARAMS, PREDICTION_RANKS), PREDICTION_RANKS
+    return {"dp": z["dp"], "zero1": z["zero1"], "zero2": z["zero2"], "sent": 2 * (n - 1) / n * PREDICTION_PARAMS * 4}
+
+
 class ZeroObserved(StageObserved):
     grid: list                  # [dp, pp]
     dp_group: list              # the global ranks of this stage's data-parallel group, in position order
@@ -57,14 +65,16 @@ class ZeroObserved(StageObserved):
 
 # q22: the graded prediction, for a stage of 4 blocks of the default model (hidden 32: 12,704 parameters a block)
 FSDP_PREDICTION = "predicted_fsdp_bytes"
+FSDP_PREDICTION_KEYS = ("rest", "peak", "gathers")     # "gathers": of one block, in one step, on one rank
 FSDP_PREDICTION_RANKS = 4
+FSDP_PREDICTION_BLOCKS = 4
 BLOCK_PARAMS = 12_704
 FSDP_PREDICTION_M = 8
 
 
 def fsdp_wanted() -> dict[str, float]:
     """The prediction's figures: a rank's bytes of the 4 blocks at rest and at a forward's peak, gathers a step."""
-    rest = 4 * BLOCK_PARAMS * 4 / FSDP_PREDICTION_RANKS
+    rest = FSDP_PREDICTION_BLOCKS * BLOCK_PARAMS * 4 / FSDP_PREDICTION_RANKS
     return {"rest": rest, "peak": rest + BLOCK_PARAMS * 4, "gathers": 2 * FSDP_PREDICTION_M}
 
 
