@@ -103,8 +103,8 @@ import torch.distributed as dist
 
 
 def predicted_bytes():
-    """The bytes each rank of a ring of 4 ranks sends, on average, to sum each layer's gradient (float32), as
-    return {"fc1": ..., "fc2": ..., "fc3": ..., "fc4": ...} with a number for each."""
+    """The bytes each rank of a ring of 4 ranks sends, on average, to sum each layer's gradient (float32)."""
+    # return {"fc1": ..., "fc2": ..., "fc3": ..., "fc4": ...} with a number for each
     ### BEGIN SOLUTION
     # 2(n - 1)/n of each layer's bytes, n = 4: every chunk is sent n - 1 times in each half
     return {"fc1": 1_205_760, "fc2": 197_376, "fc3": 49_536, "fc4": 3_900}

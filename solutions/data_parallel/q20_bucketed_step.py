@@ -120,8 +120,8 @@ from lab_src import p2p_communicate
 
 
 def predicted_buckets():
-    """How many buckets the seed's MLP makes under each cap, as
-    return {"1MiB": ..., "512KiB": ..., "64KiB": ...} with a number for each."""
+    """How many buckets the seed's MLP makes under each cap (numbers only)."""
+    # return {"1MiB": ..., "512KiB": ..., "64KiB": ...} with a number for each
     ### BEGIN SOLUTION
     return {"1MiB": 1, "512KiB": 2, "64KiB": 4}
     ### END SOLUTION

@@ -108,8 +108,8 @@ import torch.distributed as dist
 
 
 def predicted_bytes():
-    """n = 4, the default model's 106,368 float32 parameters: bytes held per rank, and sent per step, as
-    return {"dp": ..., "zero1": ..., "zero2": ..., "sent": ...} with a number for each."""
+    """n = 4, the default model's 106,368 float32 parameters: bytes held per rank, and sent per step."""
+    # return {"dp": ..., "zero1": ..., "zero2": ..., "sent": ...} with a number for each
     ### BEGIN SOLUTION
     # P = 4 x 106,368 = 425,472 B; dp 4P, ZeRO-1 2P + 2P/4, ZeRO-2 P + 3P/4; sent 2(n - 1)/n P
     return {"dp": 1_701_888, "zero1": 1_063_680, "zero2": 744_576, "sent": 638_208}

@@ -108,8 +108,8 @@ from torch.func import functional_call
 
 
 def predicted_fsdp_bytes():
-    """4 blocks of 12,704 float32 parameters on 4 ranks: bytes at rest and at a forward's peak; gathers of one
-    block in a step of m = 8, as return {"rest": ..., "peak": ..., "gathers": ...} with a number for each."""
+    """4 blocks of 12,704 float32 parameters on 4 ranks: bytes at rest and at a forward's peak; gathers for m = 8."""
+    # return {"rest": ..., "peak": ..., "gathers": ...} with a number for each; "gathers": of one block
     ### BEGIN SOLUTION
     # at rest 4 shards of 12,704 / 4 elements; the peak adds one whole block; a block is gathered 2m times
     return {"rest": 50_816, "peak": 101_632, "gathers": 16}
