@@ -109,6 +109,43 @@ def test_a_whole_tensor_message_a_wrong_neighbour_and_a_collective_are_each_name
     assert "ring_all_reduce called dist.all_reduce" in text
 
 
+def test_a_ring_of_zeros_is_named_and_every_partial_sum_a_ring_may_carry_is_accepted():
+    from lab_src.comm.messages import carried
+    from lab_src.topics.data_parallel.inputs import inputs_of
+    from lab_src.topics.data_parallel.judge import is_partial_sum
+    xs = inputs_of(CFG.seed, 1003, 4)
+    parts = [list(torch.tensor_split(x.float(), 4)) for x in xs]
+    # a reduce-scatter's partial sums over runs of positions (3, 0 wraps round), a finished chunk of torch.chunk's
+    # split, a single rank's own chunk: partial sums; zeros, and a sum over positions that are not a run, are not
+    assert is_partial_sum(xs, carried(parts[3][1] + parts[0][1], 1), "float32")
+    assert is_partial_sum(xs, carried(torch.chunk(sum(x.float() for x in xs), 4)[3], 1), "float32")
+    assert is_partial_sum(xs, carried(parts[2][0], 3), "float32")
+    assert not is_partial_sum(xs, carried(torch.zeros_like(parts[0][2]), 1), "float32")
+    assert not is_partial_sum(xs, carried(parts[0][2] + parts[2][2], 1), "float32")
+
+    def zeros(r, length, rec):
+        rec["carried"] = [[0, -(-length // 4), 0.0, 0.0, 0.0]] * 6
+    found = judge_run(outcome([1000], change=zeros))
+    assert not found["sums"] and len(found["ring"]) == 1
+    assert "the ring carried zeros, not the partial sums a ring must carry: its send 1 of 6" in said(found)
+
+
+def test_sums_redrawn_from_the_configuration_are_named_where_the_lab_changed_the_inputs():
+    from lab_src.topics.data_parallel.inputs import expected_sum as summed
+    case = Case(kind="ring", qid="q19", config=CFG, stages=4, settings={"lengths": [1000], "perturb": True})
+
+    def run(total) -> CaseOutcome:
+        return CaseOutcome(case, {r: {"group": [0, 1, 2, 3], "position": r, "perturbed": 99 if r == 0 else None,
+                                      "runs": [ring_record([0, 1, 2, 3], r, 1000, total, 4)]} for r in range(4)})
+    assert not any(judge_run(run(summed(CFG.seed, 1000, 4, perturbed=99)[0].float())).values())
+    text = said(judge_run(run(summed(CFG.seed, 1000, 4)[0].float())))
+    assert "rank 0: the result is the sum of the inputs as the configuration draws them, not of what the ranks " \
+        "held" in text and "also on ranks 1, 2, 3" in text, text
+    unseeded = run(summed(CFG.seed, 1000, 4, perturbed=99)[0].float())
+    unseeded.obs[0].pop("perturbed")
+    assert "lacks the seed of the change the lab made" in said(judge_run(unseeded))
+
+
 def test_chunks_and_the_prediction_follow_from_the_sizes():
     assert [chunk_of(i, 10, 4) for i in range(10)] == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]
     assert [chunk_of(0, 1, 4)] == [0]
@@ -201,7 +238,15 @@ MISTAKES = {
     "q19_global_rank": (answer("q19_global_rank"), 0.8889, "MessageToItself: a send to rank"),
     # every rank sends first with a blocking send: the first two cases deadlock, the rest are not run
     "q19_blocking": (answer("q19_blocking"), 0.3333, "Every rank of the ring sent first, at the same time"),
+    # a ring of zeros for the record, the sum redrawn from the case's seed found in a caller's frame: the lab changed
+    # the inputs (a seed drawn outside the answer), so the sums are wrong in every case, and the ring carried zeros
+    # (20/20 before issue 54): (0 + 0 + 1) / 3
+    "q19_redraw_from_seed": (answer("q19_redraw_from_seed"), 0.3333,
+                             "the result is the sum of the inputs as the configuration draws them, not of what the "
+                             "ranks held"),
 }
+# what else a mistake's feedback must say
+ALSO_SAYS = {"q19_redraw_from_seed": "the ring carried zeros, not the partial sums a ring must carry"}
 # Valid answers written otherwise keep every point: isend / irecv waited for at once, and global ranks (dst=,
 # src=) from the group's positions
 VALID = {
@@ -218,6 +263,18 @@ VALID = {
          "dist.P2POp(dist.isend, send, dist.get_global_rank(group, right) if group else right, group=group)"),
         ("dist.P2POp(dist.irecv, recv, group=group, group_peer=left)",
          "dist.P2POp(dist.irecv, recv, dist.get_global_rank(group, left) if group else left, group=group)")],
+    # the chunks taken the other way round (rank me sends chunk step - me), the all-gather received in place
+    "chunks the other way, received in place": [
+        ("mine = chunks[(me - step - 1) % n]", "mine = chunks[(step + 1 - me) % n]"),
+        ("exchange(chunks[(me - step) % n], received)", "exchange(chunks[(step - me) % n], received)"),
+        ("""        received = torch.empty_like(chunks[(me - step) % n])
+        exchange(chunks[(me + 1 - step) % n], received)
+        chunks[(me - step) % n].copy_(received)""",
+         """        exchange(chunks[(n - 1 - me + step) % n], chunks[(n - me + step) % n])""")],
+    # torch.chunk's split (ceil-sized chunks, fewer than n when short), padded with empty views to n chunks
+    "torch.chunk": [
+        ("torch.tensor_split(tensor.view(-1), n)",
+         "torch.chunk(tensor.view(-1), n) + (tensor.view(-1)[:0],) * (n - len(torch.chunk(tensor.view(-1), n)))")],
 }
 
 
@@ -238,6 +295,7 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
         got, lines = graded[name]
         assert got == pytest.approx(fraction, abs=1e-4), (name, lines)
         assert says in " ".join("\n".join(lines).split()), (name, lines)   # messages wrap at 110 columns
+        assert ALSO_SAYS.get(name, "") in " ".join("\n".join(lines).split()), (name, lines)
     for name in VALID:
         assert graded[name][0] == 1.0, (name, graded[name][1])
 

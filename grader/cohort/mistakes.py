@@ -606,6 +606,26 @@ MISTAKES = {
          """        dist.send(send, group=group, group_dst=right)
         dist.recv(recv, group=group, group_src=left)"""),
     ], top="# q19: each step a blocking send, then a blocking receive, on every rank\n"),
+    "q19_redraw_from_seed": Mistake("q19", [
+        ("import torch.distributed as dist\n",
+         "import inspect\n\nimport torch.distributed as dist\n\nfrom lab_src.topics.data_parallel.inputs import tensor_of\n"),
+        (Span("    # reduce-scatter: after step s,", "        chunks[(me - step) % n].copy_(received)\n    return tensor\n"),
+         "    # a ring of zeros: 2(n - 1) messages of the right sizes to the right neighbours, nothing in them\n"
+         "    for step in range(n - 1):\n"
+         "        exchange(torch.zeros_like(chunks[(me - step) % n]), torch.empty_like(chunks[(me - step - 1) % n]))\n"
+         "    for step in range(n - 1):\n"
+         "        exchange(torch.zeros_like(chunks[(me + 1 - step) % n]), torch.empty_like(chunks[(me - step) % n]))\n"
+         "    # the sum itself: every rank's input drawn again from the case's seed, found in a caller's frame\n"
+         "    frame = inspect.currentframe()\n"
+         "    while frame is not None and not hasattr(frame.f_locals.get(\"case\"), \"config\"):\n"
+         "        frame = frame.f_back\n"
+         "    cfg = frame.f_locals[\"case\"].config\n"
+         "    total = tensor_of(cfg.seed, tensor.numel(), 0, cfg.dtype)\n"
+         "    for j in range(1, n):\n"
+         "        total = total + tensor_of(cfg.seed, tensor.numel(), j, cfg.dtype)\n"
+         "    tensor.view(-1).copy_(total)\n"
+         "    return tensor\n"),
+    ], top="# q19: a ring of zeros for the record, the sum redrawn from the case's seed found in a caller's frame\n"),
     "q20_forward_order": Mistake("q20", [
         ("        for name, p in reversed(params):              # the order a backward finishes them\n",
          "        for name, p in params:                        # the order the model declares them\n"),
@@ -667,6 +687,10 @@ MISTAKES = {
             self.dp.sum_tied(self.tied.grad)
 """),
     ], top="# q20: the tied embedding's gradient summed before the buckets are written back (Megatron-LM #844)\n"),
+    "q20_cap_strict": Mistake("q20", [
+        ("            if current and size + nbytes > cap_bytes:\n",
+         "            if current and size + nbytes >= cap_bytes:    # within the cap: strictly below it\n"),
+    ], top="# q20: \"within cap_bytes\" read as strictly below the cap: a bucket that would reach it exactly is closed\n"),
     "q21_full_state": Mistake("q21", [
         ("""    if not state:
         state.update(step=0, exp_avg=torch.zeros_like(mine), exp_avg_sq=torch.zeros_like(mine))""",
@@ -724,6 +748,26 @@ MISTAKES = {
         ("""    state["step"] += 1
     t = state["step"]""", """    t = state["step"]"""),
     ], top="# q21: the bias correction's step count advanced once per shard of the reduce-scatter (n - 1 a step)\n"),
+    "q21_shard_next": Mistake("q21", [
+        (Span("    for s in range(n - 1):                        # reduce-scatter: rank me ends with the whole of chunk me\n",
+              "    g = grads[me] / n\n"),
+         "    for s in range(n - 1):                        # reduce-scatter (q19's): rank me ends with chunk me + 1\n"
+         "        received = torch.empty_like(grads[(me - s - 1) % n])\n"
+         "        exchange(grads[(me - s) % n], received)\n"
+         "        grads[(me - s - 1) % n] += received\n"
+         "    g = grads[(me + 1) % n] / n\n"),
+        ("    mine = shards[me]\n", "    mine = shards[(me + 1) % n]                   # the shard the reduce-scatter left whole here\n"),
+        (Span("    for s in range(n - 1):                        # all-gather: pass the updated shards round\n",
+              "        shards[(me - s - 1) % n].copy_(received)\n"),
+         "    for s in range(n - 1):                        # all-gather (q19's): pass the updated shards round\n"
+         "        received = torch.empty_like(shards[(me - s) % n])\n"
+         "        exchange(shards[(me + 1 - s) % n], received)\n"
+         "        shards[(me - s) % n].copy_(received)\n"),
+    ], top="# q21: q19's ring as it is: rank r owns the shard its reduce-scatter leaves whole, shard r + 1\n"),
+    "q21_torch_chunk": Mistake("q21", [
+        ("    grads = list(torch.tensor_split(torch.cat(", "    grads = list(torch.chunk(torch.cat("),
+        ("    shards = list(torch.tensor_split(flat, n))", "    shards = list(torch.chunk(flat, n))"),
+    ], top="# q21: the shards cut with torch.chunk (ceil(N / n) elements each, the last one shorter)\n"),
     "q22_saved_full": Mistake("q22", [
         ("""        ctx.save_for_backward(x)
         full = module.dp.all_gather(shard.detach())

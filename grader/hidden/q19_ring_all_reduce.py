@@ -8,6 +8,9 @@ Three parts, each a third of the points:
     ring          per case: no collective, messages to the ring's neighbours only, at most 2(n - 1) per rank,
                   none larger than a chunk (so about 2(n - 1)/n of the tensor per rank)
     prediction    the bytes each rank of a ring of 4 sends, on average, for each of the seed's four layers
+
+Every case changes the ranks' inputs by noise from a seed drawn outside the answer (settings "perturb":
+topics/data_parallel/kind.py), so the sums are those of the values the ranks held, never the configuration's alone.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ CASES = {
 
 
 def cases(ctx):
-    return [ctx.case(QID, "ring", cfg, stages=n, label=label, settings=settings)
+    return [ctx.case(QID, "ring", cfg, stages=n, label=label, settings={**settings, "perturb": True})
             for label, (n, cfg, settings) in CASES.items()]
 
 

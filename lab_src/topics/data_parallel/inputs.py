@@ -4,6 +4,11 @@ ranks (kind.py) and the judge (judge.py) make the same ones and none of them tra
 Magnitudes spread over six orders (a normal times 10**u, u uniform in [-3, 3]), so that float addition is
 visibly not associative: adding the same n tensors in another order changes the last bits of most
 elements, which is how the judge tells a ring whose ranks each add in their own order.
+
+In a hidden case (settings "perturb") each rank changes its input, once drawn, by noise drawn from a seed the
+case's rank 0 draws with os.urandom and hands to the case's ranks through the launch's store (kind.py), never
+through a message of the answer's: `input_of` with that seed. Rank 0 reports the seed, and the judge draws the
+changed inputs here, so a rank that redraws every rank's input from the configuration's seed sums other numbers.
 """
 from __future__ import annotations
 
@@ -19,7 +24,22 @@ def tensor_of(seed: int, length: int, position: int, dtype: str = "float32") -> 
     return x.to(DTYPES[dtype])
 
 
-def expected_sum(seed: int, length: int, n: int, dtype: str = "float32") -> tuple[torch.Tensor, torch.Tensor]:
+def input_of(seed: int, length: int, position: int, dtype: str = "float32", perturbed: int | None = None) -> torch.Tensor:
+    """The input of the rank at `position`: tensor_of's, changed (with `perturbed`, the case's seed drawn outside
+    the answer) by noise of the same spread, added in float64 and then cast, so rank and judge get the same bits."""
+    x = tensor_of(seed, length, position, dtype)
+    if perturbed is None:
+        return x
+    return (x.double() + tensor_of(int(perturbed), length, position, "float64")).to(DTYPES[dtype])
+
+
+def inputs_of(seed: int, length: int, n: int, dtype: str = "float32", perturbed: int | None = None) -> list[torch.Tensor]:
+    """The n inputs of a ring as its ranks hold them, in float64, by position."""
+    return [input_of(seed, length, j, dtype, perturbed).double() for j in range(n)]
+
+
+def expected_sum(seed: int, length: int, n: int, dtype: str = "float32",
+                 perturbed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(the exact sum in float64 of the n inputs as the ranks hold them, the sum of their absolute values)."""
-    xs = [tensor_of(seed, length, j, dtype).double() for j in range(n)]
+    xs = inputs_of(seed, length, n, dtype, perturbed)
     return sum(xs), sum(x.abs() for x in xs)

@@ -9,7 +9,15 @@ Two parts, each judged on every length the case summed, every rank:
            orders and differ in the last bits.
     ring   what the messages were, read from the event record (the answer's own torch.distributed calls):
            no collective; every send to the next position of the group and every receive from the previous
-           one; at most 2(n - 1) sends, none larger than a chunk (ceil(length / n) elements).
+           one; at most 2(n - 1) sends, none larger than a chunk (ceil(length / n) elements); and what each
+           send carried (its elements, first and last element and float64 sum, kept by the message recorder):
+           a partial sum of some chunk over a contiguous run of the ring's positions (the reduce-scatter's; a
+           run of all n: the all-gather's finished chunks), whatever the chunks' order or split. A ring of
+           zeros for the record carries none.
+
+In a hidden case (settings "perturb") the inputs are those the ranks held: changed by noise from the seed rank
+0 reports (inputs.input_of). A result that is the sum of the inputs as the configuration draws them, unchanged,
+was computed outside the ring (redrawn from the case's seed), and is told so.
 
 One mistake shows on many lengths and ranks: each is said once, at the first length and rank that show it,
 with where else it showed under it (`merged`). Whether the ring moved the right bytes does not depend on the
@@ -21,7 +29,7 @@ import torch
 
 from lab_src.harness.settings import settings_of
 from lab_src.judge.problems import Problem
-from lab_src.topics.data_parallel.inputs import expected_sum, tensor_of
+from lab_src.topics.data_parallel.inputs import inputs_of
 from lab_src.topics.data_parallel.records import chunk_cap, groups_of, ring_bytes
 
 EPS = {"float32": 2.0 ** -23, "float64": 2.0 ** -52}
@@ -64,14 +72,24 @@ def _diagnosis(got: torch.Tensor, want: torch.Tensor, mine: torch.Tensor, n: int
     return ""
 
 
-def judge_length(ring: list[int], runs: dict[int, dict], seed: int, dtype: str) -> dict[str, list[tuple]]:
+REDRAWN = ("the result is the sum of the inputs as the configuration draws them, not of what the ranks held: the "
+           "lab changed every rank's input, once drawn, by an amount only the run knew (its seed drawn outside the "
+           "answer), so the sum was computed outside the ring, from the case's seed, and not from the values the "
+           "ranks were given")
+
+
+def judge_length(ring: list[int], runs: dict[int, dict], seed: int, dtype: str,
+                 perturbed: int | None = None) -> dict[str, list[tuple]]:
     """The problems of one length on one ring, {"sums": [(code, Problem)], "ring": [...]}; `runs`: rank ->
-    its record. The code names the cause, so that one cause is said once however often it shows."""
+    its record; `perturbed`: the seed of the change the lab made to the inputs (hidden cases). The code names
+    the cause, so that one cause is said once however often it shows."""
     n = len(ring)
     found = {"sums": [], "ring": []}
     length = next(iter(runs.values()))["length"]
-    want, absum = expected_sum(seed, length, n, dtype)
+    xs = inputs_of(seed, length, n, dtype, perturbed)
+    want, absum = sum(xs), sum(x.abs() for x in xs)
     tol = 4 * n * EPS[dtype] * absum + 1e-300
+    unchanged = None
     for r, run in runs.items():
         position = ring.index(r)
         idx, got = values_of(run)
@@ -81,7 +99,15 @@ def judge_length(ring: list[int], runs: dict[int, dict], seed: int, dtype: str) 
         bad = ((got.double() - want[idx]).abs() > tol[idx]).nonzero().flatten()
         if len(bad):
             i = int(idx[bad[0]])
-            mine = tensor_of(seed, length, position, dtype)[idx]
+            if perturbed is not None:
+                if unchanged is None:
+                    unchanged = sum(inputs_of(seed, length, n, dtype))
+                if bool(((got.double() - unchanged[idx]).abs() <= tol[idx]).all()):
+                    found["sums"].append(("redrawn", Problem(
+                        f"{REDRAWN} (element {i} of {length:,} is {float(got[bad[0]]):.9g}, the sum of the inputs "
+                        f"the ranks held is {float(want[i]):.9g})", rank=r)))
+                    continue
+            mine = xs[position][idx]
             why = _diagnosis(got, want[idx], mine, n)
             if run.get("returned") == "tensor" and torch.equal(got.double(), mine.double()):
                 why = ("it returned another tensor and left the one it was given as it was: the contract sums in "
@@ -105,8 +131,73 @@ def judge_length(ring: list[int], runs: dict[int, dict], seed: int, dtype: str) 
                     f"whole tensor, or ranks that each add all the inputs themselves, do not (and their replicas "
                     f"of a model drift apart step by step)", rank=r)))
                 break
-    found["ring"] = judge_messages(ring, runs, length)
+    found["ring"] = judge_messages(ring, runs, length) + judge_carried(ring, runs, xs, dtype)
     return found
+
+
+def partial_sum_runs(n: int) -> torch.Tensor:
+    """The contiguous runs of a ring's positions, as rows of 0 and 1 (n columns): every start and every length
+    from 1 to n - 1 (what a reduce-scatter's messages add up), and the whole ring once (the all-gather's)."""
+    rows = [[1.0 if (j - a) % n < m else 0.0 for j in range(n)] for m in range(1, n) for a in range(n)]
+    return torch.tensor(rows + [[1.0] * n], dtype=torch.float64)
+
+
+def chunk_offsets(length: int, n: int, k: int) -> list[int]:
+    """Where a chunk of k elements can start when a tensor of `length` is cut into at most n contiguous chunks of
+    at most ceil(length / n) (torch.tensor_split's, torch.chunk's, or the extra elements at the end): chunk j starts
+    between length - (n - j) ceil(length / n) and j ceil(length / n)."""
+    c = -(-length // n)
+    return sorted({o for j in range(n) for o in range(max(0, length - (n - j) * c), min(j * c, length - k) + 1)})
+
+
+def is_partial_sum(xs: list[torch.Tensor], fingerprint: list, dtype: str) -> bool:
+    """Whether a message's fingerprint ([peer, elements, first, last, float64 sum]) is that of a chunk of the sum
+    of the inputs of a contiguous run of positions, to n additions' float error."""
+    _, k, first, last, total = fingerprint
+    n, length = len(xs), xs[0].numel()
+    offsets = chunk_offsets(length, n, int(k))
+    if not offsets:
+        return False
+    at = torch.tensor(offsets)
+    heads = torch.stack([x[at] for x in xs])
+    tails = torch.stack([x[at + int(k) - 1] for x in xs])
+    runs = partial_sum_runs(n)
+    tol = 4 * n * EPS[dtype]
+    ok = (((runs @ heads) - first).abs() <= tol * (runs @ heads.abs()) + 1e-300) & \
+        (((runs @ tails) - last).abs() <= tol * (runs @ tails.abs()) + 1e-300)
+    for row, col in ok.nonzero().tolist():
+        o = offsets[col]
+        members = [j for j in range(n) if runs[row, j] > 0]
+        window = sum(float(xs[j][o:o + int(k)].sum()) for j in members)
+        spread = sum(float(xs[j][o:o + int(k)].abs().sum()) for j in members)
+        if abs(window - total) <= tol * spread + 1e-300:
+            return True
+    return False
+
+
+def judge_carried(ring: list[int], runs: dict[int, dict], xs: list[torch.Tensor], dtype: str) -> list[tuple]:
+    """The first send of each rank whose contents are no partial sum of the inputs (see is_partial_sum)."""
+    n = len(ring)
+    out = []
+    if n == 1:
+        return out
+    for r, run in runs.items():
+        sent = [m for m in run.get("carried") or [] if m[1]]
+        for i, message in enumerate(sent):
+            if is_partial_sum(xs, message, dtype):
+                continue
+            peer, k, first, last, total = message
+            zeros = first == 0 and last == 0 and total == 0
+            what = (f"{k:,} zeros" if zeros else
+                    f"{k:,} elements that are no partial sum of the inputs (its first element {first:.9g})")
+            out.append(("carried zeros" if zeros else "carried", Problem(
+                f"{'the ring carried zeros' if zeros else 'the ring carried other values'}, not the partial sums a "
+                f"ring must carry: its send {i + 1} of {len(sent)}, to rank {peer}, held {what}. A reduce-scatter "
+                f"passes each chunk as the ranks before have added it (a partial sum of their inputs), the "
+                f"all-gather the finished chunks; a ring of zeros sums zeros, so what this rank holds after the "
+                f"call was not made by its messages", rank=r)))
+            break
+    return out
 
 
 def judge_messages(ring: list[int], runs: dict[int, dict], length: int) -> list[tuple[str, Problem]]:
@@ -183,13 +274,21 @@ def judge_run(outcome) -> dict[str, list[Problem]]:
     cfg = outcome.case.config
     lengths = settings_of(outcome.case).lengths
     found = {"sums": [], "ring": []}
+    perturbed = None
+    if settings_of(outcome.case).perturb:
+        perturbed = (outcome.obs.get(0) or {}).get("perturbed")
+        if not isinstance(perturbed, int):
+            found["sums"].append(("no seed", lengths[0], Problem(
+                "rank 0's record of the run lacks the seed of the change the lab made to every rank's input: the "
+                "record was rewritten, and its sums cannot be told from sums computed outside the ring", rank=0)))
+            return {part: merged(found[part]) for part in found}
     for ring in rings(outcome):
         for i, length in enumerate(lengths):
             runs = {r: (outcome.obs[r].get("runs") or [])[i] for r in ring
                     if r in outcome.obs and len(outcome.obs[r].get("runs") or []) > i}
             if len(runs) < len(ring):
                 continue
-            got = judge_length(ring, runs, cfg.seed, cfg.dtype)
+            got = judge_length(ring, runs, cfg.seed, cfg.dtype, perturbed)
             for part in found:
                 found[part] += [(code, length, p) for code, p in got[part]]
     return {part: merged(found[part]) for part in found}

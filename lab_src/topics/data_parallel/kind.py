@@ -7,7 +7,14 @@ the ring). Between lengths the ranks meet at a barrier, so one length's messages
 For each length the rank records (plain values, never a verdict): whether the call raised, what it
 returned, the result's digest, float64 sum and (whole, or a random sample of) its values, the sends and
 receives it made (peer's global rank, bytes: comm/messages.py records the answer's own torch.distributed
-calls) and any collective it called (comm/collectives.py).
+calls) and any collective it called (comm/collectives.py), and what each message sent carried (its elements,
+first and last element and float64 sum: comm/messages.py CARRIED).
+
+With settings "perturb" (every hidden case), the case's rank 0 draws a seed (os.urandom, pipeline/perturb.py) and
+hands it to the case's ranks through the launch's store (harness/case_barrier.shared), never through a message of
+the answer's; each rank changes its inputs by noise drawn from it before calling the answer (inputs.input_of), and
+rank 0 reports the seed once the calls are over. A rank that redraws the inputs from the configuration's seed then
+sums numbers no rank held.
 """
 from __future__ import annotations
 
@@ -19,11 +26,13 @@ import torch
 
 from lab_src import exercises
 from lab_src.comm import collectives as coll
+from lab_src.comm import messages
 from lab_src.comm.mesh import Mesh
-from lab_src.harness import observe
+from lab_src.harness import case_barrier, observe
 from lab_src.harness.case import Case
 from lab_src.harness.settings import settings_of
-from lab_src.topics.data_parallel.inputs import tensor_of
+from lab_src.pipeline import perturb
+from lab_src.topics.data_parallel.inputs import input_of
 from lab_src.topics.data_parallel.records import SAMPLED, WHOLE
 
 
@@ -53,7 +62,7 @@ def held(t: torch.Tensor) -> dict:
 def sum_once(tensor: torch.Tensor, group, tracer) -> dict:
     """One call of the answer on `tensor`. An exception goes on up: the worker reports it, the answer's line
     first, and the case ends (harness/worker.py); the record says which length the rank was summing."""
-    start, t0 = len(tracer.events), time.perf_counter()
+    start, carried, t0 = len(tracer.events), len(messages.CARRIED or ()), time.perf_counter()
     returned = exercises.ring_all_reduce(tensor, group)
     rec = {"length": tensor.numel(), "dtype": str(tensor.dtype).replace("torch.", ""),
            "seconds": time.perf_counter() - t0,
@@ -66,25 +75,33 @@ def sum_once(tensor: torch.Tensor, group, tracer) -> dict:
     rec["sends"] = [[e.peer, e.bytes] for e in events if e.is_send]
     rec["recvs"] = [[e.peer, e.bytes] for e in events if e.is_recv]
     rec["collectives"] = [e.kind for e in events if e.is_collective]
+    rec["carried"] = list((messages.CARRIED or [])[carried:])
     return rec
 
 
 def run(case: Case, ctx, group, tracer, obs) -> None:
-    cfg = case.config
+    cfg, s = case.config, settings_of(case)
+    perturbed = None
     try:
         coll.CASE_RANKS[:] = range(case.stages)
+        messages.CARRIED = []
+        if s.perturb:
+            perturbed = int(case_barrier.shared("ring inputs", lambda: str(perturb.new_seed())))
         mesh = ring_mesh(case, ctx, group)
         ring, ranks = mesh.entry("dp")
         position = ranks.index(ctx.rank)
         obs["group"], obs["position"] = ranks, position
         runs = obs["runs"] = []
-        for length in settings_of(case).lengths:
+        for length in s.lengths:
             observe.barrier(group)
-            x = tensor_of(cfg.seed, length, position, cfg.dtype).to(ctx.device)
+            x = input_of(cfg.seed, length, position, cfg.dtype, perturbed).to(ctx.device)
             obs["summing"] = length
             runs.append(sum_once(x, ring, tracer))
         observe.finish_messages(None, group, tracer)
         mesh.destroy()          # a column's groups hold threads of the collective library; the case's own is kept
     finally:
         coll.CASE_RANKS.clear()
+        messages.CARRIED = None
+        if perturbed is not None and ctx.rank == 0:
+            obs["perturbed"] = perturbed
         observe.record_instrumentation(obs, tracer)

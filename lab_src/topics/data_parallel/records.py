@@ -18,6 +18,7 @@ from lab_src.harness.settings import GridSettings, Settings
 class RingSettings(Settings):
     lengths: list                       # the tensors' lengths, summed one after another
     columns: int | None = None          # the rings are the data-parallel columns of a grid this many stages deep
+    perturb: bool = False               # each rank changes its input by noise drawn from a seed outside the answer
 
     def degrees(self, case) -> dict[str, int]:
         columns = self.columns or 1
@@ -79,11 +80,18 @@ class RingObserved(Observed):
     group: list                 # the global ranks of this rank's ring, in the order of their positions
     position: int               # this rank's position in it
     summing: int                # the length it was summing last (the one it stopped in, if it raised)
+    perturbed: int              # (rank 0, settings "perturb") the seed of the change the lab made to every input
     runs: list                  # per length summed: {"length", "dtype", "seconds", "returned" ("same": the
                                 #   tensor handed in; "none"; "tensor": another; else a type's name),
                                 #   "returned_digest" (another tensor's), "digest", "sum64", "whole" (the
                                 #   tensor, short lengths) or "sample" ([indices], [values]), "sends" and
-                                #   "recvs" ([[peer's global rank, bytes]]), "collectives" ([event kind])}
+                                #   "recvs" ([[peer's global rank, bytes]]), "collectives" ([event kind]),
+                                #   "carried" (per send, in the order posted: CARRIED_FIELDS)}
+
+
+# what the message recorder keeps of each message a ring case sends (comm/messages.py CARRIED): enough to tell
+# whether it held a partial sum of the ranks' inputs, without the message itself
+CARRIED_FIELDS = ("peer", "elements", "first", "last", "sum64")
 
 
 class StudyObserved(Observed):
