@@ -29,6 +29,18 @@ def test_the_opening_figure_puts_each_stages_rings_in_its_last_backward():
     assert buckets_figure(4, 8, 3).axes
 
 
+def test_a_bucket_closed_where_it_would_meet_the_cap_exactly_is_named():
+    from lab_src.topics.data_parallel.buckets import mlp_params, plan_problems
+    from lab_src.topics.data_parallel.records import MLP_EXACT_CAP, SEED_MLP
+    params = [(n, b, True) for n, b in mlp_params(SEED_MLP)]
+    names = [n for n, _, _ in params][::-1]         # fc4.bias, fc4.weight, fc3.bias, fc3.weight, fc2.bias, ...
+    rule = [names[:4], names[4:5], names[5:6], names[6:7], names[7:]]
+    assert sum(b for n, b, _ in params if n in rule[0]) == MLP_EXACT_CAP and not plan_problems(params, rule, MLP_EXACT_CAP)
+    strict = [names[:3], names[3:5], names[5:6], names[6:7], names[7:]]
+    text = " ".join(plan_problems(params, strict, MLP_EXACT_CAP))
+    assert text.startswith("\"within cap_bytes\" read as strictly below the cap: bucket 0 (2,856 B)"), text
+
+
 def test_the_predictions_numbers_follow_from_the_rule():
     from grader.hidden.q20_bucketed_step import mlp_buckets
     assert [mlp_buckets(c) for c in (1 << 20, 1 << 19, 1 << 16)] == [1, 2, 4]
@@ -96,6 +108,11 @@ MISTAKES = {
                                 "while its bucket was still being reduced, and finish() then wrote the bucket's"),
     "q20_last_stage_unarmed": (answer("q20_last_stage_unarmed"), 0.45,
                                "On the last stage 1F1B has no cool-down"),
+    # "within cap_bytes" read as strictly below: only the seed's MLP under 35,624 B, whose first bucket meets the cap
+    # exactly, shows it (the first case's plan item; 20/20 before issue 54): (1 + 6/7 + 1 + 1 + 1) / 5
+    "q20_cap_strict": (answer("q20_cap_strict"), 0.9714,
+                       "\"within cap_bytes\" read as strictly below the cap: bucket 0 (2,856 B) was closed before "
+                       "fc3.weight (32,768 B), which fills it to exactly the cap of 35,624 B"),
 }
 # Two more wrong answers of no student: the replicas launching in different orders (named before any ring runs),
 # and finish() averaging with torch.distributed's all_reduce instead of launching (no ring, no overlap)

@@ -5,7 +5,9 @@ Reducer's plans for the seed's MLP; and the graded prediction.
 
 Five parts, each a fifth of the points:
     values      per case: every replica's gradients after each of the three steps equal one process's
-    plan        per case: every stage's plan has the rule's properties; per cap, the seed's MLP's plan
+    plan        per case: every stage's plan has the rule's properties; per cap, the seed's MLP's plan; the first
+                case's item also holds the MLP's plan under a cap its first bucket meets exactly ("within the
+                cap" includes it), judged where the plans are right otherwise (so no other answer's points move)
     rings       per case: one launch per bucket per step, of the plan's bytes, in the plan's order
     placement   per case: no launch before the stage's last backward; on the last stage, one before it ends
     prediction  the buckets of the seed's MLP under 1 MiB, 512 KiB and 64 KiB
@@ -23,6 +25,7 @@ from lab_src.topics.data_parallel.records import (
     BUCKET_TOLERANCE,
     MLP_CAP_NAMES,
     MLP_CAPS,
+    MLP_EXACT_CAP,
     SEED_MLP,
 )
 
@@ -45,13 +48,14 @@ CASES = {
                   dtype="float64", tie_embeddings=True), {"cap": 1 << 20}),
 }
 CAP_NAMES = MLP_CAP_NAMES
+PLAN_CAPS = [*MLP_CAPS, MLP_EXACT_CAP]        # the seed's MLP is planned under these in the first case
 PARTS = ("values", "plan", "rings", "placement")
 
 
 def cases(ctx):
     out = []
     for i, (label, (cfg, settings)) in enumerate(CASES.items()):
-        extra = {"steps": 3, **settings, **({"mlp_caps": list(MLP_CAPS)} if i == 0 else {})}
+        extra = {"steps": 3, **settings, **({"mlp_caps": list(PLAN_CAPS)} if i == 0 else {})}
         out.append(ctx.case(QID, "buckets", cfg, stages=4, label=label, settings=extra, schedule="1f1b"))
     return out
 
@@ -62,6 +66,9 @@ def judge(ctx, outcomes):
         label = out.case.label
         failed = case_problems(QID, out, label)
         found = {p: [] for p in PARTS} if failed else judge_run(out)
+        if "mlp_caps" in out.case.settings and not failed and not found["plan"] and \
+                not any(mlp_plan_problems(out.obs, cap) for cap in MLP_CAPS):
+            found["plan"] += mlp_plan_problems(out.obs, MLP_EXACT_CAP)     # said only where nothing else is wrong
         items += [Item(part, label, list(failed) + stamped(found[part], QID, label)) for part in PARTS]
         if "mlp_caps" in out.case.settings:
             for cap in MLP_CAPS:

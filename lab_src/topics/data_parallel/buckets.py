@@ -81,7 +81,12 @@ def plan_problems(params: list[tuple], buckets, cap: int) -> list[str]:
                             f"single parameter larger than the cap may exceed it, alone")
         if k + 1 < len(buckets):
             nxt = buckets[k + 1][0]
-            if size + sizes[nxt] <= cap:
+            if size + sizes[nxt] == cap:
+                problems.append(f"\"within cap_bytes\" read as strictly below the cap: bucket {k} ({size:,} B) was "
+                                f"closed before {nxt} ({sizes[nxt]:,} B), which fills it to exactly the cap of "
+                                f"{cap:,} B. A bucket may hold up to the cap itself (size <= cap_bytes): close it "
+                                f"only when the next parameter would take it over the cap")
+            elif size + sizes[nxt] <= cap:
                 problems.append(f"bucket {k} ({size:,} B) was closed while the next parameter, {nxt} "
                                 f"({sizes[nxt]:,} B), still fit under the cap of {cap:,} B: a bucket takes "
                                 f"parameters until the next one would overflow it")

@@ -110,6 +110,9 @@ class NetworkObserved(Observed):
 # q20: the seed's MLP planned under these caps (1 MiB: one bucket; 0.5 MiB: fc1's weight alone; 64 KiB: four)
 MLP_CAPS = (1 << 20, 1 << 19, 1 << 16)
 MLP_CAP_NAMES = {1 << 20: "1MiB", 1 << 19: "512KiB", 1 << 16: "64KiB"}
+# a cap the seed's MLP's first bucket meets exactly (fc4's bias and weight, fc3's bias and weight: 40 + 2,560 + 256 +
+# 32,768 B): the rule's plan keeps fc3.weight in it; a bucket closed when it would reach the cap is closed early
+MLP_EXACT_CAP = 35_624
 BUCKET_PREDICTION = "predicted_buckets"     # a function of q20's answer cell: the graded prediction
 BUCKET_PREDICTION_KEYS = tuple(MLP_CAP_NAMES[cap] for cap in MLP_CAPS)    # its keys: how many buckets per cap
 BUCKET_TOLERANCE = 0                        # a count of buckets: right only when exact
