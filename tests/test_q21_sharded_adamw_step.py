@@ -93,6 +93,16 @@ MISTAKES = {
     "q21_step_per_shard": (answer("q21_step_per_shard"), 0.875, "with the step count t = 3"),
     # right where the shards are even (the first two cases); a shape error on the uneven ones: (2/4 * 3 + 1) / 4
     "q21_floor_shards": (answer("q21_floor_shards"), 0.625, "The size of tensor a (7487) must match"),
+    # q19's ring as it is, rank r stepping shard r + 1: the parameters come out right, the state holds another
+    # shard's moments in every case (20/20 before issue 54): (1 + 0 + 1 + 1) / 4
+    "q21_shard_next": (answer("q21_shard_next"), 0.75,
+                       "q19's ring as it is: its reduce-scatter leaves rank r with chunk r + 1 whole, and this rank "
+                       "(position 0 of the data-parallel group) steps shard 1, not shard 0"),
+    # torch.chunk's pieces: the contract's shards where N % n == 0; on the 29,949 parameters the state of ranks 1 to 3
+    # holds other elements (20/20 before issue 54): (1 + 3/4 + 1 + 1) / 4
+    "q21_torch_chunk": (answer("q21_torch_chunk"), 0.9375,
+                        "the shards were cut with torch.chunk: this rank's AdamW state holds the moments of elements "
+                        "7,488 to 14,975"),
 }
 # A valid answer written otherwise keeps every point: the shards received straight into their place in the flat
 # vector, isend and irecv in place of batch_isend_irecv

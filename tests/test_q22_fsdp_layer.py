@@ -94,6 +94,11 @@ MISTAKES = {
     "q22_saved_detached": (answer("q22_saved_detached"), 0.5, "saving them for the backward keeps every layer"),
     # weights gathered once and reused: stale after the first SGD step, left after the step, too few gathers
     "q22_cached": (answer("q22_cached"), 0.25, "gathered weights were still held after the step"),
+    # rank r holding shard r + 1: named as each rank builds its blocks, so every case ends there (0.65 before issue
+    # 54: the gradients wrong, and the uneven case hung until its deadline): (0 + 0 + 0 + 1) / 4
+    "q22_shard_next": (answer("q22_shard_next"), 0.25,
+                       "q19's ring as it is (its reduce-scatter leaves rank r with chunk r + 1 whole): the shard of "
+                       "blocks.0 holds shard 1's elements"),
 }
 # Valid answers written otherwise keep every point: the weights cut with torch.split; the block kept as a
 # registered submodule whose own parameters are emptied; FSDP1's way, with no recomputation: the forward keeps its

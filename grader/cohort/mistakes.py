@@ -807,6 +807,10 @@ MISTAKES = {
             module.full = module.dp.all_gather(shard.detach())
         return functional_call(module.block, module.weights(module.full), (x,))"""),
     ], top="# q22: each block's gathered weights kept on the module and reused for the next micro-batches\n"),
+    "q22_shard_next": Mistake("q22", [
+        ("        self.shard = nn.Parameter(torch.tensor_split(flat, dp.size)[dp.rank].clone())",
+         "        self.shard = nn.Parameter(torch.tensor_split(flat, dp.size)[(dp.rank + 1) % dp.size].clone())"),
+    ], top="# q22: rank r keeps shard r + 1, the chunk q19's reduce-scatter leaves whole on it\n"),
     "q20_last_stage_unarmed": Mistake("q20", [
         ("""        if mb == m - 1:                          # the stage's last backward: after it, every gradient is final
             reducer.arm()

@@ -4,7 +4,11 @@ Three parts, read from behaviour, never from the answer's form:
     values     every replica's parameters after each step equal one process's `torch.optim.AdamW` on the whole
                model and the global batch (computed here); a rank is charged for its first wrong step
     memory     the tensors the answer's `state` holds are those of one shard (AdamW's two moments for about N/n
-               elements), not of the whole stage; no gradient is left held after the step (ZeRO-2)
+               elements), not of the whole stage; no gradient is left held after the step (ZeRO-2); and which
+               elements they are: after the first step, a moment of the contract's shard (torch.tensor_split's
+               shard dp.rank), else the shard whose moments they are is named (shard r + 1: q19's reduce-scatter
+               as it is; torch.chunk's shard r: other sizes where N % n != 0). The parameters that come out cannot
+               tell: every rank's shard is gathered back, whichever shard each rank stepped.
     messages   no collective; every message to the ring's next position or from its previous one; per step at
                most 2(n - 1) sends, about 2(n - 1)/n of the stage's parameters' bytes (a reduce-scatter and an
                all-gather: as much as one all-reduce of the gradients)
@@ -17,7 +21,7 @@ import torch
 
 from lab_src.harness.settings import settings_of
 from lab_src.judge.problems import Problem, first_wrong_steps
-from lab_src.topics.sharding.records import BETAS, EPS, WEIGHT_DECAY, shard_bounds
+from lab_src.topics.sharding.records import BETAS, EPS, WEIGHT_DECAY, chunk_bounds, shard_bounds
 
 SLACK_BYTES = 1024          # a step count and the like, beside the two moments
 # AdamW divides each gradient element by its own running magnitude: where a gradient is nearly zero (the key
@@ -50,6 +54,26 @@ def _one_process(cfg_items: tuple, steps: int, lr: float) -> list[dict]:
         opt.step()
         out.append({n: p.detach().clone() for n, p in model.named_parameters()})
     return out
+
+
+@functools.lru_cache(maxsize=16)
+def _first_gradients(cfg_items: tuple) -> dict:
+    from lab_src.pipeline.config import LabConfig
+    from lab_src.pipeline.data import make_dataloader
+    from lab_src.pipeline.model import build_model
+    cfg = LabConfig(**dict(cfg_items))
+    model = build_model(cfg, "cpu")
+    batch = next(iter(make_dataloader(cfg, cfg.global_batch_size)))
+    model(batch).mean().backward()
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def first_gradients(case) -> dict:
+    """One process's gradient of the first step, {name: tensor}: the replicas' average that the first step's
+    reduce-scatter makes, so AdamW's first moments are (1 - beta1) times it."""
+    from lab_src.harness.baselines import threads_of_a_rank
+    with threads_of_a_rank():
+        return _first_gradients(tuple(sorted(case.config.to_dict().items())))
 
 
 def one_process(case) -> list[dict]:
@@ -146,7 +170,64 @@ def memory_problems(outcome) -> list[Problem]:
                     f"only the rank's shard of the reduced gradient, and frees the full gradients (p.grad = None) "
                     f"once they are reduce-scattered", rank=r))
                 break
+        else:
+            layout = layout_problem(outcome, r, o)
+            if layout is not None:
+                problems.append(layout)
     return problems
+
+
+def _moment_of(values: list, grad: torch.Tensor, bounds: tuple[int, int]) -> bool:
+    """Whether one of `values` (the state's tensors) is AdamW's first or second moment, after one step, of the
+    elements [start, end) of the flat gradient `grad`."""
+    g = grad[bounds[0]:bounds[1]]
+    for want in ((1 - BETAS[0]) * g, (1 - BETAS[1]) * g * g):
+        scale = float(want.abs().max()) if want.numel() else 0.0
+        for v in values:
+            if v.numel() == want.numel() and want.numel() and \
+                    float((v.double() - want).abs().max()) <= 1e-3 * scale + 1e-30:
+                return True
+    return False
+
+
+def layout_problem(outcome, r: int, o: dict) -> Problem | None:
+    """Which elements the rank's state holds moments of, after the first step: None where they are its own shard's
+    (torch.tensor_split's shard dp.rank), or where they are none that a known layout would give (the values and
+    the memory judged above speak for those); else the layout, named."""
+    steps = o.get("steps") or []
+    values = steps[0].get("state_values") if steps else None
+    names = list((steps[0].get("params") or {}) if steps else [])
+    if not values or not names:
+        return None
+    grads = first_gradients(outcome.case)
+    if not all(n in grads for n in names):
+        return None
+    grad = torch.cat([grads[n].reshape(-1).double() for n in names])
+    ring = o.get("dp_group") or [r]
+    n, me, total = len(ring), ring.index(r), grad.numel()
+    own = shard_bounds(total, n, me)
+    if n == 1 or _moment_of(values, grad, own):
+        return None
+    contract = (f"the contract's shard {me} is torch.tensor_split's: elements {own[0]:,} to {own[1] - 1:,} of the "
+                f"{total:,} (the first N % n = {total % n} shards one element longer)")
+    chunk = chunk_bounds(total, n, me)
+    if chunk != own and _moment_of(values, grad, chunk):
+        return Problem(f"the shards were cut with torch.chunk: this rank's AdamW state holds the moments of elements "
+                       f"{chunk[0]:,} to {chunk[1] - 1:,}, torch.chunk's piece {me} (ceil(N / n) = {-(-total // n):,} "
+                       f"elements each, the last shorter); {contract}. The parameters still come out right, but the "
+                       f"shards differ from the contract's, and from every other ZeRO implementation's that the "
+                       f"rank's state would be saved or loaded with", rank=r)
+    for j in range(n):
+        if j != me and _moment_of(values, grad, shard_bounds(total, n, j)):
+            cause = ("q19's ring as it is: its reduce-scatter leaves rank r with chunk r + 1 whole, and this rank "
+                     if j == (me + 1) % n else "this rank ")
+            fix = (" Arrange the ring's steps so that each rank ends with its own shard (send chunk r - s - 1 at "
+                   "step s)." if j == (me + 1) % n else "")
+            return Problem(f"{cause}(position {me} of the data-parallel group) steps shard {j}, not shard {me}: its "
+                           f"AdamW state holds the moments of shard {j}'s elements, and the rank at position dp.rank "
+                           f"owns shard dp.rank.{fix} The parameters still come out right (every shard is gathered "
+                           f"back), but no rank holds the state the contract gives it", rank=r)
+    return None
 
 
 def message_problems(outcome) -> list[Problem]:

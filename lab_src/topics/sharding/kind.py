@@ -4,7 +4,8 @@ reference's), then the answer's `sharded_adamw_step(params, dp, state, lr)` over
 `steps` times; the `state` dict is the answer's, handed back at every step.
 
 Recorded per rank and step (plain values, never a verdict): the parameters after the step, the bytes of tensors
-the answer's `state` holds (what it keeps of AdamW's state), the gradients still held after the step, every
+the answer's `state` holds (what it keeps of AdamW's state) and, after the first step, those tensors themselves
+(`state_values`: which elements the rank's moments are of), the gradients still held after the step, every
 message the answer sent or received (comm/messages.py records its raw calls) and any collective it called
 (comm/collectives.py). judge.py compares with one process's AdamW.
 """
@@ -65,6 +66,22 @@ def held_bytes(value, seen=None, skip=()) -> tuple[int, int, int]:
     return total, count, largest
 
 
+def floating_tensors(value, found=None, depth: int = 0) -> list:
+    """The floating-point tensors of more than one element inside `value` (dicts, lists, tuples), at most 8, each
+    flattened: what a rank's AdamW `state` keeps of its moments."""
+    found = [] if found is None else found
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() and value.numel() > 1 and len(found) < 8:
+            found.append(value.detach().cpu().reshape(-1).clone())
+    elif isinstance(value, dict) and depth < 3:
+        for item in value.values():
+            floating_tensors(item, found, depth + 1)
+    elif isinstance(value, (list, tuple)) and depth < 3:
+        for item in value:
+            floating_tensors(item, found, depth + 1)
+    return found
+
+
 def storage_bytes(tensors) -> int:
     """Bytes of the storages under `tensors`, each counted once."""
     seen, total = set(), 0
@@ -121,6 +138,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                     "sends": [[e.peer, e.bytes] for e in events if e.is_send],
                     "recvs": [[e.peer, e.bytes] for e in events if e.is_recv],
                     "collectives": [e.kind for e in events if e.is_collective],
+                    **({"state_values": floating_tensors(state)} if k == 0 else {}),
                 })
             obs.pop("stepping", None)
             grid.finish(stage)      # every rank is past its steps: nothing is in flight on the groups

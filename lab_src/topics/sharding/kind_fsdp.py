@@ -28,9 +28,38 @@ from lab_src.pipeline import waiting
 from lab_src.pipeline.stage import PipelineStage
 from lab_src.topics.sharding.fsdp import FsdpGroup
 from lab_src.topics.sharding.kind import grad_bytes, held_bytes, storage_bytes
-from lab_src.topics.sharding.records import shard_bounds
+from lab_src.topics.sharding.records import chunk_bounds, shard_bounds
 
 SGD_LR = 0.1    # topics/data_parallel/judge_buckets.py's, whose one-process gradients the judge compares with
+
+
+def layout_error(name: str, shard, flat: torch.Tensor, n: int, rank: int) -> None:
+    """Raise, naming the layout, where the answer's shard holds the elements of another shard than the contract's
+    (torch.tensor_split's shard dp.rank of the block's flat parameters): another rank's shard (rank r + 1's: q19's
+    reduce-scatter as it is), or torch.chunk's piece dp.rank (other sizes where N % n != 0). Read from the values
+    the block had before the answer freed them; a shard that matches no known layout is left to the checks after."""
+    if not isinstance(shard, torch.Tensor) or shard.dim() != 1:
+        return
+    held, total = shard.detach().cpu(), flat.numel()
+    start, end = shard_bounds(total, n, rank)
+    if held.numel() == end - start and torch.equal(held, flat[start:end]):
+        return
+    contract = (f"the contract's shard {rank} is torch.tensor_split's: the {end - start:,} elements {start:,} to "
+                f"{end - 1:,} of the block's {total:,} flattened parameters")
+    c_start, c_end = chunk_bounds(total, n, rank)
+    if (c_start, c_end) != (start, end) and held.numel() == c_end - c_start and torch.equal(held, flat[c_start:c_end]):
+        raise ValueError(f"the shard of {name} was cut with torch.chunk: it holds elements {c_start:,} to {c_end - 1:,} "
+                         f"(torch.chunk's piece {rank}: ceil(N / n) = {-(-total // n):,} elements each, the last "
+                         f"shorter); {contract} (the first N % n = {total % n} shards one element longer), where "
+                         f"dp.all_gather puts it")
+    for j in range(n):
+        j_start, j_end = shard_bounds(total, n, j)
+        if j != rank and held.numel() == j_end - j_start and torch.equal(held, flat[j_start:j_end]):
+            cause = ("q19's ring as it is (its reduce-scatter leaves rank r with chunk r + 1 whole): "
+                     if j == (rank + 1) % n else "")
+            raise ValueError(f"{cause}the shard of {name} holds shard {j}'s elements ({j_start:,} to {j_end - 1:,}), "
+                             f"not shard dp.rank = {rank}'s; {contract}, where dp.all_gather puts it and "
+                             f"dp.reduce_scatter returns its gradient")
 
 
 def wrap_blocks(stage: PipelineStage, dp: FsdpGroup, obs: dict) -> dict:
@@ -42,11 +71,13 @@ def wrap_blocks(stage: PipelineStage, dp: FsdpGroup, obs: dict) -> dict:
         name = f"blocks.{key}"
         params = [(p_name, tuple(p.shape), p.numel()) for p_name, p in block.named_parameters()]
         total = sum(k for _, _, k in params)
+        flat = torch.cat([p.detach().reshape(-1) for p in block.parameters()]).cpu().clone()   # before it is freed
         wrapped = exercises.fsdp_layer(block, dp)
         if not isinstance(wrapped, nn.Module):
             raise TypeError(f"fsdp_layer must return an nn.Module standing for the block, got {type(wrapped).__name__}")
         shard = getattr(wrapped, "shard", None)
         start, end = shard_bounds(total, n, dp.rank)
+        layout_error(name, shard, flat, n, dp.rank)
         if not isinstance(shard, nn.Parameter) or shard.dim() != 1 or shard.numel() != end - start:
             raise ValueError(f"the module fsdp_layer returns for {name} must hold its shard as `self.shard`, an "
                              f"nn.Parameter of the {end - start:,} elements {start:,} to {end:,} of the block's "

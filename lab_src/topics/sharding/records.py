@@ -36,6 +36,13 @@ def shard_bounds(total: int, n: int, i: int) -> tuple[int, int]:
     return start, start + base + (1 if i < extra else 0)
 
 
+def chunk_bounds(total: int, n: int, i: int) -> tuple[int, int]:
+    """[start, end) of piece i of a flat vector of `total` elements cut as torch.chunk does: ceil(total / n) each,
+    the last shorter (and fewer than n pieces where they run out: then empty)."""
+    size = -(-total // n)
+    return min(total, i * size), min(total, (i + 1) * size)
+
+
 def zero_bytes(params: int, n: int, element: int = 4) -> dict[str, float]:
     """Bytes per rank, on average, of parameters + gradients + AdamW's two moments: plain data parallel, ZeRO-1
     (the moments sharded), ZeRO-2 (the gradients too), ZeRO-3 (the parameters too)."""
@@ -60,7 +67,8 @@ class ZeroObserved(StageObserved):
     steps: list                 # per step: {"params": {name: tensor} after the step, "state_bytes", "state_tensors"
                                 #   (how many tensors `state` holds), "largest_state" (elements of its largest),
                                 #   "grad_bytes" (.grad still held after the step), "sends" / "recvs" ([[peer,
-                                #   bytes]]), "collectives": [event kind]}
+                                #   bytes]]), "collectives": [event kind], and after the first step "state_values"
+                                #   (the floating tensors of `state`, flattened: kind.floating_tensors)}
 
 
 # q22: the graded prediction, for a stage of 4 blocks of the default model (hidden 32: 12,704 parameters a block)
