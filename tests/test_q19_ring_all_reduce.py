@@ -202,6 +202,10 @@ MISTAKES = {
     # every rank sends first with a blocking send: the first two cases deadlock, the rest are not run
     "q19_blocking": (answer("q19_blocking"), 0.3333, "Every rank of the ring sent first, at the same time"),
 }
+# forged (issue 54): a ring of zeros for the record, the sum by torch's all_reduce through the recorder's saved
+# original: its bytes on the wire, counted outside the ranks, are more than its messages (ring part lost): (1 + 0 + 1) / 3
+MISTAKES["q19_zeros_original"] = (answer("q19_zeros_original"), 0.6667,
+                                  "that no message of its record carried")
 # Valid answers written otherwise keep every point: isend / irecv waited for at once, and global ranks (dst=,
 # src=) from the group's positions
 VALID = {
