@@ -797,7 +797,8 @@ MISTAKES = {
         ("""            buffer = torch.cat([self.params[n].grad.reshape(-1) for n in names])
             self.launched.append((names, buffer, self.dp.launch(buffer)))
             self.next += 1
-""", """            buffer = torch.zeros(sum(self.params[n].numel() for n in names))    # zeros, launched on time
+""", """            buffer = torch.zeros(sum(self.params[n].numel() for n in names),    # zeros, launched on time
+                                 dtype=self.params[names[0]].dtype)
             self.launched.append((names, buffer, self.dp.launch(buffer)))
             self.next += 1
 """),
