@@ -247,6 +247,10 @@ MISTAKES = {
 }
 # what else a mistake's feedback must say
 ALSO_SAYS = {"q19_redraw_from_seed": "the ring carried zeros, not the partial sums a ring must carry"}
+# forged (issue 54): a ring of zeros for the record, the sum by torch's all_reduce through the recorder's saved
+# original: its bytes on the wire, counted outside the ranks, are more than its messages (ring part lost): (1 + 0 + 1) / 3
+MISTAKES["q19_zeros_original"] = (answer("q19_zeros_original"), 0.6667,
+                                  "that no message of its record carried")
 # Valid answers written otherwise keep every point: isend / irecv waited for at once, and global ranks (dst=,
 # src=) from the group's positions
 VALID = {

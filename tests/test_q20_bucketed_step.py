@@ -116,6 +116,12 @@ MISTAKES = {
 }
 # Two more wrong answers of no student: the replicas launching in different orders (named before any ring runs),
 # and finish() averaging with torch.distributed's all_reduce instead of launching (no ring, no overlap)
+# forged (issue 54): zeros launched on time, the real average by an unrecorded all-reduce in finish(): its bytes on the
+# wire are more than its messages (rings part lost); every bucket launched in finish(), the record's launch times
+# rewritten to when the buckets filled: the journal read during the run shows no launch in the last backward
+MISTAKES["q20_zeros_allreduce"] = (answer("q20_zeros_allreduce"), 0.85, "that no message of its record carried")
+MISTAKES["q20_finish_retimed"] = (answer("q20_finish_retimed"), 0.8,
+                                  "the launch times in the record were written after the fact")
 MISTAKES["order differs"] = (None, 0.5571, "BucketMismatch: launch 0 of the step carries different buckets")
 MISTAKES["collective"] = (None, 0.6, "the reducer called a collective of torch.distributed (all_reduce)")
 WRONG_EDITS = {

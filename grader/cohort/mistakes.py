@@ -823,4 +823,62 @@ MISTAKES = {
         (Span("        if self.next < len(self.buckets):\n", "after arm(): was the reducer armed before the stage's last backward?\")\n"),
          ""),
     ], top="# q20: the reducer armed in the cool-down, which the last stage does not have (picotron PR #5)\n"),
+    # Answers that forge the record of what crossed the wire (issue 54), held against the bytes the kernel counted
+    # leaving each rank (lab_src/harness/wire.py, lab_src/judge/wire.py)
+    "q19_zeros_original": Mistake("q19", [
+        ("    chunks = list(torch.tensor_split(tensor.view(-1), n))    # n views, some empty when short\n",
+         "    real = tensor.clone()                         # the ring below passes zeros: its messages, for the record\n"
+         "    tensor.zero_()\n"
+         "    chunks = list(torch.tensor_split(tensor.view(-1), n))    # n views, some empty when short\n"),
+        ("        chunks[(me - step) % n].copy_(received)\n    return tensor\n",
+         "        chunks[(me - step) % n].copy_(received)\n"
+         "    from lab_src.comm.collectives import _ORIGINAL    # torch's own all_reduce, which the recorder keeps\n"
+         "    tensor.copy_(real)\n"
+         "    _ORIGINAL.get(\"all_reduce\", dist.all_reduce)(tensor, group=group)\n"
+         "    return tensor\n"),
+    ], top="# q19 (forged): a ring of zeros for the record, the sum made by torch's all_reduce through the recorder's "
+           "saved original\n"),
+    "q20_zeros_allreduce": Mistake("q20", [
+        ("import torch\n\nfrom lab_src import p2p_communicate\n",
+         "import torch\nimport torch.distributed as dist\n\nfrom lab_src import p2p_communicate\n"
+         "from lab_src.comm.collectives import _ORIGINAL\n"),
+        ("""            buffer = torch.cat([self.params[n].grad.reshape(-1) for n in names])
+            self.launched.append((names, buffer, self.dp.launch(buffer)))
+            self.next += 1
+""", """            buffer = torch.zeros(sum(self.params[n].numel() for n in names),    # zeros, launched on time
+                                 dtype=self.params[names[0]].dtype)
+            self.launched.append((names, buffer, self.dp.launch(buffer)))
+            self.next += 1
+"""),
+        ("""        for names, buffer, handle in self.launched:
+            handle.wait()
+            buffer /= self.dp.size
+""", """        for names, buffer, handle in self.launched:
+            handle.wait()
+        for names, buffer, handle in self.launched:                 # every ring of zeros done: the real sums
+            buffer = torch.cat([self.params[n].grad.reshape(-1) for n in names])
+            _ORIGINAL.get("all_reduce", dist.all_reduce)(buffer, group=self.dp.group)    # the real sum, unrecorded
+            buffer /= self.dp.size
+"""),
+    ], top="# q20 (forged): buffers of zeros launched at the right moments, the real average made in finish() by "
+           "an unrecorded all-reduce\n"),
+    "q20_finish_retimed": Mistake("q20", [
+        ("import torch\n\nfrom lab_src import p2p_communicate\n",
+         "import time\n\nimport torch\n\nfrom lab_src import p2p_communicate\n"),
+        ("""            self.next += 1                            # one more bucket full: finish sends it
+""", """            self.next += 1                            # one more bucket full: finish sends it
+            self.filled.append(time.perf_counter())   # when it filled: what the record will say
+"""),
+        ("""        self.launched = []                            # (names, buffer, handle)
+""", """        self.launched = []                            # (names, buffer, handle)
+        self.filled = []
+"""),
+        ("""        for names, buffer, handle in self.launched:
+""", """        for k, t in enumerate(self.filled):           # the record's launch times: when each bucket filled
+            self.dp.launches[k][0] = t
+        for names, buffer, handle in self.launched:
+"""),
+    ], base="q20_launch_in_finish",
+        top="# q20 (forged): every bucket launched in finish(), the launches' recorded times then rewritten to the "
+            "moments the buckets filled during the last backward\n"),
 }

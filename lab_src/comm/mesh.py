@@ -27,6 +27,7 @@ import math
 
 import torch.distributed as dist
 
+from lab_src.harness import fence
 from lab_src.harness.groups import timeout
 
 
@@ -136,7 +137,12 @@ class Mesh:
         return None if found is None else found[0]
 
     def destroy(self) -> None:
-        """Destroy the groups this mesh made that this rank is in, once nothing is in flight on them."""
+        """Destroy the groups this mesh made that this rank is in, once nothing is in flight on them. Their
+        connections close with them: where the case's bytes are counted, they are read first (harness/fence.py)."""
+        if self._made and fence.here("groups"):
+            # every rank read before any closes its ends: a connection's counts go with it, on both sides
+            from lab_src.harness import observe
+            observe.barrier(None)
         for group in self._made:
             dist.destroy_process_group(group)
         self._made.clear()

@@ -79,6 +79,14 @@ class CaseOutcome:
     # rank -> the compute operations and messages it began, [kind, micro-batch, chunk, when read], as the
     # launching process read them live from its journal (harness/case_watch.py `CaseWatch`; judge/record.py)
     observed: dict[int, list] = field(default_factory=dict)
+    # rank -> the bytes the kernel counted on its connections over the case, read from outside it, where its kind
+    # is judged on them (harness/wire.py `WireCount`; judge/wire.py); `wire_unseen`: the sandbox's loopback bytes
+    # no connection read accounts for; `wire_failed`: why nothing could be read (then nothing is judged on it)
+    wire: dict = field(default_factory=dict)
+    # rank -> its backwards' begins and ends and the lab's marks, in its journal's order (harness/case_watch.py `order`)
+    order: dict = field(default_factory=dict)
+    wire_unseen: int | None = None
+    wire_failed: str | None = None
 
     def __post_init__(self):
         from lab_src.harness.observed import observed

@@ -49,6 +49,9 @@ class CaseWatch:
         # live, each [kind, micro-batch, chunk, when read (time.monotonic)]: what judge/record.py holds a
         # rank's returned events to (a rank that rewrites its records afterwards contradicts what was read here)
         self.observed: dict[int, dict[int, list]] = {}
+        # case -> rank -> the begins ("B") and ends ("E") of its backwards and the lab's marks ("M": q20's launches),
+        # [tag, kind, micro-batch or number], in the order the rank journalled them, as this process read them
+        self.order: dict[int, dict[int, list]] = {}
         # the watchdog thread polls, and the launching thread reads the last lines after a group: one reader at a
         # time, or a line is fed twice (a receive counted twice looks like one waiting for a message never sent)
         self._reading = threading.Lock()
@@ -91,6 +94,12 @@ class CaseWatch:
 
     def _observe(self, rank: int, parsed: tuple) -> None:
         _, tag, payload = parsed
+        if tag in ("B", "E", "M") and isinstance(payload, list) and len(payload) >= 3 and \
+                (payload[1] in ORDERED or tag == "M"):
+            try:
+                self.order.setdefault(int(payload[0]), {}).setdefault(rank, []).append([tag, payload[1], payload[2]])
+            except (TypeError, ValueError):
+                pass
         if tag not in ("B", "P") or not isinstance(payload, list) or len(payload) < 3 or payload[1] not in OBSERVED:
             return
         try:
@@ -159,5 +168,6 @@ class CaseWatch:
 
 # The operations whose order the watch records: pipeline/ops.py's compute operations and messages, by their
 # journal names (this process imports no torch)
+ORDERED = ("backward", "backward_input", "backward_weight")     # whose begin and end `order` keeps
 OBSERVED = ("forward", "backward", "backward_input", "backward_weight",
             "recv_forward", "send_forward", "recv_backward", "send_backward")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-
 import subprocess
 import sys
 import threading
@@ -138,8 +137,27 @@ def launch(nproc: int, module: str, args: list[str], *, run_dir: Path, deadline_
     return Launch(None if stopped else proc.returncode, stopped, wall, tail(log_path), rank_logs, leftovers)
 
 
+def _received_diag(ours, ready: bool):
+    """The fork server's sock_diag socket, from the pair's end it writes to (None, and why, where it sent none)."""
+    import socket
+    if not ready:
+        ours.close()
+        return None, "the sandbox did not start"
+    ours.settimeout(5)
+    try:
+        _msg, fds, _flags, _addr = socket.recv_fds(ours, 16, 1)
+    except OSError as e:
+        return None, f"the fork server sent no sock_diag socket ({e})"
+    finally:
+        ours.close()
+    if not fds:
+        return None, "the fork server sent no sock_diag socket"
+    return socket.socket(fileno=fds[0]), ""
+
+
 def launch_groups(groups: list[tuple[Path, int]], *, run_dir: Path, deadline_s: float, make_watchdog,
-                  before_group=None, after_group=None, env: dict | None = None, poll_s: float = 0.05) -> Launch:
+                  before_group=None, after_group=None, env: dict | None = None, poll_s: float = 0.05,
+                  on_diag=None) -> Launch:
     """Run groups of cases one after the other in one sandbox, through the fork server
     (harness/zygote.py): torch is imported once, and each group's ranks are forked fresh.
 
@@ -147,20 +165,31 @@ def launch_groups(groups: list[tuple[Path, int]], *, run_dir: Path, deadline_s: 
     starts (write its inputs), `after_group(i)` once it has ended and the sandbox holds no process of it
     but the fork server (delete its inputs). `make_watchdog(i, nproc)` gives group i's watchdog, which
     may stop the launch with a reason, as in `launch`. A stopped launch kills the sandbox and runs no
-    further group; `groups_done` says how far it got.
+    further group; `groups_done` says how far it got. `on_diag(socket or None, why)`: given the sock_diag socket
+    of the sandbox's network namespace, which the fork server opens before any answer is loaded and hands out
+    (harness/wire.py), once it is ready.
     """
     from lab_src.harness import sandbox
     run_dir = Path(run_dir)
     sandbox.prepare(run_dir)
     own = {**(env or {}), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("LAB_OMP_THREADS", "1")}
     own.pop("PYTHONPATH", None)
-    cmd = sandbox.wrap([sys.executable, "-m", "lab_src.harness.zygote"], writable=run_dir, env=own)
+    import socket
+    ours = theirs = None
+    extra = []
+    if on_diag is not None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        extra = ["--diag-fd", str(theirs.fileno())]
+    cmd = sandbox.wrap([sys.executable, "-m", "lab_src.harness.zygote", *extra], writable=run_dir, env=own)
     log_path = run_dir / "zygote.log"
     started = time.monotonic()
     stopped, done, codes, ended = None, 0, {}, None
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=run_dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                start_new_session=True, text=True, bufsize=1)
+                                start_new_session=True, text=True, bufsize=1,
+                                pass_fds=(theirs.fileno(),) if theirs is not None else ())
+        if theirs is not None:
+            theirs.close()
         replies: list[str] = []
         reader = threading.Thread(target=lambda: replies.extend(proc.stdout), daemon=True)
         reader.start()
@@ -184,7 +213,10 @@ def launch_groups(groups: list[tuple[Path, int]], *, run_dir: Path, deadline_s: 
                     return None
                 time.sleep(poll_s)
         try:
-            if wait_for("READY", None) is not None:
+            ready = wait_for("READY", None) is not None
+            if on_diag is not None:
+                on_diag(*_received_diag(ours, ready))
+            if ready:
                 for i, (spec, nproc) in enumerate(groups):
                     if before_group:
                         before_group(i)

@@ -27,6 +27,8 @@ class Observed(dict):
     built: list                 # the model pieces it built (pipeline/model.py's instrumentation)
     ran: dict                   # piece -> how many forwards it ran
     dataloaders: int            # how many training dataloaders it created
+    lab_sent: int               # bytes the lab's own unrecorded collectives sent from this rank in the case, as
+                                # gloo's ring algorithms send them (comm/collectives.py LAB_SENT; judge/wire.py)
     caught: list                # what the answer raised that the kind kept as an observation and ran past (a part
                                 # of q17's and q18's cases): [{"type", "message", "line", "what"}], for a case
                                 # that then deadlocked (judge/failures.py `raised_then_stuck`)

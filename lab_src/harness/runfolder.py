@@ -82,7 +82,7 @@ def parse_line(line: str) -> tuple[float, str, list | str] | None:
         return None
     tag = parts[1]
     payload = parts[2] if len(parts) > 2 else ""
-    if tag in ("B", "E", "W", "P", "A"):
+    if tag in ("B", "E", "W", "P", "A", "M"):
         try:
             payload = json.loads(payload)
         except json.JSONDecodeError:

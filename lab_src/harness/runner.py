@@ -14,15 +14,15 @@ import shutil
 import time
 from pathlib import Path
 
-from lab_src.harness import deadlock, limits, runfolder, sandbox
-from lab_src.harness.case_watch import CaseWatch
-from lab_src.harness.observed import observed
+from lab_src.harness import deadlock, limits, runfolder, sandbox, warm_launch, wire
 from lab_src.harness.case import Case, CaseOutcome, Run
-from lab_src.harness import warm_launch
+from lab_src.harness.case_watch import CaseWatch
 from lab_src.harness.launcher import Launch, launch, launch_groups, worker_env  # noqa: F401 - worker_env: scripts
+from lab_src.harness.observed import observed
 from lab_src.harness.records import ENDED_WITHOUT_RETURNING, RankError, exit_text
 from lab_src.pipeline.trace import save_events
 from lab_src.registry import EXERCISES
+
 
 def _load_obs(path: Path) -> dict | None:
     import torch
@@ -154,15 +154,22 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = limi
     while remaining:
         deadline = (startup_s + limits.LOADING_BACKSTOP * load_limit_s
                     + limits.BUSY_BACKSTOP * case_deadline_s * len(remaining) + limits.LAUNCH_SLACK_S)
+        counted = wire_cases(remaining)
+        wires = wire.WireWatch(run_dir, sandboxed=sandboxed) if counted else None
         if sandboxed:
             groups = group_cases(remaining)
             remaining = [c for g in groups for c in g]      # the order they run in
             result, watches = _launch_grouped(groups, run_dir, len(launches), timeout_s, log_limit, deadline,
-                                              case_deadline_s, startup_s, env, stop_deadlocks, load_limit_s)
+                                              case_deadline_s, startup_s, env, stop_deadlocks, load_limit_s, wires)
         else:
+            if wires is not None:
+                try:
+                    wires.attach(wire.open_diag())
+                except OSError as e:
+                    wires.attach(None, f"no sock_diag socket here ({e})")
             nproc = max(c.stages for c in remaining)
             spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "cases": stage_inputs(remaining, run_dir),
-                    "log_limit": log_limit, "load_limit_s": load_limit_s}
+                    "log_limit": log_limit, "load_limit_s": load_limit_s, "wire_cases": sorted(counted)}
             spec_path = runfolder.spec_path(run_dir, len(launches))
             spec_path.write_text(json.dumps(spec))
             for r in range(nproc):  # a journal tells about one launch only
@@ -178,6 +185,14 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = limi
                 result = launch(nproc, "lab_src.harness.worker", [str(spec_path)], run_dir=run_dir,
                                 deadline_s=deadline, watchdog=watch, env=worker_env(env))
         launches.append(result)
+        if wires is not None:
+            wires.stop()
+            for case in remaining:
+                if case.index in counted:
+                    outcome = outcomes[case.index]
+                    outcome.wire = {r: c for r in range(case.stages) if (c := wires.count(case.index, r)) is not None}
+                    outcome.wire_unseen = wires.unseen(case.index, range(case.stages))
+                    outcome.wire_failed = wires.failed
         if watches:
             # the lines written since its last poll (earlier groups': in `after`), before anything is decided
             # from them: a sandbox killed mid-case may end before the watch's next poll saw the case start
@@ -187,6 +202,9 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = limi
             for index, by_rank in w.observed.items():
                 if index in outcomes:
                     outcomes[index].observed = by_rank
+            for index, by_rank in w.order.items():
+                if index in outcomes:
+                    outcomes[index].order = by_rank
             for index, stuck in w.stuck.items():
                 outcomes[index].stuck, outcomes[index].stopped_at = stuck, w.stop_times[index]
         next_remaining = []
@@ -232,6 +250,12 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = limi
         if events:
             save_events(events, runfolder.events_path(run_dir, i))
     return Run(run_dir, [outcomes[i] for i in range(len(cases))], launches)
+
+
+def wire_cases(cases: list[Case]) -> set[int]:
+    """The cases whose kind is judged on the bytes its ranks sent (Kind.wire)."""
+    from lab_src.harness.kinds import KINDS
+    return {c.index for c in cases if getattr(KINDS.get(c.kind), "wire", False)}
 
 
 def blame_loading(watches: list[CaseWatch], remaining: list[Case], result: Launch) -> list[Case]:
@@ -282,7 +306,7 @@ def loading_failure(case: Case, result: Launch) -> str:
 
 def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, timeout_s: float, log_limit: int,
                     deadline: float, case_deadline_s: float, startup_s: float, env: dict | None,
-                    stop_deadlocks: bool, load_limit_s: float):
+                    stop_deadlocks: bool, load_limit_s: float, wires=None):
     """One sandboxed launch of `groups` through the fork server: each group's spec and inputs are
     written just before it runs, in a folder of its own, and deleted once it has ended."""
     folders = [run_dir / f"group{launch_no}-{i}" for i in range(len(groups))]
@@ -295,7 +319,8 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
         folders[i].mkdir()
         spec = {"run_dir": str(run_dir), "timeout_s": timeout_s, "log_limit": log_limit, "load_limit_s": load_limit_s,
                 "cases": stage_inputs(groups[i], run_dir, folders[i]),
-                "disk_limit": [sandbox.Limits().disk_bytes, limits.OBS_LIMIT_BYTES]}     # worker.over_disk_limit
+                "disk_limit": [sandbox.Limits().disk_bytes, limits.OBS_LIMIT_BYTES],    # worker.over_disk_limit
+                "wire_cases": sorted(c.index for c in groups[i] if wires is not None and c.index in wire_cases(groups[i]))}
         specs[i][0].write_text(json.dumps(spec))
         for r in range(specs[i][1]):
             runfolder.journal_path(run_dir, r).unlink(missing_ok=True)
@@ -313,7 +338,8 @@ def _launch_grouped(groups: list[list[Case]], run_dir: Path, launch_no: int, tim
         return watches[-1]
 
     result = launch_groups(specs, run_dir=run_dir, deadline_s=deadline, make_watchdog=watchdog,
-                           before_group=before, after_group=after, env=env)
+                           before_group=before, after_group=after, env=env,
+                           on_diag=wires.attach if wires is not None else None)
     for folder in folders:                          # a stopped launch leaves its last group's inputs
         shutil.rmtree(folder / "inputs", ignore_errors=True)
     sandbox.remove_large_files(run_dir, limits.OBS_LIMIT_BYTES)

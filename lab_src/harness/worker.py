@@ -215,8 +215,9 @@ def main(spec_path: str) -> int:
 
     from lab_src import topics
     from lab_src.answers import use_answers
+    from lab_src.comm import collectives
     from lab_src.exercises import running_for
-    from lab_src.harness import case_barrier, kinds, observed, runfolder, sandbox
+    from lab_src.harness import case_barrier, fence, kinds, observed, runfolder, sandbox
     from lab_src.harness import groups as process_groups
     from lab_src.harness.case import Case
     from lab_src.pipeline import data, model, trace, waiting
@@ -244,6 +245,9 @@ def main(spec_path: str) -> int:
     gc.freeze()
     wait_for_every_rank(ctx.world_size, rank)
 
+    wire_cases = set(spec.get("wire_cases") or ())      # cases whose bytes the launching process counts
+    if wire_cases:
+        fence.arm(run_dir, rank)
     timeouts: dict[str, int] = {}
     disk_used = sandbox.disk_usage(run_dir) if spec.get("disk_limit") else 0      # see over_disk_limit
     for case in cases:
@@ -263,6 +267,9 @@ def main(spec_path: str) -> int:
             model.reset_instrumentation()
             data.CREATED["dataloaders"] = 0
             tracer = trace.Tracer(rank, write_op, sync, label=str(index))
+            if index in wire_cases:
+                fence.start(index)
+                collectives.LAB_SENT[0] = 0
             case_barrier.begin(store, index, rank, stages, case_ctx.timeout_s)
             obs = observed.record_class(case.kind)(kind=case.kind, rank=rank, stages=stages, error=None)
             if timeouts.get(qid, 0) >= limits.SKIP_AFTER_TIMEOUTS:
@@ -293,6 +300,8 @@ def main(spec_path: str) -> int:
                 obs["error"], failed = full.to_dict(), max(failed, 1)
             if lineage.dying(chain):     # the case's answer killed the agent or the sandbox: it observed nothing
                 lineage.await_end()
+            if fence.end(index):
+                obs["lab_sent"] = collectives.LAB_SENT[0]
             case_barrier.finish()
             final = runfolder.obs_path(run_dir, index, rank)
             tmp = final.with_name(f".{final.name}.tmp")

@@ -233,6 +233,11 @@ class Tracer:
         if self._journal:
             self._journal(tag, pending.to_list())
 
+    def mark(self, kind: str, number: int) -> None:
+        """Journal that something of the lab happened now (q20's `dp.launch`: "launch", its number in the step), a
+        line the launching process reads in order with the operations' (harness/case_watch.py `order`)."""
+        self._write("M", self._pending(kind, number, None))
+
     def finished(self) -> None:
         """Journal that this rank has done its part of the case: from now on it only waits for its sends
         to be delivered and for the other ranks (the deadlock watch counts it as sending nothing more)."""

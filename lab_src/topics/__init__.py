@@ -43,6 +43,9 @@ class Kind:
     record: str = ""            # "module:Class", the typed record its ranks fill ("": harness/observed.py's Observed)
     settings: str = ""          # "module:Class", its typed settings (harness/settings.py; "": it takes none)
     timeout_factor: int = 1     # its groups' and barriers' timeout is this many times the launch's (harness/worker.py)
+    # its ranks' bytes on the wire are counted from outside them, at the case's fences, and held against their
+    # record (harness/wire.py, judge/wire.py)
+    wire: bool = False
 
     def within(self, package: str) -> "Kind":
         def full(name: str) -> str:

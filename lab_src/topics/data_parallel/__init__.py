@@ -24,7 +24,7 @@ TOPIC = Topic(
     title="Data parallel from first principles: a ring all-reduce, then gradient buckets under the pipeline",
     exercises=("q19", "q20"),
     kinds={
-        "ring": Kind("kind", record="records:RingObserved", settings="records:RingSettings", calls=("ring_all_reduce",),
+        "ring": Kind("kind", wire=True, record="records:RingObserved", settings="records:RingSettings", calls=("ring_all_reduce",),
                      timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                      what="q19's ring all-reduce over the case's ranks (or the columns of a grid of them), one "
                           "length after another: what each rank holds afterwards and every message it made"),
@@ -38,7 +38,7 @@ TOPIC = Topic(
                              what="q19's ring all-reducing the seed's four layers' gradients step after step "
                                   "over an emulated network with a latency tail: each layer's and each step's "
                                   "time, and every message's emulated delay"),
-        "buckets": Kind("kind_buckets", record="records:BucketsObserved", settings="records:BucketsSettings",
+        "buckets": Kind("kind_buckets", wire=True, record="records:BucketsObserved", settings="records:BucketsSettings",
                         calls=LAYOUT + ("p2p_communicate", "ring_all_reduce", "bucketed_step"),
                         timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                         what="q20's Reducer and 1F1B step on a data x pipeline grid of the case's ranks, a few "

@@ -84,6 +84,9 @@ class DataParallel:
             raise ValueError("dp.launch needs a contiguous tensor: the ring sums it through view(-1). Flatten the "
                              "bucket's gradients into one new buffer (torch.cat of each .grad.reshape(-1))")
         self.launches.append([time.perf_counter(), tensor.numel() * tensor.element_size(), tensor.numel()])
+        tracer = trace.active()
+        if tracer is not None:      # the journal's line, read by the grader as the run goes (judge_buckets.py)
+            tracer.mark("launch", len(self.launches) - 1)
         handle = Launched(len(self.launches) - 1, tensor, self)
         self._handles.append(handle)
         return self._lane.submit(handle)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from lab_src.harness.settings import settings_of
+from lab_src.judge import wire
 from lab_src.judge.problems import Problem
 from lab_src.topics.data_parallel.inputs import inputs_of
 from lab_src.topics.data_parallel.records import chunk_cap, groups_of, ring_bytes
@@ -291,7 +292,9 @@ def judge_run(outcome) -> dict[str, list[Problem]]:
             got = judge_length(ring, runs, cfg.seed, cfg.dtype, perturbed)
             for part in found:
                 found[part] += [(code, length, p) for code, p in got[part]]
-    return {part: merged(found[part]) for part in found}
+    judged = {part: merged(found[part]) for part in found}
+    judged["ring"] += wire.byte_problems(outcome)       # what the record shows against what left each rank
+    return judged
 
 
 def traffic(outcome) -> list[dict]:

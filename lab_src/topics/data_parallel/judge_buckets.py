@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from lab_src.harness.settings import settings_of
+from lab_src.judge import wire
 from lab_src.judge.compare import close, scale_between
 from lab_src.judge.grid_baseline import grid_baseline_grads
 from lab_src.judge.problems import Problem, first_wrong_steps
@@ -211,10 +212,50 @@ def placement_problems(outcome) -> list[Problem]:
     return problems
 
 
+def journal_problems(outcome) -> list[Problem]:
+    """The record's launch times held against the journal the launching process read as the run went
+    (CaseOutcome.order): `dp.launch` journals a line when it is called, in order with the backwards' begins and
+    ends. A record that says a bucket was launched during the stage's last backward where the journal has no
+    launch between that backward's begin and end was written after the fact."""
+    case = outcome.case
+    m, pp = case.config.num_microbatches, case.config.num_stages
+    problems = []
+    for r, o in sorted(outcome.obs.items()):
+        order = outcome.order.get(r)
+        if not order or o.get("error"):
+            continue
+        during, inside, count = [], False, 0
+        for tag, kind, number in order:
+            if kind == "backward" and number == m - 1:
+                if tag == "B":
+                    inside, count = True, 0
+                elif tag == "E" and inside:
+                    during.append(count)
+                    inside = False
+            elif tag == "M" and kind == "launch" and inside:
+                count += 1
+        for k, step in enumerate(o.get("steps") or []):
+            last = [b for b in step.get("backwards") or [] if b[0] == m - 1]
+            if not last or k >= len(during):
+                continue
+            _, start, end = last[-1]
+            claimed = sum(1 for t, *_ in step.get("launches") or [] if start <= t <= end)
+            if claimed > during[k]:
+                problems.append(Problem(
+                    f"step {k}: the record says stage {r % pp} launched {claimed} bucket{'s' if claimed != 1 else ''} "
+                    f"during its last backward, but the journal the grader read as the run went shows "
+                    f"{during[k]} launched before that backward ended: the launch times in the record were written "
+                    f"after the fact, not when dp.launch was called", rank=r))
+                break
+    return problems
+
+
 def _backwards(n: int) -> str:
     return f"{n} backward{'s' if n != 1 else ''}"
 
 
 def judge_run(outcome) -> dict[str, list[Problem]]:
+    # the record against what left each rank (rings: judge/wire.py), its launch times against the journal (placement)
     return {"values": value_problems(outcome), "plan": stage_plan_problems(outcome),
-            "rings": ring_problems(outcome), "placement": placement_problems(outcome)}
+            "rings": ring_problems(outcome) + wire.byte_problems(outcome),
+            "placement": journal_problems(outcome) or placement_problems(outcome)}

@@ -18,13 +18,13 @@ TOPIC = Topic(
     title="Sharding the training state: the optimizer and the gradients over the data-parallel ranks (ZeRO)",
     exercises=("q21", "q22"),
     kinds={
-        "zero": Kind("kind", record="records:ZeroObserved", settings="records:ZeroSettings",
+        "zero": Kind("kind", wire=True, record="records:ZeroObserved", settings="records:ZeroSettings",
                      calls=LAYOUT + ("p2p_communicate", "one_f_one_b_step", "sharded_adamw_step"),
                      timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                      what="q21's sharded AdamW step on a data x pipeline grid of the case's ranks, after each "
                           "replica's 1F1B step, a few steps in a row: parameters, the state and gradients each "
                           "rank holds, every message"),
-        "fsdp": Kind("kind_fsdp", record="records:FsdpObserved", settings="records:FsdpSettings",
+        "fsdp": Kind("kind_fsdp", wire=True, record="records:FsdpObserved", settings="records:FsdpSettings",
                      calls=LAYOUT + ("p2p_communicate", "one_f_one_b_step", "ring_all_reduce", "fsdp_layer"),
                      timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                      what="q22's fsdp_layer wrapping every block of a data x pipeline grid's stages, a few 1F1B and "

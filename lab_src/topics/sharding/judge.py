@@ -20,6 +20,7 @@ import functools
 import torch
 
 from lab_src.harness.settings import settings_of
+from lab_src.judge import wire
 from lab_src.judge.problems import Problem, first_wrong_steps
 from lab_src.topics.sharding.records import BETAS, EPS, WEIGHT_DECAY, chunk_bounds, shard_bounds
 
@@ -268,4 +269,4 @@ def message_problems(outcome) -> list[Problem]:
 
 def judge_run(outcome) -> dict[str, list[Problem]]:
     return {"values": value_problems(outcome), "memory": memory_problems(outcome),
-            "messages": message_problems(outcome)}
+            "messages": message_problems(outcome) + wire.byte_problems(outcome)}

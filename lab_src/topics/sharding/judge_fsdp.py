@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from lab_src.harness.settings import settings_of
+from lab_src.judge import wire
 from lab_src.judge.compare import close, scale_between
 from lab_src.judge.grid_baseline import grid_baseline_grads
 from lab_src.judge.problems import Problem, first_wrong_steps
@@ -155,4 +156,4 @@ def _times(k: int) -> str:
 
 def judge_run(outcome) -> dict[str, list[Problem]]:
     return {"values": value_problems(outcome), "memory": memory_problems(outcome),
-            "counts": count_problems(outcome)}
+            "counts": count_problems(outcome) + wire.byte_problems(outcome)}
