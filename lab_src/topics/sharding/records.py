@@ -59,7 +59,10 @@ class ZeroObserved(StageObserved):
     returned: str               # what was wrong with what the step returned, if anything
     steps: list                 # per step: {"params": {name: tensor} after the step, "state_bytes", "state_tensors"
                                 #   (how many tensors `state` holds), "largest_state" (elements of its largest),
-                                #   "grad_bytes" (.grad still held after the step), "sends" / "recvs" ([[peer,
+                                #   "grad_bytes" (.grad still held after the step), "hidden_bytes" (every live
+                                #   tensor storage of the rank but the parameters, gradients, `state`'s and the lab's
+                                #   records, after the step: harness/live.py), "hidden_largest"
+                                #   (bytes of the largest such storage), "sends" / "recvs" ([[peer,
                                 #   bytes]]), "collectives": [event kind]}
 
 
