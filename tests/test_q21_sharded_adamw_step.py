@@ -93,6 +93,10 @@ MISTAKES = {
     "q21_step_per_shard": (answer("q21_step_per_shard"), 0.875, "with the step count t = 3"),
     # right where the shards are even (the first two cases); a shape error on the uneven ones: (2/4 * 3 + 1) / 4
     "q21_floor_shards": (answer("q21_floor_shards"), 0.625, "The size of tensor a (7487) must match"),
+    # plain AdamW with the whole moments in a module global, shard-sized copies in `state`, the gradient all-reduced
+    # on the ring (a reduce-scatter's and an all-gather's messages): the rank's live tensors show the moments (issue 54)
+    "q21_moments_global": (answer("q21_moments_global"), 0.75,
+                           "this rank held 224,768 B of tensors beyond its shard's state after the step"),
 }
 # A valid answer written otherwise keeps every point: the shards received straight into their place in the flat
 # vector, isend and irecv in place of batch_isend_irecv

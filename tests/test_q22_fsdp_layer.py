@@ -94,6 +94,11 @@ MISTAKES = {
     "q22_saved_detached": (answer("q22_saved_detached"), 0.5, "saving them for the backward keeps every layer"),
     # weights gathered once and reused: stale after the first SGD step, left after the step, too few gathers
     "q22_cached": (answer("q22_cached"), 0.25, "gathered weights were still held after the step"),
+    # the forward's copy kept as a clone on ctx (a storage the lab never handed out), a gather in the backward only
+    # for the count: the rank's live tensors at the backward's first gather show the copies, in every case, and the
+    # backward's gathers then do not count: (1 + 0 + 0 + 1) / 4 (issue 54)
+    "q22_clone_saved": (answer("q22_clone_saved"), 0.5,
+                        "this rank held 209,156 B of tensors beyond what the lab gave it when blocks.1 was gathered"),
 }
 # Valid answers written otherwise keep every point: the weights cut with torch.split; the block kept as a
 # registered submodule whose own parameters are emptied; FSDP1's way, with no recomputation: the forward keeps its

@@ -29,6 +29,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import time
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -83,6 +85,7 @@ def addresses(tensors) -> set[int]:
 
 class LiveTensors:
     def __init__(self):
+        self.seconds = 0.0                                        # the time its mark and scans took
         self._saved: list[tuple[StorageWeakRef, bool]] = []     # (storage, in the graph) of each tensor saved
         self._before: dict[int, StorageWeakRef] = {}             # the storages alive at `mark()`, by identity
 
@@ -121,14 +124,16 @@ class LiveTensors:
         """The storages alive now are not counted by later scans while they live (what the rank held before the
         case: an earlier case's or another exercise's; the ranks run one case after another). By identity, not
         by address: a storage made later at a freed one's address is new."""
+        t0 = time.perf_counter()
         self._before = {s._cdata: StorageWeakRef(s) for s, _ in self._storages()}
+        self.seconds += time.perf_counter() - t0
 
     def _storages(self) -> list:
         """(storage, in the graph) of every Python tensor and storage object alive, and every saved tensor."""
         gc.collect()                # what only garbage refers to is nobody's (a cycle through a frame, a closure)
         objects = gc.get_objects()
         kinds = _tensor_types()
-        tensors = list(itertools.compress(objects, map(kinds.__contains__, map(type, objects))))
+        tensors = list(itertools.compress(objects, map(kinds.__contains__, map(type, objects)))) + _frozen()
         del objects
         pairs = [(storage_of(t), isinstance(t, torch.Tensor) and (t.requires_grad or t.grad_fn is not None))
                  for t in tensors]
@@ -141,6 +146,7 @@ class LiveTensors:
     def scan(self, known: set[int] = frozenset()) -> Found:
         """The storages alive now that are neither `known` (addresses), nor the autograd graph's, nor there at
         `mark()`."""
+        t0 = time.perf_counter()
         plain: dict[int, int] = {}
         graph: set[int] = set()
         for storage, in_graph in self._storages():
@@ -150,7 +156,52 @@ class LiveTensors:
             elif not self._old(storage):
                 plain[ptr] = max(plain.get(ptr, 0), storage.nbytes())
         sizes = [b for ptr, b in plain.items() if ptr not in graph and ptr not in known]
+        self.seconds += time.perf_counter() - t0
         return Found(sum(sizes), len(sizes), max(sizes, default=0))
+
+
+_FROZEN: dict = {"stale": True, "refs": []}
+_freeze = gc.freeze
+
+
+def _noting_freeze() -> None:
+    """gc.freeze, noted: the frozen tensors are listed again at the next scan."""
+    _FROZEN["stale"] = True
+    _freeze()
+
+
+gc.freeze = _noting_freeze          # in the rank's process (the worker and an answer alike call it through here)
+
+
+def _frozen() -> list:
+    """The tensors and storages among the objects frozen out of the collector's way (`gc.freeze()`: the worker does
+    it once the answers are loaded, harness/worker.py; an answer may do it too), which `gc.get_objects()` does not
+    list: found by thawing them for as long as the listing takes, once in the process and after each freeze since
+    (counting the frozen objects walks them all, 50 ms: a noted freeze instead)."""
+    if _FROZEN["stale"]:
+        kinds = _tensor_types()
+        gc.unfreeze()
+        try:
+            objects = gc.get_objects()
+            found = list(itertools.compress(objects, map(kinds.__contains__, map(type, objects))))
+            del objects
+        finally:
+            _freeze()
+        refs = []
+        for t in found:
+            s = storage_of(t)
+            if s is not None:
+                refs.append((weakref.ref(t), StorageWeakRef(s)) if isinstance(t, torch.Tensor) else (None,
+                                                                                                   StorageWeakRef(s)))
+        _FROZEN.update(stale=False, refs=refs)
+    out = []
+    for tensor_ref, storage_ref in _FROZEN["refs"]:
+        t = tensor_ref() if tensor_ref is not None else None
+        if t is not None:
+            out.append(t)                       # its storage now (resized or swapped with .set_())
+        elif tensor_ref is None and not storage_ref.expired():
+            out.append(torch.UntypedStorage._new_with_weak_ptr(storage_ref.cdata))
+    return out
 
 
 class _Saved:

@@ -105,7 +105,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
             # their gradients, and what the answer's `state` holds; the 1F1B step's activations are counted too
             tracer.state_memory = lambda: (kept, 0, grad_bytes(params), held_bytes(state)[0])
             steps = obs["steps"] = []
-            # the rank's memory beyond what the lab declared (harness/live.py): after each step, every live tensor
+            # the rank's memory beyond what the lab declared (harness/live.py): after a step, every live tensor
             # storage but the parameters, their gradients, `state`'s and the lab's records, and what was alive before
             # this case (the ranks run one case after another); what the step leaves alive outside `state` (a
             # module global, a closure, a cache) shows here
@@ -127,7 +127,8 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                 with torch.no_grad():
                     returned = exercises.sharded_adamw_step(params, dp, state, settings.lr)
                 seconds = time.perf_counter() - t0
-                found = live.scan(known())
+                # after the first and the last step (a scan costs tens of milliseconds)
+                found = live.scan(known()) if k in (0, settings.steps - 1) else None
                 if returned is not None:
                     obs["returned"] = (f"sharded_adamw_step returns nothing; it returned "
                                        f"{observe.plain(returned)!r}")[:300]
@@ -138,12 +139,13 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                     "params": {n: p.detach().cpu().clone() for n, p in stage.named_parameters()},
                     "state_bytes": nbytes, "state_tensors": tensors, "largest_state": largest,
                     "grad_bytes": grad_bytes(params),
-                    "hidden_bytes": found.bytes, "hidden_largest": found.largest,
+                    **({"hidden_bytes": found.bytes, "hidden_largest": found.largest} if found else {}),
                     "sends": [[e.peer, e.bytes] for e in events if e.is_send],
                     "recvs": [[e.peer, e.bytes] for e in events if e.is_recv],
                     "collectives": [e.kind for e in events if e.is_collective],
                 })
             obs.pop("stepping", None)
+            obs["scan_seconds"] = live.seconds
             grid.finish(stage)      # every rank is past its steps: nothing is in flight on the groups
         finally:
             tracer.state_memory = None

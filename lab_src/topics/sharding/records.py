@@ -64,6 +64,7 @@ class ZeroObserved(StageObserved):
                                 #   records, after the step: harness/live.py), "hidden_largest"
                                 #   (bytes of the largest such storage), "sends" / "recvs" ([[peer,
                                 #   bytes]]), "collectives": [event kind]}
+    scan_seconds: float         # the lab's own time scanning the rank's live tensors (harness/live.py), all steps
 
 
 # q22: the graded prediction, for a stage of 4 blocks of the default model (hidden 32: 12,704 parameters a block)
@@ -91,4 +92,7 @@ class FsdpObserved(StageObserved):
                                 #   gathered bytes held at once), "peak_layers", "longest" ({layer: seconds a gathered
                                 #   copy lived at most}), "left" (layers still gathered after the step), "grads"
                                 #   ({name: the whole gradient}; not in a digits training), "loss" (a digits
-                                #   training's, on the last stage)
+                                #   training's, on the last stage), "hidden" ([bytes, layer, storages, largest]: the
+                                #   tensors the rank held beyond what the lab declared at the first gather of a
+                                #   backward, in the first and the last step: harness/live.py; [] elsewhere)
+    scan_seconds: float         # the lab's own time scanning the rank's live tensors (harness/live.py), all steps
