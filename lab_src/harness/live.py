@@ -1,6 +1,7 @@
 """Every tensor storage alive in the rank's process, found by the lab's code at the moments it chooses (issue 54).
 
     live = LiveTensors()
+    live.mark()                              # what is alive now (an earlier case's, the lab's) is not counted
     with live.saving():                      # autograd's saved tensors are noted while the block runs
         step(...)
     found = live.scan(known)                 # Found(bytes, storages, largest): the storages nobody declared
@@ -10,19 +11,24 @@ copies): a module global, a closure's cell, an attribute of an autograd Function
 those holds a Python tensor object, and every Python tensor object of the process is in the garbage collector's
 list (`gc.get_objects()`), whoever refers to it; a tensor autograd saved for a backward may have no Python object
 left, so `saving()` notes each one as autograd packs it (`torch.autograd.graph.saved_tensors_hooks`) and keeps a
-weak reference to its storage. `scan` counts each storage once (by its address, at its size now: a storage emptied
+weak reference to its storage: what autograd saved is an activation, whatever it is, and is not counted. `scan` counts each storage once (by its address, at its size now: a storage emptied
 with `resize_(0)` holds nothing), leaves out the storages the caller names as known (`known`: the parameters and
 their gradients, the lab's own records, what the lab handed out and watches) and the storages of the autograd graph
 (a tensor that requires a gradient, or was made by an operation that did: an activation, counted by the memory lane
-as such), and sums the rest.
+as such), and what was alive at `mark()` (by identity), and sums the rest. Garbage is collected first (a cycle
+through a frame or a closure holds nothing anyone can reach). The objects the worker froze out of the collector's
+way once the answers were loaded (`gc.freeze()`, harness/worker.py) are not in its list: they are listed once, by
+thawing them for as long as that takes, and again after any later freeze (gc.freeze is noted in this process).
 
 What it cannot see (docs/threat-model.md): memory that is no torch tensor (a numpy copy, bytes, a list of floats, a
-file), a copy made part of the autograd graph (it counts as an activation), another process's memory, and an answer
-that installs saved-tensor hooks of its own inside the lab's. It measures, it does not judge: the judges decide
+file), a copy made part of the autograd graph or saved for a backward by autograd (`ctx.save_for_backward` of a
+clone: it counts as an activation), another process's memory, and an answer that installs saved-tensor hooks of its
+own inside the lab's. It measures, it does not judge: the judges decide
 from the figures (topics/sharding/judge.py, judge_fsdp.py).
 
-Cost: one scan walks the collector's list (about 170,000 objects in a rank: 25 to 40 ms on an idle core), so the
-kinds scan at a few moments of a step, not at every operation.
+Cost: a scan walks the collector's list, short in a rank once the worker froze what it loaded (a few ms); the
+first of a process also lists the frozen objects (about 170,000: 40 ms on an idle core, 0.3 s measured on a loaded
+one). The kinds scan at two moments of a case, not at every operation.
 """
 from __future__ import annotations
 
@@ -42,10 +48,6 @@ class Found:
     bytes: int = 0          # the storages' bytes, each counted once
     storages: int = 0       # how many storages
     largest: int = 0        # bytes of the largest
-
-    def beyond(self, base: "Found") -> int:
-        """Bytes found now beyond what `base` found (never below 0)."""
-        return max(0, self.bytes - base.bytes)
 
 
 def _tensor_types() -> set:
@@ -86,7 +88,7 @@ def addresses(tensors) -> set[int]:
 class LiveTensors:
     def __init__(self):
         self.seconds = 0.0                                        # the time its mark and scans took
-        self._saved: list[tuple[StorageWeakRef, bool]] = []     # (storage, in the graph) of each tensor saved
+        self._saved: list[StorageWeakRef] = []                   # the storage of each tensor autograd saved
         self._before: dict[int, StorageWeakRef] = {}             # the storages alive at `mark()`, by identity
 
     def _pack(self, t):
@@ -94,7 +96,7 @@ class LiveTensors:
         if len(self._saved) > 4096:
             self._saved_now()
         if s is not None:
-            self._saved.append((StorageWeakRef(s), bool(t.requires_grad or t.grad_fn is not None)))
+            self._saved.append(StorageWeakRef(s))
         # detached (the same storage, no grad_fn), as harness/memory.py's counter: a saved output kept with its
         # grad_fn would hold its own node alive
         return _Saved(t.detach()) if isinstance(t, torch.Tensor) else t
@@ -105,18 +107,20 @@ class LiveTensors:
 
     @contextlib.contextmanager
     def saving(self):
-        """Note every tensor autograd saves for a backward while the block runs."""
+        """Note every tensor autograd saves for a backward while the block runs: scans count them as activations,
+        as the memory lane does (harness/memory.py), even those that require no gradient (a layer norm's
+        statistics, an embedding's token ids, an attention's log-sum-exp: what a backward needs)."""
         with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
             yield self
 
-    def _saved_now(self):
-        """(storage, in the graph) of every saved tensor whose storage is still there; the others forgotten."""
+    def _saved_now(self) -> list:
+        """The storage of every saved tensor that is still there; the others forgotten."""
         alive, out = [], []
-        for ref, graph in self._saved:
+        for ref in self._saved:
             storage = None if ref.expired() else torch.UntypedStorage._new_with_weak_ptr(ref.cdata)
             if storage is not None:
-                alive.append((ref, graph))
-                out.append((storage, graph))
+                alive.append(ref)
+                out.append(storage)
         self._saved = alive
         return out
 
@@ -137,7 +141,8 @@ class LiveTensors:
         del objects
         pairs = [(storage_of(t), isinstance(t, torch.Tensor) and (t.requires_grad or t.grad_fn is not None))
                  for t in tensors]
-        return [(s, graph) for s, graph in pairs + self._saved_now() if s is not None and s.data_ptr()]
+        saved = [(s, True) for s in self._saved_now()]
+        return [(s, graph) for s, graph in pairs + saved if s is not None and s.data_ptr()]
 
     def _old(self, storage) -> bool:
         ref = self._before.get(storage._cdata)
@@ -151,7 +156,7 @@ class LiveTensors:
         graph: set[int] = set()
         for storage, in_graph in self._storages():
             ptr = storage.data_ptr()
-            if in_graph:
+            if in_graph:                    # (every saved tensor counts as an activation: see saving())
                 graph.add(ptr)
             elif not self._old(storage):
                 plain[ptr] = max(plain.get(ptr, 0), storage.nbytes())
