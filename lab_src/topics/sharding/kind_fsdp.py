@@ -134,9 +134,10 @@ def _steps(case: Case, ctx, group, tracer, obs, grid, settings) -> None:
     steps = obs["steps"] = []
     # at the first gather of a backward (the boundary of forwards and backwards: every micro-batch in flight has run
     # its forwards), in the first and the last step: every live tensor storage but the parameters, their gradients,
-    # the gathered copies the lab watches, the optimizer's state, the lab's records and data, the autograd graph's
-    # and what was there before the stage was built. A copy of the weights kept for the backward where the watch
-    # does not see it (a clone, a closure, a global) shows here. One scan costs tens of milliseconds: two a case
+    # the gathered copies the lab watches, the optimizer's state, the lab's records and data, the activations (the
+    # autograd graph's tensors, what autograd saved) and what was there before the stage was built. A copy of the
+    # weights kept for the backward where the watch does not see it (a clone, a closure, a global) shows here. A
+    # scan costs a few milliseconds (the first of a process more: harness/live.py): two a case
     hidden: list = []
 
     def scan(layer: str) -> None:
