@@ -98,7 +98,7 @@ MISTAKES = {
     # for the count: the rank's live tensors at the backward's first gather show the copies, in every case, and the
     # backward's gathers then do not count: (1 + 0 + 0 + 1) / 4 (issue 54)
     "q22_clone_saved": (answer("q22_clone_saved"), 0.5,
-                        "this rank held 209,156 B of tensors beyond what the lab gave it when blocks.1 was gathered"),
+                        "B of tensors beyond what the lab gave it when blocks.1 was gathered for its backward"),
 }
 # Valid answers written otherwise keep every point: the weights cut with torch.split; the block kept as a
 # registered submodule whose own parameters are emptied; FSDP1's way, with no recomputation: the forward keeps its
