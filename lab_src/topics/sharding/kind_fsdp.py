@@ -15,6 +15,8 @@ gathered copies still held after the step (FsdpGroup, fsdp.py).
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -157,8 +159,10 @@ def _steps(case: Case, ctx, group, tracer, obs, grid, settings) -> None:
         dp.new_step()
         obs["stepping"] = k
         hidden.clear()
-        dp.on_backward_gather = scan if k in (0, settings.steps - 1) else None
-        with live.saving():
+        scanned = k in (0, settings.steps - 1)
+        dp.on_backward_gather = scan if scanned else None
+        # autograd's saved tensors noted only in the steps scanned (a Python call for each one saved)
+        with live.saving() if scanned else contextlib.nullcontext():
             returned = exercises.one_f_one_b_step(stage, data_iter, m)
         for p in replicated:              # the lab's part: the parameters every rank holds whole, averaged
             if p.grad is not None and dp.size > 1:
