@@ -8,23 +8,25 @@
 
 What an answer keeps of a training's state need not be where the lab hands it over (q21's `state`, q22's gathered
 copies): a module global, a closure's cell, an attribute of an autograd Function's `ctx`, a list somewhere. Each of
-those holds a Python tensor object, and every Python tensor object of the process is in the garbage collector's
-list (`gc.get_objects()`), whoever refers to it; a tensor autograd saved for a backward may have no Python object
-left, so `saving()` notes each one as autograd packs it (`torch.autograd.graph.saved_tensors_hooks`) and keeps a
-weak reference to its storage: what autograd saved is an activation, whatever it is, and is not counted. `scan` counts each storage once (by its address, at its size now: a storage emptied
-with `resize_(0)` holds nothing), leaves out the storages the caller names as known (`known`: the parameters and
-their gradients, the lab's own records, what the lab handed out and watches) and the storages of the autograd graph
-(a tensor that requires a gradient, or was made by an operation that did: an activation, counted by the memory lane
-as such), and what was alive at `mark()` (by identity), and sums the rest. Garbage is collected first (a cycle
-through a frame or a closure holds nothing anyone can reach). The objects the worker froze out of the collector's
-way once the answers were loaded (`gc.freeze()`, harness/worker.py) are not in its list: they are listed once, by
-thawing them for as long as that takes, and again after any later freeze (gc.freeze is noted in this process).
+those holds a Python tensor object, and every Python tensor object of the process is in the garbage collector's list
+(`gc.get_objects()`), whoever refers to it. A tensor autograd saved for a backward may have no Python object left:
+`saving()` notes each one as autograd packs it (`torch.autograd.graph.saved_tensors_hooks`), a weak reference to its
+storage; what autograd saved is an activation, whatever it is, and is not counted. `scan` counts each storage once
+(by its address, at its size now: a storage emptied with `resize_(0)` holds nothing), less the storages the caller
+names as known (`known`: the parameters and their gradients, the lab's own records, what the lab handed out and
+watches), the activations (a tensor that requires a gradient, or was made by an operation that did, and what
+autograd saved: the memory lane counts them as such) and what was alive at `mark()` (by identity, beyond its bytes
+then), and sums the rest. Young garbage is collected first (a cycle through a frame or a closure holds nothing
+anyone can reach). The objects frozen out of the collector's way (`gc.freeze()`: the worker once the answers are
+loaded, harness/worker.py; `mark()`) are not in its list: they are listed once, by thawing them for as long as that
+takes, then followed by weak references, and listed again after any later freeze (gc.freeze is noted in this
+process).
 
 What it cannot see (docs/threat-model.md): memory that is no torch tensor (a numpy copy, bytes, a list of floats, a
 file), a copy made part of the autograd graph or saved for a backward by autograd (`ctx.save_for_backward` of a
 clone: it counts as an activation), another process's memory, and an answer that installs saved-tensor hooks of its
-own inside the lab's. It measures, it does not judge: the judges decide
-from the figures (topics/sharding/judge.py, judge_fsdp.py).
+own inside the lab's. It measures, it does not judge: the judges decide from the figures (topics/sharding/judge.py,
+judge_fsdp.py).
 
 Cost: a scan walks the collector's list, short in a rank once the worker froze what it loaded and `mark()` froze
 what was alive at the case's start: 1 to 20 ms a scan, measured with 4 ranks on 2 loaded cores. The first of a

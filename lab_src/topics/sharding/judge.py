@@ -169,9 +169,10 @@ def hidden_problem(k: int, step: dict, r: int, n: int, total: int, elem: int, mi
             if hidden >= 0.9 * whole else f"{hidden / whole:.2f} of AdamW's whole state for the stage")
     return Problem(
         f"step {k}: this rank held {hidden:,} B of tensors beyond its shard's state after the step, {what} "
-        f"(2 moments x {total:,} elements x {elem} B = {whole:,} B); `state` holds {step.get('state_bytes', 0):,} B, and the "
-        f"rest stayed alive outside it (a module global, a closure, an attribute of an object): the lab counts every "
-        f"tensor the rank keeps, wherever it is. The rank's shard is {mine:,} of the stage's {total:,} elements, so "
+        f"(2 moments x {total:,} elements x {elem} B = {whole:,} B); `state` holds {step.get('state_bytes', 0):,} "
+        f"B, and the rest stayed alive outside it (a module global, a closure, an attribute of an object): the lab "
+        f"counts every tensor the rank keeps, wherever it is. The rank's shard is {mine:,} of the stage's {total:,} "
+        f"elements, so "
         f"its moments are {2 * mine * elem:,} B (1/{n} of {whole:,} B), kept in `state` and nowhere else", rank=r)
 
 

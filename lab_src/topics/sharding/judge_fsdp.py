@@ -24,13 +24,13 @@ from lab_src.judge.problems import Problem, first_wrong_steps
 SLACK_BYTES = 4096          # buffers and small tensors a module may keep
 GATHERED_AT_ONCE = 2        # the layer in use and one prefetched
 # The rank's tensors beyond what the lab declared at the first gather of a backward (kind_fsdp.py's scan,
-# harness/live.py), in units of the stage's largest layer's whole weights. Measured on the five hidden cases with
-# the reference (3 runs) and the valid variants of tests/test_q22_fsdp_layer.py (FSDP1's resized storage,
-# torch.split, the block registered: 1 run, and every run of that test since), every rank, first and last step: 4,100 to 41,480 B, 0.08 to 0.73 of a layer (the
-# gradient in flight, a micro-batch's activation: 32,768 B in the digits trainings; the last stage's outputs the
-# step keeps, 4 x 8,192 B), the same bytes every run (tensors alive at a set moment, not timing). A copy of every
-# block's weights kept for the backward is at least 2.08 layers there (a stage of two blocks, one micro-batch in
-# flight: cohort q22_clone_saved). 1.5 layers: twice the noise, below the least copy.
+# harness/live.py), in units of the stage's largest layer's whole weights. Measured on the five hidden cases with the
+# reference (3 runs) and the valid variants of tests/test_q22_fsdp_layer.py (FSDP1's resized storage, torch.split,
+# the block registered: 1 run, and every run of that test since), every rank, first and last step: 4,100 to 41,480 B,
+# 0.08 to 0.73 of a layer (the gradient in flight, a micro-batch's activation: 32,768 B in the digits trainings; the
+# last stage's outputs the step keeps, 4 x 8,192 B), the same bytes every run (tensors alive at a set moment, not
+# timing). A copy of every block's weights kept for the backward is at least 2.08 layers there (a stage of two
+# blocks, one micro-batch in flight: cohort q22_clone_saved). 1.5 layers: twice the noise, below the least copy.
 HIDDEN_LAYERS = 1.5
 
 
