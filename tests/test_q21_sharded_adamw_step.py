@@ -103,6 +103,10 @@ MISTAKES = {
     "q21_torch_chunk": (answer("q21_torch_chunk"), 0.9375,
                         "the shards were cut with torch.chunk: this rank's AdamW state holds the moments of elements "
                         "7,488 to 14,975"),
+    # plain AdamW with the whole moments in a module global, shard-sized copies in `state`, the gradient all-reduced
+    # on the ring (a reduce-scatter's and an all-gather's messages): the rank's live tensors show the moments (issue 54)
+    "q21_moments_global": (answer("q21_moments_global"), 0.75,
+                           "B of tensors beyond its shard's state after the step, as much as AdamW's two moments"),
 }
 # A valid answer written otherwise keeps every point: the shards received straight into their place in the flat
 # vector, isend and irecv in place of batch_isend_irecv

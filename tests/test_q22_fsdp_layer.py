@@ -99,6 +99,11 @@ MISTAKES = {
     "q22_shard_next": (answer("q22_shard_next"), 0.25,
                        "q19's ring as it is (its reduce-scatter leaves rank r with chunk r + 1 whole): the shard of "
                        "blocks.0 holds shard 1's elements"),
+    # the forward's copy kept as a clone on ctx (a storage the lab never handed out), a gather in the backward only
+    # for the count: the rank's live tensors at the backward's first gather show the copies, in every case, and the
+    # backward's gathers then do not count: (1 + 0 + 0 + 1) / 4 (issue 54)
+    "q22_clone_saved": (answer("q22_clone_saved"), 0.5,
+                        "B of tensors beyond what the lab gave it when blocks.1 was gathered for its backward"),
 }
 # Valid answers written otherwise keep every point: the weights cut with torch.split; the block kept as a
 # registered submodule whose own parameters are emptied; FSDP1's way, with no recomputation: the forward keeps its

@@ -768,6 +768,40 @@ MISTAKES = {
         ("    grads = list(torch.tensor_split(torch.cat(", "    grads = list(torch.chunk(torch.cat("),
         ("    shards = list(torch.tensor_split(flat, n))", "    shards = list(torch.chunk(flat, n))"),
     ], top="# q21: the shards cut with torch.chunk (ceil(N / n) elements each, the last one shorter)\n"),
+    "q21_moments_global": Mistake("q21", [
+        ("""import torch.distributed as dist
+""", """import torch.distributed as dist
+
+_MOMENTS = {}                                     # AdamW's moments of the whole stage, kept out of `state`
+"""),
+        ("""    g = grads[me] / n
+""", """    for s in range(n - 1):                        # the summed shards passed round: the whole averaged gradient
+        received = torch.empty_like(grads[(me - s - 1) % n])
+        exchange(grads[(me - s) % n], received)
+        grads[(me - s - 1) % n].copy_(received)
+    g = torch.cat(grads) / n
+"""),
+        (Span("""    if not state:
+        state.update(step=0, exp_avg""", """    mine.addcdiv_(state["exp_avg"], denom, value=-lr / (1 - b1 ** t))
+"""), """    if not state:                                 # plain AdamW on every element; `state` gets my shard's part
+        _MOMENTS.update(exp_avg=torch.zeros_like(flat), exp_avg_sq=torch.zeros_like(flat))
+        state.update(step=0)
+    b1, b2, eps, wd = 0.9, 0.999, 1e-8, 0.01
+    state["step"] += 1
+    t = state["step"]
+    flat.mul_(1 - lr * wd)
+    _MOMENTS["exp_avg"].mul_(b1).add_(g, alpha=1 - b1)
+    _MOMENTS["exp_avg_sq"].mul_(b2).addcmul_(g, g, value=1 - b2)
+    denom = (_MOMENTS["exp_avg_sq"].sqrt() / math.sqrt(1 - b2 ** t)).add_(eps)
+    flat.addcdiv_(_MOMENTS["exp_avg"], denom, value=-lr / (1 - b1 ** t))
+    lo = sum(s.numel() for s in shards[:me])
+    state["exp_avg"] = _MOMENTS["exp_avg"][lo:lo + mine.numel()].clone()
+    state["exp_avg_sq"] = _MOMENTS["exp_avg_sq"][lo:lo + mine.numel()].clone()
+"""),
+        (Span("""    for s in range(n - 1):                        # all-gather: pass the updated shards round
+""", """        shards[(me - s - 1) % n].copy_(received)
+"""), ""),
+    ], top="# q21: AdamW on the whole vector with moments kept in a module global; `state` holds only my shard's copy\n"),
     "q22_saved_full": Mistake("q22", [
         ("""        ctx.save_for_backward(x)
         full = module.dp.all_gather(shard.detach())
@@ -811,6 +845,16 @@ MISTAKES = {
         ("        self.shard = nn.Parameter(torch.tensor_split(flat, dp.size)[dp.rank].clone())",
          "        self.shard = nn.Parameter(torch.tensor_split(flat, dp.size)[(dp.rank + 1) % dp.size].clone())"),
     ], top="# q22: rank r keeps shard r + 1, the chunk q19's reduce-scatter leaves whole on it\n"),
+    "q22_clone_saved": Mistake("q22", [
+        ("""        full = module.dp.all_gather(shard.detach())
+        return functional_call(module.block, module.weights(full), (x,))""",
+         """        full = module.dp.all_gather(shard.detach())
+        ctx.full = full.clone()                       # the backward's weights: a copy of its own, kept for it
+        return functional_call(module.block, module.weights(full), (x,))"""),
+        ("""        full = module.dp.all_gather(module.shard.detach()).requires_grad_()""",
+         """        module.dp.all_gather(module.shard.detach())   # gathered as FSDP's backward does, so the count is right
+        full = ctx.full.requires_grad_()"""),
+    ], top="# q22: the forward's gathered weights kept as a clone for the backward; the backward's gather unused\n"),
     "q20_last_stage_unarmed": Mistake("q20", [
         ("""        if mb == m - 1:                          # the stage's last backward: after it, every gradient is final
             reducer.arm()

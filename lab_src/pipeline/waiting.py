@@ -57,6 +57,9 @@ class _Helper:
             except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
                 failure.append(e)
             done.set()
+            # let go of the work at once: it holds the message's tensors, which the rank's memory scan
+            # (harness/live.py) would otherwise find alive until the next wait
+            del work, done, failure
 
 
 def stoppable() -> bool:

@@ -49,6 +49,7 @@ class FsdpGroup:
         self._lock = threading.Lock()
         self._next = 0
         self.tracer = None                        # pipeline/trace.py's Tracer of the rank, set by the kind
+        self.on_backward_gather = None            # (layer) -> None: called after each gather of a backward (the kind's)
         self.ring = None                          # ring(tensor, group) summing in place (q19's): the kind's; None: gloo
 
     def _record(self, kind: str, t_start: float, flat: torch.Tensor) -> None:
@@ -102,7 +103,14 @@ class FsdpGroup:
         if held > self.peak:
             self.peak, self.peak_layers = held, layers
         self._record("allgather_fsdp", t_start, full)
+        if self.on_backward_gather is not None and self._in_backward():
+            self.on_backward_gather(layer)
         return full
+
+    def _in_backward(self) -> bool:
+        """Whether this thread is in a backward of the pipeline (the tracer's operation in progress)."""
+        pending = self.tracer.pending if self.tracer is not None else None
+        return pending is not None and pending.kind.startswith("backward")
 
     def gather_raw(self, shard: torch.Tensor, total: int | None = None) -> torch.Tensor:
         """The gather itself, neither noted nor watched (the kind's own reading of the shards' gradients). The
@@ -209,6 +217,17 @@ class FsdpGroup:
         self.scatters.append([time.perf_counter(), self.layer_of_length.get(flat.numel(), "?"), nbytes])
         self._record("reducescatter_fsdp", t_start, flat)
         return part
+
+    def gathered_addresses(self) -> set[int]:
+        """The storage addresses of the gathered copies alive now (those emptied too: their address is 0)."""
+        out = set()
+        with self._lock:
+            for _, _, ref in self.alive.values():
+                storage = torch.UntypedStorage._new_with_weak_ptr(ref.cdata)
+                if storage is not None:
+                    out.add(storage.data_ptr())
+                del storage
+        return out
 
     def gathered_bytes(self) -> int:
         return self._held()[0]

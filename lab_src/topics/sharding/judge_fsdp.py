@@ -6,9 +6,11 @@ Three parts, read from behaviour, never from the answer's form:
              in a digits training, the replicas' mean loss at every step on one process's curve (q13's tolerance)
     memory   at rest the stage holds the replicated parameters and its blocks' shards, nothing of their whole
              parameters; at the peak of a step at most two layers' gathered copies beside them (the one in use,
-             and one prefetched); none left after the step
+             and one prefetched); none left after the step; at the first gather of a backward, no more than
+             HIDDEN_LAYERS layers' worth of tensors the lab did not hand out (every live tensor of the rank counted)
     counts   per step and block: one gather per micro-batch's forward and one per its backward, one reduce-scatter
-             per backward
+             per backward; a backward's gather does not count where the rank already held the weights from the
+             forward (the memory part's scan)
 """
 from __future__ import annotations
 
@@ -22,6 +24,15 @@ from lab_src.judge.problems import Problem, first_wrong_steps
 
 SLACK_BYTES = 4096          # buffers and small tensors a module may keep
 GATHERED_AT_ONCE = 2        # the layer in use and one prefetched
+# The rank's tensors beyond what the lab declared at the first gather of a backward (kind_fsdp.py's scan,
+# harness/live.py), in units of the stage's largest layer's whole weights. Measured on the five hidden cases with the
+# reference (3 runs) and the valid variants of tests/test_q22_fsdp_layer.py (FSDP1's resized storage, torch.split,
+# the block registered: 1 run, and every run of that test since), every rank, first and last step: 4,100 to 41,480 B,
+# 0.08 to 0.73 of a layer (the gradient in flight, a micro-batch's activation: 32,768 B in the digits trainings; the
+# last stage's outputs the step keeps, 4 x 8,192 B), the same bytes every run (tensors alive at a set moment, not
+# timing). A copy of every block's weights kept for the backward is at least 2.08 layers there (a stage of two
+# blocks, one micro-batch in flight: cohort q22_clone_saved). 1.5 layers: twice the noise, below the least copy.
+HIDDEN_LAYERS = 1.5
 
 
 def curve_problems(outcome) -> list[Problem]:
@@ -125,6 +136,40 @@ def memory_problems(outcome) -> list[Problem]:
     return problems
 
 
+def hidden_copies(outcome, r: int) -> tuple[int, int, str, float] | None:
+    """(step, bytes, layer, in layers) of rank r's first scan that found more than HIDDEN_LAYERS layers' whole
+    weights in tensors the lab did not hand out, at the first gather of a backward; None where none did."""
+    o = outcome.obs[r]
+    layers = o.get("layers_flat") or {}
+    if not layers:
+        return None
+    elem = 8 if outcome.case.config.dtype == "float64" else 4
+    largest = max(total for total, _ in layers.values()) * elem
+    for k, step in enumerate(o.get("steps") or []):
+        found = step.get("hidden") or []
+        if found and found[0] > HIDDEN_LAYERS * largest:
+            return k, found[0], found[1], found[0] / largest
+    return None
+
+
+def hidden_problems(outcome, skip=()) -> list[Problem]:
+    """Whole weights kept where the watch of the gathered copies does not see them (a clone, a closure, a global):
+    counted among every tensor the rank held at the first gather of a backward."""
+    problems = []
+    for r in sorted(outcome.obs):
+        found = hidden_copies(outcome, r)
+        if found is None or r in skip:
+            continue
+        k, nbytes, layer, layers = found
+        problems.append(Problem(
+            f"step {k}: this rank held {nbytes:,} B of tensors beyond what the lab gave it when {layer} was gathered "
+            f"for its backward, as much as {layers:.1f} layers' whole weights: copies of gathered weights kept for "
+            f"the backward outside the gathered tensors (a clone, a closure, a global, an attribute of ctx); the "
+            f"lab counts every tensor the rank keeps, wherever it is. Free each layer's gathered weights when its "
+            f"forward returns, and gather them again in the backward", rank=r))
+    return problems
+
+
 def count_problems(outcome) -> list[Problem]:
     """Gathers per block (each gather names its shard, so its layer is known), reduce-scatters per stage (a flat
     gradient does not say whose it is when two blocks have the same size: they are counted together)."""
@@ -136,6 +181,14 @@ def count_problems(outcome) -> list[Problem]:
             counts = {layer: sum(1 for _, name, _ in step.get("gathers") or [] if name == layer) for layer in layers}
             off = [layer for layer in layers if counts[layer] != 2 * m]
             scatters = len(step.get("scatters") or [])
+            kept = hidden_copies(outcome, r)
+            if not off and kept is not None and kept[0] == k:
+                problems.append(Problem(
+                    f"step {k}: the backward's gathers were not what it computed with: when {kept[2]} was gathered "
+                    f"for its backward, this rank already held {kept[1]:,} B of tensors beyond what the lab gave it "
+                    f"({kept[3]:.1f} layers' whole weights, kept from the forward: see the memory part); FSDP "
+                    f"gathers a layer again for each backward because it freed the forward's copy", rank=r))
+                break
             if off:
                 problems.append(Problem(
                     f"step {k}: {off[0]} was gathered {_times(counts[off[0]])} in a step of {m} micro-batches; FSDP "
@@ -155,5 +208,7 @@ def _times(k: int) -> str:
 
 
 def judge_run(outcome) -> dict[str, list[Problem]]:
-    return {"values": value_problems(outcome), "memory": memory_problems(outcome),
+    memory = memory_problems(outcome)
+    return {"values": value_problems(outcome),
+            "memory": memory + hidden_problems(outcome, skip={p.rank for p in memory}),
             "counts": count_problems(outcome) + wire.byte_problems(outcome)}

@@ -19,6 +19,7 @@ from lab_src import exercises
 from lab_src.comm.grid import grid_case
 from lab_src.harness import observe
 from lab_src.harness.case import Case
+from lab_src.harness.live import LiveTensors, addresses
 from lab_src.harness.memory import counting
 from lab_src.harness.settings import settings_of
 
@@ -93,6 +94,14 @@ def storage_bytes(tensors) -> int:
     return total
 
 
+def reachable_addresses(*values) -> set[int]:
+    """The storage addresses of every tensor inside `values` (as `held_bytes` walks them)."""
+    seen: set = set()
+    for value in values:
+        held_bytes(value, seen)
+    return {key[0] for key in seen if isinstance(key, tuple)}
+
+
 def grad_bytes(params) -> int:
     return storage_bytes([p.grad for p in params if p.grad is not None])
 
@@ -113,6 +122,16 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
             # their gradients, and what the answer's `state` holds; the 1F1B step's activations are counted too
             tracer.state_memory = lambda: (kept, 0, grad_bytes(params), held_bytes(state)[0])
             steps = obs["steps"] = []
+            # the rank's memory beyond what the lab declared (harness/live.py): after a step, every live tensor
+            # storage but the parameters, their gradients, `state`'s and the lab's records, and what was alive before
+            # this case (the ranks run one case after another); what the step leaves alive outside `state` (a
+            # module global, a closure, a cache) shows here
+            live = LiveTensors()
+            live.mark()
+
+            def known() -> set[int]:
+                return (addresses(params) | addresses(p.grad for p in params if p.grad is not None)
+                        | reachable_addresses(state, obs))
             for k in range(settings.steps):
                 observe.barrier(group)
                 for p in params:
@@ -125,6 +144,8 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                 with torch.no_grad():
                     returned = exercises.sharded_adamw_step(params, dp, state, settings.lr)
                 seconds = time.perf_counter() - t0
+                # after the first and the last step (a scan costs tens of milliseconds)
+                found = live.scan(known()) if k in (0, settings.steps - 1) else None
                 if returned is not None:
                     obs["returned"] = (f"sharded_adamw_step returns nothing; it returned "
                                        f"{observe.plain(returned)!r}")[:300]
@@ -135,12 +156,14 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                     "params": {n: p.detach().cpu().clone() for n, p in stage.named_parameters()},
                     "state_bytes": nbytes, "state_tensors": tensors, "largest_state": largest,
                     "grad_bytes": grad_bytes(params),
+                    **({"hidden_bytes": found.bytes, "hidden_largest": found.largest} if found else {}),
                     "sends": [[e.peer, e.bytes] for e in events if e.is_send],
                     "recvs": [[e.peer, e.bytes] for e in events if e.is_recv],
                     "collectives": [e.kind for e in events if e.is_collective],
                     **({"state_values": floating_tensors(state)} if k == 0 else {}),
                 })
             obs.pop("stepping", None)
+            obs["scan_seconds"] = live.seconds
             grid.finish(stage)      # every rank is past its steps: nothing is in flight on the groups
         finally:
             tracer.state_memory = None

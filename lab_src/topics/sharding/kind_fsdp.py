@@ -15,6 +15,8 @@ gathered copies still held after the step (FsdpGroup, fsdp.py).
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -23,11 +25,12 @@ from lab_src.comm import collectives as coll
 from lab_src.comm.grid import grid_case
 from lab_src.harness import observe
 from lab_src.harness.case import Case
+from lab_src.harness.live import LiveTensors, addresses
 from lab_src.harness.settings import settings_of
 from lab_src.pipeline import waiting
 from lab_src.pipeline.stage import PipelineStage
 from lab_src.topics.sharding.fsdp import FsdpGroup
-from lab_src.topics.sharding.kind import grad_bytes, held_bytes, storage_bytes
+from lab_src.topics.sharding.kind import grad_bytes, held_bytes, reachable_addresses, storage_bytes
 from lab_src.topics.sharding.records import chunk_bounds, shard_bounds
 
 SGD_LR = 0.1    # topics/data_parallel/judge_buckets.py's, whose one-process gradients the judge compares with
@@ -133,6 +136,9 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
 def _steps(case: Case, ctx, group, tracer, obs, grid, settings) -> None:
     dp_size, dp_rank, dp_group, mbs, m = grid.dp_size, grid.dp_rank, grid.dp_group, grid.mbs, grid.m
     training = settings.digits
+    # the rank's memory beyond what the lab declared (harness/live.py), from before the stage is built
+    live = LiveTensors()
+    live.mark()
     if training:
         from lab_src.topics.training.classifier import ClassifierStage
         from lab_src.topics.training.digits import Digits
@@ -159,6 +165,20 @@ def _steps(case: Case, ctx, group, tracer, obs, grid, settings) -> None:
     tracer.state_memory = lambda: (obs["rest_bytes"], dp.gathered_bytes(), grad_bytes(held),
                                    held_bytes(optimizer.state)[0] if optimizer is not None else 0)
     steps = obs["steps"] = []
+    # at the first gather of a backward (the boundary of forwards and backwards: every micro-batch in flight has run
+    # its forwards), in the first and the last step: every live tensor storage but the parameters, their gradients,
+    # the gathered copies the lab watches, the optimizer's state, the lab's records and data, the activations (the
+    # autograd graph's tensors, what autograd saved) and what was there before the stage was built. A copy of the
+    # weights kept for the backward where the watch does not see it (a clone, a closure, a global) shows here. A
+    # scan costs a few milliseconds (the first of a process more: harness/live.py): two a case
+    hidden: list = []
+
+    def scan(layer: str) -> None:
+        dp.on_backward_gather = None
+        known = (addresses(held) | addresses(p.grad for p in held if p.grad is not None) | dp.gathered_addresses()
+                 | reachable_addresses(obs, optimizer.state if training else None, digits if training else None))
+        found = live.scan(known)
+        hidden[:] = [found.bytes, layer, found.storages, found.largest]
     for k in range(settings.steps):
         observe.barrier(group)
         for p in stage.parameters():
@@ -169,7 +189,12 @@ def _steps(case: Case, ctx, group, tracer, obs, grid, settings) -> None:
             data_iter = grid.data_iter(stage)
         dp.new_step()
         obs["stepping"] = k
-        returned = exercises.one_f_one_b_step(stage, data_iter, m)
+        hidden.clear()
+        scanned = k in (0, settings.steps - 1)
+        dp.on_backward_gather = scan if scanned else None
+        # autograd's saved tensors noted only in the steps scanned (a Python call for each one saved)
+        with live.saving() if scanned else contextlib.nullcontext():
+            returned = exercises.one_f_one_b_step(stage, data_iter, m)
         for p in replicated:              # the lab's part: the parameters every rank holds whole, averaged
             if p.grad is not None and dp.size > 1:
                 waiting.wait(reduce(p.grad, group=dp_group, async_op=True))
@@ -178,6 +203,7 @@ def _steps(case: Case, ctx, group, tracer, obs, grid, settings) -> None:
             "gathers": [list(g) for g in dp.gathers], "scatters": [list(s) for s in dp.scatters],
             "peak": dp.peak, "peak_layers": list(dp.peak_layers), "longest": dict(dp.longest),
             "left": dp.gathered_now(),
+            "hidden": list(hidden),
         })
         if training:
             steps[-1]["loss"] = observe.unpack_step(returned, obs)[1] if stage.is_last_stage else None
@@ -189,4 +215,5 @@ def _steps(case: Case, ctx, group, tracer, obs, grid, settings) -> None:
                 if p.grad is not None:
                     p -= SGD_LR * p.grad
     obs.pop("stepping", None)
+    obs["scan_seconds"] = live.seconds
     grid.finish(stage)

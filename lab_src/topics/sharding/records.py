@@ -66,9 +66,13 @@ class ZeroObserved(StageObserved):
     returned: str               # what was wrong with what the step returned, if anything
     steps: list                 # per step: {"params": {name: tensor} after the step, "state_bytes", "state_tensors"
                                 #   (how many tensors `state` holds), "largest_state" (elements of its largest),
-                                #   "grad_bytes" (.grad still held after the step), "sends" / "recvs" ([[peer,
+                                #   "grad_bytes" (.grad still held after the step), "hidden_bytes" (every live
+                                #   tensor storage of the rank but the parameters, gradients, `state`'s and the lab's
+                                #   records, after the step: harness/live.py), "hidden_largest"
+                                #   (bytes of the largest such storage), "sends" / "recvs" ([[peer,
                                 #   bytes]]), "collectives": [event kind], and after the first step "state_values"
                                 #   (the floating tensors of `state`, flattened: kind.floating_tensors)}
+    scan_seconds: float         # the lab's own time scanning the rank's live tensors (harness/live.py), all steps
 
 
 # q22: the graded prediction, for a stage of 4 blocks of the default model (hidden 32: 12,704 parameters a block)
@@ -96,4 +100,7 @@ class FsdpObserved(StageObserved):
                                 #   gathered bytes held at once), "peak_layers", "longest" ({layer: seconds a gathered
                                 #   copy lived at most}), "left" (layers still gathered after the step), "grads"
                                 #   ({name: the whole gradient}; not in a digits training), "loss" (a digits
-                                #   training's, on the last stage)
+                                #   training's, on the last stage), "hidden" ([bytes, layer, storages, largest]: the
+                                #   tensors the rank held beyond what the lab declared at the first gather of a
+                                #   backward, in the first and the last step: harness/live.py; [] elsewhere)
+    scan_seconds: float         # the lab's own time scanning the rank's live tensors (harness/live.py), all steps
