@@ -90,7 +90,7 @@ def test_the_judge_names_bytes_no_message_carried_and_messages_never_sent():
         obs = {0: {"events": [row], "lab_sent": lab}, 1: {"events": []}}
         count = wire.WireCount(sent_to={1: sent}, readings=("start 0", "end 0"))
         return SimpleNamespace(case=SimpleNamespace(stages=2), obs=obs, failure=None, wire_failed=None,
-                               wire={0: count, 1: wire.WireCount(readings=("start 0", "end 0"))}, wire_unseen=None)
+                               wire={0: count, 1: wire.WireCount(readings=("start 0", "end 0"))}, wire_unseen=None, wire_loopback=None)
 
     assert byte_problems(outcome(1_000_300, 1_000_000)) == []
     assert byte_problems(outcome(1_300_000, 1_000_000, lab=300_000)) == []

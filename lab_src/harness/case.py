@@ -86,6 +86,7 @@ class CaseOutcome:
     # rank -> its backwards' begins and ends and the lab's marks, in its journal's order (harness/case_watch.py `order`)
     order: dict = field(default_factory=dict)
     wire_unseen: int | None = None
+    wire_loopback: int | None = None        # all the sandbox's loopback carried over the case
     wire_failed: str | None = None
 
     def __post_init__(self):

@@ -61,7 +61,8 @@ def here(name: str, force: bool = False) -> bool:
     pause = 0.0005
     while time.monotonic() < until:
         if ok.exists():
+            ok.unlink(missing_ok=True)      # the folder stays short: the watch lists it every 2 ms
             return True
         time.sleep(pause)
-        pause = min(pause * 1.5, 0.005)
+        pause = min(pause * 1.5, 0.002)
     return False

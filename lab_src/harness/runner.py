@@ -191,7 +191,7 @@ def run_cases(cases: list[Case], run_dir: Path, *, case_deadline_s: float = limi
                 if case.index in counted:
                     outcome = outcomes[case.index]
                     outcome.wire = {r: c for r in range(case.stages) if (c := wires.count(case.index, r)) is not None}
-                    outcome.wire_unseen = wires.unseen(case.index, range(case.stages))
+                    outcome.wire_unseen, outcome.wire_loopback = wires.unseen(case.index, range(case.stages)) or (None, None)
                     outcome.wire_failed = wires.failed
         if watches:
             # the lines written since its last poll (earlier groups': in `after`), before anything is decided

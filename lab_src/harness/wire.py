@@ -44,6 +44,7 @@ class Conn:
     sent: int               # bytes_sent less bytes_retrans: each byte of data once
     received: int
     segs_out: int
+    retrans: int = 0        # bytes sent again (a loaded machine's loopback drops some): the interface counts them
 
 
 def open_diag() -> socket.socket:
@@ -90,7 +91,7 @@ def _parse(msg: bytes) -> Conn | None:
     sport, dport = struct.unpack_from("!HH", msg, 4)
     src, dst = msg[8:24], msg[24:40]
     inode = struct.unpack_from("=I", msg, 68)[0]
-    sent = received = segs = 0
+    sent = received = segs = retrans = 0
     off = 72
     while off + 4 <= len(msg):
         alen, atype = struct.unpack_from("=HH", msg, off)
@@ -99,8 +100,8 @@ def _parse(msg: bytes) -> Conn | None:
         if atype == INET_DIAG_INFO:
             info = msg[off + 4: off + alen]
             if len(info) >= _OFF_BYTES_RETRANS + 8:     # what was sent, each byte once (a retransmission is not more)
-                sent = (struct.unpack_from("=Q", info, _OFF_BYTES_SENT)[0]
-                        - struct.unpack_from("=Q", info, _OFF_BYTES_RETRANS)[0])
+                retrans = struct.unpack_from("=Q", info, _OFF_BYTES_RETRANS)[0]
+                sent = struct.unpack_from("=Q", info, _OFF_BYTES_SENT)[0] - retrans
             elif len(info) >= _OFF_BYTES_ACKED + 8:
                 sent = struct.unpack_from("=Q", info, _OFF_BYTES_ACKED)[0]
             if len(info) >= _OFF_BYTES_RECEIVED + 8:
@@ -109,7 +110,7 @@ def _parse(msg: bytes) -> Conn | None:
                 segs = struct.unpack_from("=I", info, _OFF_SEGS_OUT)[0]
         off += (alen + 3) & ~3
     fam = socket.AF_INET if family == socket.AF_INET else socket.AF_INET6
-    return Conn(inode, (_address(fam, src), sport), (_address(fam, dst), dport), sent, received, segs)
+    return Conn(inode, (_address(fam, src), sport), (_address(fam, dst), dport), sent, received, segs, retrans)
 
 
 def socket_inodes(pid: int) -> set[int]:
@@ -151,7 +152,8 @@ class Reading:
     unread: bool = False        # the rank's connections could not be read (no socket, no such process)
     peers: dict = field(default_factory=dict)       # inode -> the rank at its other end then (None: no rank)
     # in a sandbox, every TCP socket of its namespace (whoever holds it, or none: one closed with bytes still in
-    # flight): (its address, its peer's) -> (bytes sent, segments sent), for the loopback's account (`unseen`)
+    # flight): (its address, its peer's) -> (bytes sent, retransmissions included; segments sent), for the
+    # loopback's account (`unseen`)
     namespace: dict = field(default_factory=dict)
 
 
@@ -247,7 +249,7 @@ class WireWatch:
     def _answer(self) -> None:
         for entry in sorted(os.scandir(self.folder), key=lambda e: e.name):
             name = entry.name
-            if name.startswith(".") or name.endswith(".ok") or name.endswith(".read"):
+            if name.startswith(".") or name.endswith(".ok"):
                 continue
             try:
                 rank, _pid, _number = (int(x) for x in name.split("."))
@@ -262,7 +264,7 @@ class WireWatch:
                 self.current[rank] = int(case)
             elif kind == "end":
                 self.current[rank] = None
-            os.replace(entry.path, entry.path + ".read")
+            os.unlink(entry.path)
             Path(entry.path + ".ok").touch()
 
     def _read(self, rank: int, inner_pid: int) -> Reading:
@@ -279,7 +281,7 @@ class WireWatch:
             self.owner[_host(conn.local)] = rank
         reading.peers = self._peers(reading.conns, everything)
         if self.sandboxed:
-            reading.namespace = {(c.local, c.remote): (c.sent, c.segs_out) for c in every}
+            reading.namespace = {(c.local, c.remote): (c.sent + c.retrans, c.segs_out) for c in every}
         return reading
 
     def _peers(self, conns: dict, everything: dict) -> dict:
@@ -354,10 +356,10 @@ class WireWatch:
             else:
                 out.after += sent
 
-    def unseen(self, case: int, ranks) -> int | None:
+    def unseen(self, case: int, ranks) -> tuple[int, int] | None:
         """The bytes the sandbox's loopback carried from the first rank's start of `case` to the last one's end that
         no TCP socket of the namespace accounts for (their headers estimated): a connection opened and closed between
-        two readings, or traffic that is not TCP. None outside a sandbox or without readings."""
+        two readings, or traffic that is not TCP; and all it carried. None outside a sandbox or without readings."""
         readings = []
         for rank in ranks:
             rows = self.readings.get(rank, [])
@@ -374,7 +376,7 @@ class WireWatch:
             for key, (sent, segs) in b.namespace.items():
                 was = a.namespace.get(key, (0, 0))
                 explained += max(0, sent - was[0]) + HEADER_BYTES * max(0, segs - was[1])
-        return max(0, carried - explained)
+        return max(0, carried - explained), carried
 
 
 def _inner_pid(pid: int) -> int | None:

@@ -7,7 +7,7 @@ elements, which is how the judge tells a ring whose ranks each add in their own 
 
 In a hidden case (settings "perturb") each rank changes its input, once drawn, by noise drawn from a seed the
 case's rank 0 draws with os.urandom and hands to the case's ranks through the launch's store (kind.py), never
-through a message of the answer's: `input_of` with that seed. Rank 0 reports the seed, and the judge draws the
+through a message of the answer's: `input_of` with that seed (each element scaled by a factor drawn from it). Rank 0 reports the seed, and the judge draws the
 changed inputs here, so a rank that redraws every rank's input from the configuration's seed sums other numbers.
 """
 from __future__ import annotations
@@ -25,12 +25,15 @@ def tensor_of(seed: int, length: int, position: int, dtype: str = "float32") -> 
 
 
 def input_of(seed: int, length: int, position: int, dtype: str = "float32", perturbed: int | None = None) -> torch.Tensor:
-    """The input of the rank at `position`: tensor_of's, changed (with `perturbed`, the case's seed drawn outside
-    the answer) by noise of the same spread, added in float64 and then cast, so rank and judge get the same bits."""
+    """The input of the rank at `position`: tensor_of's, with `perturbed` (the case's seed drawn outside the answer)
+    each element multiplied by a factor in [0.5, 1.5) drawn from it, in float64 and then cast, so that rank and judge
+    get the same bits. One uniform draw: a third of what tensor_of's own draw costs."""
     x = tensor_of(seed, length, position, dtype)
     if perturbed is None:
         return x
-    return (x.double() + tensor_of(int(perturbed), length, position, "float64")).to(DTYPES[dtype])
+    g = torch.Generator().manual_seed(int(perturbed) * 1_000_003 + length * 7919 + position * 104_729)
+    factor = torch.rand(length, generator=g, dtype=torch.float64).add_(0.5)
+    return (x.double() * factor).to(DTYPES[dtype])
 
 
 def inputs_of(seed: int, length: int, n: int, dtype: str = "float32", perturbed: int | None = None) -> list[torch.Tensor]:
