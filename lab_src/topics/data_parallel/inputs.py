@@ -15,6 +15,10 @@ from __future__ import annotations
 import torch
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+# The shortest inputs are left as drawn: a few elements summed in another order can by chance give the same bits,
+# and which of them did would then change from one grading to the next (the feedback names the lengths where the
+# ranks' bits differ); from 64 elements on, they never do. An answer that redraws the inputs is named on the longer.
+PERTURBED_FROM = 64
 
 
 def tensor_of(seed: int, length: int, position: int, dtype: str = "float32") -> torch.Tensor:
@@ -29,7 +33,7 @@ def input_of(seed: int, length: int, position: int, dtype: str = "float32", pert
     each element multiplied by a factor in [0.5, 1.5) drawn from it, in float64 and then cast, so that rank and judge
     get the same bits. One uniform draw: a third of what tensor_of's own draw costs."""
     x = tensor_of(seed, length, position, dtype)
-    if perturbed is None:
+    if perturbed is None or length < PERTURBED_FROM:
         return x
     g = torch.Generator().manual_seed(int(perturbed) * 1_000_003 + length * 7919 + position * 104_729)
     factor = torch.rand(length, generator=g, dtype=torch.float64).add_(0.5)
