@@ -150,7 +150,7 @@ class Reading:
     conns: dict = field(default_factory=dict)       # inode -> Conn
     loopback: int | None = None
     unread: bool = False        # the rank's connections could not be read (no socket, no such process)
-    peers: dict = field(default_factory=dict)       # inode -> the rank at its other end then (None: no rank)
+    peers: dict = field(default_factory=dict)       # inode -> the inode of its other end then (None: not found)
     # in a sandbox, every TCP socket of its namespace (whoever holds it, or none: one closed with bytes still in
     # flight): (its address, its peer's) -> (bytes sent, retransmissions included; segments sent), for the
     # loopback's account (`unseen`)
@@ -217,7 +217,8 @@ class WireWatch:
         self.netns = None
         self.attached = False
         self.readings: dict[int, list[tuple[str, Reading]]] = {}
-        self.owner: dict[tuple, int] = {}         # endpoint -> the rank whose socket it is
+        self.owner: dict[tuple, int] = {}         # endpoint -> the inode of the rank's socket that last had it
+        self.holders: dict[int, set] = {}         # socket inode -> the ranks whose descriptors held it at a reading
         self.pids: dict[int, int] = {}            # rank -> its pid here
         self.current: dict[int, int | None] = {}   # rank -> the case it is in (by its fences)
         self.failed: str | None = None
@@ -277,22 +278,25 @@ class WireWatch:
         mine = socket_inodes(pid)
         reading = Reading(at, {i: c for i, c in everything.items() if i in mine},
                           loopback_bytes(pid) if self.sandboxed else None)     # the host's loopback: everyone's
-        for conn in reading.conns.values():
-            self.owner[_host(conn.local)] = rank
-        reading.peers = self._peers(reading.conns, everything)
+        for inode, conn in reading.conns.items():
+            self.owner[_host(conn.local)] = inode
+        for inode in mine:
+            self.holders.setdefault(inode, set()).add(rank)
+        # each connection's other end as the sockets are now (ports are reused as connections close and others
+        # open, so an endpoint names a socket only while it lives); whose it is, at count(): `holders`
+        by_local = {_host(c.local): c.inode for c in every if c.inode}
+        reading.peers = {i: by_local.get(_host(c.remote)) for i, c in reading.conns.items()}
         if self.sandboxed:
             reading.namespace = {(c.local, c.remote): (c.sent + c.retrans, c.segs_out) for c in every}
         return reading
 
-    def _peers(self, conns: dict, everything: dict) -> dict:
-        """Each connection's peer rank as the sockets are now: ports are reused as connections close and others
-        open, so an endpoint names a rank only while its socket lives."""
-        now: dict = {}
-        for r, p in self.pids.items():
-            for inode in socket_inodes(p):
-                if inode in everything:
-                    now[_host(everything[inode].local)] = r
-        return {i: now.get(_host(c.remote), self.owner.get(_host(c.remote))) for i, c in conns.items()}
+    def _peer(self, reading: Reading, inode: int, conn: Conn) -> int | None:
+        """The rank at the other end of `conn`: the one rank whose descriptors held the other end's socket at one of
+        its readings (a socket every rank holds, inherited from the agent that forked them, is the store's: no rank's);
+        where the other end was never read, the rank whose socket last had that address."""
+        other = reading.peers.get(inode) or self.owner.get(_host(conn.remote))
+        holders = self.holders.get(other) if other else None
+        return next(iter(holders)) if holders and len(holders) == 1 else None
 
     def _pid(self, rank: int, inner: int) -> int | None:
         if not self.sandboxed:
@@ -345,7 +349,7 @@ class WireWatch:
         out.closed += sum(1 for i in a.conns if i not in b.conns) if inside else 0
         for inode, conn in b.conns.items():
             sent, received = self._delta(a.conns.get(inode), conn)
-            peer = b.peers[inode] if inode in b.peers else self.owner.get(_host(conn.remote))
+            peer = self._peer(b, inode, conn)
             if peer == rank:
                 continue                # gloo's connection of a rank to itself
             if peer is None:
