@@ -155,13 +155,12 @@ LAB_SENT = [0]
 _LAB_LOCK = threading.Lock()
 
 
-def wire_bytes(name: str, tensors: list, size: int) -> int:
-    """What one rank sends for collective `name` of `tensors` (as passed: output first where there is one) over a
-    group of `size`, by ring algorithms: an all-reduce 2(n - 1)/n of the tensor, an all-gather (n - 1) inputs, a
-    reduce-scatter (n - 1)/n of the input, a broadcast at most the tensor; 0 for anything else."""
-    if size <= 1 or not tensors:
+def wire_bytes(name: str, nbytes: list[int], size: int) -> int:
+    """What one rank sends for collective `name` of tensors of `nbytes` bytes (as passed: output first where there is
+    one) over a group of `size`, by ring algorithms: an all-reduce 2(n - 1)/n of the tensor, an all-gather (n - 1)
+    inputs, a reduce-scatter (n - 1)/n of the input, a broadcast at most the tensor; 0 for anything else."""
+    if size <= 1 or not nbytes:
         return 0
-    nbytes = [t.numel() * t.element_size() for t in tensors]
     base = name.replace("_into_tensor", "").replace("_single", "").replace("_tensor", "")
     if base == "all_reduce":
         return 2 * (size - 1) * nbytes[0] // size
@@ -188,7 +187,8 @@ def lab(name: str):
                 tensors = [a for a in args[1:] if isinstance(a, torch.Tensor)]
             group = kwargs.get("group")
             with _LAB_LOCK:
-                LAB_SENT[0] += wire_bytes(name, tensors, dist.get_world_size(group))
+                LAB_SENT[0] += wire_bytes(name, [t.numel() * t.element_size() for t in tensors],
+                                          dist.get_world_size(group))
         return original(*args, **kwargs)
     counted.__name__ = getattr(original, "__name__", name)
     return counted

@@ -173,20 +173,16 @@ def _host(address: tuple) -> tuple:
 class WireCount:
     """What the kernel counted on one rank's connections over one case, read from outside the rank.
 
-    `sent_to` and `received_from`: bytes per peer rank, from the case's start fence to its end fence; `after`: bytes
+    `sent_to`: bytes per peer rank, from the case's start fence to its end fence; `after`: bytes
     sent to ranks from its end fence to the next case's start (the lab's own: a few hundred bytes); `other_sent`:
     to processes that are no rank (the launch's store, where the lab's barriers poll); `readings`: the fences
-    read (`start`, `groups`..., `end`); `closed`: connections that closed between two readings (their last
-    bytes were not counted); `unseen`: bytes the namespace's loopback carried in the case that no connection
-    read accounts for (None: not measured, outside a sandbox), the whole case's, on every rank's count.
+    read (`start`, `groups`..., `end`); `unread`: readings that could not be made. What no connection accounts
+    for is the case's, not a rank's: `WireWatch.unseen`.
     """
     sent_to: dict = field(default_factory=dict)
-    received_from: dict = field(default_factory=dict)
     after: int = 0
     other_sent: int = 0
     readings: tuple = ()
-    closed: int = 0
-    unseen: int | None = None
     unread: int = 0             # readings the launching process could not make (the rank's process not found)
 
     @property
@@ -220,7 +216,6 @@ class WireWatch:
         self.owner: dict[tuple, int] = {}         # endpoint -> the inode of the rank's socket that last had it
         self.holders: dict[int, set] = {}         # socket inode -> the ranks whose descriptors held it at a reading
         self.pids: dict[int, int] = {}            # rank -> its pid here
-        self.current: dict[int, int | None] = {}   # rank -> the case it is in (by its fences)
         self.failed: str | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="wire-watch")
@@ -260,11 +255,6 @@ class WireWatch:
                 continue
             reading = self._read(rank, pid)
             self.readings.setdefault(rank, []).append((what, reading))
-            kind, _, case = what.partition(" ")
-            if kind == "start" and case.isdigit():
-                self.current[rank] = int(case)
-            elif kind == "end":
-                self.current[rank] = None
             os.unlink(entry.path)
             Path(entry.path + ".ok").touch()
 
@@ -340,15 +330,13 @@ class WireWatch:
         return out
 
     @staticmethod
-    def _delta(before: Conn | None, now: Conn) -> tuple[int, int]:
-        if before is None:
-            return now.sent, now.received
-        return max(0, now.sent - before.sent), max(0, now.received - before.received)
+    def _delta(before: Conn | None, now: Conn) -> int:
+        """What `now` sent since `before` (all it sent where it is new)."""
+        return now.sent if before is None else max(0, now.sent - before.sent)
 
     def _add(self, out: WireCount, a: Reading, b: Reading, inside: bool, rank: int) -> None:
-        out.closed += sum(1 for i in a.conns if i not in b.conns) if inside else 0
         for inode, conn in b.conns.items():
-            sent, received = self._delta(a.conns.get(inode), conn)
+            sent = self._delta(a.conns.get(inode), conn)
             peer = self._peer(b, inode, conn)
             if peer == rank:
                 continue                # gloo's connection of a rank to itself
@@ -356,7 +344,6 @@ class WireWatch:
                 out.other_sent += sent if inside else 0
             elif inside:
                 out.sent_to[peer] = out.sent_to.get(peer, 0) + sent
-                out.received_from[peer] = out.received_from.get(peer, 0) + received
             else:
                 out.after += sent
 
