@@ -72,6 +72,25 @@ def test_a_fence_waits_for_the_watch_which_reads_the_rank(tmp_path):
         accepted.close()
 
 
+def test_what_a_rank_sends_after_a_case_is_read_up_to_its_next_case_counted_or_not(tmp_path):
+    """`after` closes at the rank's next case: where that case is not counted (another kind's, in a submission's
+    launch), its fence is `pass`, and that case's own traffic is not the counted case's."""
+    watch = wire.WireWatch(tmp_path, sandboxed=False)
+    watch.stop()
+    mine, theirs = (("127.0.0.1", 5000), ("127.0.0.1", 6000))
+
+    def reading(sent):
+        conn = wire.Conn(1, mine, theirs, sent, 0, 0)
+        return wire.Reading(0.0, {1: conn}, peers={1: 2})
+    watch.holders = {1: {0}, 2: {1}}
+    watch.readings[0] = [("start 0", reading(0)), ("end 0", reading(1_000)), ("pass 1", reading(1_200)),
+                         ("start 2", reading(5_000_000)), ("end 2", reading(5_001_000))]
+    first = watch.count(0, 0)
+    assert first.sent_to == {1: 1_000} and first.after == 200
+    last = watch.count(2, 0)
+    assert last.sent_to == {1: 1_000} and last.after == 0
+
+
 def test_an_unarmed_fence_does_nothing():
     fence._armed.clear()
     t = time.monotonic()

@@ -3,7 +3,7 @@
 At a fence the rank writes a request (`<run dir>/wire/<rank>.<number>`: its pid and the fence's name) and waits
 until the launching process, which reads the kernel's counts of the rank's connections (harness/wire.py
 `WireWatch`), answers with `<rank>.<number>.ok`. The worker puts a fence at the start and at the end of every
-case (`start <case>`, `end <case>`), and the mesh one before it destroys its groups (their connections close
+case (`start <case>`, `end <case>`; `pass <case>` at the start of one that is not counted), and the mesh one before it destroys its groups (their connections close
 with them, and their counts with those: `groups`). What is counted between two fences is what the rank sent
 between them.
 
@@ -34,6 +34,13 @@ def start(case: int) -> None:
     if _armed:
         here(f"start {case}", force=True)
         _armed["case"] = case
+
+
+def passing(case: int) -> None:
+    """A case whose bytes are not counted (another kind's, or one this rank sits out) begins: what the rank sent
+    after the last counted case's end is read up to here, not across this case's own traffic."""
+    if _armed:
+        here(f"pass {case}", force=True)
 
 
 def end(case: int) -> bool:

@@ -173,11 +173,11 @@ def _host(address: tuple) -> tuple:
 class WireCount:
     """What the kernel counted on one rank's connections over one case, read from outside the rank.
 
-    `sent_to`: bytes per peer rank, from the case's start fence to its end fence; `after`: bytes
-    sent to ranks from its end fence to the next case's start (the lab's own: a few hundred bytes); `other_sent`:
-    to processes that are no rank (the launch's store, where the lab's barriers poll); `readings`: the fences
-    read (`start`, `groups`..., `end`); `unread`: readings that could not be made. What no connection accounts
-    for is the case's, not a rank's: `WireWatch.unseen`.
+    `sent_to`: bytes per peer rank, from the case's start fence to its end fence; `after`: bytes sent to ranks
+    from its end fence to the start of the rank's next case, counted or not (the lab's own: a few hundred bytes);
+    `other_sent`: to processes that are no rank (the launch's store, where the lab's barriers poll); `readings`:
+    the fences read (`start`, `groups`..., `end`); `unread`: readings that could not be made. What no connection
+    accounts for is the case's, not a rank's: `WireWatch.unseen`.
     """
     sent_to: dict = field(default_factory=dict)
     after: int = 0
@@ -243,12 +243,17 @@ class WireWatch:
             self._done.wait(self.poll_s)
 
     def _answer(self) -> None:
-        for entry in sorted(os.scandir(self.folder), key=lambda e: e.name):
-            name = entry.name
-            if name.startswith(".") or name.endswith(".ok"):
+        pending = []
+        for entry in os.scandir(self.folder):
+            if entry.name.startswith(".") or entry.name.endswith(".ok"):
                 continue
             try:
-                rank, _pid, _number = (int(x) for x in name.split("."))
+                rank, pid, number = (int(x) for x in entry.name.split("."))
+            except ValueError:
+                continue
+            pending.append(((rank, pid, number), entry))
+        for (rank, _pid, _number), entry in sorted(pending, key=lambda p: p[0]):   # a rank's in the order asked
+            try:
                 request = json.loads(Path(entry.path).read_text())
                 pid, what = int(request["pid"]), str(request["name"])[:40]
             except (ValueError, OSError, KeyError, TypeError):
@@ -319,7 +324,8 @@ class WireWatch:
             return None
         first = names.index(f"start {case}")
         last = names.index(f"end {case}") if f"end {case}" in names[first:] else None
-        nxt = next((i for i in range(first + 1, len(rows)) if names[i].startswith("start ")), len(rows))
+        # the window after the end closes at the rank's next case, counted ("start") or not ("pass")
+        nxt = next((i for i in range(first + 1, len(rows)) if names[i].startswith(("start ", "pass "))), len(rows))
         out = WireCount(readings=tuple(names[first:(last if last is not None else nxt - 1) + 1]))
         inside = rows[first:(last if last is not None else nxt - 1) + 1]
         out.unread = sum(1 for _, r in inside if r.unread)
