@@ -226,9 +226,10 @@ MISTAKES = {
                              "the output of the block with dropout 0.2"),
     # the replicated LayerNorms' gradients all-reduced: the block and dropout parts fail (their LayerNorm gradients
     # and their backward's extra rounds, named by the LayerNorm's size, not as q, k and v copies); the LayerNorms
-    # stay equal across ranks, and the trainings pass (AdamW's step does not change when a gradient is scaled by
-    # t, but for its eps): (0 + 0 + 1 + 1 + 1) / 5
-    "q18_norm_grads_reduced": (answer("q18_norm_grads_reduced"), 0.6,
+    # stay equal across ranks; the trainings fail, their curves 4e-4 from one process's (AdamW's step would hide
+    # a gradient scaled by t but for its eps, which q18's trainings set to 1e-4: tensor_parallel/records.py
+    # ADAM_EPS): (0 + 0 + 1 + 0 + 1) / 5
+    "q18_norm_grads_reduced": (answer("q18_norm_grads_reduced"), 0.4,
                                "4 of them reduce 256 bytes, the size of a LayerNorm's weight or bias"),
 }
 

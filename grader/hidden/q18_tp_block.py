@@ -58,7 +58,8 @@ HINTS = {
 
 
 _CODE = ("lab_src.pipeline.config", "lab_src.pipeline.model", "lab_src.pipeline.dropout", "lab_src.topics.training.digits",
-         "lab_src.topics.training.classifier", "lab_src.topics.training.single_process")
+         "lab_src.topics.training.classifier", "lab_src.topics.training.single_process",
+         "lab_src.topics.tensor_parallel.records")
 
 
 def single_process_curve(cfg) -> list[float]:

@@ -16,6 +16,7 @@ import torch
 
 from lab_src.harness.settings import settings_of
 from lab_src.judge.problems import Problem
+from lab_src.topics.tensor_parallel.records import ADAM_EPS
 from lab_src.topics.training.records import CURVE_RTOL, relative_differences
 
 
@@ -25,7 +26,7 @@ def single_process(cfg, steps: int, lr: float, perturbed: int | None = None) -> 
     rank 0 reported, pipeline/perturb.py)."""
     from lab_src.topics.training.digits import Digits
     from lab_src.topics.training.single_process import train_single_process
-    return train_single_process(cfg, Digits(cfg, 1), steps, lr, perturbed=perturbed)["losses"]
+    return train_single_process(cfg, Digits(cfg, 1), steps, lr, perturbed=perturbed, eps=ADAM_EPS)["losses"]
 
 
 def curve_deviation(got: list[float], want: list[float]) -> float:

@@ -8,7 +8,7 @@ holds blocks s·L/p .. (s+1)·L/p - 1, each the answer's `tp_block` of the unsha
 unsharded block itself: a plain pipeline); the first stage holds the embedding, the last the head,
 replicated on the stage's t ranks.
 
-The loop is the single process's (topics/training/single_process.py): AdamW over the rank's parameters, one
+The loop is the single process's (topics/training/single_process.py): AdamW over the rank's parameters (eps: records.py ADAM_EPS), one
 optimizer step per batch, cross-entropy of the class scores. With p = 1 a step is one forward and one
 backward of the whole batch, as in one process (so the dropout masks are drawn on the whole batch, as the
 single process draws them); with p > 1 the batch goes through the stages as `num_microbatches`
@@ -47,7 +47,7 @@ from lab_src.pipeline import dropout, perturb, trace, waiting
 from lab_src.pipeline.model import build_piece
 from lab_src.topics.tensor_parallel import runtime as tpmod
 from lab_src.topics.tensor_parallel.kind_block import q17_pieces
-from lab_src.topics.tensor_parallel.records import TrainSettings
+from lab_src.topics.tensor_parallel.records import ADAM_EPS, TrainSettings
 from lab_src.topics.training import digits
 from lab_src.topics.training.classifier import class_scores
 
@@ -108,7 +108,7 @@ def train(cfg, s: dict, rank: int, t: int, p: int, tp, group, tracer, obs: dict,
         perturb.perturb_embedding(model.embed, perturbed)   # every replica of stage 0 alike
     model.train()
     obs["params"] = sum(q.numel() for q in model.parameters())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"], eps=ADAM_EPS)     # records.py says why
     data = digits.Digits(cfg)
     m = cfg.num_microbatches if p > 1 else 1
     first, last = stage == 0, stage == p - 1

@@ -29,6 +29,17 @@ class TrainSettings(Settings):
         """Rank g is stage g % p and tensor-parallel rank g // p (grid_members)."""
         return {"tp": self.t, "pp": case.stages // self.t}
 
+# AdamW's eps in q18's trainings, on the ranks and in one process alike (torch's default is 1e-8). AdamW's first
+# step moves each parameter by lr g / (|g| + eps): about lr whatever |g| is, where |g| is far above eps, so with
+# 1e-8 an element whose gradient is zero but for rounding (a sum whose terms cancel) moves by +lr or -lr as its
+# rounding falls. The ranks add their sums in another order than one process does: with 1e-8, one seed in 40 of
+# the embedding's change put the reference's curve 5e-5 from one process's (five times the tolerance) by step 1,
+# from one element of the head. With 1e-4 such an element moves by lr |g| / eps, a rounding's worth: 41 seeds of
+# float32 against float64 in one process, 3e-7 apart at most; 48 graded trainings of the reference, 1.0e-6 at
+# most. It also makes q18_norm_grads_reduced's gradients, t times the LayerNorms', show in the curves (3.7e-4 to
+# 5.8e-4 apart): with 1e-8 AdamW's scale invariance hid them in some runs and not in others.
+ADAM_EPS = 1e-4
+
 LAYER_PARTS = ("copy", "reduce", "column", "row", "mlp")   # q17's parts, in the order a case runs them
 BLOCK_PARTS = ("block", "dropout")                          # q18's block cases: dropout off, then on
 BLOCK_DROPOUT = 0.2             # the dropout of q18's "dropout" part: high enough that a wrong mask shows

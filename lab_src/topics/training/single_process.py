@@ -30,32 +30,33 @@ MISTAKES = {
 
 
 def train_single_process(cfg: LabConfig, data: Digits, num_steps: int, lr: float, mistake: str | None = None,
-                         device="cpu", progress=None, perturbed: int | None = None) -> dict:
+                         device="cpu", progress=None, perturbed: int | None = None, eps: float = 1e-8) -> dict:
     """Train the whole model for `num_steps` batches of `data`; evaluate it on the held-out images.
     Returns the loss of every step, the held-out loss and accuracy, and the final parameters.
     `progress(step)`, if given, is called after every step. `perturbed`: the seed of the change a hidden case
-    made to the embedding once built (pipeline/perturb.py), made here too."""
+    made to the embedding once built (pipeline/perturb.py), made here too. `eps`: AdamW's (torch's default; q18's
+    trainings use their own, topics/tensor_parallel/records.py ADAM_EPS)."""
     if mistake is not None and mistake not in MISTAKES:
         raise ValueError(f"unknown mistake {mistake!r}; known: {', '.join(MISTAKES)}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)        # a small model: more threads only wait for each other, more so on a busy machine
     try:
-        return _train(cfg, data, num_steps, lr, mistake, device, progress, perturbed)
+        return _train(cfg, data, num_steps, lr, mistake, device, progress, perturbed, eps)
     finally:
         torch.set_num_threads(threads)
 
 
 def _train(cfg: LabConfig, data: Digits, num_steps: int, lr: float, mistake: str | None, device, progress,
-           perturbed: int | None = None) -> dict:
+           perturbed: int | None = None, eps: float = 1e-8) -> dict:
     model = build_model(cfg, device)
     if perturbed is not None:
         perturb_embedding(model.embed, perturbed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, eps=eps)
     losses = []
     for k in range(num_steps):
         tokens, labels = (t.to(device) for t in data.batch(k))
         if mistake == "fresh_optimizer":
-            optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=lr, eps=eps)
         if mistake != "never_zeroed":
             optimizer.zero_grad()
         if mistake == "last_microbatch_only":
