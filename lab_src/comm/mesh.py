@@ -138,12 +138,14 @@ class Mesh:
 
     def destroy(self) -> None:
         """Destroy the groups this mesh made that this rank is in, once nothing is in flight on them. Their
-        connections close with them: where the case's bytes are counted, they are read first (harness/fence.py)."""
-        if self._made and fence.here("groups"):
-            # every rank read before any closes its ends: a connection's counts go with it, on both sides
-            from lab_src.harness import observe
-            observe.barrier(None)
-        for group in self._made:
-            dist.destroy_process_group(group)
+        connections close with them: where the case's bytes are counted, they close once every rank's end of the
+        case was read (harness/fence.py `after_end`), their counts with the rest."""
+        made = list(self._made)
         self._made.clear()
         self._groups.clear()
+
+        def close(made=made):
+            for group in made:
+                dist.destroy_process_group(group)
+        if made and not fence.after_end(close):
+            close()

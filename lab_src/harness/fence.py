@@ -3,9 +3,10 @@
 At a fence the rank writes a request (`<run dir>/wire/<rank>.<number>`: its pid and the fence's name) and waits
 until the launching process, which reads the kernel's counts of the rank's connections (harness/wire.py
 `WireWatch`), answers with `<rank>.<number>.ok`. The worker puts a fence at the start and at the end of every
-case (`start <case>`, `end <case>`; `pass <case>` at the start of one that is not counted), and the mesh one before it destroys its groups (their connections close
-with them, and their counts with those: `groups`). What is counted between two fences is what the rank sent
-between them.
+case (`start <case>`, `end <case>`; `pass <case>` at the start of one that is not counted). What is counted
+between two fences is what the rank sent between them. A connection's counts close with it: the groups a counted
+case destroys (comm/mesh.py) are destroyed after its end, once every rank of the launch is past its own end fence
+(`after_end`, run by the worker after the all-reduce that follows every case).
 
 A rank that skips a fence, or answers its own, leaves the launching process no reading there: the judge then
 has nothing that vouches for its record (judge/wire.py). The fences are armed only where a watch runs
@@ -21,6 +22,7 @@ from pathlib import Path
 WAIT_S = 20.0       # how long a rank waits for the count (a launching process starved of CPU on a loaded machine)
 
 _armed: dict = {}
+_later: list = []       # what waits for the case's end to be read everywhere (`after_end`)
 
 
 def arm(run_dir: Path, rank: int) -> None:
@@ -50,6 +52,24 @@ def end(case: int) -> bool:
         _armed["case"] = None
         return True
     return False
+
+
+def after_end(action) -> bool:
+    """Inside a counted case, keep `action` (closing connections) for `run_after_end` and say True; else False."""
+    if _armed and _armed.get("case") is not None:
+        _later.append(action)
+        return True
+    return False
+
+
+def run_after_end() -> None:
+    """What `after_end` kept: the worker calls it once every rank of the launch has passed its case's end fence."""
+    while _later:
+        action = _later.pop(0)
+        try:
+            action()
+        except Exception:  # noqa: BLE001 - a group that cannot be destroyed is left to the process's end
+            pass
 
 
 def here(name: str, force: bool = False) -> bool:

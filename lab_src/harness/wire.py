@@ -176,7 +176,7 @@ class WireCount:
     `sent_to`: bytes per peer rank, from the case's start fence to its end fence; `after`: bytes sent to ranks
     from its end fence to the start of the rank's next case, counted or not (the lab's own: a few hundred bytes);
     `other_sent`: to processes that are no rank (the launch's store, where the lab's barriers poll); `readings`:
-    the fences read (`start`, `groups`..., `end`); `unread`: readings that could not be made. What no connection
+    the fences read (`start`, `end`); `unread`: readings that could not be made. What no connection
     accounts for is the case's, not a rank's: `WireWatch.unseen`.
     """
     sent_to: dict = field(default_factory=dict)
@@ -252,37 +252,44 @@ class WireWatch:
             except ValueError:
                 continue
             pending.append(((rank, pid, number), entry))
+        snapshot: dict = {}         # one reading of the namespace for every request waiting now (its ranks are stopped)
         for (rank, _pid, _number), entry in sorted(pending, key=lambda p: p[0]):   # a rank's in the order asked
             try:
                 request = json.loads(Path(entry.path).read_text())
                 pid, what = int(request["pid"]), str(request["name"])[:40]
             except (ValueError, OSError, KeyError, TypeError):
                 continue
-            reading = self._read(rank, pid)
+            reading = self._read(rank, pid, snapshot)
             self.readings.setdefault(rank, []).append((what, reading))
             os.unlink(entry.path)
             Path(entry.path + ".ok").touch()
 
-    def _read(self, rank: int, inner_pid: int) -> Reading:
+    def _read(self, rank: int, inner_pid: int, snapshot: dict | None = None) -> Reading:
+        """The rank's reading. `snapshot`: the namespace's connections (and loopback) as one dump read them, shared by
+        the requests answered together (filled here by the first of them)."""
         pid = self._pid(rank, inner_pid) if self.diag is not None else None
         if not pid:
             return Reading(time.monotonic(), unread=True)
-        at = time.monotonic()
-        every = dump(self.diag)
-        everything = {c.inode: c for c in every if c.inode}
+        snapshot = {} if snapshot is None else snapshot
+        if not snapshot:
+            every = dump(self.diag)
+            snapshot.update(
+                at=time.monotonic(), every=every, everything={c.inode: c for c in every if c.inode},
+                loopback=loopback_bytes(pid) if self.sandboxed else None,      # the namespace's: everyone's
+                # each connection's other end as the sockets are now (ports are reused as connections close and
+                # others open, so an endpoint names a socket only while it lives); whose it is, at count(): `holders`
+                by_local={_host(c.local): c.inode for c in every if c.inode},
+                namespace={(c.local, c.remote): (c.sent + c.retrans, c.segs_out) for c in every}
+                if self.sandboxed else {})
+        everything, by_local = snapshot["everything"], snapshot["by_local"]
         mine = socket_inodes(pid)
-        reading = Reading(at, {i: c for i, c in everything.items() if i in mine},
-                          loopback_bytes(pid) if self.sandboxed else None)     # the host's loopback: everyone's
+        reading = Reading(snapshot["at"], {i: c for i, c in everything.items() if i in mine}, snapshot["loopback"])
         for inode, conn in reading.conns.items():
             self.owner[_host(conn.local)] = inode
         for inode in mine:
             self.holders.setdefault(inode, set()).add(rank)
-        # each connection's other end as the sockets are now (ports are reused as connections close and others
-        # open, so an endpoint names a socket only while it lives); whose it is, at count(): `holders`
-        by_local = {_host(c.local): c.inode for c in every if c.inode}
         reading.peers = {i: by_local.get(_host(c.remote)) for i, c in reading.conns.items()}
-        if self.sandboxed:
-            reading.namespace = {(c.local, c.remote): (c.sent + c.retrans, c.segs_out) for c in every}
+        reading.namespace = snapshot["namespace"]
         return reading
 
     def _peer(self, reading: Reading, inode: int, conn: Conn) -> int | None:

@@ -316,6 +316,7 @@ def main(spec_path: str) -> int:
         # to nothing or to a stale group: every rank goes on from the highest number, a name no rank has used
         flag = torch.tensor([failed, c10d._world.group_count], device=ctx.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        fence.run_after_end()       # every rank is past its end fence: the case's groups close now (comm/mesh.py)
         failed_anywhere, c10d._world.group_count = int(flag[0]), int(flag[1])
         if failed_anywhere:
             groups.fresh()
