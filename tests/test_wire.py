@@ -91,6 +91,25 @@ def test_what_a_rank_sends_after_a_case_is_read_up_to_its_next_case_counted_or_n
     assert last.sent_to == {1: 1_000} and last.after == 0
 
 
+def test_a_counted_cases_groups_close_after_its_end(tmp_path):
+    """Inside a counted case, closing a mesh's connections waits until the worker says every rank is past its end
+    fence (their counts are read first); outside one, it is done at once."""
+    closed = []
+    fence._armed.clear()
+    assert fence.after_end(lambda: closed.append("unarmed")) is False
+    fence.arm(tmp_path, 0)
+    try:
+        fence._armed["case"] = 3             # as fence.start(3) leaves it, without a watch to answer
+        assert fence.after_end(lambda: closed.append("case 3")) is True and closed == []
+        fence._armed["case"] = None
+        assert fence.after_end(lambda: closed.append("between")) is False
+        fence.run_after_end()
+        assert closed == ["case 3"] and not fence._later
+    finally:
+        fence._armed.clear()
+        fence._later.clear()
+
+
 def test_an_unarmed_fence_does_nothing():
     fence._armed.clear()
     t = time.monotonic()

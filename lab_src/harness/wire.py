@@ -274,7 +274,7 @@ class WireWatch:
         if not snapshot:
             every = dump(self.diag)
             snapshot.update(
-                at=time.monotonic(), every=every, everything={c.inode: c for c in every if c.inode},
+                at=time.monotonic(), everything={c.inode: c for c in every if c.inode},
                 loopback=loopback_bytes(pid) if self.sandboxed else None,      # the namespace's: everyone's
                 # each connection's other end as the sockets are now (ports are reused as connections close and
                 # others open, so an endpoint names a socket only while it lives); whose it is, at count(): `holders`

@@ -71,7 +71,7 @@ def byte_problems(outcome) -> list[Problem]:
         messages = sum(e.bytes for e in sends)
         recorded = messages + recorded_collective_bytes(obs) + (obs.get("lab_sent") or 0)
         allowed = SLACK_BYTES + FRAME_BYTES * len(sends) + SHARE * recorded
-        extra = count.sent + count.after - recorded       # to the next case's start: the lab's flag, a few hundred B
+        extra = count.sent + count.after - recorded       # up to the rank's next case: the lab's flag, a few hundred B
         if extra > allowed:
             problems.append(Problem(
                 f"{extra:,} bytes left rank {rank} for other ranks that no message of its record carried: it recorded "
