@@ -329,3 +329,26 @@ def test_the_study_times_the_ring_and_gloo_and_fits_the_model(reference, in_tmp,
         and any(t.startswith("the lab's fit") for t in legend(fig))
     study.table(alpha, beta)
     assert "the model with alpha" in capsys.readouterr().out
+
+
+def test_the_timeline_names_each_call_of_the_ring_by_its_length():
+    """Issue 55, item 3: the check's timeline held 8 calls of the ring unlabelled ("find the 2(n - 1) ring steps of
+    the largest length"): each call's messages, found from each rank's record of it, named by length and layer."""
+    from lab_src.checks.q19_ring_all_reduce import calls
+    from lab_src.pipeline.trace import Event
+    lengths = [SEED_LAYERS["fc1"], 5]
+    out = outcome(lengths)
+    events = []
+    for k, length in enumerate(lengths):          # each rank's 2(n - 1) sends and receives per call, in time
+        for r in range(4):
+            for step in range(6):
+                t = k + 0.01 * step + 0.001 * r
+                events += [Event(r, "send_forward", None, (r + 1) % 4, None, 4, t, t + 0.002),
+                           Event(r, "recv_forward", None, (r - 1) % 4, None, 4, t, t + 0.003)]
+    events.sort(key=lambda e: (e.t_start, e.rank))
+    found = calls(out, events)
+    assert [words for words, _ in found] == ["fc1: 200,960", "5"]
+    for k, (_, idx) in enumerate(found):
+        assert len(idx) == 4 * 12 and {int(events[i].t_start) for i in idx} == {k}
+    out.obs = {}                                  # a stopped run: no record to split its messages by
+    assert calls(out, events) == []
