@@ -218,7 +218,10 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
     assert "fc1 1,205,760 right fc2 197,376 right fc3 49,536 right fc4 3,900 right" in out
     widget = report.timeline()          # the 4-rank run's messages alone: no bubble, no schedule's second view
     svg = widget.frame.value
-    assert list(widget.views) == ["measured"] and "message: send → receive" in svg and "idle (bubble)" not in svg
+    assert list(widget.views) == ["measured"] and "message to a higher rank: send → receive" in svg
+    assert "idle (bubble)" not in svg and "wrap-around" in svg
+    # each call of the ring named above the ranks by its length (issue 55), its span "run", no "step"
+    assert svg.count('class="pp-section"') == 8 and ">fc1: 200,960</text>" in svg and ">1,000</text>" in svg
     assert "no compute recorded" in widget.side.value and "Bubble" not in widget.side.value
 
 
