@@ -257,6 +257,13 @@ def test_a_run_stopped_before_any_operation_ended_draws_where_each_rank_waited(m
     assert "No operation had ended when the run was stopped" in view.info.value
     assert "stopped after 363 ms" in view.side.value and "run time" not in view.side.value
     assert "In red: where each rank was left waiting" in view.side.value
+    # each wait on its own rank's row, one row apart
+    import re
+
+    from lab_src.views.svg import ROW_H
+    middles = [float(y) + float(h) / 2 for y, h in re.findall(
+        r'class="pp-wait" x="[^"]*" y="([^"]*)" width="[^"]*" height="([^"]*)"', view.frame.value)]
+    assert [round(b - a, 1) for a, b in zip(middles, middles[1:])] == [ROW_H] * 3, middles
 
 
 def _one_stage_grid():

@@ -122,8 +122,8 @@ def paint(s: sc.Scene, current=None, width: int = 860, lane=None, lane_h: int = 
     t_max = s.t_max
     plot_w = width - LEFT - RIGHT
     extra = (_lines(s.legend, LEFT, width - 8) - 1) * LEGEND_LINE
-    top = TOP + (SECTION_H if s.sections else 0)
-    height = top + s.p * ROW_H + lane_h + AXIS_H + LEGEND_H + extra
+    plot_top = TOP + (SECTION_H if s.sections else 0)
+    height = plot_top + s.p * ROW_H + lane_h + AXIS_H + LEGEND_H + extra
     cursor = current.t_end if current is not None else float("inf")
     current_pair = next((a.pair for a in s.arrows if a.pair and current in a.pair), None) \
         if current is not None and not current.is_compute else None
@@ -132,7 +132,7 @@ def paint(s: sc.Scene, current=None, width: int = 860, lane=None, lane_h: int = 
         return LEFT + min(t, t_max) / t_max * plot_w
 
     def y(row: float) -> float:        # a row's middle
-        return top + row * ROW_H + ROW_H / 2
+        return plot_top + row * ROW_H + ROW_H / 2
 
     out = [f'<svg class="pp-timeline-frame" data-step="{step}" '
            f'data-view="{view}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
@@ -215,7 +215,7 @@ def paint(s: sc.Scene, current=None, width: int = 860, lane=None, lane_h: int = 
                    f'<text x="{x0:.1f}" y="{y(k.row) - h / 2 - 3:.1f}" fill="{red}" font-size="10">'
                    f'{escape(k.words)}</text>')
     for c in s.sections:   # the run's parts, named above the ranks: a bracket and its words
-        x0, x1, yb = x(c.t0), max(x(c.t1), x(c.t0) + 2), top - 4
+        x0, x1, yb = x(c.t0), max(x(c.t1), x(c.t0) + 2), plot_top - 4
         out.append(f'<path class="pp-section" d="M{x0:.1f},{yb + 3} L{x0:.1f},{yb} L{x1:.1f},{yb} L{x1:.1f},{yb + 3}" '
                    f'fill="none" stroke="#777" stroke-width="1"/>')
         words = c.words if x1 - x0 > 5.6 * len(c.words) else c.words.rsplit(" ", 1)[-1]
@@ -229,9 +229,9 @@ def paint(s: sc.Scene, current=None, width: int = 860, lane=None, lane_h: int = 
             out.append(f'<text x="{width - RIGHT + 8}" y="{y(t.row) + 10}" fill="#444" font-size="10">'
                        f'{escape(second, quote=False)}</text>')
     if lane is not None:
-        out.append(lane(x, top + s.p * ROW_H, LEFT, plot_w, cursor))
+        out.append(lane(x, plot_top + s.p * ROW_H, LEFT, plot_w, cursor))
     # time axis in ms, and the cursor
-    axis_y = top + s.p * ROW_H + lane_h + 4
+    axis_y = plot_top + s.p * ROW_H + lane_h + 4
     out.append(f'<line x1="{LEFT}" y1="{axis_y}" x2="{LEFT + plot_w}" y2="{axis_y}" stroke="#888"/>')
     for t in nice_ticks(t_max * 1e3):
         xt = x(t / 1e3)
@@ -240,7 +240,7 @@ def paint(s: sc.Scene, current=None, width: int = 860, lane=None, lane_h: int = 
     out.append(f'<text x="{LEFT - 8}" y="{axis_y + 16}" text-anchor="end" fill="#444">time (ms)</text>')
     if current is not None:
         xc = x(cursor)
-        out.append(f'<line x1="{xc:.1f}" y1="{top - 4}" x2="{xc:.1f}" y2="{axis_y}" stroke="{COLORS["cursor"]}" '
+        out.append(f'<line x1="{xc:.1f}" y1="{plot_top - 4}" x2="{xc:.1f}" y2="{axis_y}" stroke="{COLORS["cursor"]}" '
                    f'stroke-width="1.5"/><text x="{xc + 3:.1f}" y="{axis_y + 30}" fill="{COLORS["cursor"]}">'
                    f't = {cursor * 1e3:.2f} ms</text>')
     out.append(paint_legend(s.legend, LEFT, height - 8 - extra, right=width - 8))
