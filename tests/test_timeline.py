@@ -257,6 +257,7 @@ def test_a_run_stopped_before_any_operation_ended_draws_where_each_rank_waited(m
     assert "No operation had ended when the run was stopped" in view.info.value
     assert "stopped after 363 ms" in view.side.value and "run time" not in view.side.value
     assert "In red: where each rank was left waiting" in view.side.value
+    assert ">left waiting</text>" in view.frame.value and ">send</text>" not in view.frame.value   # none drawn
     # each wait on its own rank's row, one row apart
     import re
 

@@ -67,6 +67,8 @@ def legend(collectives: tuple = (), chunks: int = 1, unfinished: bool = False, p
     if LANE_RING in collectives:
         named.append(LegendItem(LANE_RING_LABEL, "bar", COLORS[LANE_RING]))
     if messages:        # the arrows take their direction's colour: down the ring, and its wrap-around back up
+        if not any(k in collectives for k in MESSAGE_PHASES.values()):
+            return items        # no message ended (a run stopped in its first sends): its waits alone
         arrows = [LegendItem("message to a higher rank: send → receive", "arrow", COLORS["forward"])]
         if MESSAGE_PHASES["backward"] in collectives:
             arrows.append(LegendItem("message to a lower rank (the ring's wrap-around: last rank to first)", "arrow",
