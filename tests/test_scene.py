@@ -172,7 +172,7 @@ def test_a_ring_of_messages_names_its_calls_and_its_wrap_around_in_both():
     assert [i.label for i in s.legend][-2:] == ["message to a higher rank: send → receive", wrap]
     fig = figure([tl])
     assert {"fc1: 200,960", "1"} <= {t.get_text() for t in fig.axes[0].texts}
-    assert static_legend(fig)[-1] == wrap
+    assert static_legend(fig)[-1] == wrap and fig.axes[0].get_xlabel() == "time since the run started (ms)"
     frame = svg.frame(tl)
     ET.fromstring(frame)
     assert frame.count('class="pp-section"') == 2 and ">fc1: 200,960</text>" in frame and f">{wrap}</text>" in frame

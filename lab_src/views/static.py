@@ -137,7 +137,8 @@ def figure(timelines: list[Timeline], title: str = "", memory_unit: str = "bytes
             draw_state_lane(ax, tl)
         else:
             draw_lane(ax, tl, unit=memory_unit)
-    axes[-1].set_xlabel("time since the step started (ms)")
+    # a run of messages alone (q19's ring) is no training step: its axis counts from the run's start
+    axes[-1].set_xlabel(f"time since the {'run' if timelines[0].compute_free else 'step'} started (ms)")
     if title:
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")
     items = handles(sc.legend_of(timelines))
