@@ -204,3 +204,30 @@ def test_lanes_comparing_their_buckets_in_a_collective_all_are_in_go_on():
     assert p.stuck(0, 2) is None                      # both in it
     feed(1, ("E", ["0", "allreduce_dp", None, [0, 1], 0, 1]), ("B", ["0", "lane_idle", None, None, 0, 1]))
     assert p.stuck(0, 2) is None                      # rank 1's lane went through it: rank 0's completes too
+
+
+def test_a_lanes_ring_is_drawn_and_named_as_the_data_parallel_all_reduce():
+    """Issue 55, item 3: q20's lane-1 ring messages were grey "receive (waiting)" bars and phase-coloured arrows where
+    the notebook's bucket figure (topics/data_parallel/figure.py) draws the rings in purple, "data-parallel
+    all-reduce": the timeline colours and names them as the figure does, and the main lane's messages as before."""
+    from lab_src.views import scene as sc
+    from lab_src.views import svg
+    from lab_src.views.prepare import COLORS, prepare
+    from lab_src.views.timeline import static_figure
+    ev = [Event(0, "backward", 0, None, None, 0, 0.030, 0.050), Event(1, "backward", 0, None, None, 0, 0.020, 0.040),
+          Event(0, "send_forward", 0, 1, (8,), 32, 0.010, 0.012), Event(1, "recv_forward", 0, 0, (8,), 32, 0.010, 0.013),
+          Event(0, "send_forward", None, 1, (8,), 32, 0.035, 0.040, lane=1),
+          Event(1, "recv_forward", None, 0, (8,), 32, 0.034, 0.040, lane=1)]
+    s = sc.scene(prepare(ev, 2, 1, align=False))
+    purple = COLORS["allreduce_dp"]
+    assert {b.colour for b in s.boxes if b.event.lane} == {purple}
+    assert {b.colour for b in s.boxes if not b.event.lane and not b.event.is_compute} == {COLORS["send"], COLORS["recv"]}
+    assert {a.colour for a in s.arrows if a.pair[0].lane} == {purple}
+    assert {a.colour for a in s.arrows if not a.pair[0].lane} == {COLORS["forward"]}
+    label = "data-parallel all-reduce: your ring's messages (lane 1)"
+    assert label in [i.label for i in s.legend]
+    figure = static_figure(ev, 2, 1, with_ideal=False)
+    assert label in [t.get_text() for t in figure.legends[0].get_texts()]
+    assert f">{label}</text>" in svg.frame(prepare(ev, 2, 1, align=False))
+    # a run with no lane names no ring
+    assert label not in [i.label for i in sc.scene(prepare(ev[:4], 2, 1, align=False)).legend]

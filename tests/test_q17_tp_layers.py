@@ -256,7 +256,7 @@ def test_the_timeline_steps_through_the_collectives_in_the_widget_and_is_static_
     assert widget.slider.max == 4 and "<svg" in widget.frame.value
     assert "16,384 B" in widget.side.value and "one all-reduce of the activation" in widget.side.value
     widget.slider.value = 2
-    assert "step 2/4" in widget.info.value and "mlp, forward" in widget.info.value
+    assert "event 2/4" in widget.info.value and "mlp, forward" in widget.info.value
     assert "idle (bubble)" not in widget.frame.value and "pp-idle)\"/>" not in widget.frame.value.split("</defs>")[-1]
     q18 = show_tp_timeline(events, 2, "q18: t = 2", ("block", "dropout"))      # q18's own lesson, not the MLP's
     assert "A correct block makes one all-reduce" in q18.side.value and "correct MLP" not in q18.side.value

@@ -121,7 +121,7 @@ def test_the_study_runs_the_ring_over_the_emulated_network(reference, in_tmp, no
     finally:
         del os.environ["NBGRADER_EXECUTION"]
     titles = " ".join(t.get_text() for t in figure.texts) + " ".join(ax.get_title() for ax in figure.axes)
-    assert f"Step {step}," in titles and "Slow messages (emulated" in titles
+    assert f"Training step {step}," in titles and "Slow messages (emulated" in titles
     marks = [t.get_text() for ax in figure.axes for t in ax.texts if "slow: held" in t.get_text()]
     assert len(marks) == len(held) and "(emulated)" in marks[0]
     widget = study.timeline(step)                       # in a live kernel: the widget's frame marks the same

@@ -218,7 +218,10 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
     assert "fc1 1,205,760 right fc2 197,376 right fc3 49,536 right fc4 3,900 right" in out
     widget = report.timeline()          # the 4-rank run's messages alone: no bubble, no schedule's second view
     svg = widget.frame.value
-    assert list(widget.views) == ["measured"] and "message: send → receive" in svg and "idle (bubble)" not in svg
+    assert list(widget.views) == ["measured"] and "message to a higher rank: send → receive" in svg
+    assert "idle (bubble)" not in svg and "wrap-around" in svg
+    # each call of the ring named above the ranks by its length (issue 55), its span "run", no "step"
+    assert svg.count('class="pp-section"') == 8 and ">fc1: 200,960</text>" in svg and ">1,000</text>" in svg
     assert "no compute recorded" in widget.side.value and "Bubble" not in widget.side.value
 
 
@@ -329,3 +332,26 @@ def test_the_study_times_the_ring_and_gloo_and_fits_the_model(reference, in_tmp,
         and any(t.startswith("the lab's fit") for t in legend(fig))
     study.table(alpha, beta)
     assert "the model with alpha" in capsys.readouterr().out
+
+
+def test_the_timeline_names_each_call_of_the_ring_by_its_length():
+    """Issue 55, item 3: the check's timeline held 8 calls of the ring unlabelled ("find the 2(n - 1) ring steps of
+    the largest length"): each call's messages, found from each rank's record of it, named by length and layer."""
+    from lab_src.checks.q19_ring_all_reduce import calls
+    from lab_src.pipeline.trace import Event
+    lengths = [SEED_LAYERS["fc1"], 5]
+    out = outcome(lengths)
+    events = []
+    for k, length in enumerate(lengths):          # each rank's 2(n - 1) sends and receives per call, in time
+        for r in range(4):
+            for step in range(6):
+                t = k + 0.01 * step + 0.001 * r
+                events += [Event(r, "send_forward", None, (r + 1) % 4, None, 4, t, t + 0.002),
+                           Event(r, "recv_forward", None, (r - 1) % 4, None, 4, t, t + 0.003)]
+    events.sort(key=lambda e: (e.t_start, e.rank))
+    found = calls(out, events)
+    assert [words for words, _ in found] == ["fc1: 200,960", "5"]
+    for k, (_, idx) in enumerate(found):
+        assert len(idx) == 4 * 12 and {int(events[i].t_start) for i in idx} == {k}
+    out.obs = {}                                  # a stopped run: no record to split its messages by
+    assert calls(out, events) == []

@@ -82,7 +82,8 @@ def test_the_legends_name_what_is_drawn_in_the_same_words():
     chunks = [i.label for i in sc.legend_of([RUNS["interleaved chunks"]()])]
     assert "paler: later chunks (F3c1: micro-batch 3, chunk 1)" in chunks
     zb = [i.label for i in sc.legend_of([RUNS["zero bubble + all-reduce"]()])]
-    assert zb[:4] == ["forward", "backward", "I: input's gradient", "W: weights' gradients"]
+    # only the kinds drawn: the split run has no whole backward (issue 55: q16's legend listed one)
+    assert zb[:3] == ["forward", "I: input's gradient", "W: weights' gradients"] and "backward" not in zb
     assert zb[-1] == "data-parallel all-reduce" and "idle (bubble)" in zb
     assert [i.label for i in sc.legend_of([RUNS["collectives alone"]()])] == ["all-reduce (torch.distributed)"]
     tied = sc.legend(("allreduce_tied",))
@@ -144,3 +145,37 @@ def test_the_widgets_frame_tallies_collectives_as_the_figure_does():
     assert "128 B all-reduced" in [t.get_text() for t in figure([tl]).axes[0].texts]
     assert ">128 B all-reduced</text>" in svg.frame(tl)
     assert ">64 B all-reduced</text>" in svg.frame(tl, 1)          # so far, at the cursor
+
+
+def test_a_ring_of_messages_names_its_calls_and_its_wrap_around_in_both():
+    """Issue 55, item 3: q19's timeline held 8 calls of the ring with nothing to tell them apart, and its arrows to a
+    lower rank (the wrap-around, last rank to first, drawn in another colour) were not in the legend."""
+    n, events, sections = 4, [], []
+    for k, (words, nbytes) in enumerate([("fc1: 200,960", 200_960), ("1", 4)]):
+        t0, idx = 0.1 * k, []
+        for step in range(2 * (n - 1)):
+            t = t0 + 0.01 * step
+            for r in range(n):
+                right, left = (r + 1) % n, (r - 1) % n
+                idx += [len(events), len(events) + 1]
+                events += [Event(r, "send_forward" if right > r else "send_backward", None, right, (nbytes // 4,),
+                                 nbytes, t, t + 0.004),
+                           Event(r, "recv_forward" if left < r else "recv_backward", None, left, (nbytes // 4,),
+                                 nbytes, t, t + 0.006)]
+        sections.append((words, idx))
+    tl = prepare(events, n, 1, align=False, sections=sections)
+    tl.compute_free = "no compute recorded"
+    s = sc.scene(tl)
+    assert [(c.words, round(c.t0, 6)) for c in s.sections] == [("fc1: 200,960", 0.0), ("1", 0.1)]
+    assert s.title.startswith("measured: run ") and "step" not in s.title
+    wrap = "message to a lower rank (the ring's wrap-around: last rank to first)"
+    assert [i.label for i in s.legend][-2:] == ["message to a higher rank: send → receive", wrap]
+    fig = figure([tl])
+    assert {"fc1: 200,960", "1"} <= {t.get_text() for t in fig.axes[0].texts}
+    assert static_legend(fig)[-1] == wrap and fig.axes[0].get_xlabel() == "time since the run started (ms)"
+    frame = svg.frame(tl)
+    ET.fromstring(frame)
+    assert frame.count('class="pp-section"') == 2 and ">fc1: 200,960</text>" in frame and f">{wrap}</text>" in frame
+    # a ring of messages to higher ranks only names no wrap-around
+    down = [e for e in events if e.kind.endswith("forward")]
+    assert wrap not in [i.label for i in sc.legend_of([prepare(down, n, 1, align=False)])]

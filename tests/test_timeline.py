@@ -202,7 +202,7 @@ def test_widget_steps_through_events_and_toggles_to_ideal(afab, monkeypatch):
     for step in (1, 11, 31):                                                  # steps count from 1
         view.slider.value = step
         assert f'data-step="{step - 1}"' in view.frame.value and 'data-view="measured"' in view.frame.value
-        assert f"step {step}/{n}" in view.info.value
+        assert f"event {step}/{n}" in view.info.value     # "event", not "step" (issue 55: step meant three things)
         frames[step] = view.frame.value
     assert len(set(frames.values())) == 3
     step = 1 + next(i for i, e in enumerate(view.view.events) if e.kind == "send_forward")
@@ -241,3 +241,99 @@ def test_a_run_where_ranks_raised_says_so_above_its_timeline_not_that_every_rank
     waiting = {r: {"type": "StoppedWaiting", "message": "stopped by the check"} for r in range(4)}
     out = SimpleNamespace(stuck=stuck, failure=None, errors=lambda: waiting, case=SimpleNamespace(stages=4))
     assert verdict(out).startswith("stopped by the check: every rank was waiting")
+
+
+# ------------------------------------------------------------------------------------------ issue 55, item 3
+def test_a_run_stopped_before_any_operation_ended_draws_where_each_rank_waited(monkeypatch):
+    """q19's blocking ring (every rank still in its first send when the check stopped it) drew "No events were
+    recorded in this run." and "run time: 0.0 ms" beside a side panel that promised red marks."""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    waits = [Event(r, "send_forward" if r < 3 else "send_backward", None, (r + 1) % 4, None, 0, 0.001 * r,
+                   0.36 + 0.001 * r) for r in range(4)]
+    view = show([], 4, 1, compute_free="no compute recorded", waits=waits,
+                verdict="stopped by the check: every rank was waiting")
+    assert "No events were recorded" not in view.frame.value
+    assert view.frame.value.count('class="pp-wait"') == 4 and "waits in a send to rank 1" in view.frame.value
+    assert "No operation had ended when the run was stopped" in view.info.value
+    assert "stopped after 363 ms" in view.side.value and "run time" not in view.side.value
+    assert "In red: where each rank was left waiting" in view.side.value
+    assert ">left waiting</text>" in view.frame.value and ">send</text>" not in view.frame.value   # none drawn
+    # each wait on its own rank's row, one row apart
+    import re
+
+    from lab_src.views.svg import ROW_H
+    middles = [float(y) + float(h) / 2 for y, h in re.findall(
+        r'class="pp-wait" x="[^"]*" y="([^"]*)" width="[^"]*" height="([^"]*)"', view.frame.value)]
+    assert [round(b - a, 1) for a, b in zip(middles, middles[1:])] == [ROW_H] * 3, middles
+
+
+def _one_stage_grid():
+    """2 data-parallel ranks of one stage: a forward and a backward each, then a ring's messages, rank 0's
+    receive waiting long (q21's optimizer ring after a one-stage 1F1B step)."""
+    ev = []
+    for r in range(2):
+        ev += [Event(r, "forward", 0, None, None, 0, 0.0, 0.010), Event(r, "backward", 0, None, None, 0, 0.010, 0.030)]
+    ev += [Event(0, "send_forward", None, 1, (8,), 32, 0.030, 0.031), Event(1, "recv_forward", None, 0, (8,), 32, 0.030, 0.032),
+           Event(1, "send_backward", None, 0, (8,), 32, 0.050, 0.051), Event(0, "recv_backward", None, 1, (8,), 32, 0.031, 0.052)]
+    return ev
+
+
+def test_a_run_of_one_stage_says_its_idle_time_and_no_pipeline_bubble(monkeypatch):
+    """q21's one-stage run read "measured 63.6% / theory (p-1)/(m+p-1) = (1-1)/(2+1-1) = 0.0%": its idle time is
+    its optimizer ring's receives, no pipeline's bubble."""
+    from lab_src.topics.dp_pp.timeline import grid_figure, grid_timeline
+    from lab_src.views.widget import TimelineWidget
+    ev = _one_stage_grid()
+    tl = grid_timeline(ev, 2, 1, 2)
+    assert not tl.bubble_meant
+    fig = grid_figure(ev, 2, 1, 2)
+    title = fig.axes[0].get_title(loc="left")
+    assert "(one stage: no pipeline bubble)" in title and "theory" not in title, title
+    assert f"idle {tl.bubble:.1%} of the ranks' time, {tl.receive_share():.1%} in receives" in title
+    assert 0 < tl.receive_share() < tl.bubble
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "idle" in legend and "idle (bubble)" not in legend
+    side = TimelineWidget(tl, None).side.value
+    assert "<b>Idle time</b>" in side and "theory" not in side and "(p-1)" not in side and "Bubble" not in side
+    # two stages: a pipeline, its bubble beside its schedule's theory
+    two = grid_timeline([Event(e.rank, e.kind, e.microbatch, e.peer, e.shape, e.bytes, e.t_start, e.t_end)
+                         for e in ev], 1, 2, 2)
+    assert two.bubble_meant and "theory (p-1)/(m+p-1) = (2-1)/(2+2-1)" in TimelineWidget(two, None).side.value
+
+
+def _split(events):
+    """`events` with each backward split into its I and W halves (q16's kinds)."""
+    out = []
+    for e in events:
+        if e.kind == "backward":
+            mid = e.t_start + 0.4 * (e.t_end - e.t_start)
+            out += [replace(e, kind="backward_input", t_end=mid), replace(e, kind="backward_weight", t_start=mid)]
+        else:
+            out.append(e)
+    return out
+
+
+def test_a_zero_bubble_run_states_zb_h1s_formula_and_its_legend_only_its_kinds(monkeypatch):
+    """q16's study timeline of a ZB-H1 run printed 1F1B's "theory (p-1)/(m+p-1) = 27.3%" beside "emulated compute:
+    14.6%", and its legend listed "backward" where the run had only F, I and W."""
+    from html import unescape
+
+    from lab_src.views.bubble import split_box_times, zero_bubble_theory
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    events = _split(ideal_events(4, 8, FREE_LINKS, schedule="1f1b", activation_bytes=64))
+    view = show(events, 4, 8, schedule="zbh1", emulate={})          # as the study draws it
+    assert list(view.views) == ["measured", "emulated compute"]
+    side = unescape(view.side.value)
+    assert "ZB-H1 theory (p-1)(T_F+T_I-T_W) with the measured view's boxes = " in side
+    assert f"{zero_bubble_theory(4, 8, *split_box_times(events)):.1%}" in side
+    assert "(p-1)/(m+p-1)" not in side and f"= <b>{theoretical_bubble(4, 8):.1%}</b>" not in side
+    view.toggle.value = "emulated compute"
+    assert "with the emulated compute view's boxes" in unescape(view.side.value)
+    legend = [t for t in ("forward", "backward", "I: input's gradient") if f">{t}</text>" in view.frame.value]
+    assert legend == ["forward", "I: input's gradient"], legend
+    figure = static_figure(events, 4, 8, schedule="zbh1", emulate={})
+    names = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert "backward" not in names and names[:3] == ["forward", "I: input's gradient", "W: weights' gradients"]
+    # a run with a whole backward still names it
+    plain = [t.get_text() for t in static_figure(ideal_events(2, 2, activation_bytes=64), 2, 2).legends[0].get_texts()]
+    assert plain[:2] == ["forward", "backward"]

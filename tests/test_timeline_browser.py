@@ -299,7 +299,7 @@ def drive_notebook(page, base: str, token: str, saved: list[Path]) -> None:
     set_slider(page, 12)
     page.wait_for_selector(f"{FRAME}[data-step='11']", timeout=10_000)   # data-step counts from 0
     info = page.locator(f"{WIDGET} .pp-timeline-info").inner_text()
-    assert info.startswith("step 12/") and "rank " in info and "micro-batch" in info, info
+    assert info.startswith("event 12/") and "rank " in info and "micro-batch" in info, info
 
     # the ideal view, at the end of its run
     page.locator(f"{WIDGET} .widget-toggle-button", has_text="ideal").click()

@@ -5,7 +5,8 @@ import functools
 from dataclasses import dataclass, field
 
 from lab_src import topics
-from lab_src.views.bubble import bytes_sent, measured_bubble, theoretical_bubble, theory_text, zero_bubble_text
+from lab_src.views.bubble import (bytes_sent, measured_bubble, split_box_times, theoretical_bubble, theory_text,
+                                  zero_bubble_text, zero_bubble_theory)
 from lab_src.pipeline.trace import SENDS, Event, op_text
 from lab_src.views.clocks import clock_offsets, shift
 from lab_src.pipeline.matching import Matching, match
@@ -20,9 +21,32 @@ BOX_LABELS = {e.name: e.label for e in topics.event_kinds() if not e.collective}
 LANE_LABELS = {e.name: e.lane_label for e in topics.event_kinds() if e.lane_label}
 
 
+# what a legend calls a rank's lane messages that no collective spans (q20's reducing thread runs the student's q19
+# ring there: the data-parallel all-reduce of a bucket), drawn in the data-parallel all-reduce's colour
+LANE_RING = "lane_ring"
+LANE_RING_LABEL = "data-parallel all-reduce: your ring's messages (lane 1)"
+COLORS[LANE_RING] = COLORS.get("allreduce_dp", "#9467bd")
+# the phases of a run's messages, for a legend whose arrows take their phase's colour and no box names it
+MESSAGE_PHASES = {"forward": "msg_forward", "backward": "msg_backward"}
+
+
 def legend_kinds(events) -> tuple:
-    """The kinds of a run's events that the legend names only when they are drawn: collectives, split backwards."""
-    return tuple(sorted({e.kind for e in events if e.is_collective or e.kind in BOX_LABELS}))
+    """The kinds of a run's events that the legend names only when they are drawn: the compute boxes (forward,
+    backward, a split backward's halves), collectives, a lane's ring (LANE_RING), and the phases of the messages
+    (MESSAGE_PHASES: the arrows' colours)."""
+    events = list(events)
+    folded = folded_messages(events)
+    kinds = {e.kind for e in events if e.is_collective or e.is_compute}
+    kinds |= {MESSAGE_PHASES[e.phase] for e in events if (e.is_send or e.is_recv) and e.phase in MESSAGE_PHASES}
+    if any(lane_ring(e, folded) for e in events):
+        kinds.add(LANE_RING)
+    return tuple(sorted(kinds))
+
+
+def lane_ring(e: Event, folded=frozenset()) -> bool:
+    """A message of a rank's lane that no collective of its lane spans (`folded`): q20's ring, run by the rank's
+    reducing thread; drawn as the data-parallel all-reduce it is."""
+    return bool(e.lane) and (e.is_send or e.is_recv) and e not in folded
 
 
 def box_color(e: Event, chunks: int = 1) -> str:
@@ -107,6 +131,8 @@ class Timeline:
     # events to point out, each with what to say of it (q19's network study: the message the emulated network
     # held back): outlined in red, the words beside them
     marked: list[tuple[Event, str]] = field(default_factory=list)
+    # parts of the run to name above it, (words, start, end) in seconds: q19's calls of the ring, one per length
+    sections: list[tuple[str, float, float]] = field(default_factory=list)
 
     @functools.cached_property
     def folded(self) -> set[Event]:
@@ -162,6 +188,47 @@ class Timeline:
     def theory(self) -> float:
         return theoretical_bubble(self.p, self.m, self.chunks)
 
+    @property
+    def pipeline_p(self) -> int:
+        """The stages of one pipeline (a grid's rows are several: dp_pp/timeline.py GridTimeline)."""
+        return self.p
+
+    @property
+    def bubble_meant(self) -> bool:
+        """Whether the idle time is a pipeline's bubble: compute boxes on a pipeline of two stages or more. A run of
+        one stage (q21's data-parallel ranks) idles only where it waits for messages (its optimizer's ring)."""
+        return self.has_compute and self.pipeline_p > 1 and not self.compute_free
+
+    def theory_words(self) -> tuple[str, float]:
+        """(formula, value) of the schedule that ran: ZB-H1's with this view's own F, I and W boxes where the
+        backward is split (q16), else (p-1)/(m+p-1), or (p-1)/(v·m+p-1) with v chunks per rank."""
+        times = split_box_times(self.events)
+        if times is not None:
+            return ("ZB-H1 theory (p-1)(T_F+T_I-T_W) with these boxes",
+                    zero_bubble_theory(self.pipeline_p, self.m, *times))
+        return theory_text(self.pipeline_p, self.m, self.chunks).rsplit(" = ", 1)[0], self.theory
+
+    def receive_share(self) -> float | None:
+        """The share of the ranks' time spent in receives (each rank's receive bars, overlaps counted once)."""
+        if self.span <= 0:
+            return None
+        total = 0.0
+        for r in range(self.p):
+            end = 0.0
+            for e in sorted((e for e in self.events if e.rank == r and e.is_recv and not e.lane),
+                            key=lambda e: e.t_start):
+                total += max(0.0, e.t_end - max(e.t_start, end))
+                end = max(end, e.t_end)
+        return total / (self.p * self.span)
+
+    def idle_text(self) -> str:
+        """What the idle time of a run that is no pipeline is: 'idle 63.6% of the ranks' time, 58.0% in receives
+        (one stage: no pipeline bubble)'."""
+        got = "n/a" if self.bubble is None else f"{self.bubble:.1%}"
+        recv = self.receive_share()
+        return (f"idle {got} of the ranks' time" + (f", {recv:.1%} in receives" if recv else "")
+                + " (one stage: no pipeline bubble)")
+
     def bytes_sent(self) -> dict[int, int]:
         return bytes_sent(self.events, self.p)
 
@@ -170,6 +237,8 @@ class Timeline:
             return self.compute_free
         if self.hide_bubble:
             return "bubble: yours to predict below"
+        if self.has_compute and not self.bubble_meant:
+            return self.idle_text()
         got = "n/a (no forward/backward recorded)" if self.bubble is None else f"{self.bubble:.1%}"
         return f"bubble {got} vs {zero_bubble_text(self.events, self.p, self.m) or theory_text(self.p, self.m, self.chunks)}"
 
@@ -183,10 +252,11 @@ class Timeline:
 
 def prepare(events: list[Event], p: int, m: int, *, kind: str = "measured", note: str = "",
             align: bool = True, chunks: int = 1, waits: list[Event] = (), ends=(), verdict: str = "",
-            marked=()) -> Timeline:
+            marked=(), sections=()) -> Timeline:
     """Match the messages, put the ranks on one clock (see clocks.py), start the step at time 0.
     `waits` and `ends` (of a run that did not finish), and `marked` ((event of `events`, words) to point out),
-    go on the same clock."""
+    go on the same clock. `sections`: (words, [indices into `events`]) to name above the run, each from the first
+    of its events to the last."""
     events, waits = list(events), list(waits)
     points, words = [e for e, _ in marked], [w for _, w in marked]
     offsets: dict[int, float] = {}
@@ -200,13 +270,15 @@ def prepare(events: list[Event], p: int, m: int, *, kind: str = "measured", note
         back = {r: -t0 for r in range(p)}
         events, waits, points = shift(events, back), shift(waits, back), shift(points, back)
         ends = [(r, t - t0, what) for r, t, what in ends]
+    spans = [(words, min(events[i].t_start for i in idx), max(events[i].t_end for i in idx))
+             for words, idx in sections if idx and all(0 <= i < len(events) for i in idx)]
     events.sort(key=lambda e: (e.t_end, e.rank))
     offsets = {r: o for r, o in offsets.items() if o}
     if offsets:
         shifts = ", ".join(f"rank {r} {o * 1e3:+.2f} ms" for r, o in offsets.items())
         note = "; ".join(filter(None, [note, f"clocks aligned with the messages ({shifts})"]))
     return Timeline(events, p, m, match(events), offsets, kind, note, raw_bubble, chunks=chunks, waits=waits,
-                    ends=list(ends), verdict=verdict, marked=list(zip(points, words)))
+                    ends=list(ends), verdict=verdict, marked=list(zip(points, words)), sections=spans)
 
 
 def wait_label(e: Event, chunks: int = 1) -> str:

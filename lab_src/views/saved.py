@@ -67,4 +67,5 @@ def draw(view: dict, title: str = ""):
     return show(view["events"], view["stages"], view["microbatches"], title=title,
                 schedule=view.get("schedule", "afab"), stage_layers=view.get("stage_layers"),
                 waits=view.get("waits", []), ends=[tuple(e) for e in view.get("ends", [])],
-                verdict=view.get("verdict", ""), emulate=view.get("emulate"), compute_free=view.get("compute_free", ""))
+                verdict=view.get("verdict", ""), emulate=view.get("emulate"), compute_free=view.get("compute_free", ""),
+                **({"sections": view["sections"]} if view.get("sections") else {}))

@@ -19,6 +19,7 @@ tick marks, and in the animation, how a primitive shows before the cursor reache
     Wait     where a run that did not finish left a rank waiting (red, dashed), with what it waited in
     Cross    where a rank's part ended in an exception (✕ and what it raised)
     Mark     an event the run points out (outlined, words above it)
+    Section  a part of the run named above the ranks (q19: one call of the ring, its tensor's length)
     RowLabel a rank's row: "rank 2", a second line ("dp 1, pp 0"), its lane row's name
     Tally    the bytes a rank sent (and reduced in collectives), written at the row's right
     LegendItem  what a colour or a line means; `legend(...)` is the one list both drawings show
@@ -28,9 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lab_src.pipeline.trace import Event
-from lab_src.views.prepare import (BOX_LABELS, COLLECTIVE_LABELS, COLORS, LANE_BAR, LANE_STEP, Timeline, box_color,
-                                   box_label, collective_calls, describe, describe_wait, legend_kinds, row_of,
-                                   wait_label)
+from lab_src.views.prepare import (BOX_LABELS, COLLECTIVE_LABELS, COLORS, LANE_BAR, LANE_RING, LANE_RING_LABEL,
+                                   MESSAGE_PHASES, Timeline, box_color, box_label, collective_calls,
+                                   describe, describe_wait, lane_ring, legend_kinds, row_of, wait_label)
+from lab_src.views.prepare import LANE_STEP  # noqa: F401 (the painters' sc.LANE_STEP: a lane row's offset)
 
 # heights, in rows
 BOX = 0.65          # a compute box, and the idle (hatched) time behind it
@@ -52,33 +54,46 @@ class LegendItem:
 
 
 def legend(collectives: tuple = (), chunks: int = 1, unfinished: bool = False, pipeline: bool = True,
-           messages: bool = False) -> list[LegendItem]:
-    """What the colours mean, in the order both drawings list it. `collectives`: the kinds drawn that a legend
-    names only when they are (legend_kinds: collectives, a split backward's halves); `pipeline=False` for a run
-    of collectives alone (no boxes, messages or bubble), `messages` for a run of messages alone (q19's ring: no
-    boxes or bubble)."""
+           messages: bool = False, bubble: bool = True) -> list[LegendItem]:
+    """What the colours mean, in the order both drawings list it. `collectives`: the kinds drawn, of those a legend
+    names only when they are (legend_kinds: the compute boxes, collectives, a lane's ring, the messages' phases);
+    `pipeline=False` for a run of collectives alone (no boxes, messages or bubble), `messages` for a run of
+    messages alone (q19's ring: no boxes or bubble); `bubble=False` where the hatched idle time is no pipeline's
+    bubble (a run of one stage)."""
     items = [LegendItem("left waiting", "wait", COLORS["wait"])] if unfinished else []
     message_items = [LegendItem("send", "bar", COLORS["send"]), LegendItem("receive (waiting)", "bar", COLORS["recv"])]
     arrow = [LegendItem("message: send → receive", "arrow", ARROW_GREY)]
     named = [LegendItem(COLLECTIVE_LABELS[k], "bar", COLORS[k]) for k in COLLECTIVE_LABELS if k in collectives]
-    if messages:
-        return items + message_items + arrow
+    if LANE_RING in collectives:
+        named.append(LegendItem(LANE_RING_LABEL, "bar", COLORS[LANE_RING]))
+    if messages:        # the arrows take their direction's colour: down the ring, and its wrap-around back up
+        if not any(k in collectives for k in MESSAGE_PHASES.values()):
+            return items        # no message ended (a run stopped in its first sends): its waits alone
+        arrows = [LegendItem("message to a higher rank: send → receive", "arrow", COLORS["forward"])]
+        if MESSAGE_PHASES["backward"] in collectives:
+            arrows.append(LegendItem("message to a lower rank (the ring's wrap-around: last rank to first)", "arrow",
+                                     COLORS["backward"]))
+        return items + message_items + arrows
     if not pipeline:
         return items + named
-    items += [LegendItem("forward", "box", COLORS["forward"]), LegendItem("backward", "box", COLORS["backward"])]
-    items += [LegendItem(BOX_LABELS[k], "box", COLORS[k]) for k in BOX_LABELS if k in collectives]
+    computed = [k for k in ("forward", "backward", *BOX_LABELS) if k in collectives]
+    # the boxes drawn; a run with none (messages alone) names the phases its arrows are coloured by
+    shown = computed or [k for k in ("forward", "backward") if MESSAGE_PHASES[k] in collectives]
+    items += [LegendItem(k, "box", COLORS[k]) for k in ("forward", "backward") if k in shown]
+    items += [LegendItem(BOX_LABELS[k], "box", COLORS[k]) for k in BOX_LABELS if k in shown]
     if chunks > 1:      # the palest forward: the last chunk
         palest = Event(0, "forward", 0, None, None, 0, 0.0, 0.0, chunks - 1)
         items.append(LegendItem("paler: later chunks (F3c1: micro-batch 3, chunk 1)", "box",
                                 box_color(palest, chunks)))
-    return items + message_items + [LegendItem("idle (bubble)", "idle", COLORS["idle"])] + arrow + named
+    idle = "idle (bubble)" if bubble else "idle"
+    return items + message_items + [LegendItem(idle, "idle", COLORS["idle"])] + arrow + named
 
 
 def legend_of(timelines: list[Timeline]) -> list[LegendItem]:
     """The legend of panels drawn together (the static figure's; the widget's frame has one panel)."""
     return legend(legend_kinds(e for tl in timelines for e in tl.events), timelines[0].chunks,
                   any(tl.unfinished for tl in timelines), not all(tl.collectives_only for tl in timelines),
-                  bool(timelines[0].compute_free))
+                  bool(timelines[0].compute_free), any(tl.pipeline_p > 1 for tl in timelines))
 
 
 # ---- the panel ----------------------------------------------------------------------------------------------
@@ -149,6 +164,14 @@ class Mark(Span):
 
 
 @dataclass(frozen=True)
+class Section:
+    """A part of the run, named above the ranks from t0 to t1 (q19: one call of the ring)."""
+    t0: float
+    t1: float
+    words: str
+
+
+@dataclass(frozen=True)
 class RowLabel:
     row: float
     text: str                   # "rank 2"
@@ -190,6 +213,7 @@ class Scene:
     waits: list[Wait] = field(default_factory=list)
     crosses: list[Cross] = field(default_factory=list)
     marks: list[Mark] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
     tallies: list[Tally] = field(default_factory=list)
     legend: list[LegendItem] = field(default_factory=list)
 
@@ -199,7 +223,8 @@ def scene(tl: Timeline, t_max: float | None = None) -> Scene:
     did not finish a little more, for where its ranks were left waiting)."""
     t_max = t_max or tl.drawn_until or 1e-3
     least = MIN_SPAN * t_max
-    title = f"{tl.kind}: step {tl.span * 1e3:.1f} ms · {tl.bubble_text()}"
+    # a run of messages alone is no training step: its span is the run's
+    title = f"{tl.kind}: {'run' if tl.compute_free else 'step'} {tl.span * 1e3:.1f} ms · {tl.bubble_text()}"
     if tl.unfinished:
         title = f"{tl.kind}: this run did not finish" + (f": {tl.verdict}" if tl.verdict else "")
     lanes = tl.lanes
@@ -218,20 +243,24 @@ def scene(tl: Timeline, t_max: float | None = None) -> Scene:
                                e.rank, edge=True, tip=tip, event=e))
         else:
             height = (COLLECTIVE if e.is_collective else BAR) * (LANE_BAR if e.lane else 1)
-            colour = COLORS[e.kind] if e.is_collective else COLORS["send" if e.is_send else "recv"]
+            colour = (COLORS[e.kind] if e.is_collective else COLORS[LANE_RING] if lane_ring(e, tl.folded)
+                      else COLORS["send" if e.is_send else "recv"])
             s.boxes.append(Box(e.t_start, max(e.t_end, e.t_start + least), row_of(e), height, colour, tip=tip,
                                event=e))
     for send, recv in tl.matching.pairs:           # from the start of each send to the end of its receive
         if send in tl.folded or recv in tl.folded:
             continue
         down = 1 if recv.rank > send.rank else -1
+        ring = lane_ring(send, tl.folded)           # q20's ring: the data-parallel all-reduce's colour
         s.arrows.append(Arrow(send.t_start, row_of(send) + down * BAR / 2, recv.t_end, row_of(recv) - down * BAR / 2,
-                              COLORS[send.phase], send.phase, (send, recv)))
+                              COLORS[LANE_RING] if ring else COLORS[send.phase], LANE_RING if ring else send.phase,
+                              (send, recv)))
     for kind, group, members in collective_calls(tl.events):   # each collective joins its members once all are done
         if len(group) > 1:
             s.joins.append(Join(max(e.t_end for e in members), min(group), max(group), COLORS[kind]))
     _unfinished(tl, s, t_max)
     s.marks = [Mark(e.t_start, max(e.t_end, e.t_start + least), row_of(e), words) for e, words in tl.marked]
+    s.sections = [Section(t0, t1, words) for words, t0, t1 in tl.sections]
     s.tallies = _tallies(tl)
     return s
 

@@ -76,6 +76,12 @@ def paint(ax, s: sc.Scene) -> None:
     for k in s.marks:                    # what the run points out: outlined, and said above it
         ax.barh(k.row, (k.t1 - k.t0) * ms, left=k.t0 * ms, height=k.height, fill=False, edgecolor=red, lw=1.6)
         ax.text(k.t0 * ms, k.row - k.height / 2, f" {k.words}", color=red, fontsize=7.5, ha="left", va="bottom")
+    top = ax.get_xaxis_transform()       # x in data, y in the axes' height (1: its top)
+    for c in s.sections:                 # the run's parts, named above the ranks: a bracket and its words
+        x0, x1 = c.t0 * ms, max(c.t1, c.t0 + 0.002 * t_max) * ms
+        ax.plot([x0, x0, x1, x1], [1.0, 1.025, 1.025, 1.0], transform=top, color="#777", lw=0.8, clip_on=False)
+        words = c.words if c.t1 - c.t0 > 0.0062 * len(c.words) * t_max else c.words.rsplit(" ", 1)[-1]
+        ax.text((x0 + x1) / 2, 1.03, words, transform=top, ha="center", va="bottom", fontsize=7, color="#444")
     for t in s.tallies:
         ax.text(1.005, t.row, t.text(), transform=ax.get_yaxis_transform(), va="center", fontsize=8)
     ax.set_yticks([r.row for r in s.rows], [r.text + (f"\n{r.note}" if r.note else "") for r in s.rows])
@@ -85,7 +91,7 @@ def paint(ax, s: sc.Scene) -> None:
                     va="center", fontsize=7, color="#666")
     ax.set_ylim(s.p - 0.5, -0.5)     # rank 0 on top
     ax.set_xlim(0, t_max * ms * 1.01)
-    ax.set_title(s.title, fontsize=9.5, loc="left", color=s.title_colour)
+    ax.set_title(s.title, fontsize=9.5, loc="left", color=s.title_colour, pad=16 if s.sections else 6)
     ax.grid(axis="x", color="#e4e4e4", lw=0.6)
     ax.set_axisbelow(True)
 
@@ -131,7 +137,8 @@ def figure(timelines: list[Timeline], title: str = "", memory_unit: str = "bytes
             draw_state_lane(ax, tl)
         else:
             draw_lane(ax, tl, unit=memory_unit)
-    axes[-1].set_xlabel("time since the step started (ms)")
+    # a run of messages alone (q19's ring) is no training step: its axis counts from the run's start
+    axes[-1].set_xlabel(f"time since the {'run' if timelines[0].compute_free else 'step'} started (ms)")
     if title:
         fig.suptitle(title, fontsize=12, x=0.01, ha="left")
     items = handles(sc.legend_of(timelines))

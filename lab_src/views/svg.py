@@ -16,9 +16,10 @@ from html import escape
 
 from lab_src.views import memory
 from lab_src.views import scene as sc
-from lab_src.views.prepare import COLORS, Timeline
+from lab_src.views.prepare import COLORS, LANE_RING, Timeline
 
 LEFT, RIGHT, TOP, ROW_H, AXIS_H, LEGEND_H = 62, 130, 10, 46, 36, 22
+SECTION_H = 18      # px above the ranks for the sections' names (scene.Section), where a scene has any
 BOX_H, BAR_H = sc.BOX * ROW_H, sc.BAR * ROW_H     # px: a compute box's height, a thin bar's (the legend's swatches)
 GHOST = 0.16
 
@@ -33,6 +34,8 @@ DEFS = f"""<defs>
 <path d="M0,0 L10,5 L0,10 z" fill="{COLORS['backward']}"/></marker>
 <marker id="pp-head-grey" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto">
 <path d="M0,0 L10,5 L0,10 z" fill="{sc.ARROW_GREY}"/></marker>
+<marker id="pp-head-{LANE_RING}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto">
+<path d="M0,0 L10,5 L0,10 z" fill="{COLORS[LANE_RING]}"/></marker>
 </defs>"""
 
 
@@ -90,9 +93,10 @@ def paint_legend(items: list[sc.LegendItem], x: float, y: float, right: float | 
         if item.swatch == "wait":
             parts.append(f'<rect x="{xi:.0f}" y="{yi - 10:.1f}" width="14" height="10" fill="{item.colour}" '
                          f'fill-opacity="0.18" stroke="{item.colour}" stroke-dasharray="3,2"/>' + text)
-        elif item.swatch == "arrow":
+        elif item.swatch == "arrow":       # the head in the arrow's colour
+            head = {COLORS["forward"]: "forward", COLORS["backward"]: "backward"}.get(item.colour, "grey")
             parts.append(f'<line x1="{xi:.0f}" y1="{yi - 4}" x2="{xi + 22:.0f}" y2="{yi - 4}" stroke="{item.colour}" '
-                         f'stroke-width="1.2" marker-end="url(#pp-head-grey)"/>' + text)
+                         f'stroke-width="1.2" marker-end="url(#pp-head-{head})"/>' + text)
         else:
             size = 5 if item.swatch == "bar" else 12
             fill = "url(#pp-idle)" if item.swatch == "idle" else item.colour
@@ -118,7 +122,8 @@ def paint(s: sc.Scene, current=None, width: int = 860, lane=None, lane_h: int = 
     t_max = s.t_max
     plot_w = width - LEFT - RIGHT
     extra = (_lines(s.legend, LEFT, width - 8) - 1) * LEGEND_LINE
-    height = TOP + s.p * ROW_H + lane_h + AXIS_H + LEGEND_H + extra
+    plot_top = TOP + (SECTION_H if s.sections else 0)
+    height = plot_top + s.p * ROW_H + lane_h + AXIS_H + LEGEND_H + extra
     cursor = current.t_end if current is not None else float("inf")
     current_pair = next((a.pair for a in s.arrows if a.pair and current in a.pair), None) \
         if current is not None and not current.is_compute else None
@@ -127,7 +132,7 @@ def paint(s: sc.Scene, current=None, width: int = 860, lane=None, lane_h: int = 
         return LEFT + min(t, t_max) / t_max * plot_w
 
     def y(row: float) -> float:        # a row's middle
-        return TOP + row * ROW_H + ROW_H / 2
+        return plot_top + row * ROW_H + ROW_H / 2
 
     out = [f'<svg class="pp-timeline-frame" data-step="{step}" '
            f'data-view="{view}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
@@ -209,6 +214,13 @@ def paint(s: sc.Scene, current=None, width: int = 860, lane=None, lane_h: int = 
                    f'height="{h:.1f}" fill="none" stroke="{red}" stroke-width="1.6"/>'
                    f'<text x="{x0:.1f}" y="{y(k.row) - h / 2 - 3:.1f}" fill="{red}" font-size="10">'
                    f'{escape(k.words)}</text>')
+    for c in s.sections:   # the run's parts, named above the ranks: a bracket and its words
+        x0, x1, yb = x(c.t0), max(x(c.t1), x(c.t0) + 2), plot_top - 4
+        out.append(f'<path class="pp-section" d="M{x0:.1f},{yb + 3} L{x0:.1f},{yb} L{x1:.1f},{yb} L{x1:.1f},{yb + 3}" '
+                   f'fill="none" stroke="#777" stroke-width="1"/>')
+        words = c.words if x1 - x0 > 5.6 * len(c.words) else c.words.rsplit(" ", 1)[-1]
+        out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{yb - 3}" text-anchor="middle" font-size="9" fill="#444">'
+                   f'{escape(words, quote=False)}</text>')
     for t in s.tallies:    # the bytes so far
         first, _, second = t.text(cursor).partition("\n")
         out.append(f'<text x="{width - RIGHT + 8}" y="{y(t.row) + (4 if not second else -2)}" fill="#444" '
@@ -217,9 +229,9 @@ def paint(s: sc.Scene, current=None, width: int = 860, lane=None, lane_h: int = 
             out.append(f'<text x="{width - RIGHT + 8}" y="{y(t.row) + 10}" fill="#444" font-size="10">'
                        f'{escape(second, quote=False)}</text>')
     if lane is not None:
-        out.append(lane(x, TOP + s.p * ROW_H, LEFT, plot_w, cursor))
+        out.append(lane(x, plot_top + s.p * ROW_H, LEFT, plot_w, cursor))
     # time axis in ms, and the cursor
-    axis_y = TOP + s.p * ROW_H + lane_h + 4
+    axis_y = plot_top + s.p * ROW_H + lane_h + 4
     out.append(f'<line x1="{LEFT}" y1="{axis_y}" x2="{LEFT + plot_w}" y2="{axis_y}" stroke="#888"/>')
     for t in nice_ticks(t_max * 1e3):
         xt = x(t / 1e3)
@@ -228,7 +240,7 @@ def paint(s: sc.Scene, current=None, width: int = 860, lane=None, lane_h: int = 
     out.append(f'<text x="{LEFT - 8}" y="{axis_y + 16}" text-anchor="end" fill="#444">time (ms)</text>')
     if current is not None:
         xc = x(cursor)
-        out.append(f'<line x1="{xc:.1f}" y1="{TOP - 4}" x2="{xc:.1f}" y2="{axis_y}" stroke="{COLORS["cursor"]}" '
+        out.append(f'<line x1="{xc:.1f}" y1="{plot_top - 4}" x2="{xc:.1f}" y2="{axis_y}" stroke="{COLORS["cursor"]}" '
                    f'stroke-width="1.5"/><text x="{xc + 3:.1f}" y="{axis_y + 30}" fill="{COLORS["cursor"]}">'
                    f't = {cursor * 1e3:.2f} ms</text>')
     out.append(paint_legend(s.legend, LEFT, height - 8 - extra, right=width - 8))

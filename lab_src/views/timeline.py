@@ -77,10 +77,10 @@ def static_figure(events: list[Event], p: int, m: int, *, title: str = "", with_
 
 
 def messages_only(events: list[Event], p: int, m: int, compute_free: str, waits: list[Event] = (), ends=(),
-                  verdict: str = "", marked=(), **_) -> Timeline:
+                  verdict: str = "", marked=(), sections=(), **_) -> Timeline:
     """The measured timeline of a run of messages alone (no schedule to model, no compute, no bubble);
-    `marked`: (event, words) to point out."""
-    tl = prepare(events, p, m, waits=waits, ends=ends, verdict=verdict, marked=marked)
+    `marked`: (event, words) to point out; `sections`: (words, [indices into `events`]) to name above the run."""
+    tl = prepare(events, p, m, waits=waits, ends=ends, verdict=verdict, marked=marked, sections=sections)
     tl.compute_free = compute_free
     return tl
 

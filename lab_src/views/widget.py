@@ -1,12 +1,14 @@
 """The animated P2P timeline: Play and a slider step through the run's events in the order they ended.
 
-    [ measured | ideal ]  [▶ ■ ⟳]  step ━━━━━━●━━━━━━━━ 23
+    [ measured | ideal ]  [▶ ■ ⟳]  event ━━━━━━●━━━━━━━━ 23
     +--------------------------------------------+  Bubble: measured, ideal, theory; step times
     | one row per rank, boxes, arrows, cursor    |  Bytes sent by each rank
     +--------------------------------------------+  notes (clock alignment, cost model)
-    step 23/80 · t = 21.1 ms · rank 2 · send_forward of micro-batch 3 to rank 3 · shape ... · bytes
+    event 23/80 · t = 21.1 ms · rank 2 · send_forward of micro-batch 3 to rank 3 · shape ... · bytes
 
-Step k (1 to n) shows the run at the moment its k-th event finished. Each view has its own time axis
+Event k (1 to n) shows the run at the moment its k-th event finished (the slider says "event", not "step": a
+training step, a ring's step and a schedule's step are other things a lab's text names). A run stopped before any
+operation ended still draws where each rank was left waiting. Each view has its own time axis
 (the ideal step is often much shorter than the measured one); the side panel gives both step times.
 The frame is inline SVG in an ipywidgets.HTML (see svg.py), redrawn by the kernel whenever the slider
 moves; Play moves the slider in the browser.
@@ -18,7 +20,6 @@ from html import escape
 import ipywidgets as w
 
 from lab_src.views import memory, svg
-from lab_src.views.bubble import theory_text
 from lab_src.views.prepare import Timeline, describe
 
 
@@ -32,7 +33,7 @@ class TimelineWidget(w.VBox):
                                       tooltips=["what your run did", second][:len(self.views)],
                                       style={"button_width": "130px" if len(max(self.views, key=len)) > 8 else "90px"})
         self.play = w.Play(interval=interval_ms, min=1, max=1, step=1, description="play")
-        self.slider = w.IntSlider(min=1, max=1, description="step", continuous_update=True,
+        self.slider = w.IntSlider(min=1, max=1, description="event", continuous_update=True,
                                   layout=w.Layout(width="420px"))
         w.jslink((self.play, "value"), (self.slider, "value"))   # the browser advances the slider itself
         self.frame = w.HTML(layout=w.Layout(flex="1 1 600px", max_width="860px"))
@@ -67,13 +68,18 @@ class TimelineWidget(w.VBox):
 
     def redraw(self) -> None:
         tl = self.view
+        if not tl.events and tl.unfinished:     # stopped before any operation ended: where each rank waited
+            self.frame.value = svg.frame(tl, None)
+            self.info.value = ('<div class="pp-timeline-info">No operation had ended when the run was stopped: in red, '
+                               "the operation each rank was left waiting in (hover for details).</div>")
+            return
         if not tl.events:
             self.frame.value, self.info.value = "<i>No events were recorded in this run.</i>", ""
             return
         i = min(self.slider.value, len(tl.events)) - 1
         self.frame.value = svg.frame(tl, i)
         e = tl.events[i]
-        self.info.value = (f'<div class="pp-timeline-info">step {i + 1}/{len(tl.events)} · '
+        self.info.value = (f'<div class="pp-timeline-info">event {i + 1}/{len(tl.events)} · '
                            f"t = {e.t_end * 1e3:.2f} ms · {escape(describe(e, tl.arrow_of(e), tl.chunks))}</div>")
 
     def _side_panel(self) -> str:
@@ -85,7 +91,6 @@ class TimelineWidget(w.VBox):
 
         rows = "".join(f"<tr><td>rank {r}</td><td style='text-align:right'>{n:,} B</td></tr>"
                        for r, n in self.view.bytes_sent().items())
-        pipeline_p = getattr(measured, "pipeline_p", measured.p)   # a grid's rows are several pipelines (q14)
         raw = ""
         notes = []
         if measured.offsets:
@@ -102,21 +107,37 @@ class TimelineWidget(w.VBox):
             notes.append("Unmatched messages: " + "; ".join(measured.matching.problems()))
         if ideal is not None and not measured.compute_free:    # a run of messages alone has no second view
             notes.append(f"{ideal.kind.capitalize()}: {ideal.note.removeprefix(ideal.kind + ': ')}.")
+        # a run that did not finish: how long it ran until stopped, not the span of what ended (nothing, maybe)
+        ran = (f"stopped after {measured.stopped_at * 1e3:.0f} ms" if measured.unfinished
+               else f"run time: {measured.span * 1e3:.1f} ms")
         if measured.compute_free:        # a run of messages alone (q19's ring): no schedule, no bubble
             return (f'<div class="pp-timeline-side" style="font-size:12px; line-height:1.45">'
-                    f"run time: {measured.span * 1e3:.1f} ms<br>{escape(measured.compute_free)}<br><br>"
+                    f"{ran}<br>{escape(measured.compute_free)}<br><br>"
                     f"<b>Bytes sent</b><table>{rows}</table><br>"
                     + "".join(f"<div style='color:{'#b00' if n.startswith('This run did not finish') else '#555'}'>"
                               f"{escape(n)}</div>" for n in notes) + "</div>")
         if not measured.has_compute:
             notes.append("No forward/backward was recorded: the messages are all there is.")
-        return (f'<div class="pp-timeline-side" style="font-size:12px; line-height:1.45">'
-                f"<b>Bubble</b> (idle share of the step)<br>"
-                f"measured: <b>{pct(measured.bubble)}</b>{raw}<br>"
-                + (f"{ideal.kind}: {pct(ideal.bubble)}<br>" if ideal is not None else "")
-                + f"{escape(theory_text(pipeline_p, measured.m, measured.chunks).rsplit(' = ', 1)[0])} = "
-                f"<b>{measured.theory:.1%}</b><br>"
-                f"step time: measured {measured.span * 1e3:.1f} ms"
+        if not measured.has_compute and measured.pipeline_p < 2:
+            head = ""          # one stage and no compute boxes (q16's split alone): no bubble, no idle time to say
+        elif not measured.bubble_meant:
+            # one stage (q21's data-parallel ranks): idle time, but no pipeline and so no bubble or its theory
+            recv = measured.receive_share()
+            head = (f"<b>Idle time</b> (share of the ranks' time not computing)<br>"
+                    f"measured: <b>{pct(measured.bubble)}</b>{raw}<br>"
+                    + (f"in receives (waiting): {pct(recv)} of the ranks' time<br>" if recv else "")
+                    + "one stage: no pipeline, so no pipeline bubble and no formula for one<br>")
+        else:
+            # the formula of the schedule that ran, with this view's boxes (ZB-H1's T_F, T_I, T_W: q16)
+            words, value = self.view.theory_words()
+            words = words.replace("with these boxes", f"with the {self.toggle.value} view's boxes")
+            head = (f"<b>Bubble</b> (idle share of the step)<br>"
+                    f"measured: <b>{pct(measured.bubble)}</b>{raw}<br>"
+                    + (f"{ideal.kind}: {pct(ideal.bubble)}<br>" if ideal is not None else "")
+                    + f"{escape(words)} = <b>{value:.1%}</b><br>")
+        return ('<div class="pp-timeline-side" style="font-size:12px; line-height:1.45">' + head
+                + (f"step time: measured {measured.stopped_at * 1e3:.1f} ms (stopped)" if measured.unfinished
+                   else f"step time: measured {measured.span * 1e3:.1f} ms")
                 + (f", {ideal.kind} {ideal.span * 1e3:.1f} ms" if ideal is not None else "") + "<br><br>"
                 f"<b>Bytes sent</b> ({self.toggle.value})<table>{rows}</table><br>"
                 + (f"<b>Activation memory</b> (peak held for backward)<br>"

@@ -156,9 +156,12 @@ report = check("q19")
 # %% [markdown]
 # ## What your code did
 #
-# Every message of every rank, on a measured time axis (press play, or move the slider, to step through
-# it): one bar per send or receive, from its posting to the end of its wait. Find the 2(n - 1) steps of
-# the largest length. Which step waits longest, and for whom?
+# Every message of every rank, on a measured time axis (press play, or move the slider, to go through it
+# event by event): one bar per send or receive, from its posting to the end of its wait. Above the ranks,
+# each call of your ring, named by its tensor's length in elements (the seed's layers: "fc1: 200,960").
+# An arrow to a lower rank (orange) is the ring's wrap-around, from the last rank to the first. Find the
+# 2(n - 1) ring steps of the largest length (in each, every rank sends one chunk and receives one). Which
+# ring step waits longest, and for whom?
 
 # %%
 report.timeline()
@@ -166,7 +169,7 @@ report.timeline()
 # %% [markdown]
 # ## Latency and bandwidth
 #
-# A ring's time has two parts: each of its 2(n - 1) steps pays a fixed cost α (the latency: posting,
+# A ring's time has two parts: each of its 2(n - 1) ring steps pays a fixed cost α (the latency: posting,
 # matching, waking the receiver), and each moves a chunk of S / n bytes at β seconds per byte:
 #
 #     T(S) = 2(n - 1) α + 2(n - 1)/n · S · β

@@ -162,7 +162,7 @@ class NetworkStudy:
             if send is not None:
                 marked.append((send, f"slow: held {m['delay'] * 1e3:.0f} ms (emulated)"))
         return show(events, self.n, 1, marked=marked,
-                    title=f"Step {step}, {self.step_times[step] * 1e3:.0f} ms. Slow messages "
+                    title=f"Training step {step}, {self.step_times[step] * 1e3:.0f} ms. Slow messages "
                     f"(emulated, {self.network.tail_factor:g}x): {said}",
                     compute_free="between its bars a rank adds, or copies, the chunk it received")
 

@@ -126,7 +126,10 @@ def show_grid(measured: list[Event], dp: int, pp: int, m: int, title: str = "", 
 
 def bubble_text(tl, pp: int, m: int) -> str:
     """The grid's idle share beside one pipeline's theory, (pp-1)/(m+pp-1): the all-reduces at the end of
-    the step are idle time the pipeline's formula does not count."""
+    the step are idle time the pipeline's formula does not count. A grid of one stage (q21's first case) is no
+    pipeline: its idle time is said alone, with where it went (prepare.Timeline.idle_text)."""
+    if pp < 2:
+        return tl.idle_text()
     got = "n/a" if tl.bubble is None else f"{tl.bubble:.1%}"
     return (f"idle {got} of the ranks' time vs one pipeline's theory (pp-1)/(m+pp-1) = ({pp}-1)/({m}+{pp}-1) = "
             f"{tl.theory:.1%}")
