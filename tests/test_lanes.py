@@ -231,3 +231,71 @@ def test_a_lanes_ring_is_drawn_and_named_as_the_data_parallel_all_reduce():
     assert f">{label}</text>" in svg.frame(prepare(ev, 2, 1, align=False))
     # a run with no lane names no ring
     assert label not in [i.label for i in sc.scene(prepare(ev[:4], 2, 1, align=False)).legend]
+
+
+def _inline_journal(rank: int, lines: list, ring=None):
+    """What a rank's q22 forward journals around a gather on its inline ring (comm/lanes.py `inline`): the forward,
+    then the ring's messages in lane 1 (`ring(tracer)` journals them), fed to `lines` as (rank, tag, payload)."""
+    from lab_src.comm import lanes
+    from lab_src.pipeline import trace
+    tracer = trace.Tracer(rank, journal=lambda tag, payload: lines.append((rank, tag, payload)), label="0")
+    try:
+        with tracer.span("forward", 0):
+            with lanes.inline(tracer):
+                if ring is not None:
+                    ring(tracer)
+    except _StillWaiting:                   # the journal as it stands while the ring waits
+        pass
+    return tracer
+
+
+class _StillWaiting(Exception):
+    pass
+
+
+def _waits_to_send_to(peer: int):
+    def ring(tracer):
+        tracer.awaits(tracer.begin("send_forward", None, peer, posted=True))
+        raise _StillWaiting
+    return ring
+
+
+def test_an_inline_ring_waiting_for_a_rank_that_raised_is_stuck_and_one_that_is_done_is_idle():
+    """q22's gathers run the ring inline, inside a forward: the main line waits for its lane meanwhile, and the lane
+    has nothing to do once the ring is done. Rank 0's ring waits for rank 1, which raised (W) as it built its
+    blocks: stuck at once (it waited to the case's deadline: torch.chunk's shards). And a rank whose ring is done and
+    whose main line waits for a message of a rank that raised is stuck too: its lane does not keep the case going
+    (a backward without torch.enable_grad() waited to the deadline)."""
+    lines: list = []
+    _inline_journal(0, lines, ring=_waits_to_send_to(1))
+    _inline_journal(2, lines)              # a ring that ran to its end, then a receive its raised peer never sends
+    lines.append((2, "B", ["0", "recv_backward", 0, 3]))
+    p, feed = _watch(4)
+    for rank, tag, payload in lines:
+        feed(rank, (tag, payload))
+    assert p.stuck(0, 4) is None            # ranks 1 and 3 are still at work
+    feed(1, ("W", ["0"]))
+    feed(3, ("W", ["0"]))
+    stuck = p.stuck(0, 4)
+    assert stuck is not None and sorted(stuck.finished) == [1, 3], stuck
+    assert stuck.lanes[(0, 1)][0] == "send_forward" and stuck.waits[2][0] == "recv_backward"
+    feed(3, ("B", ["0", "send_backward", 0, 2]))
+    assert p.stuck(0, 4) is None            # had rank 3 sent, rank 2 would go on
+
+
+def test_a_stopped_ranks_journal_after_an_inline_ring_says_it_was_in_its_forward(tmp_path):
+    """After a gather's inline ring is done, the rank is in its forward again: the journal's report names the
+    forward (not the lane's idleness), and the wait for the lane is no event."""
+    from lab_src.harness.deadlock import rank_state, recover
+    from lab_src.harness.runfolder import journal_path, op_line
+    lines: list = []
+    _inline_journal(0, lines, ring=lambda t: t.record(Event(0, "send_forward", None, 1, (4,), 16, 0.0, 0.001),
+                                                      t.begin("send_forward", None, 1)))
+    path = journal_path(tmp_path, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    kept = [(tag, payload) for _, tag, payload in lines if not (tag == "E" and payload[1] == "forward")]
+    path.write_text("".join(op_line(tag, payload) for tag, payload in kept))
+    assert rank_state(path, 0)["pending"] == "F0"
+    got = recover(path, 0, 0, stopped_at=0.0)
+    assert got["error"]["pending"][:2] == ["0", "forward"]
+    assert [e[1] for e in got["events"]] == ["send_forward"]

@@ -59,6 +59,17 @@ def test_the_check_prints_each_predicted_number_right_or_wrong(tmp_path, referen
     assert '`return {"dp": ..., "zero1": ..., "zero2": ..., "sent": ...}`' in prediction_line(str(answer))
 
 
+def test_the_ring_reduce_scatters_contributions():
+    """Which replicas' gradients each chunk sums after the ring: q19's leaves rank r with chunk r + 1 whole and its
+    own chunk r with its own gradient alone; the contract's shift leaves chunk r whole (judge.py shift_problem)."""
+    from lab_src.topics.sharding.judge import ring_contributions
+    for n in (2, 3, 4):
+        q19, shifted = ring_contributions(n, 0), ring_contributions(n, 1)
+        for r in range(n):
+            assert q19[r][(r + 1) % n] == set(range(n)) and q19[r][r] == {r}
+            assert shifted[r][r] == set(range(n))
+
+
 def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, capsys):
     from lab_src.checks import check
     (in_tmp / "map.json").write_text(json.dumps({k: str(v) for k, v in reference.items()}))
@@ -87,7 +98,11 @@ MISTAKES = {
     "reference": (None, 1.0, "16 of 16 hidden checks passed"),
     "q21_full_state": (answer("q21_full_state"), 0.75, "AdamW's two moments for every element of the stage"),
     "q21_allreduce_slice": (answer("q21_allreduce_slice"), 0.75, "an all-reduce of the gradients and then an all-gather"),
-    "q21_l2_decay": (answer("q21_l2_decay"), 0.75, "decoupled, p *= 1 - lr * 0.01, never added to the gradient"),
+    # told by the data, once for the four cases: the first step is one process's torch.optim.Adam with L2 decay
+    "q21_l2_decay": (answer("q21_l2_decay"), 0.75,
+                     "the weight decay was added to the gradient (Adam's L2 decay, g + 0.01 p), not decoupled as AdamW "
+                     "does it: after step 0 this rank's parameters are one process's torch.optim.Adam(weight_decay="
+                     "0.01)'s"),
     "q21_grads_kept": (answer("q21_grads_kept"), 0.75, "of gradients are still held after the step"),
     # right for n = 2 (one shard summed a step), t = 3 a step for n = 4: its two cases' values, (2/4) / 4 off
     "q21_step_per_shard": (answer("q21_step_per_shard"), 0.875, "with the step count t = 3"),
@@ -107,6 +122,18 @@ MISTAKES = {
     # on the ring (a reduce-scatter's and an all-gather's messages): the rank's live tensors show the moments (issue 54)
     "q21_moments_global": (answer("q21_moments_global"), 0.75,
                            "B of tensors beyond its shard's state after the step, as much as AdamW's two moments"),
+}
+# Wrong answers made here (no cohort student has them): name -> (edits of the reference, fraction, what the feedback
+# must say). q19's reduce-scatter as it is, the rank stepping shard r with its chunk r, which holds only its own
+# replica's gradient (the hint's warning): the values wrong in every case, said once; the state is one shard's
+EDITED = {
+    "q19's reduce-scatter": ([("""        received = torch.empty_like(grads[(me - s - 2) % n])
+        exchange(grads[(me - s - 1) % n], received)
+        grads[(me - s - 2) % n] += received""", """        received = torch.empty_like(grads[(me - s - 1) % n])
+        exchange(grads[(me - s) % n], received)
+        grads[(me - s - 1) % n] += received""")], 0.75,
+        "this rank (position 0 of the data-parallel group of 2) ended holding chunk 1 summed over all 2 replicas, "
+        "but it updated shard 0 with its chunk 0, which holds only its own replica's gradient"),
 }
 # A valid answer written otherwise keeps every point: the shards received straight into their place in the flat
 # vector, isend and irecv in place of batch_isend_irecv
@@ -135,11 +162,20 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
         for old, new in edits:
             assert old in texts[name], (name, old)
             texts[name] = texts[name].replace(old, new)
+    for name, (edits, _, _) in EDITED.items():
+        texts[name] = right
+        for old, new in edits:
+            assert old in texts[name], (name, old)
+            texts[name] = texts[name].replace(old, new)
     texts["q21_floor_shards"] = MISTAKES["q21_floor_shards"][0]      # last: its uneven cases stop the launch's q21
     graded = grade_answers("q21", texts, reference, tmp_path)
-    for name, (_, fraction, says) in MISTAKES.items():
+    for name, (_, fraction, says) in {**MISTAKES, **EDITED}.items():
         got, lines = graded[name]
         assert got == pytest.approx(fraction, abs=1e-4), (name, lines)
         assert says in " ".join("\n".join(lines).split()), (name, lines)
+    # the two wrong first steps are told apart, each once for its four cases, none with the generic checklist
+    for name in ("q21_l2_decay", "q19's reduce-scatter"):
+        text = " ".join("\n".join(graded[name][1]).split())
+        assert "check that shard i holds" not in text and text.count("[q21]") == 1, (name, graded[name][1])
     for name in VALID:
         assert graded[name][0] == 1.0, (name, graded[name][1])

@@ -15,7 +15,7 @@ from __future__ import annotations
 from lab_src.judge.numeric import matches
 from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
-from lab_src.topics.sharding.judge_fsdp import judge_run
+from lab_src.topics.sharding.judge_fsdp import few_gathers_follow, judge_run
 from lab_src.topics.sharding.records import FSDP_PREDICTION, FSDP_PREDICTION_BLOCKS, FSDP_PREDICTION_KEYS, fsdp_wanted
 from lab_src.topics.training.digits import DIGITS
 
@@ -53,6 +53,9 @@ def judge(ctx, outcomes):
         failed = case_problems(QID, out, label)
         found = {p: [] for p in PARTS} if failed else judge_run(out)
         items += [Item(part, label, list(failed) + stamped(found[part], QID, label)) for part in PARTS]
+    # too few gathers in a case whose memory part saw no copy kept follow from the copies another case saw kept
+    for item, problems in zip(items, few_gathers_follow([item.problems for item in items])):
+        item.problems = problems
     return items + prediction_items(ctx)
 
 

@@ -29,7 +29,7 @@ CFG = LabConfig(num_stages=2, num_layers=4, num_microbatches=4, global_batch_siz
 
 def check():
     from lab_src.judge.failures import case_problems
-    from lab_src.topics.sharding.judge_fsdp import judge_run
+    from lab_src.topics.sharding.judge_fsdp import judge_run, ring_may_be_at_fault
     srcs = sources("q22")
     case = make_case("fsdp", CFG, srcs, "q22", stages=4, label="2 x 2 grid, 2 blocks a stage, m = 4",
                      settings={"steps": 3}, schedule="1f1b", step="q12")
@@ -39,18 +39,27 @@ def check():
     view = {**case_view(out), "title": f"q22: {case.label}", "dp": CFG.dp_size, "pp": CFG.num_stages}
     errs = stamped(case_problems(out), "q22", case.label)
     if errs:
-        return finish("q22", run, errs, lines + [UNFINISHED, ON_YOUR_RING], views=[view], cls=GridViewReport)
+        ring = [ON_YOUR_RING] if ring_may_have_stopped(out) else []
+        return finish("q22", run, errs, lines + [UNFINISHED, *ring], views=[view], cls=GridViewReport)
     found = judge_run(out)
     problems = [p for part in found.values() for p in stamped(part, "q22", case.label)]
     lines.append(table(out, found))
     lines.append(prediction_line(srcs.get("q22")))
-    if found["values"]:
+    if ring_may_be_at_fault(found["values"]):
         lines.append(ON_YOUR_RING)
     return finish("q22", run, problems, lines, views=[view], cls=GridViewReport)
 
 
 ON_YOUR_RING = ("\n  dp.all_gather and dp.reduce_scatter run on your q19 ring_all_reduce: if q19's check does not pass, "
                 "fix q19 first (../data_parallel/q19_ring_all_reduce.ipynb)")
+
+
+def ring_may_have_stopped(out) -> bool:
+    """Whether the q19 ring may be why the run did not finish: not where ranks raised and none of their errors
+    passed through the q19 answer (its frames are named "<answer to q19>": harness/worker.py)."""
+    from lab_src.judge.failures import is_wait
+    raised = [e for e in out.errors().values() if not is_wait(e) and e.get("type") != "NotRun"]
+    return not raised or any(str(f[0]) == "<answer to q19>" for e in raised for f in e.get("where") or [])
 
 
 def table(out, found) -> str:

@@ -36,14 +36,23 @@ def ring_all_reduce(tensor, group, qid: str) -> None:
 @contextlib.contextmanager
 def inline(tracer, number: int = LANE):
     """This thread's operations go to lane `number` within the block; the operation it is in (a forward, a backward)
-    is set aside meanwhile and restored after, not on an exception (the error then names the lane's message)."""
+    is set aside meanwhile and restored after, not on an exception (the error then names the lane's message).
+    For the deadlock watch (harness/deadlock.py), the main line waits for its lane within the block (LANE_WAIT), and
+    the lane has nothing to do outside it (LANE_IDLE, journalled as the block ends): a rank whose ring waits for a
+    message nobody will send is stuck, and one whose ring is done does not keep a stuck case going."""
     if tracer is None:
         yield
         return
     before, since = tracer.pending, tracer.pending_since
+    wait = tracer._pending(trace.LANE_WAIT, None, number)
+    tracer._write("B", wait)
     tracer.pending = tracer.pending_since = None
     with tracer.lane(number):
+        idle = tracer._pending(trace.LANE_IDLE, None, None)
+        tracer._write("E", idle)
         yield
+        tracer._write("B", idle)
+    tracer._write("E", wait)
     tracer.pending, tracer.pending_since = before, since
 
 

@@ -65,6 +65,8 @@ def rank_state(journal: Path, case_index: int) -> dict:
                 state["ended"] = True
         elif tag in ("B", "P", "E") and payload and payload[0] == label:
             p = Pending.from_list(payload)
+            if p.kind == LANE_IDLE:     # a lane with nothing to do waits in nothing
+                continue
             op = describe_op(p.kind, p.microbatch, p.peer, p.chunk) + (f" in its lane {p.lane}" if p.lane else "")
             if tag in ("B", "P"):
                 waiting.append(op)
@@ -83,12 +85,12 @@ def recover(journal: Path, case_index: int, rank: int, stopped_at: float) -> dic
     """What a rank that left no observations (its launch was stopped, or it died) did in a case, from
     its journal: its events (without shapes or sizes) and the operation it was still in, in the form
     of a rank's observations (harness/observe.py, worker.py)."""
-    label, begun, events, pending = str(case_index), {}, [], {}      # pending: lane -> (operation, since)
-    for t, tag, payload in read_journal(journal):
+    label, begun, events, pending = str(case_index), {}, [], {}      # pending: lane -> [(operation, since)], the
+    for t, tag, payload in read_journal(journal):                      # innermost last (a wait for an inline lane)
         if tag not in ("B", "P", "A", "E") or not payload or payload[0] != label:
             continue
         op = Pending.from_list(payload)
-        if op.kind == BARRIER:          # not an operation of the run
+        if op.kind in (BARRIER, LANE_IDLE):     # not an operation of the run
             continue
         key = repr(op.what)
         if tag in ("A", "E") and not begun.get(key):
@@ -96,13 +98,15 @@ def recover(journal: Path, case_index: int, rank: int, stopped_at: float) -> dic
         if tag in ("B", "P"):           # when it was posted, and the rank had done its part
             begun.setdefault(key, []).append(t)
         if tag in ("B", "A"):
-            pending[op.lane] = (op, t)
+            stack = pending.setdefault(op.lane, [])
+            stack[:] = [p for p in stack if p[0].what != op.what] + [(op, t)]
         elif tag == "E":
             start = begun[key].pop(0)
-            events.append([rank, op.kind, op.microbatch, op.peer, None, 0, start, t, op.chunk]
-                          + ([0, None, op.lane] if op.lane else []))
-            if op.lane in pending and pending[op.lane][0].what == op.what:
-                del pending[op.lane]
+            if op.kind != LANE_WAIT:    # a wait for the rank's own lane is no event
+                events.append([rank, op.kind, op.microbatch, op.peer, None, 0, start, t, op.chunk]
+                              + ([0, None, op.lane] if op.lane else []))
+            pending[op.lane] = [p for p in pending.get(op.lane, []) if p[0].what != op.what]
+    pending = {lane: stack[-1] for lane, stack in pending.items() if stack}
     error = None
     if pending:             # what its main thread waited in, else a lane's
         op, since = pending.get(0) or pending[min(pending)]

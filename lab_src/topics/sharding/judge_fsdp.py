@@ -14,6 +14,8 @@ Three parts, read from behaviour, never from the answer's form:
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from lab_src.harness.settings import settings_of
@@ -33,6 +35,10 @@ GATHERED_AT_ONCE = 2        # the layer in use and one prefetched
 # timing). A copy of every block's weights kept for the backward is at least 2.08 layers there (a stage of two
 # blocks, one micro-batch in flight: cohort q22_clone_saved). 1.5 layers: twice the noise, below the least copy.
 HIDDEN_LAYERS = 1.5
+# What a problem is, where another part or the visible check decides by it (`gist`: said once wherever it shows)
+SCALED = "q22: the gradients are one process's scaled"        # the reduce-scatter's sum, not divided (or twice)
+KEPT = "q22: gathered copies kept beyond their layer's forward"  # the peak, or copies left after the step
+FEW = f"{KEPT}: too few gathers"                                  # what that leaves of the backwards' gathers
 
 
 def curve_problems(outcome) -> list[Problem]:
@@ -82,10 +88,13 @@ def value_problems(outcome) -> list[Problem]:
             w = torch.cat([want_steps[k][x].reshape(-1).double() for x in wrong])
             c = scale_between(g, w)
             blocks = all(x.startswith("blocks.") for x in wrong)
+            gist = ""
             if c is not None and n > 1 and abs(c - n) < 1e-3 * n:
                 why = f"they are {n}x one process's: the reduce-scattered sum was not divided by dp.size"
+                gist = f"{SCALED}: not divided by n"
             elif c is not None and n > 1 and abs(c - 1 / n) < 1e-3 / n:
                 why = f"they are 1/{n} of one process's: divided by dp.size twice"
+                gist = f"{SCALED}: divided by n twice"
             elif c is not None and abs(c - 1) > 1e-3:
                 why = f"they are {c:.3g}x one process's"
             else:
@@ -93,7 +102,7 @@ def value_problems(outcome) -> list[Problem]:
             where = "the blocks' (rebuilt from every rank's shard)" if blocks else "these"
             first[r] = (k, Problem(f"after step {k}, {len(wrong)} of {len(got)} gradients differ from one process's "
                                    f"over the global batch ({', '.join(wrong[:2])}{' ...' if len(wrong) > 2 else ''}): "
-                                   f"{where}; {why}", rank=r))
+                                   f"{where}; {why}", rank=r, gist=gist))
             break
     return first_wrong_steps(first, lambda k, earliest, cause: (
         f"after step {k} the gradients differ, step {earliest}'s having been right on this rank: another rank's "
@@ -122,7 +131,8 @@ def memory_problems(outcome) -> list[Problem]:
             if step.get("left"):
                 problems.append(Problem(f"step {k}: {step['left'][0]}'s gathered weights were still held after the "
                                         f"step: a reference to the gathered tensor outlives the layer's forward or "
-                                        f"backward (kept on the module, or saved for the backward)", rank=r))
+                                        f"backward (kept on the module, or saved for the backward)", rank=r,
+                                        gist=f"{KEPT}: after the step"))
                 break
             if step.get("peak", 0) > GATHERED_AT_ONCE * largest:
                 held = sorted(set(step.get("peak_layers") or []))
@@ -131,9 +141,24 @@ def memory_problems(outcome) -> list[Problem]:
                     f"once (of {', '.join(held[:4])}{' ...' if len(held) > 4 else ''}; {step['peak']:,} B, "
                     f"against at most {GATHERED_AT_ONCE} layers, {GATHERED_AT_ONCE * largest:,} B): free each "
                     f"layer's gathered weights when its forward, or its backward, returns (saving them for the "
-                    f"backward keeps every layer gathered until then)", rank=r))
+                    f"backward keeps every layer gathered until then)", rank=r, gist=f"{KEPT}: at the peak"))
                 break
     return problems
+
+
+def few_gathers_follow(problems: list[list[Problem]]) -> list[list[Problem]]:
+    """Lists of problems (an exercise's, every case's) with each "too few gathers" marked as a consequence where
+    some case showed its cause: gathered copies kept beyond their forward (a case whose memory part did not catch
+    the copies, such as a stage of two blocks, shows only the count)."""
+    if not any(p.gist.startswith(KEPT) and not p.consequence and p.gist != FEW for ps in problems for p in ps):
+        return problems
+    return [[replace(p, consequence=True) if p.gist == FEW else p for p in ps] for ps in problems]
+
+
+def ring_may_be_at_fault(values: list[Problem]) -> bool:
+    """Whether the gradients' problems leave the q19 ring under suspicion: not where every one of them is the
+    gradients scaled by n or 1/n (a division by dp.size missing or doubled: the ring summed right)."""
+    return any(not p.consequence and not p.gist.startswith(SCALED) for p in values)
 
 
 def hidden_copies(outcome, r: int) -> tuple[int, int, str, float] | None:
@@ -170,9 +195,11 @@ def hidden_problems(outcome, skip=()) -> list[Problem]:
     return problems
 
 
-def count_problems(outcome) -> list[Problem]:
+def count_problems(outcome, kept_ranks=()) -> list[Problem]:
     """Gathers per block (each gather names its shard, so its layer is known), reduce-scatters per stage (a flat
-    gradient does not say whose it is when two blocks have the same size: they are counted together)."""
+    gradient does not say whose it is when two blocks have the same size: they are counted together). Too few
+    gathers on a rank in `kept_ranks` (its gathered copies outlived their forward: the memory part) are that problem's
+    consequence: the backward computed with the copy kept instead of gathering again."""
     m = outcome.case.config.num_microbatches
     problems = []
     for r, o in sorted(outcome.obs.items()):
@@ -188,6 +215,13 @@ def count_problems(outcome) -> list[Problem]:
                     f"for its backward, this rank already held {kept[1]:,} B of tensors beyond what the lab gave it "
                     f"({kept[3]:.1f} layers' whole weights, kept from the forward: see the memory part); FSDP "
                     f"gathers a layer again for each backward because it freed the forward's copy", rank=r))
+                break
+            if off and counts[off[0]] < 2 * m:
+                problems.append(Problem(
+                    f"{off[0]} was gathered {_times(counts[off[0]])} in a step of {m} micro-batches, not {2 * m} "
+                    f"(step {k}): its backwards did not gather it again, so they computed with copies of its weights "
+                    f"kept from the forwards; FSDP frees a layer's copy when its forward returns and gathers it for "
+                    f"each backward", rank=r, consequence=bool(kept_ranks), gist=FEW))
                 break
             if off:
                 problems.append(Problem(
@@ -211,4 +245,5 @@ def judge_run(outcome) -> dict[str, list[Problem]]:
     memory = memory_problems(outcome)
     return {"values": value_problems(outcome),
             "memory": memory + hidden_problems(outcome, skip={p.rank for p in memory}),
-            "counts": count_problems(outcome) + wire.byte_problems(outcome)}
+            "counts": count_problems(outcome, kept_ranks={p.rank for p in memory if p.gist.startswith(KEPT)})
+            + wire.byte_problems(outcome)}

@@ -7,7 +7,8 @@ Recorded per rank and step (plain values, never a verdict): the parameters after
 the answer's `state` holds (what it keeps of AdamW's state) and, after the first step, those tensors themselves
 (`state_values`: which elements the rank's moments are of), the gradients still held after the step, every
 message the answer sent or received (comm/messages.py records its raw calls) and any collective it called
-(comm/collectives.py). judge.py compares with one process's AdamW.
+(comm/collectives.py); and, before the first step, the replica's own gradient (`own_grad`). judge.py compares
+with one process's AdamW.
 """
 from __future__ import annotations
 
@@ -140,6 +141,10 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                 obs["stepping"] = k
                 with counting(stage, tracer):
                     exercises.one_f_one_b_step(stage, data_iter, grid.m)
+                if k == 0:      # the replica's own gradient, flat, before the answer reduces it (the judge's
+                    # reading of which replicas' gradients each rank's shard summed: judge.py `shift_problem`)
+                    obs["own_grad"] = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
+                                                 .detach().reshape(-1) for p in params]).cpu().clone()
                 start, t0 = len(tracer.events), time.perf_counter()
                 with torch.no_grad():
                     returned = exercises.sharded_adamw_step(params, dp, state, settings.lr)

@@ -65,6 +65,37 @@ def layout_error(name: str, shard, flat: torch.Tensor, n: int, rank: int) -> Non
                              f"dp.reduce_scatter returns its gradient")
 
 
+def recomputed_without_grad(error: BaseException) -> bool:
+    """Whether `error` is torch.autograd.grad (or .backward) called inside a torch.autograd.Function's backward on
+    outputs that do not require grad: a forward recomputed there without torch.enable_grad() (autograd runs a
+    Function's backward with grad disabled, so the recomputation builds no graph). Read from the traceback's frames
+    (which functions, and the tensors they were given), never from the message."""
+    import torch.autograd.function as function
+    calls = {torch.autograd.grad.__code__: "outputs", torch.autograd.backward.__code__: "tensors"}
+    in_backward, tb = False, error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code is function.BackwardCFunction.apply.__code__:
+            in_backward = True
+        elif in_backward and code in calls:
+            given = tb.tb_frame.f_locals.get(calls[code])
+            given = [given] if isinstance(given, torch.Tensor) else list(given or ()) \
+                if isinstance(given, (list, tuple)) else []
+            tensors = [t for t in given if isinstance(t, torch.Tensor)]
+            return bool(tensors) and not any(t.requires_grad for t in tensors)
+        tb = tb.tb_next
+    return False
+
+
+def no_graph_error(error: BaseException, dp: FsdpGroup) -> RuntimeError:
+    layer = dp.gathers[-1][1] if dp.gathers else "a block"
+    return RuntimeError(
+        f"the backward of {layer} recomputed the block's forward with grad disabled, so the recomputation built no "
+        f"graph and torch.autograd.grad was given outputs that do not require grad: autograd runs a Function's "
+        f"backward under no_grad. Run the recomputation (from the saved input and the weights gathered again) "
+        f"inside `with torch.enable_grad():`").with_traceback(error.__traceback__)
+
+
 def wrap_blocks(stage: PipelineStage, dp: FsdpGroup, obs: dict) -> dict:
     """Replace each block by the answer's module; {block name: [(parameter name, shape)]} of the originals."""
     layout, layers = {}, {}
@@ -194,7 +225,12 @@ def _steps(case: Case, ctx, group, tracer, obs, grid, settings) -> None:
         dp.on_backward_gather = scan if scanned else None
         # autograd's saved tensors noted only in the steps scanned (a Python call for each one saved)
         with live.saving() if scanned else contextlib.nullcontext():
-            returned = exercises.one_f_one_b_step(stage, data_iter, m)
+            try:
+                returned = exercises.one_f_one_b_step(stage, data_iter, m)
+            except RuntimeError as e:
+                if recomputed_without_grad(e):
+                    raise no_graph_error(e, dp) from None
+                raise
         for p in replicated:              # the lab's part: the parameters every rank holds whole, averaged
             if p.grad is not None and dp.size > 1:
                 waiting.wait(reduce(p.grad, group=dp_group, async_op=True))

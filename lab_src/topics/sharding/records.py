@@ -73,6 +73,8 @@ class ZeroObserved(StageObserved):
                                 #   bytes]]), "collectives": [event kind], and after the first step "state_values"
                                 #   (the floating tensors of `state`, flattened: kind.floating_tensors)}
     scan_seconds: float         # the lab's own time scanning the rank's live tensors (harness/live.py), all steps
+    own_grad: object            # the replica's own gradient before the first step, flattened (a tensor): with its
+                                #   group's, which replicas' gradients the first step's state holds the sum of
 
 
 # q22: the graded prediction, for a stage of 4 blocks of the default model (hidden 32: 12,704 parameters a block)
