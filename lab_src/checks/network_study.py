@@ -39,6 +39,9 @@ def network_study(n: int = 4, steps: int = 200, predicted: dict | None = None,
         return None
     study = study_of(out, n, network, BACKWARD_ORDER)
     study.table(predicted)
+    from lab_src.harness.memory_release import release
+    del out
+    release()          # every rank's records go: the study holds its own numbers (harness/memory_release.py)
     return study
 
 

@@ -175,7 +175,7 @@ def bubble_study(chunks=(1, 2, 4), stages: int | None = None, cfg: LabConfig = S
     print("\n".join(lines), file=sys.stderr if not rows else sys.stdout)
     study = BubbleStudy(QID, run, problems, lines, views=views)
     study.rows = rows
-    return study
+    return study.let_go()       # the views and rows stay; every rank's records go
 
 
 def why_measured(rows: list[dict], p: int, cores: int) -> list[str]:

@@ -30,6 +30,9 @@ def ring_study(n: int = 4, lengths=LENGTHS, repeats: int = 5) -> RingStudy | Non
         return None
     study = study_of(out, n)
     study.table()
+    from lab_src.harness.memory_release import release
+    del out
+    release()          # every rank's records go: the study holds its own numbers (harness/memory_release.py)
     return study
 
 

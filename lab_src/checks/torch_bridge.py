@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from lab_src.checks.common import errors, make_case, run_cases, run_dir, sources
-from lab_src.checks.experiments import Runs, skipped_under_validate
+from lab_src.checks.experiments import Runs, latest, skipped_under_validate
 from lab_src.grading import check_not_passed
 from lab_src.pipeline.config import DEMO, LabConfig
 from lab_src.pipeline.schedules import compute_order, schedule
@@ -110,7 +110,9 @@ def _bridge(qid: str, cfg: LabConfig, sched: str, yours: dict | None, step_case)
 
 def torch_bridge(runs: Runs | None = None, cfg: LabConfig = DEMO) -> Bridge | None:
     """q12: torch's Schedule1F1B on the stages your answers build (`cfg`, 8 micro-batches) beside your 1F1B
-    step (the bubble study's m = 8 run, from `runs`, where there is one; else a new run in the same launch)."""
+    step (the bubble study's m = 8 run, from `runs`, or by default the last bubble study this kernel still holds,
+    where there is one; else a new run in the same launch)."""
+    runs = runs if runs is not None else latest("bubble")
     cfg = cfg.replace(num_microbatches=8)
     reusable = runs is not None and runs.config is not None and runs.config.replace(num_microbatches=8) == cfg
     yours = runs.views.get(("1f1b", 8)) if reusable else None

@@ -123,4 +123,4 @@ def zero_bubble_study(ms=(4, 8, 16), stages: int | None = None, cfg: LabConfig =
     print("\n".join(lines), file=sys.stderr if not rows else sys.stdout)
     study = ZeroBubbleStudy(QID, run, problems, lines, views=views)
     study.rows = rows
-    return study
+    return study.let_go()       # the views and rows stay; every rank's records go
