@@ -9,8 +9,8 @@ out), then runs the study cells `--repeat - 1` more times, as a student who runs
 each cell it reads the proportional set size (PSS, /proc/<pid>/smaps_rollup) of the kernel and of its
 children (the warm launcher, lab_src/harness/warm_launch.py), and prints the study cells' own output with
 the load average (`uptime`) before and after each, so that each study sentence of the notebooks can be held
-against two runs. With `--wait S` it also reads the kernel's PSS S seconds after the last cell (the warm
-launcher's idle release). No figure is compared with a threshold: it prints.
+against two runs. With `--wait S` it also reads the last kernel's PSS S seconds after its last cell (past the
+warm launcher's idle release, LAB_WARM_IDLE_S). No figure is compared with a threshold: it prints.
 """
 from __future__ import annotations
 
@@ -135,8 +135,9 @@ def main() -> int:
             if q in EXERCISES and EXERCISES[q].function:
                 shutil.copy(path, folder / "answers" / EXERCISES[q].answer_file)
         rows = []
-        for qid in [q for q in args.only.split(",") if q]:
-            rows += run_notebook(qid, folder, args.repeat, args.wait)
+        chosen = [q for q in args.only.split(",") if q]
+        for qid in chosen:
+            rows += run_notebook(qid, folder, args.repeat, args.wait if qid == chosen[-1] else 0.0)
         print(f"\n{'exercise':<9}{'after the cell':<62}{'kernel PSS':>12}{'with children':>15}")
         for qid, label, _, own, total, _ in rows:
             if label.startswith("study"):

@@ -103,14 +103,13 @@ class CheckReport:
     def let_go(self) -> "CheckReport":
         """For a study the kernel keeps: hold only what its text and figures need (the problems, the lines, the
         views, whose events are the run's own, the tracebacks and which case failed) and let the launch's records
-        go (every rank's observations), then give the freed memory back (harness/memory_release.py). A study
-        that kept them held up to 1,090 MiB in the kernel (benchmarks/README.md)."""
-        from lab_src.harness.memory_release import release
+        go (every rank's observations); the study function, `released` (harness/memory_release.py), gives the
+        memory back once it has returned. A study that kept them held up to 1,090 MiB in the kernel
+        (benchmarks/README.md)."""
         if self.run is not None and self.run.outcomes:
             self._failed = self.failed_case()
             self._tracebacks = self._traceback_parts()
             self.run = replace(self.run, outcomes=[])
-        release()
         return self
 
     def outputs(self) -> dict[int, str]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from lab_src import answers
 from lab_src.checks.common import VISIBLE, autograding, errors, make_case, run_cases, run_dir, sources
 from lab_src.grading import validating
+from lab_src.harness.memory_release import released
 from lab_src.judge.summary import summary
 from lab_src.pipeline.config import DEMO, LabConfig
 from lab_src.pipeline.schedules import in_flight, schedule
@@ -150,6 +151,7 @@ def _launch(plan: list[tuple[str, LabConfig]], srcs: dict, label: str, deadline_
     return run.outcomes, time.monotonic() - started
 
 
+@released
 def memory_vs_microbatches(ms=MEMORY_MS, schedules=("afab", "1f1b")) -> Runs | None:
     """Your AFAB and 1F1B steps on 4 stages for each m in `ms`: the peak bytes each rank held for backward."""
     if skipped_under_validate():
@@ -167,9 +169,10 @@ def memory_vs_microbatches(ms=MEMORY_MS, schedules=("afab", "1f1b")) -> Runs | N
     outcomes = out = None       # the rows and views hold what the figures need: the rest can go
     print(runs.table() + f"\n({wall:.0f} s, torchrun start included)")
     _latest["memory"] = weakref.ref(runs)
-    return let_go(runs)
+    return runs
 
 
+@released
 def thousand_microbatches(m: int = 1000, runs: Runs | None = None) -> Runs | None:
     """Your 1F1B step with `m` micro-batches on 4 stages, beside m = 8: how long it takes, and how much
     memory each rank holds. With `runs` (memory_vs_microbatches; by default the last one this kernel still holds),
@@ -206,9 +209,10 @@ def thousand_microbatches(m: int = 1000, runs: Runs | None = None) -> Runs | Non
         lines.append(f"AFAB's rank 0 held {afab[top] / 2**20:.2f} MiB at m = {top}; growing linearly, it would hold "
                      f"about {afab[top] / top * m / 2**20:.0f} MiB at m = {m}")
     print("\n".join(lines))
-    return let_go(result)
+    return result
 
 
+@released
 def bubble_vs_microbatches(ms=BUBBLE_MS, cfg: LabConfig = DEMO, sched: str = "1f1b") -> Runs | None:
     """Your step of `sched` on the DEMO model (compute dominates messaging) for each m in `ms`: the
     measured bubble beside (p-1)/(m+p-1)."""
@@ -238,13 +242,5 @@ def bubble_vs_microbatches(ms=BUBBLE_MS, cfg: LabConfig = DEMO, sched: str = "1f
               f"measured: the wall clock of the same run{f'; {p} ranks share {cores} cores here, so a rank also waits for a core' if cores < p else ''}"]
     print("\n".join(lines + runs.notes))
     _latest["bubble"] = weakref.ref(runs)
-    return let_go(runs)
+    return runs
 
-
-def let_go(result):
-    """`result`, once the memory the experiment no longer needs has gone back: the launch's outcomes (every rank's
-    observations) are garbage once its rows and views are made, and glibc keeps what Python frees in the
-    kernel until it is trimmed (harness/memory_release.py)."""
-    from lab_src.harness.memory_release import release
-    release()
-    return result
