@@ -208,6 +208,8 @@ def test_the_visible_check_and_the_memory_experiment(reference, in_tmp, capsys, 
         assert afab[16][r] == pytest.approx(4 * afab[4][r], rel=0.02)      # AFAB: linear in m
         assert one[16][r] == pytest.approx(one[4][r], rel=0.02)            # 1F1B: flat once m >= p - r
     assert [row["held"] for row in runs.of("1f1b")][-1] == {0: 4, 1: 3, 2: 2, 3: 1}
+    from lab_src.checks.experiments import latest     # issue 55: the 1000-micro-batch cell finds it on its own
+    assert latest("memory") is runs
 
 
 # ---- issue 27: named mistakes, causes before consequences, studies under Validate, runs/ kept small ----
