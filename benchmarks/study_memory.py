@@ -2,6 +2,7 @@
 student runs the notebook.
 
     .venv/bin/python benchmarks/study_memory.py [--only q12,q15,q16,q19] [--repeat 2] [--wait 0]
+    .venv/bin/python benchmarks/study_memory.py --open q11,q12,q13,q14,q15,q16,q19 --wait 130
 
 For each chosen exercise it starts a Jupyter kernel (this Python) in a folder that holds the reference
 answers of every exercise, runs the solution notebook's code cells in order (the hidden-test cells left
@@ -10,7 +11,9 @@ each cell it reads the proportional set size (PSS, /proc/<pid>/smaps_rollup) of 
 children (the warm launcher, lab_src/harness/warm_launch.py), and prints the study cells' own output with
 the load average (`uptime`) before and after each, so that each study sentence of the notebooks can be held
 against two runs. With `--wait S` it also reads the last kernel's PSS S seconds after its last cell (past the
-warm launcher's idle release, LAB_WARM_IDLE_S). No figure is compared with a threshold: it prints.
+warm launcher's idle release, LAB_WARM_IDLE_S). With `--open`, the notebooks named stay open at once, each
+run to its end but its studies, and it prints the PSS of them all together. No figure is compared with a
+threshold: it prints.
 """
 from __future__ import annotations
 
@@ -57,7 +60,9 @@ def load() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def run_notebook(qid: str, folder: Path, repeat: int, wait: float) -> list[tuple]:
+def run_notebook(qid: str, folder: Path, repeat: int, wait: float, keep: list | None = None) -> list[tuple]:
+    """Run `qid`'s solution notebook in a new kernel, its studies `repeat` times (0: none); with `keep`, leave the
+    kernel running and append (kernel manager, client, pid) to it."""
     import jupytext
     from jupyter_client import KernelManager
     from lab_src.registry import EXERCISES
@@ -103,6 +108,8 @@ def run_notebook(qid: str, folder: Path, repeat: int, wait: float) -> list[tuple
         is_study = bool(STUDY.search(code))
         if is_study:
             studies.append(code)
+            if not repeat:
+                continue
         run(code, ("study: " if is_study else "") + first[:52], is_study)
     for i in range(1, repeat):
         for code in studies:
@@ -113,9 +120,36 @@ def run_notebook(qid: str, folder: Path, repeat: int, wait: float) -> list[tuple
         kids = tree(pid)
         print(f"[{qid}] {wait:.0f} s later: kernel PSS {pss_mib(pid):.0f} MiB, with its {len(kids)} children "
               f"{pss_mib(pid) + sum(pss_mib(k) for k in kids):.0f} MiB", flush=True)
+    if keep is not None:
+        keep.append((km, kc, pid))
+        return rows
     kc.stop_channels()
     km.shutdown_kernel(now=True)
     return rows
+
+
+def open_notebooks(qids: list[str], folder: Path, wait: float) -> None:
+    """Each of `qids`'s notebooks open in its own kernel, run to its end but its studies (what a study leaves is
+    measured above): the PSS of all the kernels and their warm launchers together, at once and `wait` s later."""
+    kept: list = []
+    for qid in qids:
+        run_notebook(qid, folder, 0, 0.0, keep=kept)
+
+    def total() -> tuple[float, float, int]:
+        kernels = sum(pss_mib(pid) for _, _, pid in kept)
+        kids = [k for _, _, pid in kept for k in tree(pid)]
+        return kernels, kernels + sum(pss_mib(k) for k in kids), len(kids)
+    kernels, everything, kids = total()
+    print(f"{len(qids)} notebooks open: kernels {kernels:.0f} MiB PSS, with their {kids} children "
+          f"{everything:.0f} MiB ({everything / 1024:.2f} GiB); {load()}", flush=True)
+    if wait:
+        time.sleep(wait)
+        kernels, everything, kids = total()
+        print(f"{wait:.0f} s later: kernels {kernels:.0f} MiB PSS, with their {kids} children {everything:.0f} MiB "
+              f"({everything / 1024:.2f} GiB); {load()}", flush=True)
+    for km, kc, _ in kept:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
 
 
 def main() -> int:
@@ -124,6 +158,8 @@ def main() -> int:
     ap.add_argument("--only", default="q12,q15,q16,q19")
     ap.add_argument("--repeat", type=int, default=2, help="runs of each study cell (default 2)")
     ap.add_argument("--wait", type=float, default=0.0, help="seconds to wait after the last cell, then read PSS")
+    ap.add_argument("--open", default="", help="instead: these notebooks open at once (e.g. q11,q12,q13,q14,q15,q16,q19), "
+                                              "their studies left out; the PSS of all of them")
     args = ap.parse_args()
     from grader.reference import reference_sources
     from lab_src.registry import EXERCISES
@@ -135,6 +171,9 @@ def main() -> int:
             if q in EXERCISES and EXERCISES[q].function:
                 shutil.copy(path, folder / "answers" / EXERCISES[q].answer_file)
         rows = []
+        if args.open:
+            open_notebooks([q for q in args.open.split(",") if q], folder, args.wait)
+            return 0
         chosen = [q for q in args.only.split(",") if q]
         for qid in chosen:
             rows += run_notebook(qid, folder, args.repeat, args.wait if qid == chosen[-1] else 0.0)
