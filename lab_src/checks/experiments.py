@@ -46,7 +46,7 @@ def latest(kind: str) -> "Runs | None":
 def model_words(cfg: LabConfig, ms) -> str:
     """The model of an experiment over several m, without the one micro-batch count its configuration holds:
     "4 stages, 8 layers, hidden 256, sequence 128, batch 32 (micro-batches of 32 down to 2 samples)"."""
-    sizes = sorted({cfg.global_batch_size // m for m in ms}, reverse=True)
+    sizes = sorted({cfg.global_batch_size // m for m in ms}, reverse=True) or [cfg.global_batch_size]
     span = f"of {sizes[0]}" if len(sizes) == 1 else f"of {sizes[0]} down to {sizes[-1]}"
     return (f"{cfg.num_stages} stages, {cfg.num_layers} layers, hidden {cfg.hidden_size}, sequence {cfg.seq_len}, "
             f"batch {cfg.global_batch_size} (micro-batches {span} samples)")
@@ -243,4 +243,3 @@ def bubble_vs_microbatches(ms=BUBBLE_MS, cfg: LabConfig = DEMO, sched: str = "1f
     print("\n".join(lines + runs.notes))
     _latest["bubble"] = weakref.ref(runs)
     return runs
-
