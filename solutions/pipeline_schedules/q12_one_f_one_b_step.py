@@ -215,16 +215,16 @@ bubbles = bubble_vs_microbatches()
 bubbles.figure() if bubbles else None
 
 # %% [markdown]
-# The emulated bubble follows the formula at every m, within half a point (its messages are not free):
-# 75 % at m = 1, 27.5 % at m = 8, in every run, since it depends on your step's order and not on the
-# machine. The measured one follows it while a micro-batch's compute is large (about 75 % at m = 1, 55–60 %
-# at m = 2) and leaves it as m grows, by up to 15 points either way, and differently from run to run: besides
-# the schedule it pays each message's latency, the Python of every call, and 4 processes on 2 cores, and how
-# long a rank waits for a core depends on whatever else the machine runs. The batch is fixed here (32
+# The emulated bubble follows the formula at every m, within half a point (its messages are not free): 75 % at
+# m = 1, 27.5 % at m = 8, in every run, since it depends on your step's order and not on the machine. The
+# measured one follows it while a micro-batch's compute is large (about 75 % at m = 1, 55–60 % at m = 2) and
+# leaves it as m grows (at m = 4 and 8, from 8 points below it to 14 above), differently from run to run:
+# besides the schedule it pays each message's latency, the Python of every call, and 4 processes on 2 cores,
+# and how long a rank waits for a core depends on whatever else the machine runs. The batch is fixed here (32
 # samples), so a larger m means smaller micro-batches: at m = 16 each holds 2 samples, its compute shrinks
 # towards the cost of a message, and the measured bubble rises above the formula's 15.8 %, by an amount the
-# load decides: between 23 % and 37 % in six runs on a 2-core machine shared with other work (load average
-# 7 to 12; 22 % and 25 % in earlier ones). Your measured column is one more draw; run the cell again and it
+# load decides: between 23 % and 37 % in six runs on a 2-core machine shared with other work (load average 7
+# to 12; 22 % and 25 % in earlier ones). Your measured column is one more draw; run the cell again and it
 # moves.
 #
 # The check's small model lives in that regime all the time: a layer's compute there is about as short as
