@@ -214,10 +214,11 @@ study.figure(alpha, beta) if study else None
 # a share q of the messages, drawn at random but the same in every run, is held 100 times as long. Each link
 # delivers in order, so a message queued behind a slow one waits for it too.
 #
-# The study runs 200 data-parallel steps on 4 ranks (about 20 s on an idle 2-core machine; on one shared
-# with other work, 35 to 50 s in five runs and two minutes in a sixth). In each, your ring all-reduces the seed's four layers' gradients one after another, last
-# layer first (fc4, fc3, fc2, fc1), as a backward finishes them; it times each layer's all-reduce and the
-# whole step on every rank, and keeps the slowest rank's (a step ends when every rank has its gradients). The emulated network: latency 1 ms, 125 MB/s (1 Gbit/s),
+# The study runs 200 data-parallel steps on 4 ranks (about 20 s on an idle 2-core machine; on one shared with
+# other work, 35 to 50 s in five runs and two minutes in a sixth). In each, your ring all-reduces the seed's
+# four layers' gradients one after another, last layer first (fc4, fc3, fc2, fc1), as a backward finishes
+# them; it times each layer's all-reduce and the whole step on every rank, and keeps the slowest rank's (a
+# step ends when every rank has its gradients). The emulated network: latency 1 ms, 125 MB/s (1 Gbit/s),
 # q = 0.2 % of messages 100 times slower.
 #
 # **Predict before you run it**, and write your numbers into `predicted` (ms):
