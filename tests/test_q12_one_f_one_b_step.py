@@ -208,6 +208,8 @@ def test_the_visible_check_and_the_memory_experiment(reference, in_tmp, capsys, 
         assert afab[16][r] == pytest.approx(4 * afab[4][r], rel=0.02)      # AFAB: linear in m
         assert one[16][r] == pytest.approx(one[4][r], rel=0.02)            # 1F1B: flat once m >= p - r
     assert [row["held"] for row in runs.of("1f1b")][-1] == {0: 4, 1: 3, 2: 2, 3: 1}
+    from lab_src.checks.experiments import latest     # issue 55: the 1000-micro-batch cell finds it on its own
+    assert latest("memory") is runs
 
 
 # ---- issue 27: named mistakes, causes before consequences, studies under Validate, runs/ kept small ----
@@ -345,3 +347,75 @@ def test_the_bridge_runs_torchs_schedule1f1b_on_the_same_stages(reference, in_tm
     assert titles[0].startswith("your one_f_one_b_step: step") and "torch Schedule1F1B: step" in titles[-1]
     monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
     assert torch_bridge() is None
+
+
+# ---- issue 55: each study cell runs on its own; the header says what the study runs ----------------------------
+STUDY_CALLS = {"memory_vs_microbatches", "thousand_microbatches", "bubble_vs_microbatches", "torch_bridge",
+               "bubble_study", "interleaved_bridge", "zero_bubble_study", "ring_study", "network_study"}
+
+
+def _names(code: str) -> tuple[set[str], set[str], set[str]]:
+    """(names the cell binds, names it reads, the study functions it calls)."""
+    import ast
+    import builtins
+    tree = ast.parse("\n".join(ln for ln in code.splitlines() if not ln.lstrip().startswith(("%", "!"))))
+    bound, read, calls = set(), set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Name):
+            (bound if isinstance(node.ctx, ast.Store) else read).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in STUDY_CALLS:
+            calls.add(node.func.id)
+    return bound, read - set(dir(builtins)), calls
+
+
+@pytest.mark.parametrize("qid", ["q12", "q15", "q16", "q19"])
+def test_each_study_cell_runs_without_another_study_cell_run_first(qid):
+    """Issue 55: q12's bubble study raised NameError unless the memory study's cell had run first (it imported
+    the bubble study's function), and its 1000-micro-batch and bridge cells read `runs` and `bubbles`. A cell
+    that runs a study may read what the notebook's other cells define (answers, predictions), never what
+    another study's cell defines."""
+    import jupytext
+    from lab_src.registry import EXERCISES
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    nb = jupytext.read(next(root.glob(f"solutions/*/{EXERCISES[qid].notebook}")))
+    others: set[str] = set()            # bound by cells that run no study
+    studies = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        bound, read, calls = _names(cell.source)
+        if not calls:
+            others |= bound
+            continue
+        studies += 1
+        missing = read - bound - others
+        assert not missing, f"{qid}: a study cell reads {sorted(missing)}, defined only by another study's cell:\n{cell.source}"
+    assert studies
+
+
+def test_the_bubble_studys_header_names_the_batch_not_one_micro_batch_count():
+    """Issue 55: the bubble study's first line said "batch 32 in 8 micro-batches ... for m = 1, 2, 4, 8, 16"."""
+    from lab_src.checks.experiments import BUBBLE_MS, model_words
+    from lab_src.pipeline.config import DEMO
+    words = model_words(DEMO, BUBBLE_MS)
+    assert words == "4 stages, 8 layers, hidden 256, sequence 128, batch 32 (micro-batches of 32 down to 2 samples)"
+    assert "micro-batches of 4 samples" in model_words(DEMO.replace(num_microbatches=4), [8])
+
+
+def test_a_later_cell_finds_the_last_experiment_the_kernel_still_holds():
+    """Issue 55: thousand_microbatches() and torch_bridge() use the last memory and bubble experiment still alive
+    in the kernel (weakly held: deleting the notebook's variable frees it)."""
+    import gc
+    import weakref
+    from lab_src.checks import experiments
+    runs = experiments.Runs(kind="bubble")
+    experiments._latest["bubble"] = weakref.ref(runs)
+    assert experiments.latest("bubble") is runs
+    del runs
+    gc.collect()
+    assert experiments.latest("bubble") is None

@@ -447,3 +447,38 @@ def test_the_bridge_runs_torchs_interleaved_schedule_on_the_same_chunks(referenc
     out = capsys.readouterr().out
     assert "the same order on every rank: your step is torch's ScheduleInterleaved1F1B" in out, out
     assert bridge.order(1, "theirs").startswith("F0c0 F1c0 F0c1 B0c1 F1c1 B1c1")
+
+
+# ---- issue 55: a study lets go of its run ------------------------------------------------------------------
+def test_a_study_keeps_its_views_and_lets_every_ranks_records_go():
+    """Issue 55: q15's study kept its whole run (every rank's observations) in the kernel: 1,090 MiB after two
+    runs. `let_go()` keeps what its text and figures need (views, lines, the failed case, the tracebacks) and
+    drops the outcomes."""
+    import gc
+    import weakref
+    from pathlib import Path
+    from lab_src.checks.common import CheckReport
+    from lab_src.harness.case import Run
+
+    class Case:
+        label = "v = 2"
+
+    class Outcome:                      # what CheckReport reads of a case's outcome
+        case, failure, payload = Case(), None, None
+
+        def errors(self):
+            return {1: {"type": "RuntimeError", "traceback": "Traceback: rank 1's own"}}
+
+    kept = Outcome()
+    kept.payload = bytearray(2**20)    # stands for the ranks' observations
+    alive = weakref.ref(kept)
+    views = [{"label": "v = 1", "events": []}, {"label": "v = 2", "events": []}]
+    study = CheckReport("q15", Run(Path("runs/x"), [Outcome(), kept], []), [], ["line"], views=views)
+    study.run.outcomes[0].errors = lambda: {}
+    del kept
+    assert study.failed_case() == 1
+    assert study.let_go() is study
+    gc.collect()
+    assert alive() is None and study.run.outcomes == []
+    assert study.views == views and study.lines == ["line"]
+    assert study.failed_case() == 1 and "rank 1's own" in study.traceback

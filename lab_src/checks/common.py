@@ -48,6 +48,7 @@ class CheckReport:
         self.views = views if views is not None else [case_view(o) for o in (run.outcomes if run else [])]
         self._tracebacks = tracebacks or []
         self.skipped = skipped            # while autograding: nothing was checked here
+        self._failed: int | None = None   # failed_case(), kept by let_go() when the outcomes go
 
     @property
     def ok(self) -> bool:
@@ -70,6 +71,8 @@ class CheckReport:
 
     def failed_case(self) -> int:
         """The first case that did not run cleanly or has a problem (0 when none)."""
+        if self._failed is not None:
+            return self._failed
         failed = {p.case for p in self.problems}
         outcomes = self.run.outcomes if self.run else []
         return next((i for i, o in enumerate(outcomes) if o.failure or o.errors() or o.case.label in failed), 0)
@@ -87,12 +90,27 @@ class CheckReport:
     def traceback(self) -> str:
         """Every exception's full traceback, torch's and the lab's frames included (for the curious:
         the messages above say what to change)."""
+        return "\n".join(self._traceback_parts()) or "No exception was raised."
+
+    def _traceback_parts(self) -> list[str]:
         parts = list(self._tracebacks)
         for o in (self.run.outcomes if self.run else []):
             for r, e in sorted(o.errors().items()):
                 if e.get("traceback"):
                     parts.append(f"--- {o.case.label}, rank {r} ---\n{e['traceback']}")
-        return "\n".join(parts) or "No exception was raised."
+        return parts
+
+    def let_go(self) -> "CheckReport":
+        """For a study the kernel keeps: hold only what its text and figures need (the problems, the lines, the
+        views, whose events are the run's own, the tracebacks and which case failed) and let the launch's records
+        go (every rank's observations); the study function, `released` (harness/memory_release.py), gives the
+        memory back once it has returned. A study that kept them held up to 1,090 MiB in the kernel
+        (benchmarks/README.md)."""
+        if self.run is not None and self.run.outcomes:
+            self._failed = self.failed_case()
+            self._tracebacks = self._traceback_parts()
+            self.run = replace(self.run, outcomes=[])
+        return self
 
     def outputs(self) -> dict[int, str]:
         """What each rank printed (its whole log)."""

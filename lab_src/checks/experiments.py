@@ -17,11 +17,13 @@ from __future__ import annotations
 import os
 import sys
 import time
+import weakref
 from dataclasses import dataclass, field
 
 from lab_src import answers
 from lab_src.checks.common import VISIBLE, autograding, errors, make_case, run_cases, run_dir, sources
 from lab_src.grading import validating
+from lab_src.harness.memory_release import released
 from lab_src.judge.summary import summary
 from lab_src.pipeline.config import DEMO, LabConfig
 from lab_src.pipeline.schedules import in_flight, schedule
@@ -29,6 +31,25 @@ from lab_src.pipeline.schedules import in_flight, schedule
 MEMORY_MS = (4, 8, 16, 32, 64)
 BUBBLE_MS = (1, 2, 4, 8, 16)
 STEPS = {"afab": "q08", "1f1b": "q12"}       # the exercise whose step each schedule runs
+# the last result of each experiment that the kernel still holds (a weak reference: `del runs` frees it), so that
+# a later cell that builds on it (thousand_microbatches on the memory runs, torch_bridge on the bubble runs) runs
+# on its own, in any order, and uses it when it is there
+_latest: dict[str, weakref.ref] = {}
+
+
+def latest(kind: str) -> "Runs | None":
+    """The last `kind` experiment ("memory" or "bubble") still alive in this kernel, or None."""
+    ref = _latest.get(kind)
+    return ref() if ref is not None else None
+
+
+def model_words(cfg: LabConfig, ms) -> str:
+    """The model of an experiment over several m, without the one micro-batch count its configuration holds:
+    "4 stages, 8 layers, hidden 256, sequence 128, batch 32 (micro-batches of 32 down to 2 samples)"."""
+    sizes = sorted({cfg.global_batch_size // m for m in ms}, reverse=True) or [cfg.global_batch_size]
+    span = f"of {sizes[0]}" if len(sizes) == 1 else f"of {sizes[0]} down to {sizes[-1]}"
+    return (f"{cfg.num_stages} stages, {cfg.num_layers} layers, hidden {cfg.hidden_size}, sequence {cfg.seq_len}, "
+            f"batch {cfg.global_batch_size} (micro-batches {span} samples)")
 
 
 def skipped_under_validate(what: str = "This study", how: str = "run the cell yourself to see it") -> bool:
@@ -130,6 +151,7 @@ def _launch(plan: list[tuple[str, LabConfig]], srcs: dict, label: str, deadline_
     return run.outcomes, time.monotonic() - started
 
 
+@released
 def memory_vs_microbatches(ms=MEMORY_MS, schedules=("afab", "1f1b")) -> Runs | None:
     """Your AFAB and 1F1B steps on 4 stages for each m in `ms`: the peak bytes each rank held for backward."""
     if skipped_under_validate():
@@ -144,24 +166,30 @@ def memory_vs_microbatches(ms=MEMORY_MS, schedules=("afab", "1f1b")) -> Runs | N
     runs = Runs(notes=skipped, wall_s=wall)
     for (sched, cfg), out in zip(plan, outcomes):
         runs.add(sched, cfg.num_microbatches, out, cfg)
+    outcomes = out = None       # the rows and views hold what the figures need: the rest can go
     print(runs.table() + f"\n({wall:.0f} s, torchrun start included)")
+    _latest["memory"] = weakref.ref(runs)
     return runs
 
 
+@released
 def thousand_microbatches(m: int = 1000, runs: Runs | None = None) -> Runs | None:
     """Your 1F1B step with `m` micro-batches on 4 stages, beside m = 8: how long it takes, and how much
-    memory each rank holds. With `runs` (memory_vs_microbatches), also what AFAB would hold at `m`."""
+    memory each rank holds. With `runs` (memory_vs_microbatches; by default the last one this kernel still holds),
+    also what AFAB would hold at `m`."""
     if skipped_under_validate():
         return None
     srcs, _ = _answers(("1f1b",))
     if srcs is None:
         return None
+    runs = runs if runs is not None else latest("memory")
     plan = [("1f1b", small(8)), ("1f1b", small(m))]
     print(f"1F1B on 4 stages with m = 8, then m = {m} ({small(m).global_batch_size} samples) ...", flush=True)
     outcomes, wall = _launch(plan, srcs, "q12-thousand", 900.0)
     result = Runs(wall_s=wall)
     for (sched, cfg), out in zip(plan, outcomes):
         result.add(sched, cfg.num_microbatches, out, cfg)
+    outcomes = out = None       # the rows and views hold what the figures need: the rest can go
     if len(result.rows) < 2:
         print("\n".join(result.notes))
         return result
@@ -184,6 +212,7 @@ def thousand_microbatches(m: int = 1000, runs: Runs | None = None) -> Runs | Non
     return result
 
 
+@released
 def bubble_vs_microbatches(ms=BUBBLE_MS, cfg: LabConfig = DEMO, sched: str = "1f1b") -> Runs | None:
     """Your step of `sched` on the DEMO model (compute dominates messaging) for each m in `ms`: the
     measured bubble beside (p-1)/(m+p-1)."""
@@ -193,12 +222,13 @@ def bubble_vs_microbatches(ms=BUBBLE_MS, cfg: LabConfig = DEMO, sched: str = "1f
     if srcs is None:
         return None
     plan = [(sched, cfg.replace(num_microbatches=m)) for m in ms if cfg.global_batch_size % m == 0]
-    print(f"{schedule(sched).title} on the DEMO model ({cfg.describe()}) for m = {', '.join(map(str, ms))} ...",
-          flush=True)
+    print(f"{schedule(sched).title} on the DEMO model ({model_words(cfg, [c.num_microbatches for _, c in plan])}) "
+          f"for m = {', '.join(str(c.num_microbatches) for _, c in plan)} ...", flush=True)
     outcomes, wall = _launch(plan, srcs, "q12-bubble", 300.0)
     runs = Runs(wall_s=wall, kind="bubble", config=cfg)
     for (s, c), out in zip(plan, outcomes):
         runs.add(s, c.num_microbatches, out, c)
+    outcomes = out = None       # the rows and views hold what the figures need: the rest can go
     from lab_src.views.bubble import theoretical_bubble
     p = cfg.num_stages
     lines = [f"{'m':>4}{'emulated':>10}{'theory':>9}{'measured':>10}  step (measured)"]
@@ -211,4 +241,5 @@ def bubble_vs_microbatches(ms=BUBBLE_MS, cfg: LabConfig = DEMO, sched: str = "1f
               "messages at the cost model's price, no CPU shared (lab_src/views/emulated.py)",
               f"measured: the wall clock of the same run{f'; {p} ranks share {cores} cores here, so a rank also waits for a core' if cores < p else ''}"]
     print("\n".join(lines + runs.notes))
+    _latest["bubble"] = weakref.ref(runs)
     return runs

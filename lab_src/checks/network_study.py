@@ -8,6 +8,7 @@ distributions, the slowest step's timeline).
 """
 from __future__ import annotations
 
+from lab_src.harness.memory_release import released
 from lab_src.topics.data_parallel.network import Network
 from lab_src.topics.data_parallel.records import SEED_LAYERS
 from lab_src.topics.data_parallel.tail import NetworkStudy, study_of
@@ -16,6 +17,7 @@ NETWORK = Network(latency=1e-3, bandwidth=125e6, tail_share=0.002, tail_factor=1
 BACKWARD_ORDER = [[name, SEED_LAYERS[name]] for name in reversed(SEED_LAYERS)]     # fc4 first, as a backward ends
 
 
+@released
 def network_study(n: int = 4, steps: int = 200, predicted: dict | None = None,
                   network: Network = NETWORK) -> NetworkStudy | None:
     """Run `steps` data-parallel steps' all-reduces on `n` ranks over `network` (emulated) and print the table,

@@ -12,6 +12,7 @@ from lab_src.checks.common import (UNFINISHED, VISIBLE, CheckReport, autograding
                                    indent, make_case, run_cases, run_dir, sources, study_sources)
 from lab_src.checks.experiments import skipped_under_validate
 from lab_src.grading import check_not_passed
+from lab_src.harness.memory_release import released
 from lab_src.topics.interleaved.judge import check_interleaved_run, interleaved_errors
 from lab_src.judge.problems import stamped
 from lab_src.judge.summary import counts, summary
@@ -102,6 +103,7 @@ class BubbleStudy(CheckReport):
     """The runs of `bubble_study`, one per v, with their figures (`timeline(i)`) and a table (`rows`)."""
 
 
+@released
 def bubble_study(chunks=(1, 2, 4), stages: int | None = None, cfg: LabConfig = STUDY) -> BubbleStudy | None:
     """Run your step with each number of chunks per rank in `chunks` on `cfg` (compute dominates) and print,
     for each, the measured bubble beside (p-1)/(v·m+p-1), the messages, and the activations held.
@@ -175,7 +177,7 @@ def bubble_study(chunks=(1, 2, 4), stages: int | None = None, cfg: LabConfig = S
     print("\n".join(lines), file=sys.stderr if not rows else sys.stdout)
     study = BubbleStudy(QID, run, problems, lines, views=views)
     study.rows = rows
-    return study
+    return study.let_go()       # the views and rows stay; every rank's records go
 
 
 def why_measured(rows: list[dict], p: int, cores: int) -> list[str]:

@@ -7,9 +7,11 @@
 """
 from __future__ import annotations
 
+from lab_src.harness.memory_release import released
 from lab_src.topics.data_parallel.study import LENGTHS, RingStudy, study_of
 
 
+@released
 def ring_study(n: int = 4, lengths=LENGTHS, repeats: int = 5) -> RingStudy | None:
     """Time the answer's ring and gloo's all-reduce on `n` ranks at `lengths` (float32), `repeats` times each,
     and print the table; None (after one line that says why) when it does not run: under nbgrader's Validate

@@ -17,8 +17,9 @@ import sys
 from dataclasses import dataclass
 
 from lab_src.checks.common import errors, make_case, run_cases, run_dir, sources
-from lab_src.checks.experiments import Runs, skipped_under_validate
+from lab_src.checks.experiments import Runs, latest, skipped_under_validate
 from lab_src.grading import check_not_passed
+from lab_src.harness.memory_release import released
 from lab_src.pipeline.config import DEMO, LabConfig
 from lab_src.pipeline.schedules import compute_order, schedule
 from lab_src.views.saved import case_view
@@ -108,15 +109,19 @@ def _bridge(qid: str, cfg: LabConfig, sched: str, yours: dict | None, step_case)
     return bridge
 
 
+@released
 def torch_bridge(runs: Runs | None = None, cfg: LabConfig = DEMO) -> Bridge | None:
     """q12: torch's Schedule1F1B on the stages your answers build (`cfg`, 8 micro-batches) beside your 1F1B
-    step (the bubble study's m = 8 run, from `runs`, where there is one; else a new run in the same launch)."""
+    step (the bubble study's m = 8 run, from `runs`, or by default the last bubble study this kernel still holds,
+    where there is one; else a new run in the same launch)."""
+    runs = runs if runs is not None else latest("bubble")
     cfg = cfg.replace(num_microbatches=8)
     reusable = runs is not None and runs.config is not None and runs.config.replace(num_microbatches=8) == cfg
     yours = runs.views.get(("1f1b", 8)) if reusable else None
     return _bridge("q12", cfg, "1f1b", yours, lambda srcs: make_case("pipeline", cfg, srcs, "q12"))
 
 
+@released
 def interleaved_bridge(v: int = 2, stages: int | None = None) -> Bridge | None:
     """q15: torch's ScheduleInterleaved1F1B with `v` chunks per rank beside your interleaved step, on the
     bubble study's model (compute dominates), `stages` ranks (default 4, or 2 on fewer than 4 cores)."""

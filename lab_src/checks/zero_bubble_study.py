@@ -12,6 +12,7 @@ import sys
 from lab_src.checks.common import CheckReport, autograding, make_case, run_cases, run_dir, study_sources
 from lab_src.checks.experiments import skipped_under_validate
 from lab_src.grading import check_not_passed
+from lab_src.harness.memory_release import released
 from lab_src.judge.problems import stamped
 from lab_src.judge.failures import case_problems
 from lab_src.judge.summary import summary
@@ -47,6 +48,7 @@ def _pct(x: float | None) -> str:
     return "   n/a" if x is None else f"{x:6.1%}"
 
 
+@released
 def zero_bubble_study(ms=(4, 8, 16), stages: int | None = None, cfg: LabConfig = STUDY) -> ZeroBubbleStudy | None:
     """Run your q12 and q16 steps for each m in `ms` on `cfg` and print the bubbles and the memory.
     `stages`: ranks (default 4, whatever the cores: the emulated columns do not depend on them)."""
@@ -123,4 +125,4 @@ def zero_bubble_study(ms=(4, 8, 16), stages: int | None = None, cfg: LabConfig =
     print("\n".join(lines), file=sys.stderr if not rows else sys.stdout)
     study = ZeroBubbleStudy(QID, run, problems, lines, views=views)
     study.rows = rows
-    return study
+    return study.let_go()       # the views and rows stay; every rank's records go

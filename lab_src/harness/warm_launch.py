@@ -5,9 +5,11 @@ a visible check through it, with the deadline and watchdog of `launcher.launch`.
     LAB_LAUNCH=torchrun     # the old way instead: a `torchrun --standalone` subprocess per check
 
 If the warm process dies (killed, out of memory), the check running reports it, and the next check
-starts a new one. It holds about 260 MB (torch imported), and a hub user may have eight notebooks open: a
-warm process that has started nothing for IDLE_S goes (`_release_if_idle`, under the launch lock, so never
-during a launch), and the next check starts a new one in about 3 s.
+starts a new one. It holds about 260 MB (torch imported; 187–193 MiB of proportional memory, PSS), and a hub
+user may have eight notebooks open: a warm process that has started nothing for IDLE_S (2 minutes) goes
+(`_release_if_idle`, under the launch lock, so never during a launch), and the next check starts a new one in
+about 3 s. At 5 minutes, seven notebooks each checked or studied within 5 minutes held seven launchers,
+about 1.3 GiB on top of their kernels (benchmarks/README.md, "What a study leaves in the kernel").
 """
 from __future__ import annotations
 
@@ -74,7 +76,7 @@ class WarmProcess:
 _warm: WarmProcess | None = None
 _lock = threading.Lock()
 # seconds without a launch after which the warm process goes (0: never): LAB_WARM_IDLE_S
-IDLE_S = float(os.environ.get("LAB_WARM_IDLE_S", "300"))
+IDLE_S = float(os.environ.get("LAB_WARM_IDLE_S", "120"))
 _idle_timer: threading.Timer | None = None
 _last_used = 0.0
 

@@ -217,16 +217,23 @@ study.figure(alpha, beta) if study else None
 # a share q of the messages, drawn at random but the same in every run, is held 100 times as long. Each link
 # delivers in order, so a message queued behind a slow one waits for it too.
 #
-# The study runs 200 data-parallel steps on 4 ranks (about 20 s). In each, your ring all-reduces the seed's
+# The study runs 200 data-parallel steps on 4 ranks (about 20 s on an idle 2-core machine; on one shared with
+# other work, 35 to 50 s in five runs and two minutes in a sixth). In each, your ring all-reduces the seed's
 # four layers' gradients one after another, last layer first (fc4, fc3, fc2, fc1), as a backward finishes
-# them; it times each layer's all-reduce and the whole step on every rank, and keeps the slowest rank's
-# (a step ends when every rank has its gradients). The emulated network: latency 1 ms, 125 MB/s (1 Gbit/s),
+# them; it times each layer's all-reduce and the whole step on every rank, and keeps the slowest rank's (a
+# step ends when every rank has its gradients). The emulated network: latency 1 ms, 125 MB/s (1 Gbit/s),
 # q = 0.2 % of messages 100 times slower.
 #
 # **Predict before you run it**, and write your numbers into `predicted` (ms):
 # 1. How many messages k does one step send, all links together? What share of the steps should meet at
 #    least one slow message, 1 − (1 − q)^k? Is it more or less than half? More or less than 1 %?
-# 2. The median step (`p50`): the network's part, plus this machine's own part from your α above.
+# 2. The median step (`p50`): the network's part, plus this machine's own part from your α above. The
+#    network's part is emulated and the same in every run; this machine's part is not: your α was measured
+#    a minute earlier, under whatever load the machine had then, and each step pays the load of its own
+#    run. On a 2-core machine shared with other work, six runs (load average 10 to 29) gave medians up to
+#    twice one another and 99th percentiles up to three and a half times one another; this recipe overshot
+#    one run's median by 40 % and met another's within 3 %. Count your p50 as close if it is within a
+#    factor of two, and look at `uptime` before you compare.
 # 3. The 99th percentile (`p99`): does the 99th-percentile step meet a slow message? How much does one add?
 #
 # Then compare: which layer meets the slowest slow messages, and why that one? Open the slowest step's

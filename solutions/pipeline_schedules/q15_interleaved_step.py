@@ -253,11 +253,14 @@ report.timeline()
 # core counts as busy, and each of the v-fold messages costs time on the rank that waits for it.
 #
 # What to look for: the emulated bubble falls with v as the theory does (27 %, 16 %, 9 % for v = 1, 2, 4,
-# on an idle machine and on a loaded one alike); the measured bubble does not, on 2 cores: in one run it
-# stayed between 21 % and 23 % for all three v on an idle machine, in another between 30 % and 38 %
-# under load. The messages grow about v-fold, and rank 0 holds more
-# activations at its peak than 1F1B would (the last column: p + (p-1)/v stages' worth against p). With
-# v = 1 the same warm-up formula gives 2(p-r-1) forwards, more than 1F1B's p-r-1: that row is not 1F1B. That
+# in every run: it depends on your step's order, not on the machine's load). The measured bubble does not,
+# on 2 cores, and it moves from run to run: in six runs on a machine shared with other work (load average
+# 7 to 18) it lay between 20 % and 43 % for all three v, and which v came out best changed from one run to
+# the next (in earlier runs: 21–23 % on an idle machine). Your measured column is another draw from that
+# spread; your emulated column should repeat 27 %, 16 % and 9 %. The messages grow with v (48, 112 and 240
+# a step here), and rank 0 holds more activations at its peak than 1F1B would (the last column: p +
+# (p-1)/v stages' worth against p). With v = 1 the same warm-up formula gives 2(p-r-1) forwards, more than
+# 1F1B's p-r-1: that row is not 1F1B. That
 # is the trade: interleaving buys a smaller bubble with more communication and more memory in flight.
 
 # %%
