@@ -130,6 +130,50 @@ def test_a_ring_of_zeros_is_named_and_every_partial_sum_a_ring_may_carry_is_acce
     assert "the ring carried zeros, not the partial sums a ring must carry: its send 1 of 6" in said(found)
 
 
+def simulated(length: int, n: int, gather_behind: bool = False) -> CaseOutcome:
+    """What the ranks of a ring record, computed here step by step (float32, tensor_split's chunks): the reference's
+    ring, or (`gather_behind`) one whose all-gather runs a chunk behind (rank p sends chunk p - s and receives into
+    chunk p - s - 1: right sizes, wrong chunk), every message's fingerprint kept as the recorder keeps it."""
+    from lab_src.comm.messages import carried
+    from lab_src.topics.data_parallel.inputs import tensor_of
+    xs = [tensor_of(CFG.seed, length, p, "float32") for p in range(n)]
+    chunks = [list(torch.tensor_split(x, n)) for x in xs]
+    sent = {p: [] for p in range(n)}
+    for s in range(n - 1):                      # reduce-scatter: p sends chunk p - s, adds into chunk p - s - 1
+        out = [chunks[p][(p - s) % n].clone() for p in range(n)]
+        for p in range(n):
+            sent[p].append(carried(out[p], (p + 1) % n))
+            chunks[(p + 1) % n][(p - s) % n] += out[p]
+    for s in range(n - 1):                      # all-gather
+        take = (lambda p: (p - s) % n) if gather_behind else (lambda p: (p + 1 - s) % n)
+        out = [chunks[p][take(p)].clone() for p in range(n)]
+        for p in range(n):
+            sent[p].append(carried(out[p], (p + 1) % n))
+            chunks[(p + 1) % n][take(p)].copy_(out[p])
+    obs = {}
+    for p in range(n):
+        rec = ring_record(list(range(n)), p, length, torch.cat(chunks[p]), n)
+        rec["carried"] = sent[p]
+        obs[p] = {"group": list(range(n)), "position": p, "runs": [rec]}
+    case = Case(kind="ring", qid="q19", config=CFG, stages=n, settings={"lengths": [length]})
+    return CaseOutcome(case, obs)
+
+
+def test_an_all_gather_a_chunk_behind_is_named_by_its_phase_step_and_chunk_and_the_sums_are_its_consequence():
+    from lab_src.judge.problems import stamped
+    from lab_src.judge.summary import CONSEQUENCES, counts, render
+    assert not any(judge_run(simulated(1003, 4)).values())           # the reference's messages, simulated
+    found = judge_run(simulated(1000, 4, gather_behind=True))
+    problems = stamped(found["sums"] + found["ring"], "q19", "n = 4")
+    assert counts(problems) == (1, 1), problems
+    cause, caused = "\n".join(render(problems)).split(CONSEQUENCES)
+    cause = " ".join(cause.split())
+    assert cause.startswith("[q19] rank 0: in the all-gather, step 1 of 3, its send to rank 1 carried chunk 0 of 4 "
+                            "(elements 0 to 249) holding the input of position 0 alone: the all-gather passes "
+                            "finished chunks only"), cause
+    assert "also on ranks 1, 2, 3" in cause and "element" in caused and "the sum of the 4 inputs is" in caused
+
+
 def test_sums_redrawn_from_the_configuration_are_named_where_the_lab_changed_the_inputs():
     from lab_src.topics.data_parallel.inputs import expected_sum as summed
     case = Case(kind="ring", qid="q19", config=CFG, stages=4, settings={"lengths": [1000], "perturb": True})

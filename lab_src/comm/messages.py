@@ -170,6 +170,45 @@ class MessageToItself(ValueError):
     """A send to, or a receive from, the rank itself: no peer will ever match it."""
 
 
+class NotInGroup(ValueError):
+    """A message's peer given as a global rank (dst=, src=, a P2POp's peer) that is not another member of the group
+    it goes through: a position in the group taken for a global rank (q19's ring over a grid's column)."""
+
+
+def check_global_peer(is_send: bool, group, peer, call: str) -> None:
+    """Raise NotInGroup, in the lab's words, where torch would raise its own ValueError (naming the group by its
+    address) or the message would go to the rank itself: `peer`, a global rank, is no other member of `group`."""
+    if peer is None or group is None or group is dist.group.WORLD or not isinstance(peer, int) or not _recording():
+        return
+    ranks, me = dist.get_process_group_ranks(group), dist.get_rank()
+    if peer in ranks and peer != me:
+        return
+    name = "dst" if is_send else "src"
+    what = "this rank itself" if peer == me else "not in the group"
+    position = ranks.index(me) if me in ranks else None
+    meant = (f"; position {peer} of the group is global rank {ranks[peer]}" if 0 <= peer < len(ranks) else "")
+    raise NotInGroup(
+        f"{call} was given {name}={peer}: {name}= (a P2POp's peer) is a global rank, and global rank {peer} is {what}. "
+        f"Positions in a group are not global ranks: this rank is global rank {me}, position {position} of the group "
+        f"of global ranks {ranks}{meant}. Pass a position as group_{name}= (a P2POp's group_peer=), or turn it into "
+        f"a global rank with dist.get_global_rank(group, position)")
+
+
+def _p2p_op_class():
+    """dist.P2POp, checking a peer given as a global rank before torch does (check_global_peer): torch's own
+    check names the group by its address. An instance is a P2POp, so torch and the recorder take it as one."""
+    original = c10d.P2POp
+
+    class P2POp(original):
+        def __init__(self, op, tensor, peer=None, group=None, tag=0, group_peer=None):
+            is_send = op is c10d.isend or op is _ORIGINAL.get("isend")
+            check_global_peer(is_send, group, peer, f"dist.P2POp(dist.{'isend' if is_send else 'irecv'}, ...)")
+            super().__init__(op, tensor, peer, group, tag, group_peer)
+
+    P2POp.__module__, P2POp.__doc__ = original.__module__, original.__doc__
+    return P2POp
+
+
 def check_tensor(call: dict | None, kind: str, tensor, mb) -> None:
     """A message of q11 carries the pipeline's activations: a tensor of another shape or dtype than the
     peer's would make gloo abort the process, or the receive read garbage. Say so before posting."""
@@ -295,6 +334,7 @@ def _posted(is_send: bool):
         if not _recording():
             return original(tensor, *args, **kwargs)
         group, peer, group_peer = _arguments(args, kwargs, peer_name, group_key)
+        check_global_peer(is_send, group, peer, f"dist.{name}")
         record = _Record(is_send, tensor, group, peer, group_peer)
         record.waiting()                  # a failure to post names the operation too
         work = _send(record.peer, tensor, args, kwargs) if is_send else original(tensor, *args, **kwargs)
@@ -312,6 +352,7 @@ def _blocking(is_send: bool):
         if not _recording():
             return original(tensor, *args, **kwargs)
         group, peer, group_peer = _arguments(args, kwargs, peer_name, group_key)
+        check_global_peer(is_send, group, peer, f"dist.{name}")
         if waiting.stoppable() and (peer is not None or group_peer is not None):
             # under a check: posted, then waited for in a wait the check can stop (an exception leaves
             # it pending, for the report); a receive returns its sender's global rank, as dist.recv does
@@ -385,6 +426,7 @@ def install() -> None:
     for name, fn in wrappers.items():
         setattr(c10d, name, fn)
         setattr(dist, name, fn)
+    dist.P2POp = _p2p_op_class()         # torch.distributed's name only: c10d's class is what torch checks against
     from lab_src import exercises
     exercises.AROUND["q11"] = p2p_call
 
