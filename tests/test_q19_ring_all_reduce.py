@@ -174,6 +174,44 @@ def test_an_all_gather_a_chunk_behind_is_named_by_its_phase_step_and_chunk_and_t
     assert "also on ranks 1, 2, 3" in cause and "element" in caused and "the sum of the 4 inputs is" in caused
 
 
+def failed_case(n: int, errors: dict[int, dict], label: str) -> CaseOutcome:
+    case = Case(kind="ring", qid="q19", config=CFG, stages=n, settings={"lengths": [7]}, label=label)
+    return CaseOutcome(case, {r: {"error": e} for r, e in errors.items()})
+
+
+def test_a_ring_of_blocking_sends_is_one_cause_however_many_cases_it_deadlocked_and_the_rest_follow_from_it():
+    from lab_src.judge.summary import CONSEQUENCES, counts, render
+    from lab_src.topics.data_parallel.judge import ring_errors
+
+    def stopped(r, n):
+        return {"type": "StoppedWaiting", "message": "stopped", "pending": [f"send {r}", "send_forward", None,
+                                                                            (r + 1) % n]}
+    problems = []
+    for n, label in ((2, "n = 2"), (3, "n = 3")):
+        problems += ring_errors(failed_case(n, {r: stopped(r, n) for r in range(n)}, label), "q19", label)
+    not_run = {r: {"type": "NotRun", "message": "not run: 2 earlier cases of q19 deadlocked or timed out"}
+               for r in range(4)}
+    problems += ring_errors(failed_case(4, not_run, "n = 4"), "q19", "n = 4")
+    assert counts(problems) == (1, 1), problems
+    cause, caused = "\n".join(render(problems)).split(CONSEQUENCES)
+    assert "Every rank of the ring sent first" in cause and "(n = 3)" in cause and "not run" in caused
+
+
+def test_a_position_passed_as_a_global_rank_is_one_cause_on_every_rank_it_showed():
+    from lab_src.judge.summary import counts, render
+    from lab_src.topics.data_parallel.judge import ring_errors
+    where = [["q19_ring_all_reduce.py", 22, "exchange", "ops = [dist.P2POp(dist.isend, send, right, group=group),"]]
+    errors = {0: {"type": "NotInGroup", "message": "dist.P2POp(dist.isend, ...) was given dst=1: ... global rank 1 "
+                  "is not in the group", "where": where},
+              1: {"type": "NotInGroup", "message": "dist.P2POp(dist.isend, ...) was given dst=1: ... global rank 1 "
+                  "is this rank itself", "where": where},
+              3: {"type": "NotInGroup", "message": "dist.P2POp(dist.isend, ...) was given dst=0: ... global rank 0 "
+                  "is not in the group", "where": where}}
+    problems = ring_errors(failed_case(4, errors, "2 x 2"), "q19", "2 x 2")
+    assert counts(problems)[0] == 1, problems
+    assert "also on ranks 1, 3" in "\n".join(render(problems))
+
+
 def test_sums_redrawn_from_the_configuration_are_named_where_the_lab_changed_the_inputs():
     from lab_src.topics.data_parallel.inputs import expected_sum as summed
     case = Case(kind="ring", qid="q19", config=CFG, stages=4, settings={"lengths": [1000], "perturb": True})
@@ -295,6 +333,38 @@ ALSO_SAYS = {"q19_redraw_from_seed": "the ring carried zeros, not the partial su
 # original: its bytes on the wire, counted outside the ranks, are more than its messages (ring part lost): (1 + 0 + 1) / 3
 MISTAKES["q19_zeros_original"] = (answer("q19_zeros_original"), 0.6667,
                                   "that no message of its record carried")
+# issue 55: each of these reads as one cause, first, in the lab's words. Positions passed as global ranks (dst=, src=):
+# the lab's NotInGroup before torch's ValueError, on the grid's columns only: (5/6 + 5/6 + 1) / 3. The all-gather a
+# chunk behind (the right sizes, unfinished chunks passed round): named by phase, step and chunk, the wrong sums its
+# consequence; the ring part fails too (0.6667 before issue 55): (0 + 0 + 1) / 3. Each send posted with isend and its
+# request let go of: gloo drops it and the neighbour waited until the case's deadline (45 s a case before issue 55);
+# the lab keeps the request, names the send, and the sums are that rescue's consequence: (0 + 0 + 1) / 3
+MISTAKES["positions as global ranks"] = (
+    None, 0.8889, "NotInGroup: dist.P2POp(dist.isend, ...) was given dst=1: dst= (a P2POp's peer) is a global rank")
+MISTAKES["all-gather a chunk behind"] = (None, 0.3333, "in the all-gather, step 1 of")
+MISTAKES["isend never waited"] = (None, 0.3333, "and its request let go of without wait()")
+ALSO_SAYS["all-gather a chunk behind"] = "What that caused"
+ALSO_SAYS["isend never waited"] = "the reduce-scatter's step 1 of"
+NEVER_SAYS = ("is not part of group", "<torch.distributed", "case deadline")
+WRONG_EDITS = {
+    "positions as global ranks": [
+        ("dist.P2POp(dist.isend, send, group=group, group_peer=right)", "dist.P2POp(dist.isend, send, right, group=group)"),
+        ("dist.P2POp(dist.irecv, recv, group=group, group_peer=left)", "dist.P2POp(dist.irecv, recv, left, group=group)")],
+    "all-gather a chunk behind": [
+        ("""        received = torch.empty_like(chunks[(me - step) % n])
+        exchange(chunks[(me + 1 - step) % n], received)
+        chunks[(me - step) % n].copy_(received)""",
+         """        received = torch.empty_like(chunks[(me - step - 1) % n])
+        exchange(chunks[(me - step) % n], received)
+        chunks[(me - step - 1) % n].copy_(received)""")],
+    "isend never waited": [
+        ("""        ops = [dist.P2POp(dist.isend, send, group=group, group_peer=right),
+               dist.P2POp(dist.irecv, recv, group=group, group_peer=left)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()""",
+         """        dist.isend(send, group=group, group_dst=right)
+        dist.recv(recv, group=group, group_src=left)""")],
+}
 # Valid answers written otherwise keep every point: isend / irecv waited for at once, and global ranks (dst=,
 # src=) from the group's positions
 VALID = {
@@ -331,7 +401,7 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
     reference = {k: str(v) for k, v in reference.items()}
     right = Path(reference["q19"]).read_text()
     texts = {name: text if text is not None else right for name, (text, _, _) in MISTAKES.items()}
-    for name, edits in VALID.items():
+    for name, edits in [*WRONG_EDITS.items(), *VALID.items()]:
         texts[name] = right
         for old, new in edits:
             assert old in texts[name], (name, old)
@@ -344,6 +414,7 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
         assert got == pytest.approx(fraction, abs=1e-4), (name, lines)
         assert says in " ".join("\n".join(lines).split()), (name, lines)   # messages wrap at 110 columns
         assert ALSO_SAYS.get(name, "") in " ".join("\n".join(lines).split()), (name, lines)
+        assert not any(never in " ".join("\n".join(lines).split()) for never in NEVER_SAYS), (name, lines)
     for name in VALID:
         assert graded[name][0] == 1.0, (name, graded[name][1])
 

@@ -134,6 +134,12 @@ def judge_length(ring: list[int], runs: dict[int, dict], seed: int, dtype: str,
                     f"whole tensor, or ranks that each add all the inputs themselves, do not (and their replicas "
                     f"of a model drift apart step by step)", rank=r)))
                 break
+    unwaited = judge_unwaited(ring, runs)
+    if unwaited:
+        # the lab kept the requests, so the ring went on: without it, a neighbour would have waited for ever
+        found["sums"] = [("kept", Problem(KEPT, rank=unwaited[0][1].rank, consequence=True, gist=KEPT))]
+        found["ring"] = unwaited
+        return found
     found["ring"] = judge_messages(ring, runs, length) + judge_carried(ring, runs, xs, dtype)
     if not found["ring"]:
         found["ring"] = judge_phases(ring, runs, xs, dtype)
@@ -216,6 +222,37 @@ def judge_carried(ring: list[int], runs: dict[int, dict], xs: list[torch.Tensor]
                 f"all-gather the finished chunks; a ring of zeros sums zeros, so what this rank holds after the "
                 f"call was not made by its messages", rank=r)))
             break
+    return out
+
+
+KEPT = ("whatever the ranks hold after the call, they hold it only because the lab kept the requests let go of: "
+        "without them the ring does not finish")
+UNWAITED = "a request let go of before its wait()"
+
+
+def step_of(index: int, n: int) -> str:
+    """Which step of a ring a rank's `index`-th send (or receive) of a call is (from 0)."""
+    return (f"the reduce-scatter's step {index + 1} of {n - 1}" if index < n - 1 else
+            f"the all-gather's step {index - n + 2} of {n - 1}" if index < 2 * (n - 1) else
+            f"its message {index + 1}, past the 2(n - 1) = {2 * (n - 1)} of a ring")
+
+
+def judge_unwaited(ring: list[int], runs: dict[int, dict]) -> list[tuple]:
+    """Per rank, the first message whose request the answer let go of before its wait() (kind.py, comm/messages.py
+    UNWAITED): gloo drops such a message, and its peer waits for ever."""
+    n = len(ring)
+    out = []
+    for r, run in runs.items():
+        for what, peer, index in (run.get("unwaited") or [])[:1]:
+            call = "dist.isend" if what == "send" else "dist.irecv"
+            out.append(("unwaited", Problem(
+                f"its {'send to' if what == 'send' else 'receive from'} rank {peer} in {step_of(index, n)} was posted "
+                f"({call}, or batch_isend_irecv) and its request let go of without wait(): gloo drops a message whose "
+                f"request is gone before it completes, and "
+                + (f"rank {peer}'s receive then waits for ever" if what == "send" else
+                   f"rank {peer}'s send then waits for ever, this rank's buffer never filled")
+                + " (here the lab kept the request, so the run went on). Keep every request and call wait() on it before "
+                "the step's chunk is used and before the call returns", rank=r, gist=UNWAITED)))
     return out
 
 

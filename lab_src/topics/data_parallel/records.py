@@ -86,7 +86,9 @@ class RingObserved(Observed):
                                 #   "returned_digest" (another tensor's), "digest", "sum64", "whole" (the
                                 #   tensor, short lengths) or "sample" ([indices], [values]), "sends" and
                                 #   "recvs" ([[peer's global rank, bytes]]), "collectives" ([event kind]),
-                                #   "carried" (per send, in the order posted: CARRIED_FIELDS)}
+                                #   "carried" (per send, in the order posted: CARRIED_FIELDS), "unwaited"
+                                #   ([["send" or "recv", peer's global rank, which of the call's sends or
+                                #   receives it was]]: requests let go of before their wait())}
 
 
 # what the message recorder keeps of each message a ring case sends (comm/messages.py CARRIED): enough to tell
