@@ -21,7 +21,9 @@ through `pipeline/waiting.py`, so the check can stop a rank that waits for a mes
 send. (Outside a check's cases, a blocking call is journalled as an operation the rank is in: B ... E.)
 
 A kind may run its ranks over an emulated network (`NETWORK`, topics/data_parallel/network.py): every send is
-then handed to the rank's emulated link, which posts it when its delay is up, and its request waits for that.
+then handed to the rank's emulated link, which posts it when its delay is up, and its request waits for that. q19's
+ring kind runs them over links that hold each send against the size of the receive it matches
+(topics/data_parallel/sizes.py), which each receive tells them as it is posted (`_receiving`).
 
 Calls the stage makes inside its own traced span (`stage.send` / `stage.recv`) are not recorded twice,
 and nothing is recorded outside a tracer (code run in a notebook's kernel is left alone).
@@ -347,6 +349,14 @@ def _send(peer, tensor, args, kwargs):
     return NETWORK[0].send(peer, tensor, args, kwargs)
 
 
+def _receiving(peer, tensor) -> None:
+    """A receive from `peer` into `tensor` is about to be posted: told to the links that want to know
+    (topics/data_parallel/sizes.py holds each send against the size of the receive it matches)."""
+    hook = getattr(NETWORK[0], "receiving", None)
+    if hook is not None:
+        hook(peer, tensor)
+
+
 def _arguments(args, kwargs, peer_name: str, group_key: str):
     bound = dict(zip([peer_name, "group", "tag"], args), **kwargs)
     return bound.get("group"), bound.get(peer_name), bound.get(group_key)
@@ -364,6 +374,8 @@ def _posted(is_send: bool):
         check_global_peer(is_send, group, peer, f"dist.{name}")
         record = _Record(is_send, tensor, group, peer, group_peer)
         record.waiting()                  # a failure to post names the operation too
+        if not is_send:
+            _receiving(record.peer, tensor)
         work = _send(record.peer, tensor, args, kwargs) if is_send else original(tensor, *args, **kwargs)
         record.tracer.pending = None
         return RecordedWork(work, [record])
@@ -385,6 +397,8 @@ def _blocking(is_send: bool):
             # it pending, for the report); a receive returns its sender's global rank, as dist.recv does
             record = _Record(is_send, tensor, group, peer, group_peer)
             record.waiting()
+            if not is_send:
+                _receiving(record.peer, tensor)
             posted = _send(record.peer, tensor, args, kwargs) if is_send else \
                 _ORIGINAL["irecv"](tensor, *args, **kwargs)
             record.blocked()
@@ -398,6 +412,8 @@ def _blocking(is_send: bool):
                 _send(record.peer, tensor, args, kwargs).wait()
                 result = None                                  # as dist.send returns
             else:
+                if not is_send:
+                    _receiving(record.peer, tensor)
                 result = original(tensor, *args, **kwargs)    # an exception leaves it pending, for the report
         record.end()
         return result
@@ -419,6 +435,7 @@ def _batch():
             if NETWORK[0] is not None:     # each message through the emulated network, posted as it says
                 works = [_send(r.peer, op.tensor, (), {"group": op.group, "tag": op.tag, "group_dst": op.group_peer})
                          if r.kind.startswith("send") else
+                         _receiving(r.peer, op.tensor) or
                          _ORIGINAL["irecv"](op.tensor, group=op.group, tag=op.tag, group_src=op.group_peer)
                          for r, op in zip(records, p2p_op_list)]
             else:

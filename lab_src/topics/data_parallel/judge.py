@@ -33,7 +33,7 @@ from lab_src.harness.settings import settings_of
 from lab_src.judge import wire
 from lab_src.judge.problems import Problem
 from lab_src.topics.data_parallel.inputs import inputs_of
-from lab_src.topics.data_parallel.records import chunk_cap, groups_of, ring_bytes
+from lab_src.topics.data_parallel.records import chunk_cap, chunk_of, groups_of, ring_bytes, step_of
 
 EPS = {"float32": 2.0 ** -23, "float64": 2.0 ** -52}
 COLLECTIVE_NAMES = {"all_reduce": "dist.all_reduce", "all_gather": "dist.all_gather",
@@ -53,13 +53,6 @@ def values_of(run: dict) -> tuple[torch.Tensor | None, torch.Tensor | None]:
 
 def rings(outcome) -> list[list[int]]:
     return groups_of(outcome.case.stages, settings_of(outcome.case).columns)
-
-
-def chunk_of(index: int, length: int, n: int) -> int:
-    """The chunk an element is in, for an even split into n (torch.tensor_split's)."""
-    base, extra = divmod(length, n)
-    edge = extra * (base + 1)
-    return index // (base + 1) if index < edge else extra + (index - edge) // max(base, 1)
 
 
 def _diagnosis(got: torch.Tensor, want: torch.Tensor, mine: torch.Tensor, n: int) -> str:
@@ -228,13 +221,6 @@ def judge_carried(ring: list[int], runs: dict[int, dict], xs: list[torch.Tensor]
 KEPT = ("whatever the ranks hold after the call, they hold it only because the lab kept the requests let go of: "
         "without them the ring does not finish")
 UNWAITED = "a request let go of before its wait()"
-
-
-def step_of(index: int, n: int) -> str:
-    """Which step of a ring a rank's `index`-th send (or receive) of a call is (from 0)."""
-    return (f"the reduce-scatter's step {index + 1} of {n - 1}" if index < n - 1 else
-            f"the all-gather's step {index - n + 2} of {n - 1}" if index < 2 * (n - 1) else
-            f"its message {index + 1}, past the 2(n - 1) = {2 * (n - 1)} of a ring")
 
 
 def judge_unwaited(ring: list[int], runs: dict[int, dict]) -> list[tuple]:
@@ -416,6 +402,7 @@ def traffic(outcome) -> list[dict]:
 SENT_FIRST = "every rank of the ring sent first, with a blocking send"
 POSITIONS = "a position in the group passed as a global rank"
 NOT_RUN = "not run: earlier cases of the exercise stopped"
+SIZES = "a send of another size than the receive it matches"
 
 
 def ring_errors(outcome, qid: str, label: str) -> list[Problem]:
@@ -425,18 +412,20 @@ def ring_errors(outcome, qid: str, label: str) -> list[Problem]:
     that it is said once; a case not run because earlier ones stopped is their consequence."""
     from dataclasses import replace
 
-    from lab_src.judge.failures import case_problems, not_run
+    from lab_src.judge.failures import case_problems, is_wait, not_run
     from lab_src.judge.problems import stamped
     found = case_problems(outcome)
     errors = outcome.errors()
     if found and not_run(outcome):
         return stamped([replace(p, consequence=True, gist=NOT_RUN) for p in found], qid, label)
     pending = [(e.get("pending") or [None, ""])[1] or "" for e in errors.values()]
-    if found and len(pending) == outcome.case.stages and all(k.startswith("send") for k in pending):
+    if found and len(pending) == outcome.case.stages and all(k.startswith("send") for k in pending) and \
+            all(is_wait(e) for e in errors.values()):
         found[0] = replace(found[0], gist=SENT_FIRST, message=found[0].message + (
             "\n    Every rank of the ring sent first, at the same time: a blocking send waits until its receive is "
             "posted, and each neighbour posts it only after its own send. Post each step's send and receive "
             "together (dist.batch_isend_irecv, or dist.isend, then the receive, then wait)."))
-    found = [replace(p, gist=POSITIONS) if p.rank in errors and errors[p.rank].get("type") == "NotInGroup" else p
-             for p in found]
+    gists = {"NotInGroup": POSITIONS, "WrongMessageSize": SIZES}
+    found = [replace(p, gist=gists[errors[p.rank]["type"]]) if p.rank in errors and errors[p.rank].get("type") in gists
+             else p for p in found]
     return stamped(found, qid, label)

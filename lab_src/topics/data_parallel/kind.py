@@ -17,6 +17,10 @@ hands it to the case's ranks through the launch's store (harness/case_barrier.sh
 the answer's; each rank changes its inputs by noise drawn from it before calling the answer (inputs.input_of), and
 rank 0 reports the seed once the calls are over. A rank that redraws the inputs from the configuration's seed then
 sums numbers no rank held.
+
+Every send goes through the rank's SizedLinks (sizes.py): posted once the receive it matches is posted, and only if
+of its size; a send of another size is held back (gloo would abort the receiving process) and named, and every rank
+of the case stops waiting at once.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import os
 import time
 
 import torch
+import torch.distributed as dist
 
 from lab_src import exercises
 from lab_src.comm import collectives as coll
@@ -33,9 +38,10 @@ from lab_src.comm.mesh import Mesh
 from lab_src.harness import case_barrier, observe
 from lab_src.harness.case import Case
 from lab_src.harness.settings import settings_of
-from lab_src.pipeline import perturb
+from lab_src.pipeline import perturb, waiting
 from lab_src.topics.data_parallel.inputs import input_of
 from lab_src.topics.data_parallel.records import SAMPLED, WHOLE
+from lab_src.topics.data_parallel.sizes import SizedLinks
 
 
 def ring_mesh(case: Case, ctx, group) -> Mesh:
@@ -86,7 +92,7 @@ def sum_once(tensor: torch.Tensor, group, tracer) -> dict:
 
 def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg, s = case.config, settings_of(case)
-    perturbed = None
+    perturbed = links = None
     try:
         coll.CASE_RANKS[:] = range(case.stages)
         messages.CARRIED = []
@@ -98,14 +104,23 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         position = ranks.index(ctx.rank)
         obs["group"], obs["position"] = ranks, position
         runs = obs["runs"] = []
-        for length in s.lengths:
-            observe.barrier(group)
-            x = input_of(cfg.seed, length, position, cfg.dtype, perturbed).to(ctx.device)
-            obs["summing"] = length
-            runs.append(sum_once(x, ring, tracer))
+        # every send held against the receive it matches (sizes.py); a send held back stops every rank's wait
+        links = SizedLinks(dist.distributed_c10d._get_default_store(), f"lab-ring-size/{case.index}", ctx.rank,
+                           messages._ORIGINAL["isend"])
+        messages.NETWORK[0] = links
+        with waiting.stop_when(links.stop):
+            for length in s.lengths:
+                observe.barrier(group)
+                x = input_of(cfg.seed, length, position, cfg.dtype, perturbed).to(ctx.device)
+                obs["summing"] = length
+                links.begin(x, len(ranks))
+                runs.append(sum_once(x, ring, tracer))
         observe.finish_messages(None, group, tracer)
         mesh.destroy()          # a column's groups hold threads of the collective library; the case's own is kept
     finally:
+        if links is not None:
+            messages.NETWORK[0] = None
+            links.close()
         coll.CASE_RANKS.clear()
         messages.CARRIED = None
         messages.UNWAITED = None
