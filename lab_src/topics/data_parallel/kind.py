@@ -108,7 +108,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         links = SizedLinks(dist.distributed_c10d._get_default_store(), f"lab-ring-size/{case.index}", ctx.rank,
                            messages._ORIGINAL["isend"])
         messages.NETWORK[0] = links
-        with waiting.stop_when(links.stop):
+        with waiting.also_stop_when(links.stop):
             for length in s.lengths:
                 observe.barrier(group)
                 x = input_of(cfg.seed, length, position, cfg.dtype, perturbed).to(ctx.device)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
-from datetime import timedelta
+import time
 
 from lab_src.topics.data_parallel.network import DelayedWork
 from lab_src.topics.data_parallel.records import chunk_of, step_of
@@ -43,6 +43,7 @@ class SizedLinks:
         self.failed: str | None = None          # this rank's own mismatch, once found
         self.call = None                        # (the tensor summed, n, sends and receives before the call)
         self.counts = [0, 0]                    # sends and receives posted so far
+        self.asked = 0.0                        # when `stop` last asked the store
 
     def begin(self, tensor, n: int) -> None:
         """A call of the ring on `tensor` over n ranks begins: its messages are counted from here."""
@@ -79,9 +80,13 @@ class SizedLinks:
         return work
 
     def stop(self) -> str | None:
-        """Why every rank of the case should stop waiting now: a send held back here or on another rank."""
-        if self.failed is None and self.store.check([f"{self.prefix}/mismatch"]):
-            self.failed = "a message of the case was held back: its size is not its receive's (see that rank)"
+        """Why every rank of the case should stop waiting now: a send held back here or on another rank (the
+        store is asked at most every 0.2 s)."""
+        now = time.monotonic()
+        if self.failed is None and now - self.asked >= 0.2:
+            self.asked = now
+            if self.store.check([f"{self.prefix}/mismatch"]):
+                self.failed = "a message of the case was held back: its size is not its receive's (see that rank)"
         return self.failed
 
     def close(self) -> None:
@@ -105,12 +110,12 @@ class SizedLinks:
                 return
             number, mine, work, tensor, args, kwargs = job
             key = f"{self.prefix}/{self.rank}->{peer}/{number}"
-            while not self.closed.is_set():
-                try:
-                    self.store.wait([key], timedelta(seconds=0.5))
-                    break
-                except Exception:  # noqa: BLE001 - the store's timeout: look again, unless the case is over
-                    continue
+            pause = 0.0005
+            # polled, never a blocking store.wait: the store's client serves one call at a time, and the rank's
+            # own waits ask it (stop) whether to give up
+            while not self.closed.is_set() and not self.store.check([key]):
+                self.closed.wait(pause)
+                pause = min(2 * pause, 0.02)
             if self.closed.is_set():
                 return
             try:
