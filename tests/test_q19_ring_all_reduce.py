@@ -262,6 +262,23 @@ def test_a_send_of_another_size_than_its_receive_is_held_back_and_named_by_step_
     sender.close()
 
 
+def test_the_ring_cases_own_reason_to_stop_keeps_the_checks():
+    # the ring kind stops its ranks' waits when a send was held back (sizes.py), and the check's own request to stop
+    # (a deadlock the watch found) must still reach them: `wait` asks the innermost check only
+    import threading
+
+    from lab_src.pipeline import waiting
+
+    class Never:
+        def wait(self):
+            threading.Event().wait(30)
+    for outer, inner, reason in ((lambda: "the check asks", lambda: None, "the check asks"),
+                                 (lambda: None, lambda: "held back", "held back")):
+        with waiting.stop_when(outer), waiting.also_stop_when(inner):
+            with pytest.raises(waiting.StoppedWaiting, match=reason):
+                waiting.wait(Never())
+
+
 def test_sums_redrawn_from_the_configuration_are_named_where_the_lab_changed_the_inputs():
     from lab_src.topics.data_parallel.inputs import expected_sum as summed
     case = Case(kind="ring", qid="q19", config=CFG, stages=4, settings={"lengths": [1000], "perturb": True})

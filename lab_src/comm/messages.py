@@ -191,10 +191,14 @@ def check_global_peer(is_send: bool, group, peer, call: str) -> None:
     if peer is None or group is None or group is dist.group.WORLD or not isinstance(peer, int) or not _recording():
         return
     ranks, me = dist.get_process_group_ranks(group), dist.get_rank()
-    if peer in ranks and peer != me:
-        return
+    positions_are_ranks = ranks == list(range(len(ranks)))
+    if (peer in ranks and peer != me) or (peer == me and positions_are_ranks):
+        return          # a message to itself in a group whose positions are its ranks: MessageToItself says it
     name = "dst" if is_send else "src"
     what = "this rank itself" if peer == me else "not in the group"
+    if positions_are_ranks:
+        raise NotInGroup(f"{call} was given {name}={peer}: global rank {peer} is not in the group (its global ranks "
+                         f"are {ranks}), so no rank of it can take this message")
     position = ranks.index(me) if me in ranks else None
     meant = (f"; position {peer} of the group is global rank {ranks[peer]}" if 0 <= peer < len(ranks) else "")
     raise NotInGroup(
