@@ -136,7 +136,7 @@ def chunk_words(info: dict) -> str:
     if info.get("n") is None:
         return ""
     if not info["elements"]:
-        return "no elements"
+        return ""           # an empty chunk: its size says it
     if info.get("offset") is None:
         return "a buffer of its own, not a view of the tensor"
     o, k, n, length = info["offset"], info["elements"], info["n"], info["length"]
