@@ -29,6 +29,14 @@ def test_a_problem_seen_on_every_rank_and_case_is_said_once_with_where_it_showed
     assert lines[1] == "    also on ranks 1, 2, 3 (the same run); ranks 0, 1, 2 (3 stages)"
 
 
+def test_a_repeat_of_the_same_problem_adds_no_place_it_also_showed():
+    # a case's failure goes into each item of the case (q19's sums and ring): said once, with nowhere else to name
+    failed = [Problem("deadlock: every rank waited", exercise="q19", case="n = 2"),
+              Problem("ValueError: no", exercise="q19", rank=0, case="n = 2")]
+    lines = render(failed + failed)
+    assert lines == ["[q19]: deadlock: every rank waited  (n = 2)", "[q19] rank 0: ValueError: no  (n = 2)"], lines
+
+
 def test_causes_come_first_and_consequences_after_under_their_heading():
     problems = [Problem("the other ranks were left waiting:\n    rank 0 waited", exercise="q08", consequence=True),
                 Problem("RuntimeError: the activation does not require grad", exercise="q08", rank=3)]

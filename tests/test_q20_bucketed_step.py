@@ -70,6 +70,50 @@ def test_the_check_prints_each_predicted_count_right_or_wrong_beside_the_plan(tm
     assert 'could not be read' in text and '`return {"1MiB": ..., "512KiB": ..., "64KiB": ...}`' in text, text
 
 
+def early_outcome(monkeypatch, armed_at_start: bool):
+    """A 2 x 2 grid's record (m = 4, tied embeddings, one step) in which stage 0 (and, `armed_at_start`, stage 1 too)
+    launched a bucket before its last backward began: stage 0's gradients miss the later micro-batches, and so does
+    the tied gradient the last stage sums with it; one process's gradients are ones."""
+    import torch
+
+    from lab_src.harness.case import Case, CaseOutcome
+    from lab_src.pipeline.config import LabConfig
+    from lab_src.topics.data_parallel import judge_buckets
+    cfg = LabConfig(num_stages=2, num_layers=4, num_microbatches=4, global_batch_size=16, dp_size=2, seed=20,
+                    tie_embeddings=True)
+    ones = {"embed.tokens.weight": torch.ones(3), "blocks.0.w": torch.ones(3), "blocks.1.w": torch.ones(3),
+            "head.proj.weight": torch.ones(3)}
+    monkeypatch.setattr(judge_buckets, "baseline_grads", lambda case: [ones])
+    backwards = [[mb, 10.0 * mb, 10.0 * mb + 5] for mb in range(4)]          # the last backward: 30 to 35
+    obs = {}
+    for r in range(4):
+        first = r % 2 == 0
+        grads = ({n: torch.full((3,), 0.5) for n in ("embed.tokens.weight", "blocks.0.w")} if first else
+                 {"blocks.1.w": torch.ones(3), "head.proj.weight": torch.full((3,), 0.5)})
+        launch = 1.0 if first or armed_at_start else 31.0
+        obs[r] = {"steps": [{"grads": grads, "launches": [[launch, 12, 0.1]], "backwards": backwards,
+                             "tied_sums": [[36.0, 3, True]]}]}
+    return CaseOutcome(Case(kind="buckets", qid="q20", config=cfg, stages=4, settings={"cap": 40_000, "steps": 1}), obs)
+
+
+@pytest.mark.parametrize("armed_at_start", [False, True])
+def test_an_early_launch_is_the_one_cause_and_the_wrong_gradients_are_said_under_it(monkeypatch, armed_at_start):
+    from lab_src.judge.problems import stamped
+    from lab_src.judge.summary import CONSEQUENCES, counts, render
+    from lab_src.topics.data_parallel.judge_buckets import judge_run
+    found = judge_run(early_outcome(monkeypatch, armed_at_start))
+    problems = [p for part in found.values() for p in stamped(part, "q20", "2 x 2")]
+    assert counts(problems) == (1, 2), problems             # one cause, its two consequences
+    text = "\n".join(render(problems))
+    cause, caused = text.split(CONSEQUENCES)
+    assert "launched a bucket before its last backward (micro-batch 3's) began" in cause.splitlines()[0]
+    assert ("also on ranks 1, 2, 3" if armed_at_start else "also on rank 2") in cause
+    assert "the tied embedding's gradient" not in cause and "differ from one process's" not in cause
+    assert "differ from one process's over the global batch" in caused
+    assert "the tied embedding's gradient (head.proj.weight) differs" in caused or armed_at_start
+    assert "summed once, after the buckets" not in text
+
+
 def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, capsys):
     from lab_src.checks import check
     (in_tmp / "map.json").write_text(json.dumps({k: str(v) for k, v in reference.items()}))

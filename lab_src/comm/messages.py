@@ -21,7 +21,9 @@ through `pipeline/waiting.py`, so the check can stop a rank that waits for a mes
 send. (Outside a check's cases, a blocking call is journalled as an operation the rank is in: B ... E.)
 
 A kind may run its ranks over an emulated network (`NETWORK`, topics/data_parallel/network.py): every send is
-then handed to the rank's emulated link, which posts it when its delay is up, and its request waits for that.
+then handed to the rank's emulated link, which posts it when its delay is up, and its request waits for that. q19's
+ring kind runs them over links that hold each send against the size of the receive it matches
+(topics/data_parallel/sizes.py), which each receive tells them as it is posted (`_receiving`).
 
 Calls the stage makes inside its own traced span (`stage.send` / `stage.recv`) are not recorded twice,
 and nothing is recorded outside a tracer (code run in a notebook's kernel is left alone).
@@ -64,6 +66,14 @@ NETWORK: list = [None]
 # topics/data_parallel/records.py CARRIED_FIELDS), so that the judge can tell whether a ring's messages held the
 # partial sums a ring must carry; read when the send is posted, the moment its contents leave
 CARRIED: list | None = None
+# sends and receives posted in this process so far (each record keeps its number: which of a call's messages it was)
+POSTED = {"send": 0, "recv": 0}
+# while a q19 case runs (its kind arms it with a list): each message whose request was let go of before its wait(),
+# as ["send" or "recv", the peer's global rank, its number (POSTED)]. gloo drops a message whose request is gone
+# before it completes, and its peer then waits for ever; the lab keeps such a request (UNWAITED_KEPT) until the
+# case ends, so the run goes on and the judge names the message instead of a deadlock that ends at the deadline
+UNWAITED: list | None = None
+UNWAITED_KEPT: list = []
 
 
 def carried(tensor, peer) -> list:
@@ -170,6 +180,49 @@ class MessageToItself(ValueError):
     """A send to, or a receive from, the rank itself: no peer will ever match it."""
 
 
+class NotInGroup(ValueError):
+    """A message's peer given as a global rank (dst=, src=, a P2POp's peer) that is not another member of the group
+    it goes through: a position in the group taken for a global rank (q19's ring over a grid's column)."""
+
+
+def check_global_peer(is_send: bool, group, peer, call: str) -> None:
+    """Raise NotInGroup, in the lab's words, where torch would raise its own ValueError (naming the group by its
+    address) or the message would go to the rank itself: `peer`, a global rank, is no other member of `group`."""
+    if peer is None or group is None or group is dist.group.WORLD or not isinstance(peer, int) or not _recording():
+        return
+    ranks, me = dist.get_process_group_ranks(group), dist.get_rank()
+    positions_are_ranks = ranks == list(range(len(ranks)))
+    if (peer in ranks and peer != me) or (peer == me and positions_are_ranks):
+        return          # a message to itself in a group whose positions are its ranks: MessageToItself says it
+    name = "dst" if is_send else "src"
+    what = "this rank itself" if peer == me else "not in the group"
+    if positions_are_ranks:
+        raise NotInGroup(f"{call} was given {name}={peer}: global rank {peer} is not in the group (its global ranks "
+                         f"are {ranks}), so no rank of it can take this message")
+    position = ranks.index(me) if me in ranks else None
+    meant = (f"; position {peer} of the group is global rank {ranks[peer]}" if 0 <= peer < len(ranks) else "")
+    raise NotInGroup(
+        f"{call} was given {name}={peer}: {name}= (a P2POp's peer) is a global rank, and global rank {peer} is {what}. "
+        f"Positions in a group are not global ranks: this rank is global rank {me}, position {position} of the group "
+        f"of global ranks {ranks}{meant}. Pass a position as group_{name}= (a P2POp's group_peer=), or turn it into "
+        f"a global rank with dist.get_global_rank(group, position)")
+
+
+def _p2p_op_class():
+    """dist.P2POp, checking a peer given as a global rank before torch does (check_global_peer): torch's own
+    check names the group by its address. An instance is a P2POp, so torch and the recorder take it as one."""
+    original = c10d.P2POp
+
+    class P2POp(original):
+        def __init__(self, op, tensor, peer=None, group=None, tag=0, group_peer=None):
+            is_send = op is c10d.isend or op is _ORIGINAL.get("isend")
+            check_global_peer(is_send, group, peer, f"dist.P2POp(dist.{'isend' if is_send else 'irecv'}, ...)")
+            super().__init__(op, tensor, peer, group, tag, group_peer)
+
+    P2POp.__module__, P2POp.__doc__ = original.__module__, original.__doc__
+    return P2POp
+
+
 def check_tensor(call: dict | None, kind: str, tensor, mb) -> None:
     """A message of q11 carries the pipeline's activations: a tensor of another shape or dtype than the
     peer's would make gloo abort the process, or the receive read garbage. Say so before posting."""
@@ -205,6 +258,8 @@ class _Record:
                 f"group, dist.get_rank(group); dst= / src= is a global rank, dist.get_rank()")
         check_direction(call, self.kind, self.peer, me)
         self.posted_only = posted          # a posted message: its request's wait() ends it
+        self.number = POSTED["send" if is_send else "recv"]
+        POSTED["send" if is_send else "recv"] += 1
         self.shape = tuple(tensor.shape)
         self.nbytes = tensor.numel() * tensor.element_size()
         self.done = False
@@ -273,12 +328,37 @@ class RecordedWork:
     def __getattr__(self, name):
         return getattr(self._work, name)
 
+    def __del__(self):
+        """A request let go of before its wait() (see UNWAITED): noted, its message ended where it was let go,
+        and the request kept while a q19 case runs, so that gloo still delivers it."""
+        try:
+            if UNWAITED is None or "_records" not in self.__dict__:
+                return
+            left = [r for r in self._records if r.posted_only and not r.done]
+            if not left:
+                return
+            if self._work is not None and not self._work.is_completed():
+                UNWAITED_KEPT.append(self._work)
+            for record in left:
+                UNWAITED.append(["send" if record.kind.startswith("send") else "recv", record.peer, record.number])
+                record.end()
+        except Exception:  # noqa: BLE001 - a finalizer must not raise (the interpreter may be going down)
+            pass
+
 
 def _send(peer, tensor, args, kwargs):
     """Post a send: through the emulated network when one is set, else to gloo at once."""
     if NETWORK[0] is None:
         return _ORIGINAL["isend"](tensor, *args, **kwargs)
     return NETWORK[0].send(peer, tensor, args, kwargs)
+
+
+def _receiving(peer, tensor) -> None:
+    """A receive from `peer` into `tensor` is about to be posted: told to the links that want to know
+    (topics/data_parallel/sizes.py holds each send against the size of the receive it matches)."""
+    hook = getattr(NETWORK[0], "receiving", None)
+    if hook is not None:
+        hook(peer, tensor)
 
 
 def _arguments(args, kwargs, peer_name: str, group_key: str):
@@ -295,8 +375,11 @@ def _posted(is_send: bool):
         if not _recording():
             return original(tensor, *args, **kwargs)
         group, peer, group_peer = _arguments(args, kwargs, peer_name, group_key)
+        check_global_peer(is_send, group, peer, f"dist.{name}")
         record = _Record(is_send, tensor, group, peer, group_peer)
         record.waiting()                  # a failure to post names the operation too
+        if not is_send:
+            _receiving(record.peer, tensor)
         work = _send(record.peer, tensor, args, kwargs) if is_send else original(tensor, *args, **kwargs)
         record.tracer.pending = None
         return RecordedWork(work, [record])
@@ -312,11 +395,14 @@ def _blocking(is_send: bool):
         if not _recording():
             return original(tensor, *args, **kwargs)
         group, peer, group_peer = _arguments(args, kwargs, peer_name, group_key)
+        check_global_peer(is_send, group, peer, f"dist.{name}")
         if waiting.stoppable() and (peer is not None or group_peer is not None):
             # under a check: posted, then waited for in a wait the check can stop (an exception leaves
             # it pending, for the report); a receive returns its sender's global rank, as dist.recv does
             record = _Record(is_send, tensor, group, peer, group_peer)
             record.waiting()
+            if not is_send:
+                _receiving(record.peer, tensor)
             posted = _send(record.peer, tensor, args, kwargs) if is_send else \
                 _ORIGINAL["irecv"](tensor, *args, **kwargs)
             record.blocked()
@@ -330,6 +416,8 @@ def _blocking(is_send: bool):
                 _send(record.peer, tensor, args, kwargs).wait()
                 result = None                                  # as dist.send returns
             else:
+                if not is_send:
+                    _receiving(record.peer, tensor)
                 result = original(tensor, *args, **kwargs)    # an exception leaves it pending, for the report
         record.end()
         return result
@@ -351,6 +439,7 @@ def _batch():
             if NETWORK[0] is not None:     # each message through the emulated network, posted as it says
                 works = [_send(r.peer, op.tensor, (), {"group": op.group, "tag": op.tag, "group_dst": op.group_peer})
                          if r.kind.startswith("send") else
+                         _receiving(r.peer, op.tensor) or
                          _ORIGINAL["irecv"](op.tensor, group=op.group, tag=op.tag, group_src=op.group_peer)
                          for r, op in zip(records, p2p_op_list)]
             else:
@@ -385,6 +474,7 @@ def install() -> None:
     for name, fn in wrappers.items():
         setattr(c10d, name, fn)
         setattr(dist, name, fn)
+    dist.P2POp = _p2p_op_class()         # torch.distributed's name only: c10d's class is what torch checks against
     from lab_src import exercises
     exercises.AROUND["q11"] = p2p_call
 

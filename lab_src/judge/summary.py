@@ -75,7 +75,9 @@ def wrap(line: str) -> list[str]:
 
 
 def describe(group: list[Problem]) -> list[str]:
-    first, others = group[0], group[1:]
+    first = group[0]
+    others = [o for o in group[1:] if o != first]       # a repeat of the same problem (a case's failure in each of
+    #                                                     its items) showed nowhere else
     lines = str(first).splitlines()
     if not others:
         return lines

@@ -44,6 +44,15 @@ def stop_when(should_stop):
         _stop_checks.pop()
 
 
+@contextlib.contextmanager
+def also_stop_when(should_stop):
+    """As `stop_when`, keeping the check already installed (the check's own request to stop): `wait` asks the
+    innermost check only."""
+    outer = _stop_checks[-1] if _stop_checks else None
+    with stop_when(lambda: should_stop() or (outer() if outer is not None else None)):
+        yield
+
+
 class _Helper:
     def __init__(self):
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()

@@ -4,6 +4,7 @@ buckets reduced with it during the student's own 1F1B backward (q20).
     records.py   what the kind and the judge share, torch-free: the record, the rings of a case, the seed's layers
     inputs.py    the tensors a case sums, drawn from its seed (the ranks and the judge make the same ones)
     kind.py      rank side: the answer's ring over the case's ranks (or a grid's columns), length after length
+    sizes.py     rank side: each send held against the size of the receive it matches, before gloo sees it
     judge.py     parent side: the sums, the bits, the messages, the graded prediction
     kind_study.py  rank side of the study: the ring and gloo's all-reduce timed, length after length
     study.py     parent side: the ring's time against its length beside gloo's, the alpha-beta fit, algbw, busbw

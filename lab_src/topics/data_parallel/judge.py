@@ -25,13 +25,15 @@ sums, and the other way round: a whole-tensor ring gets the sums right and fails
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from lab_src.harness.settings import settings_of
 from lab_src.judge import wire
 from lab_src.judge.problems import Problem
 from lab_src.topics.data_parallel.inputs import inputs_of
-from lab_src.topics.data_parallel.records import chunk_cap, groups_of, ring_bytes
+from lab_src.topics.data_parallel.records import chunk_cap, chunk_of, groups_of, ring_bytes, step_of
 
 EPS = {"float32": 2.0 ** -23, "float64": 2.0 ** -52}
 COLLECTIVE_NAMES = {"all_reduce": "dist.all_reduce", "all_gather": "dist.all_gather",
@@ -51,13 +53,6 @@ def values_of(run: dict) -> tuple[torch.Tensor | None, torch.Tensor | None]:
 
 def rings(outcome) -> list[list[int]]:
     return groups_of(outcome.case.stages, settings_of(outcome.case).columns)
-
-
-def chunk_of(index: int, length: int, n: int) -> int:
-    """The chunk an element is in, for an even split into n (torch.tensor_split's)."""
-    base, extra = divmod(length, n)
-    edge = extra * (base + 1)
-    return index // (base + 1) if index < edge else extra + (index - edge) // max(base, 1)
 
 
 def _diagnosis(got: torch.Tensor, want: torch.Tensor, mine: torch.Tensor, n: int) -> str:
@@ -132,8 +127,23 @@ def judge_length(ring: list[int], runs: dict[int, dict], seed: int, dtype: str,
                     f"whole tensor, or ranks that each add all the inputs themselves, do not (and their replicas "
                     f"of a model drift apart step by step)", rank=r)))
                 break
+    unwaited = judge_unwaited(ring, runs)
+    if unwaited:
+        # the lab kept the requests, so the ring went on: without it, a neighbour would have waited for ever
+        found["sums"] = [("kept", Problem(KEPT, rank=unwaited[0][1].rank, consequence=True, gist=KEPT))]
+        found["ring"] = unwaited
+        return found
     found["ring"] = judge_messages(ring, runs, length) + judge_carried(ring, runs, xs, dtype)
+    if not found["ring"]:
+        found["ring"] = judge_phases(ring, runs, xs, dtype)
+    if any(code.startswith("phase") for code, _ in found["ring"]):
+        # the messages of a step carried the wrong chunk: what the ranks hold after the call follows from that
+        found["sums"] = [("values after a phase", replace(p, consequence=True, gist=WRONG_AFTER_PHASE))
+                         if code == "values" else (code, p) for code, p in found["sums"]]
     return found
+
+
+WRONG_AFTER_PHASE = "the sums a ring step's wrong chunk left"
 
 
 def partial_sum_runs(n: int) -> torch.Tensor:
@@ -154,11 +164,18 @@ def chunk_offsets(length: int, n: int, k: int) -> list[int]:
 def is_partial_sum(xs: list[torch.Tensor], fingerprint: list, dtype: str) -> bool:
     """Whether a message's fingerprint ([peer, elements, first, last, float64 sum]) is that of a chunk of the sum
     of the inputs of a contiguous run of positions, to n additions' float error."""
+    return bool(partial_sums(xs, fingerprint, dtype))
+
+
+def partial_sums(xs: list[torch.Tensor], fingerprint: list, dtype: str) -> list[tuple[int, list[int]]]:
+    """Every (offset, positions) whose chunk of the positions' summed inputs has the message's fingerprint (see
+    is_partial_sum): where in the tensor the message's elements are, and whose inputs they add up."""
     _, k, first, last, total = fingerprint
     n, length = len(xs), xs[0].numel()
     offsets = chunk_offsets(length, n, int(k))
+    found = []
     if not offsets:
-        return False
+        return found
     at = torch.tensor(offsets)
     heads = torch.stack([x[at] for x in xs])
     tails = torch.stack([x[at + int(k) - 1] for x in xs])
@@ -172,8 +189,8 @@ def is_partial_sum(xs: list[torch.Tensor], fingerprint: list, dtype: str) -> boo
         window = sum(float(xs[j][o:o + int(k)].sum()) for j in members)
         spread = sum(float(xs[j][o:o + int(k)].abs().sum()) for j in members)
         if abs(window - total) <= tol * spread + 1e-300:
-            return True
-    return False
+            found.append((o, members))
+    return found
 
 
 def judge_carried(ring: list[int], runs: dict[int, dict], xs: list[torch.Tensor], dtype: str) -> list[tuple]:
@@ -197,6 +214,74 @@ def judge_carried(ring: list[int], runs: dict[int, dict], xs: list[torch.Tensor]
                 f"passes each chunk as the ranks before have added it (a partial sum of their inputs), the "
                 f"all-gather the finished chunks; a ring of zeros sums zeros, so what this rank holds after the "
                 f"call was not made by its messages", rank=r)))
+            break
+    return out
+
+
+KEPT = ("whatever the ranks hold after the call, they hold it only because the lab kept the requests let go of: "
+        "without them the ring does not finish")
+UNWAITED = "a request let go of before its wait()"
+
+
+def judge_unwaited(ring: list[int], runs: dict[int, dict]) -> list[tuple]:
+    """Per rank, the first message whose request the answer let go of before its wait() (kind.py, comm/messages.py
+    UNWAITED): gloo drops such a message, and its peer waits for ever."""
+    n = len(ring)
+    out = []
+    for r, run in runs.items():
+        for what, peer, index in (run.get("unwaited") or [])[:1]:
+            call = "dist.isend" if what == "send" else "dist.irecv"
+            out.append(("unwaited", Problem(
+                f"its {'send to' if what == 'send' else 'receive from'} rank {peer} in {step_of(index, n)} was posted "
+                f"({call}, or batch_isend_irecv) and its request let go of without wait(): gloo drops a message whose "
+                f"request is gone before it completes, and "
+                + (f"rank {peer}'s receive then waits for ever" if what == "send" else
+                   f"rank {peer}'s send then waits for ever, this rank's buffer never filled")
+                + " (here the lab kept the request, so the run went on). Keep every request and call wait() on it before "
+                "the step's chunk is used and before the call returns", rank=r, gist=UNWAITED)))
+    return out
+
+
+PHASES = {"reduce-scatter": "a reduce-scatter step's send held a chunk summed over other inputs than that step's",
+          "all-gather": "an all-gather step's send held a chunk that was not finished"}
+
+
+def judge_phases(ring: list[int], runs: dict[int, dict], xs: list[torch.Tensor], dtype: str) -> list[tuple]:
+    """Per rank that sent the 2(n - 1) messages of a ring, its first message whose partial sum is not its step's:
+    reduce-scatter step s (from 1) sends a chunk holding s of the inputs (its own and those of the s - 1 positions
+    before it, added on the way), all-gather steps a finished chunk (all n). The phase, step, chunk and the inputs
+    it held, read from what the message carried (is_partial_sum, partial_sums)."""
+    n, length = len(ring), xs[0].numel()
+    out = []
+    if n == 1:
+        return out
+    for r, run in runs.items():
+        carried = run.get("carried") or []
+        if len(carried) != 2 * (n - 1):
+            continue
+        for i, message in enumerate(carried):
+            if not message[1]:
+                continue
+            matches = partial_sums(xs, message, dtype)
+            phase, step = ("reduce-scatter", i + 1) if i < n - 1 else ("all-gather", i - n + 2)
+            held = i + 1 if phase == "reduce-scatter" else n
+            if not matches or any(len(members) == held for _, members in matches):
+                continue            # no partial sum at all: judge_carried's
+            offset, members = matches[0]
+            k = int(message[1])
+            chunk = chunk_of(offset, length, n)
+            inputs = (f"the input of position {members[0]} alone" if len(members) == 1 else
+                      f"the sum of {len(members)} of the {n} inputs (positions {', '.join(map(str, members))})")
+            why = ("the all-gather passes finished chunks only, each the sum of all n inputs: after the reduce-scatter "
+                   "a rank holds one finished chunk (the one it added to in its last step), sends it in the "
+                   "all-gather's step 1, and in each later step forwards the chunk it received in the step before"
+                   if phase == "all-gather" else
+                   f"in the reduce-scatter's step s a rank sends the chunk it has added s - 1 received chunks to, "
+                   f"the sum of s inputs (here {held}): step 1 sends a chunk of its own input, each later step the "
+                   f"chunk it added the last received chunk to")
+            out.append(("phase " + phase, Problem(
+                f"in the {phase}, step {step} of {n - 1}, its send to rank {message[0]} carried chunk {chunk} of {n} "
+                f"(elements {offset:,} to {offset + k - 1:,}) holding {inputs}: {why}", rank=r, gist=PHASES[phase])))
             break
     return out
 
@@ -265,8 +350,7 @@ def merged(problems: list[tuple[str, int, Problem]]) -> list[Problem]:
             also.append(f"also on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}")
         if lengths:
             also.append(f"also at length{'s' if len(lengths) > 1 else ''} {', '.join(f'{n:,}' for n in lengths)}")
-        out.append(Problem(f"{first.message} (length {length:,}{'; ' + '; '.join(also) if also else ''})",
-                           rank=first.rank))
+        out.append(replace(first, message=f"{first.message} (length {length:,}{'; ' + '; '.join(also) if also else ''})"))
     return out
 
 
@@ -314,18 +398,34 @@ def traffic(outcome) -> list[dict]:
     return rows
 
 
+# the gists of causes a ring shows in every case it reaches: said once, with the other cases under it
+SENT_FIRST = "every rank of the ring sent first, with a blocking send"
+POSITIONS = "a position in the group passed as a global rank"
+NOT_RUN = "not run: earlier cases of the exercise stopped"
+SIZES = "a send of another size than the receive it matches"
+
+
 def ring_errors(outcome, qid: str, label: str) -> list[Problem]:
     """A case that did not complete, or raised on some rank, as problems (judge/failures.py), causes first;
-    where every rank was left waiting in a send, the deadlock says what that means in a ring."""
+    where every rank was left waiting in a send, the deadlock says what that means in a ring. A cause a ring
+    shows in every case (the deadlock of blocking sends, a position passed as a global rank) has its gist, so
+    that it is said once; a case not run because earlier ones stopped is their consequence."""
     from dataclasses import replace
 
-    from lab_src.judge.failures import case_problems
+    from lab_src.judge.failures import case_problems, is_wait, not_run
     from lab_src.judge.problems import stamped
     found = case_problems(outcome)
-    pending = [(e.get("pending") or [None, ""])[1] or "" for e in outcome.errors().values()]
-    if found and len(pending) == outcome.case.stages and all(k.startswith("send") for k in pending):
-        found[0] = replace(found[0], message=found[0].message + (
+    errors = outcome.errors()
+    if found and not_run(outcome):
+        return stamped([replace(p, consequence=True, gist=NOT_RUN) for p in found], qid, label)
+    pending = [(e.get("pending") or [None, ""])[1] or "" for e in errors.values()]
+    if found and len(pending) == outcome.case.stages and all(k.startswith("send") for k in pending) and \
+            all(is_wait(e) for e in errors.values()):
+        found[0] = replace(found[0], gist=SENT_FIRST, message=found[0].message + (
             "\n    Every rank of the ring sent first, at the same time: a blocking send waits until its receive is "
             "posted, and each neighbour posts it only after its own send. Post each step's send and receive "
             "together (dist.batch_isend_irecv, or dist.isend, then the receive, then wait)."))
+    gists = {"NotInGroup": POSITIONS, "WrongMessageSize": SIZES}
+    found = [replace(p, gist=gists[errors[p.rank]["type"]]) if p.rank in errors and errors[p.rank].get("type") in gists
+             else p for p in found]
     return stamped(found, qid, label)

@@ -70,10 +70,18 @@ def tied_cause(step: dict) -> str:
     return "it was summed once, after the buckets, but is not the sum of the two uses' averaged gradients"
 
 
-def value_problems(outcome) -> list[Problem]:
+# the gists of an early launch (the cause, said once whatever the stage) and of the gradients it left wrong (said under it)
+EARLY = "a bucket launched before the stage's last backward began"
+EARLY_VALUES = "the gradients an early launch left wrong"
+EARLY_TIED = "the tied gradient an early launch left wrong"
+
+
+def value_problems(outcome, early_step: int | None = None) -> list[Problem]:
     """Each rank's gradients after each step against one process's. A rank is charged for its first wrong step;
     where another rank went wrong in an earlier step, the SGD step spread that into every weight, and the later
-    difference is its consequence."""
+    difference is its consequence. `early_step`: the first step in which a stage launched a bucket before its last
+    backward began (placement_problems): a wrong step from then on is that launch's consequence, said under it, the
+    tied embedding's apart (its other use's share was reduced early on the other stage)."""
     case, obs = outcome.case, outcome.obs
     want_steps = baseline_grads(case)
     dp, m = case.config.dp_size, case.config.num_microbatches
@@ -86,9 +94,13 @@ def value_problems(outcome) -> list[Problem]:
                 first[r] = (k, Problem(f"step {k}: {len(none)} parameters have no gradient ({none[0]}, ...)", rank=r))
                 break
             wrong = [n for n in got if n in want and not close(got[n], want[n])]
+            caused = early_step is not None and k >= early_step
             if wrong and set(wrong) <= set(TIED_NAMES) and case.config.tie_embeddings:
+                why = (("the share of it summed on the stage that launched early (above) was missing the later "
+                        "micro-batches, so the sum of the two uses is wrong too") if caused else tied_cause(step))
                 first[r] = (k, Problem(f"after step {k}, the tied embedding's gradient ({wrong[0]}) differs from one "
-                                       f"process's, every other gradient being right: " + tied_cause(step), rank=r))
+                                       f"process's, every other gradient being right: " + why, rank=r,
+                                       consequence=caused, gist=EARLY_TIED if caused else ""))
                 break
             if wrong:
                 g = torch.cat([got[n].reshape(-1).double() for n in wrong])
@@ -96,7 +108,8 @@ def value_problems(outcome) -> list[Problem]:
                 first[r] = (k, Problem(
                     f"after step {k}, {len(wrong)} of {len(got)} gradients differ from one process's over the global "
                     f"batch ({', '.join(wrong[:2])}{' ...' if len(wrong) > 2 else ''}): "
-                    + explain(scale_between(g, w), dp, m, g, w, step, m), rank=r))
+                    + explain(scale_between(g, w), dp, m, g, w, step, m), rank=r,
+                    consequence=caused, gist=EARLY_VALUES if caused else ""))
                 break
     return first_wrong_steps(first, lambda k, earliest, cause: (
         f"after step {k} the gradients differ, step {earliest}'s having been right on this rank: rank {cause}'s "
@@ -174,6 +187,19 @@ def ring_problems(outcome) -> list[Problem]:
     return problems
 
 
+def early_step(outcome) -> int | None:
+    """The first step in which some stage launched a bucket before its last backward began (from the record)."""
+    m = outcome.case.config.num_microbatches
+    steps = []
+    for o in outcome.obs.values():
+        for k, step in enumerate(o.get("steps") or []):
+            last = [b for b in step.get("backwards") or [] if b[0] == m - 1]
+            if last and any(t < last[-1][1] for t, *_ in step.get("launches") or []):
+                steps.append(k)
+                break
+    return min(steps, default=None)
+
+
 def placement_problems(outcome) -> list[Problem]:
     """From the record: each launch's time against the stage's last backward of its step."""
     case = outcome.case
@@ -196,7 +222,7 @@ def placement_problems(outcome) -> list[Problem]:
                     f"it yet. Arm the reducer just before the stage's last backward (not on its last forward: on "
                     f"stage {p}, 1F1B runs {_backwards(min(pp - p - 1, m))} between its last forward and its last "
                     f"backward)",
-                    rank=r))
+                    rank=r, gist=EARLY))
                 break
             if p == pp - 1 and not launches:
                 problems.append(Problem(f"step {k}: the last stage launched no bucket, so nothing of the reduction "
@@ -256,6 +282,8 @@ def _backwards(n: int) -> str:
 
 def judge_run(outcome) -> dict[str, list[Problem]]:
     # the record against what left each rank (rings: judge/wire.py), its launch times against the journal (placement)
-    return {"values": value_problems(outcome), "plan": stage_plan_problems(outcome),
-            "rings": ring_problems(outcome) + wire.byte_problems(outcome),
-            "placement": journal_problems(outcome) or placement_problems(outcome)}
+    # an early launch is the cause of the gradients it left wrong: they are said under it, once each
+    placement = journal_problems(outcome) or placement_problems(outcome)
+    early = early_step(outcome) if any(p.gist == EARLY for p in placement) else None
+    return {"values": value_problems(outcome, early), "plan": stage_plan_problems(outcome),
+            "rings": ring_problems(outcome) + wire.byte_problems(outcome), "placement": placement}

@@ -7,14 +7,20 @@ the ring). Between lengths the ranks meet at a barrier, so one length's messages
 For each length the rank records (plain values, never a verdict): whether the call raised, what it
 returned, the result's digest, float64 sum and (whole, or a random sample of) its values, the sends and
 receives it made (peer's global rank, bytes: comm/messages.py records the answer's own torch.distributed
-calls) and any collective it called (comm/collectives.py), and what each message sent carried (its elements,
-first and last element and float64 sum: comm/messages.py CARRIED).
+calls) and any collective it called (comm/collectives.py), what each message sent carried (its elements,
+first and last element and float64 sum: comm/messages.py CARRIED), and which of its messages' requests the answer let
+go of before their wait() (comm/messages.py UNWAITED: gloo would drop them, and the peer wait for ever; the lab keeps
+those requests until the case ends, so that the run goes on and the judge names them).
 
 With settings "perturb" (every hidden case), the case's rank 0 draws a seed (os.urandom, pipeline/perturb.py) and
 hands it to the case's ranks through the launch's store (harness/case_barrier.shared), never through a message of
 the answer's; each rank changes its inputs by noise drawn from it before calling the answer (inputs.input_of), and
 rank 0 reports the seed once the calls are over. A rank that redraws the inputs from the configuration's seed then
 sums numbers no rank held.
+
+Every send goes through the rank's SizedLinks (sizes.py): posted once the receive it matches is posted, and only if
+of its size; a send of another size is held back (gloo would abort the receiving process) and named, and every rank
+of the case stops waiting at once.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ import os
 import time
 
 import torch
+import torch.distributed as dist
 
 from lab_src import exercises
 from lab_src.comm import collectives as coll
@@ -31,9 +38,10 @@ from lab_src.comm.mesh import Mesh
 from lab_src.harness import case_barrier, observe
 from lab_src.harness.case import Case
 from lab_src.harness.settings import settings_of
-from lab_src.pipeline import perturb
+from lab_src.pipeline import perturb, waiting
 from lab_src.topics.data_parallel.inputs import input_of
 from lab_src.topics.data_parallel.records import SAMPLED, WHOLE
+from lab_src.topics.data_parallel.sizes import SizedLinks
 
 
 def ring_mesh(case: Case, ctx, group) -> Mesh:
@@ -63,6 +71,7 @@ def sum_once(tensor: torch.Tensor, group, tracer) -> dict:
     """One call of the answer on `tensor`. An exception goes on up: the worker reports it, the answer's line
     first, and the case ends (harness/worker.py); the record says which length the rank was summing."""
     start, carried, t0 = len(tracer.events), len(messages.CARRIED or ()), time.perf_counter()
+    posted, unwaited = dict(messages.POSTED), len(messages.UNWAITED or ())
     returned = exercises.ring_all_reduce(tensor, group)
     rec = {"length": tensor.numel(), "dtype": str(tensor.dtype).replace("torch.", ""),
            "seconds": time.perf_counter() - t0,
@@ -76,15 +85,18 @@ def sum_once(tensor: torch.Tensor, group, tracer) -> dict:
     rec["recvs"] = [[e.peer, e.bytes] for e in events if e.is_recv]
     rec["collectives"] = [e.kind for e in events if e.is_collective]
     rec["carried"] = list((messages.CARRIED or [])[carried:])
+    # the messages whose requests the answer let go of unwaited: which send or receive of this call each was
+    rec["unwaited"] = [[what, peer, number - posted[what]] for what, peer, number in (messages.UNWAITED or [])[unwaited:]]
     return rec
 
 
 def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg, s = case.config, settings_of(case)
-    perturbed = None
+    perturbed = links = None
     try:
         coll.CASE_RANKS[:] = range(case.stages)
         messages.CARRIED = []
+        messages.UNWAITED = []
         if s.perturb:
             perturbed = int(case_barrier.shared("ring inputs", lambda: str(perturb.new_seed())))
         mesh = ring_mesh(case, ctx, group)
@@ -92,16 +104,27 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
         position = ranks.index(ctx.rank)
         obs["group"], obs["position"] = ranks, position
         runs = obs["runs"] = []
-        for length in s.lengths:
-            observe.barrier(group)
-            x = input_of(cfg.seed, length, position, cfg.dtype, perturbed).to(ctx.device)
-            obs["summing"] = length
-            runs.append(sum_once(x, ring, tracer))
+        # every send held against the receive it matches (sizes.py); a send held back stops every rank's wait
+        links = SizedLinks(dist.distributed_c10d._get_default_store(), f"lab-ring-size/{case.index}", ctx.rank,
+                           messages._ORIGINAL["isend"])
+        messages.NETWORK[0] = links
+        with waiting.also_stop_when(links.stop):
+            for length in s.lengths:
+                observe.barrier(group)
+                x = input_of(cfg.seed, length, position, cfg.dtype, perturbed).to(ctx.device)
+                obs["summing"] = length
+                links.begin(x, len(ranks))
+                runs.append(sum_once(x, ring, tracer))
         observe.finish_messages(None, group, tracer)
         mesh.destroy()          # a column's groups hold threads of the collective library; the case's own is kept
     finally:
+        if links is not None:
+            messages.NETWORK[0] = None
+            links.close()
         coll.CASE_RANKS.clear()
         messages.CARRIED = None
+        messages.UNWAITED = None
+        messages.UNWAITED_KEPT.clear()          # the case's messages are over: a request kept for it is let go
         if perturbed is not None and ctx.rank == 0:
             obs["perturbed"] = perturbed
         observe.record_instrumentation(obs, tracer)

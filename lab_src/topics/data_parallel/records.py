@@ -76,6 +76,20 @@ def chunk_cap(length: int, n: int) -> int:
     return -(-length // n)
 
 
+def chunk_of(index: int, length: int, n: int) -> int:
+    """The chunk an element is in, for an even split into n (torch.tensor_split's)."""
+    base, extra = divmod(length, n)
+    edge = extra * (base + 1)
+    return index // (base + 1) if index < edge else extra + (index - edge) // max(base, 1)
+
+
+def step_of(index: int, n: int) -> str:
+    """Which step of a ring of n a rank's `index`-th send (or receive) of a call is (from 0), in words."""
+    return (f"the reduce-scatter's step {index + 1} of {n - 1}" if index < n - 1 else
+            f"the all-gather's step {index - n + 2} of {n - 1}" if index < 2 * (n - 1) else
+            f"its message {index + 1}, past the 2(n - 1) = {2 * (n - 1)} of a ring")
+
+
 class RingObserved(Observed):
     group: list                 # the global ranks of this rank's ring, in the order of their positions
     position: int               # this rank's position in it
@@ -86,7 +100,9 @@ class RingObserved(Observed):
                                 #   "returned_digest" (another tensor's), "digest", "sum64", "whole" (the
                                 #   tensor, short lengths) or "sample" ([indices], [values]), "sends" and
                                 #   "recvs" ([[peer's global rank, bytes]]), "collectives" ([event kind]),
-                                #   "carried" (per send, in the order posted: CARRIED_FIELDS)}
+                                #   "carried" (per send, in the order posted: CARRIED_FIELDS), "unwaited"
+                                #   ([["send" or "recv", peer's global rank, which of the call's sends or
+                                #   receives it was]]: requests let go of before their wait())}
 
 
 # what the message recorder keeps of each message a ring case sends (comm/messages.py CARRIED): enough to tell
