@@ -93,8 +93,8 @@ def prediction_problems(got: dict) -> list[Problem]:
         why = (f"with only {m} micro-batches there are only {m} forwards to run: a warm-up cannot run forwards "
                f"for micro-batches that do not exist"
                if any(got[k] > m for k in keys) else
-               f"a rank runs forwards until the gradient of its first micro-batch can come back, and the last "
-               f"stage needs none: it starts micro-batch 0's backward right after its forward")
+               "a rank runs forwards until the gradient of its first micro-batch can come back, and the last "
+               "stage needs none: it starts micro-batch 0's backward right after its forward")
         problems.append(Problem(f"{PREDICTION_NAME}() says the warm-ups for p = {p}, m = {m} are {said} (ranks 0 to "
                                 f"{p - 1}); 1F1B's differ: {why}"))
     return problems

@@ -115,7 +115,7 @@ def curve_problems(outcome, losses: list[float], expected: dict, mistaken_curve=
     p, m = case.stages, case.microbatches
     want = expected["losses"]
     if len(losses) != len(want):
-        hint = (f": one per micro-batch? Record the step's loss, which step_fn returns" if len(losses) == m * len(want)
+        hint = (": one per micro-batch? Record the step's loss, which step_fn returns" if len(losses) == m * len(want)
                 else "")
         return [Problem(f"{len(losses)} losses for {len(want)} steps{hint}", rank=p - 1)]
     rtol = curve_tolerance(case.config.dtype)
