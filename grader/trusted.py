@@ -77,9 +77,11 @@ def save_timeline(qid: str, outcomes, items: list[Item], folder: Path) -> None:
     where each rank was left waiting), and what went wrong in it, for the notebook's timeline cell."""
     if not outcomes:
         return
-    from lab_src.views.saved import case_view, save_view
-    view = case_view(outcomes[0])
-    view["title"] = f"the grader's run of {qid}: {view['stages']} stages, {view['microbatches']} micro-batches"
+    from lab_src.views.saved import kind_view, save_view
+    view = kind_view(outcomes[0])
+    view["title"] = (f"the grader's run of {qid}: " + (f"{outcomes[0].case.label}; every message of each rank"
+                                                       if view.get("compute_free") else
+                                                       f"{view['stages']} stages, {view['microbatches']} micro-batches"))
     label = outcomes[0].case.label
     view["messages"] = render([p for i in items if i.name == label for p in i.problems], limit=6)
     save_view(view, folder / f"{qid}.json")

@@ -512,7 +512,7 @@ def test_the_study_times_the_ring_and_gloo_and_fits_the_model(reference, in_tmp,
 def test_the_timeline_names_each_call_of_the_ring_by_its_length():
     """Issue 55, item 3: the check's timeline held 8 calls of the ring unlabelled ("find the 2(n - 1) ring steps of
     the largest length"): each call's messages, found from each rank's record of it, named by length and layer."""
-    from lab_src.checks.q19_ring_all_reduce import calls
+    from lab_src.topics.data_parallel.figure import calls
     from lab_src.pipeline.trace import Event
     lengths = [SEED_LAYERS["fc1"], 5]
     out = outcome(lengths)
@@ -530,6 +530,24 @@ def test_the_timeline_names_each_call_of_the_ring_by_its_length():
         assert len(idx) == 4 * 12 and {int(events[i].t_start) for i in idx} == {k}
     out.obs = {}                                  # a stopped run: no record to split its messages by
     assert calls(out, events) == []
+
+
+def test_the_graders_saved_run_is_drawn_as_the_checks_ring_not_as_a_pipeline(tmp_path, monkeypatch):
+    """The ring kind declares its view (Kind.view): the grader's saved run of q19 (grader/trusted.py save_timeline,
+    drawn by the feedback's timeline cell) names its calls and draws no schedule, as the visible check does; it was
+    saved as a pipeline's run ("4 stages, 1 micro-batches", a bubble against a schedule that never ran)."""
+    from grader.trusted import save_timeline
+    from lab_src.pipeline.trace import Event
+    from lab_src.topics.data_parallel.figure import COMPUTE_FREE
+    from lab_src.views.saved import load_view
+    out = outcome([SEED_LAYERS["fc4"]])
+    events = [Event(r, kind, None, (r + d) % 4, None, 4, 0.01 * s, 0.01 * s + 0.002)
+              for s in range(6) for r in range(4) for kind, d in (("send_forward", 1), ("recv_forward", -1))]
+    monkeypatch.setattr(CaseOutcome, "events", lambda self, recovered=False: list(events))
+    save_timeline("q19", [out], [], tmp_path)
+    view = load_view(tmp_path / "q19.json")
+    assert view["compute_free"] == COMPUTE_FREE and "micro-batches" not in view["title"], view["title"]
+    assert [words for words, _ in view["sections"]] == ["fc4: 650"] and len(view["sections"][0][1]) == 48
 
 
 # Mistakes that stop a case's waits, each graded in a launch of its own (a launch stops trying an exercise after two of

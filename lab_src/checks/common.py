@@ -24,7 +24,7 @@ from lab_src.judge.problems import Problem, stamped
 from lab_src.judge.summary import counts, render, wrap
 from lab_src.pipeline.config import LabConfig
 from lab_src.registry import exercise
-from lab_src.views.saved import case_view, draw
+from lab_src.views.saved import case_view, draw, kind_view  # noqa: F401  (q20-q22 import case_view from here)
 
 VISIBLE = LabConfig()  # 8 layers, 4 stages, batch 8 in 4 micro-batches
 OUTPUT_LINES = 6       # lines of each rank's output a report shows
@@ -45,7 +45,7 @@ class CheckReport:
                  tracebacks: list[str] | None = None, skipped: bool = False, passed: list[str] | None = None):
         self.qid, self.run, self.problems, self.lines = qid, run, problems, lines
         self.passed = passed or []
-        self.views = views if views is not None else [case_view(o) for o in (run.outcomes if run else [])]
+        self.views = views if views is not None else [kind_view(o) for o in (run.outcomes if run else [])]
         self._tracebacks = tracebacks or []
         self.skipped = skipped            # while autograding: nothing was checked here
         self._failed: int | None = None   # failed_case(), kept by let_go() when the outcomes go

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab_src.checks.common import UNFINISHED, CheckReport, case_view, finish, make_case, run_cases, run_dir, sources
+from lab_src.checks.common import UNFINISHED, CheckReport, finish, kind_view, make_case, run_cases, run_dir, sources
 from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.data_parallel.records import PREDICTION_KEYS, PREDICTION_NAME, PREDICTION_RANKS, SEED_LAYERS, ring_bytes
@@ -40,41 +40,8 @@ def check() -> CheckReport:
         problems += stamped(found["sums"] + found["ring"], "q19", label)
         lines.append(traffic_table(traffic(out), settings.get("columns")))
     lines.append(prediction_line(srcs.get("q19")))
-    views = [ring_view(o) for o in run.outcomes]
+    views = [kind_view(o) for o in run.outcomes]     # topics/data_parallel/figure.py ring_view
     return finish("q19", run, problems, lines, views=views)
-
-
-def ring_view(outcome) -> dict:
-    """The case's view, each call of the ring named above the ranks by its tensor's length (and layer)."""
-    view = {**case_view(outcome), "title": f"q19: {outcome.case.label}; every message of each rank, each call's "
-                                           f"length above",
-            "compute_free": COMPUTE_FREE}
-    view["sections"] = calls(outcome, view["events"])
-    return view
-
-
-def calls(outcome, events) -> list:
-    """[(words, [indices into `events`])]: each length's call of the ring, its messages on every rank. A rank's
-    messages are in the order of its calls (one call after another, a barrier between), each call's count in its
-    record (`sends`, `recvs`); none where a rank left no record (a stopped run)."""
-    names = {v: k for k, v in SEED_LAYERS.items()}
-    parts: dict[int, list[int]] = {}
-    for r, o in outcome.obs.items():
-        runs = o.get("runs") or []
-        mine = sorted((i for i, e in enumerate(events) if e.rank == r and (e.is_send or e.is_recv)),
-                      key=lambda i: (events[i].t_start, events[i].t_end))
-        at = 0
-        for k, rec in enumerate(runs):
-            n = len(rec.get("sends") or []) + len(rec.get("recvs") or [])
-            parts.setdefault(k, []).extend(mine[at:at + n])
-            at += n
-    lengths = [rec.get("length") for rec in (next(iter(outcome.obs.values()), {}).get("runs") or [])]
-    return [(f"{names[n]}: {n:,}" if n in names else f"{n:,}", parts[k])
-            for k, n in enumerate(lengths) if parts.get(k) and n is not None]
-
-
-# what the timeline says in place of a bubble: the ring has no schedule, and its compute is not recorded
-COMPUTE_FREE = "no compute recorded: between its bars a rank adds, or copies, the chunk it received"
 
 
 def traffic_table(rows: list[dict], columns: int | None) -> str:

@@ -46,11 +46,15 @@ class Kind:
     # its ranks' bytes on the wire are counted from outside them, at the case's fences, and held against their
     # record (harness/wire.py, judge/wire.py)
     wire: bool = False
+    # "module:function", what the timeline of a case of this kind draws (its outcome -> the view's dict), the same in
+    # the visible check and in the grader's saved run ("": views/saved.py `case_view`, a pipeline's run)
+    view: str = ""
 
     def within(self, package: str) -> "Kind":
         def full(name: str) -> str:
             return name if not name or name.startswith("lab_src.") else f"{package}.{name}"
-        return replace(self, module=full(self.module), record=full(self.record), settings=full(self.settings))
+        return replace(self, module=full(self.module), record=full(self.record), settings=full(self.settings),
+                       view=full(self.view))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ buckets reduced with it during the student's own 1F1B backward (q20).
     judge.py     parent side: the sums, the bits, the messages, the graded prediction
     kind_study.py  rank side of the study: the ring and gloo's all-reduce timed, length after length
     study.py     parent side: the ring's time against its length beside gloo's, the alpha-beta fit, algbw, busbw
-    figure.py    the pictures: the ring's two phases, and a run's messages per rank
+    figure.py    the pictures: the ring's two phases, a run's messages per rank (each call named), q20's buckets
     network.py   the emulated network under the point-to-point layer: latency, bandwidth and a seeded tail
     kind_network.py  rank side of the network study: the seed's four layers all-reduced step after step over it
     tail.py      parent side: each layer's and each step's time as a distribution, against 1 - (1 - q)^k
@@ -26,6 +26,7 @@ TOPIC = Topic(
     exercises=("q19", "q20"),
     kinds={
         "ring": Kind("kind", wire=True, record="records:RingObserved", settings="records:RingSettings", calls=("ring_all_reduce",),
+                     view="figure:ring_view",
                      timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                      what="q19's ring all-reduce over the case's ranks (or the columns of a grid of them), one "
                           "length after another: what each rank holds afterwards and every message it made"),

@@ -103,3 +103,39 @@ def buckets_figure(p: int = 4, m: int = 8, buckets: int = 3):
                       f"0.3 of a backward", align=False)
     return figure([tl], f"Buckets under 1F1B: {p} stages, {m} micro-batches; each stage's rings (lane 1) start in "
                         f"its last backward")
+
+
+def ring_view(outcome) -> dict:
+    """The view of a q19 case (the kind's declared view: the check's timeline and the grader's saved run alike), each
+    call of the ring named above the ranks by its tensor's length (and layer)."""
+    from lab_src.views.saved import case_view
+    view = {**case_view(outcome), "title": f"q19: {outcome.case.label}; every message of each rank, each call's "
+                                           f"length above",
+            "compute_free": COMPUTE_FREE}
+    view["sections"] = calls(outcome, view["events"])
+    return view
+
+
+def calls(outcome, events) -> list:
+    """[(words, [indices into `events`])]: each length's call of the ring, its messages on every rank. A rank's
+    messages are in the order of its calls (one call after another, a barrier between), each call's count in its
+    record (`sends`, `recvs`); none where a rank left no record (a stopped run)."""
+    from lab_src.topics.data_parallel.records import SEED_LAYERS
+    names = {v: k for k, v in SEED_LAYERS.items()}
+    parts: dict[int, list[int]] = {}
+    for r, o in outcome.obs.items():
+        runs = o.get("runs") or []
+        mine = sorted((i for i, e in enumerate(events) if e.rank == r and (e.is_send or e.is_recv)),
+                      key=lambda i: (events[i].t_start, events[i].t_end))
+        at = 0
+        for k, rec in enumerate(runs):
+            n = len(rec.get("sends") or []) + len(rec.get("recvs") or [])
+            parts.setdefault(k, []).extend(mine[at:at + n])
+            at += n
+    lengths = [rec.get("length") for rec in (next(iter(outcome.obs.values()), {}).get("runs") or [])]
+    return [(f"{names[n]}: {n:,}" if n in names else f"{n:,}", parts[k])
+            for k, n in enumerate(lengths) if parts.get(k) and n is not None]
+
+
+# what the timeline says in place of a bubble: the ring has no schedule, and its compute is not recorded
+COMPUTE_FREE = "no compute recorded: between its bars a rank adds, or copies, the chunk it received"
