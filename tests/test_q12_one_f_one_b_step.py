@@ -419,3 +419,19 @@ def test_a_later_cell_finds_the_last_experiment_the_kernel_still_holds():
     del runs
     gc.collect()
     assert experiments.latest("bubble") is None
+
+
+def test_a_studys_release_never_raises_into_the_cell_even_in_a_kernel_that_broke_subprocess(monkeypatch):
+    """A study gives its memory back after it returns (harness/memory_release.py); the cohort's pia sets
+    subprocess.Popen = None in her kernel, and the trim found glibc through ctypes.util.find_library, which runs
+    a subprocess: her q12 feedback read "TypeError: 'NoneType' object is not callable" under each study. The
+    study's value comes back, and nothing is raised."""
+    import subprocess
+
+    from lab_src.harness import memory_release
+    monkeypatch.setattr(memory_release, "_libc", None)
+    monkeypatch.setattr(subprocess, "Popen", None)
+    monkeypatch.setattr(memory_release.ctypes, "CDLL", lambda name: (_ for _ in ()).throw(OSError(name))
+                        if name == "libc.so.6" else object())          # glibc under another name: find_library
+    assert memory_release.released(lambda: "the study")() == "the study"
+    assert memory_release.trim() is False

@@ -16,13 +16,18 @@ _libc = None
 
 
 def trim() -> bool:
-    """glibc's malloc_trim(0): free heap pages go back to the system. False where there is no glibc."""
+    """glibc's malloc_trim(0): free heap pages go back to the system. False where there is no glibc, or where the
+    kernel's own code broke what finding it needs: a trim is a courtesy, and never raises into a student's cell
+    (the sample cohort's pia sets subprocess.Popen = None in her kernel, which ctypes.util.find_library calls)."""
     global _libc
     try:
         if _libc is None:
-            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            try:
+                _libc = ctypes.CDLL("libc.so.6")          # glibc's name on Linux: no subprocess to find it
+            except OSError:
+                _libc = ctypes.CDLL(ctypes.util.find_library("c"))
         return bool(_libc.malloc_trim(0))
-    except (OSError, AttributeError):
+    except Exception:
         return False
 
 
