@@ -307,7 +307,7 @@ def drive_notebook(page, base: str, token: str, saved: list[Path]) -> None:
     set_slider(page, 10_000)   # the readout clamps to the last step
     page.wait_for_function(f"""() => {{
         const t = document.querySelector('{WIDGET} .pp-timeline-info');
-        return t && /step (\\d+)\\/(\\1)\\b/.test(t.textContent); }}""", timeout=10_000)
+        return t && /event (\\d+)\\/(\\1)\\b/.test(t.textContent); }}""", timeout=10_000)
     assert frame_state(page)[2] not in distinct
     side = page.locator(f"{WIDGET} .pp-timeline-side").inner_text()
     assert "theory (p-1)/(m+p-1) = (4-1)/(4+4-1) = 42.9%" in side and "Bytes sent" in side, side
