@@ -128,10 +128,17 @@ FORKED_LIMIT_S = 30.0
 TRUSTED_TIMEOUT_S = 900
 
 # One `nbgrader autograde` (all the notebooks of a student's returned assignments), on the wall clock:
-# grader/autograde.py passes it to grader/course.py `Course.nbgrader` (subprocess's timeout); past it the
-# student is `failed`, with the reason. Each cell has CELL_TIMEOUT_S and each kernel start
-# KERNEL_STARTUP_TIMEOUT_S below; this bounds the command that runs them all.
-NBGRADER_TIMEOUT_S = 900
+# NBGRADER_NOTEBOOK_S for each notebook it executes (`nbgrader_timeout_s`), which grader/autograde.py passes
+# to grader/course.py `Course.nbgrader` (subprocess's timeout); past it the student is `failed`, with the
+# reason. Each cell has CELL_TIMEOUT_S and each kernel start KERNEL_STARTUP_TIMEOUT_S below; this bounds the
+# command that runs them all, so it grows with the notebooks: one limit of 900 s for the whole command was
+# reached by a student who returned all six assignments (22 notebooks, 325 s alone, eight students at a
+# time on 2 cores) while the test suite kept the cores busy, and their hidden tests' points were lost.
+NBGRADER_NOTEBOOK_S = 240
+
+
+def nbgrader_timeout_s(notebooks: int) -> float:
+    return NBGRADER_NOTEBOOK_S * max(1, notebooks)
 
 # The verdicts grader.trusted writes to its pipe (JSON): grader/autograde.py reads at most this much. A
 # student's verdicts are a few kilobytes of messages.
