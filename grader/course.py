@@ -46,6 +46,9 @@ c.Autograde.permissions = 644          # nbgrader reads the digits as octal
 # Per-cell limit while autograding; a hung cell fails, the notebook goes on.
 c.Execute.timeout = {cell_timeout}
 c.Execute.interrupt_on_timeout = True
+# After a cell's reply, the output still on its way (a student printing megabytes, on a loaded node) is awaited
+# this long; nbgrader raises past it and the whole assignment fails (nbclient's 4 s by default)
+c.Execute.iopub_timeout = {iopub_timeout}
 # The kernels that execute submitted notebooks run in the grading sandbox (grader/kernel_sandbox.py).
 c.Execute.kernel_manager_class = "grader.kernel_sandbox.SandboxedKernelManager"
 # Kernel start on a loaded node (other students' hidden tests busy on every core): a longer limit than
@@ -166,7 +169,8 @@ class Course:
         source = self._patched_source() if self.plan.points else self.source
         path.write_text(CONFIG.format(course_id=COURSE_ID, root=str(self.root), source=str(source),
                                       release=str(self.release), db_url=f"sqlite:///{self.db_path}",
-                                      ignore=IGNORE, cell_timeout=self.cell_timeout, notebooks=self.notebook_pattern(),
+                                      ignore=IGNORE, cell_timeout=self.cell_timeout, iopub_timeout=limits.IOPUB_TIMEOUT_S,
+                                      notebooks=self.notebook_pattern(),
                                       startup_timeout=self.startup_timeout, startup_retries=self.startup_retries,
                                       output_max_lines=limits.OUTPUT_MAX_LINES,
                                       output_max_traceback=limits.OUTPUT_MAX_TRACEBACK)

@@ -164,10 +164,12 @@ def test_an_answer_slow_to_load_on_one_rank_costs_no_case(answers_with, referenc
 def test_an_answer_that_never_finishes_loading_is_named_and_the_launch_goes_on(answers_with, reference, tmp_path,
                                                                                no_leftovers):
     forever = "while True:\n    pass\n" + Path(reference["q08"]).read_text()
-    started = time.monotonic()
     run = run_cases([case(answers_with(q08=forever)), case(answers_with(q08=forever), label="again"),
                      case(reference, label="the reference")], tmp_path, timeout_s=5, case_deadline_s=30, load_limit_s=3)
-    assert time.monotonic() - started < 30 and len(run.launches) == 1
+    # the load limit (3 s on the ranks' own clock), not the case deadline, ended the stuck cases (SlowToLoad
+    # below), and the launch went on to the reference; no wall-clock bound: the suite's load stretches it
+    # (31.5 s in a full run with the cohort grading beside it)
+    assert len(run.launches) == 1
     for out in run.outcomes[:2]:
         assert sorted(out.errors()) == [0, 1, 2, 3]
         text = "\n".join(str(from_error(r, e)) for r, e in out.errors().items())

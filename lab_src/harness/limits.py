@@ -149,6 +149,13 @@ VERDICTS_LIMIT_BYTES = 8 << 20
 # the notebook goes on. The visible checks run there draw the grader's own run and launch nothing.
 CELL_TIMEOUT_S = 120
 
+# After a cell's execute reply, how long nbgrader waits for the rest of its output (nbclient's `iopub_timeout`,
+# 4 s by default, written into the course config by grader/course.py). nbgrader raises past it, and the
+# whole assignment of that student fails: in a full test run (the suite and the cohort on 2 cores) the
+# cohort's loud student, whose cell prints 5 MB, went past 4 s and was left "needs autograding". The
+# output itself is cut down afterwards (OUTPUT_MAX_LINES, OUTPUT_MAX_CHARS below).
+IOPUB_TIMEOUT_S = 60
+
 # A kernel that executes a submitted notebook must answer within this (nbgrader's `Execute.startup_timeout`,
 # its own default 60 s), else it gets KERNEL_START_RETRIES fresh starts (grader/execute.py
 # `RetryingExecute`), written into the course config by grader/course.py: nbgrader's 60 s was not always
