@@ -134,7 +134,7 @@ def grade_student(course: Course, student: str, unsafe_no_sandbox: bool = False)
         timelines = course.grading_dir(student) / "work" / "timeline"
         nb = course.nbgrader("autograde", course.assignment, "--student", student, "--force",
                              f"--CourseDirectory.submitted_directory={course.grading_root.name}", check=False,
-                             timeout=limits.nbgrader_timeout_s(len(course.exercises)),
+                             timeout=limits.nbgrader_timeout_s(len({e.notebook for e in course.exercises})),
                              env={GRADER_TIMELINES: str(timelines), SHARED: str(course.autograded(student).parent),
                                   **({UNSAFE: "1"} if unsafe_no_sandbox else {})})
         log = course.grading_dir(student) / "nbgrader.log"
@@ -201,7 +201,7 @@ def grade_student_course(course: Course, student: str, parts: list[Course],
         # nbgrader takes the assignment as a glob: "*" autogrades every one staged in grader/<student>/
         nb = course.nbgrader("autograde", "*", "--student", student, "--force",
                              "--CourseDirectory.submitted_directory=grader", check=False,
-                             timeout=limits.nbgrader_timeout_s(sum(len(p.exercises) for p in parts)),
+                             timeout=limits.nbgrader_timeout_s(len({e.notebook for p in parts for e in p.exercises})),
                              env={GRADER_TIMELINES: str(home / "work" / "timeline"),
                                   SHARED: str(course.autograded(student).parent),   # one kernels' fork server
                                   **({UNSAFE: "1"} if unsafe_no_sandbox else {})})
