@@ -92,6 +92,18 @@ class CaseWatch:
                 elif what == "end":
                     self.ended.add(index)
 
+    def _keep_what_was_read(self, case: int) -> None:
+        """Each journal as far as the watch had read it when it stopped `case` (runfolder.stopped_journal_path):
+        what `deadlock.Progress.stuck` decided on, to replay it (the journals themselves are replaced by the next
+        launch group's)."""
+        for rank, path in enumerate(self.paths):
+            try:
+                with open(path, "rb") as f:
+                    read = f.read(self.offsets[rank])
+            except FileNotFoundError:
+                continue
+            runfolder.stopped_journal_path(self.run_dir, case, rank).write_bytes(read)
+
     def _observe(self, rank: int, parsed: tuple) -> None:
         _, tag, payload = parsed
         if tag in ("B", "E", "M") and isinstance(payload, list) and len(payload) >= 3 and \
@@ -151,6 +163,7 @@ class CaseWatch:
                 self.stuck[case], self.stopped_at[case] = stuck, now
                 self.stop_times[case] = time.perf_counter()
                 runfolder.stop_path(self.run_dir, case).write_text("\n".join(stuck.lines()) + "\n")
+                self._keep_what_was_read(case)
         if now - self.current_since > self.case_deadline_s and self._past_case_deadline(now):
             return f"case deadline of {self.case_deadline_s:.0f} s"
         return None

@@ -17,6 +17,8 @@ has done its part of the case and only waits for the others (it sends nothing mo
 
     stop.c<i>                 written by the launching process to stop case i, whose ranks all wait
                               for messages nobody will send (pipeline/waiting.py reads it)
+    stop.c<i>.journal.rank<r>.log   rank r's journal as far as the launching process had read it then: what
+                              it decided on (harness/deadlock.py `Progress.stuck`, to replay it)
 """
 from __future__ import annotations
 
@@ -43,6 +45,10 @@ def events_path(run_dir: Path, case_index: int) -> Path:
 
 def stop_path(run_dir: Path, case_index: int) -> Path:
     return Path(run_dir) / f"stop.c{case_index}"
+
+
+def stopped_journal_path(run_dir: Path, case_index: int, rank: int) -> Path:
+    return Path(run_dir) / f"stop.c{case_index}.journal.rank{rank}.log"
 
 
 def rank_log_path(run_dir: Path, rank: int) -> Path:
