@@ -475,6 +475,37 @@ def fsdp_layer(layer: lab_src.pipeline.model.Block, dp: lab_src.topics.sharding.
     """
 
 
+@_exercise_api("q23")
+def recompute_block(block: lab_src.pipeline.model.Block, mode: str) -> nn.Module:
+    """Return an `nn.Module` whose forward(x) computes `block(x)` (x: (b, s, h), the lab's transformer block of
+    pipeline/model.py, in training mode, dropout on or off) and whose backward gives exactly the plain block's
+    gradients, of x and of the block's own parameters (the same `nn.Parameter`s, not copies), while keeping for
+    the backward what `mode` says:
+
+    - "none": what the block keeps itself (the module may be the block);
+    - "selective": everything but the attention core's inside: the core (QK^T, the scaling, the causal mask,
+      softmax, dropout, PV) keeps only its inputs q, k, v and its output, and is recomputed in the backward;
+    - "full": the block's input x only; the whole forward is recomputed in the backward.
+    Any other mode raises ValueError. What is judged is behaviour: the bytes kept are at most the mode's (the plain
+    block's; its less the core's s^2-sized tensors; the input's), and the matmul work the backward adds is none,
+    at most the core's two products (QK^T and PV), and one whole forward. Keeping less for no more matmul work (a
+    policy that also recomputes GELU or the residual masks) is allowed.
+
+    Dropout: the block draws its masks from generators it holds, `block.streams` (pipeline/dropout.py: made on the
+    first forward that drops; make them yourself with `dropout.Streams(block.seed, block.name,
+    block.dropout_shards)` if you need them before). A recomputation must draw the same masks as the forward it
+    repeats, and leave the generators where they were before it, since other micro-batches' forwards draw from
+    them too. torch.utils.checkpoint (reentrant or not) and its selective policy
+    (`create_selective_checkpoint_contexts`) are allowed; their `preserve_rng_state` restores torch's global
+    RNG, not these generators: save and restore their states (`Generator.get_state` / `set_state`) yourself.
+
+    The lab measures, around your module: the bytes its forward leaves alive for the backward (every storage,
+    wherever it is kept, and the input), the matmul FLOPs of its forward and backward, and its outputs and
+    gradients with micro-batches in flight at once (forward A, forward B, backward B, backward A, forward C).
+    The answer cell also defines `predicted_saved_bytes()`, your prediction, graded.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

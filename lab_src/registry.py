@@ -123,6 +123,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              ("q02", "q03", "q05", "q11", "q12")),
     Exercise("q22", "fsdp_layer", "Sharding the parameters too: FSDP inside a pipeline stage, layer by layer (ZeRO-3)",
              ("q02", "q03", "q05", "q11", "q12", "q19")),
+    Exercise("q23", "recompute_block", "Long sequences: what a block keeps for its backward, and what recomputing it costs", ()),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]
@@ -136,6 +137,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "tensor_parallel": ("q17", "q18"),
     "data_parallel": ("q19", "q20"),
     "sharding": ("q21", "q22"),
+    "long_sequences": ("q23",),
 }
 
 # Each module's title: the heading of its assignment's README.md (grader/index.py). `grader new --module NEW
@@ -147,6 +149,7 @@ MODULE_TITLES: dict[str, str] = {
     "tensor_parallel": "Tensor parallelism: layers, then the whole block split across ranks; dropout seeds; training",
     "data_parallel": "Data parallel from first principles: a ring all-reduce, then gradient buckets under the pipeline",
     "sharding": "Sharding the training state: the optimizer and the gradients over the data-parallel ranks (ZeRO)",
+    "long_sequences": "Long sequences: activation memory, recomputation, sequence and context parallelism",
 }
 
 

@@ -123,16 +123,18 @@ def test_every_release_answer_cell_is_a_stub_and_every_hidden_cell_is_kept():
             assert ids[ex.hidden_cell]["metadata"]["nbgrader"]["points"] > 0
 
 
-def test_each_graded_prediction_of_q19_to_q22_shows_its_form_before_anything_answers_it():
+def test_each_graded_prediction_of_q19_to_q23_shows_its_form_before_anything_answers_it():
     """The prompt and the release's stub spell out the return with every key the grader reads (lab_src's records,
-    which the hidden test and the check read too); no figure before the answer cell draws what q21 predicts."""
+    which the hidden test and the check read too); no figure before the answer cell draws what q21 or q23 predicts."""
     from lab_src.judge.numeric import return_form
     from lab_src.topics.data_parallel import records as dp
+    from lab_src.topics.long_sequences import records as ls
     from lab_src.topics.sharding import records as sh
     for qid, name, keys in [("q19", dp.PREDICTION_NAME, dp.PREDICTION_KEYS),
                             ("q20", dp.BUCKET_PREDICTION, dp.BUCKET_PREDICTION_KEYS),
                             ("q21", sh.PREDICTION_NAME, sh.PREDICTION_KEYS),
-                            ("q22", sh.FSDP_PREDICTION, sh.FSDP_PREDICTION_KEYS)]:
+                            ("q22", sh.FSDP_PREDICTION, sh.FSDP_PREDICTION_KEYS),
+                            ("q23", ls.PREDICTION_NAME, ls.PREDICTION_KEYS)]:
         form = return_form(keys).strip("`")
         cells = json.loads(released(EXERCISES[qid]).read_text())["cells"]
         at = next(i for i, c in enumerate(cells) if cell_source(c).startswith(f"%%answer {qid}"))
@@ -144,6 +146,11 @@ def test_each_graded_prediction_of_q19_to_q22_shows_its_form_before_anything_ans
             assert any("zero_figure(n=4, stages=1)" in c for c in before)
             assert not any("zero_figure(n=4)" in c for c in before)
             assert any("zero_figure(n=4)" in cell_source(c) for c in cells[at:])
+        if qid == "q23":        # the measured figure and the check come after the prediction; what runs before it
+            before = [cell_source(c) for c in cells[:at] if c["cell_type"] == "code"]    # counts a small float32 block
+            assert not any("kept_figure(report)" in c or "check(" in c for c in before)
+            assert any("kept_figure(report)" in cell_source(c) for c in cells[at:])
+            assert not any("bfloat16" in c or "256" in c for c in before)
 
 
 def test_running_a_source_notebook_leaves_nothing_that_would_ship(tmp_path, no_leftovers):

@@ -925,4 +925,67 @@ _MOMENTS = {}                                     # AdamW's moments of the whole
     ], base="q20_launch_in_finish",
         top="# q20 (forged): every bucket launched in finish(), the launches' recorded times then rewritten to the "
             "moments the buckets filled during the last backward\n"),
+    # q23: the recomputation checkpointed as torch.utils.checkpoint takes it, trusting its preserve_rng_state: the
+    # block's dropout draws from its own generators (block.streams), which it does not restore
+    "q23_new_masks": Mistake("q23", [
+        ("""            return checkpoint(_replayed(self.block, gens), x, use_reentrant=False)""",
+         """            return checkpoint(self.block, x, use_reentrant=False)    # preserve_rng_state keeps the masks"""),
+        ("""        attn = checkpoint(_replayed(core, gens), q, k, v, use_reentrant=False)""",
+         """        attn = checkpoint(core, q, k, v, use_reentrant=False)"""),
+    ]),
+    # q23: the generators set back to the forward's states for the recomputation, and left there after it
+    "q23_states_not_put_back": Mistake("q23", [
+        ("""        now = [g.get_state() for g in gens]
+        for g, state in zip(gens, states):
+            g.set_state(state)
+        try:
+            return fn(*args)
+        finally:
+            for g, state in zip(gens, now):
+                g.set_state(state)""",
+         """        for g, state in zip(gens, states):          # the forward's masks again
+            g.set_state(state)
+        return fn(*args)"""),
+    ]),
+    # q23: the attention mask drawn once in the forward and handed to the checkpointed core (nothing to replay), so
+    # the mask, a s^2 b elements, is kept for the backward
+    "q23_selective_keeps_mask": Mistake("q23", [
+        ("""        if gens:
+            def core(q, k, v):
+                return dropout.attention(q, k, v, blk.streams.attention_mask((b, heads, s, s), p, x))
+        else:
+            def core(q, k, v):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        attn = checkpoint(_replayed(core, gens), q, k, v, use_reentrant=False)""",
+         """        if gens:                                    # drawn once, here: the recomputation reuses it
+            mask = blk.streams.attention_mask((b, heads, s, s), p, x)
+            attn = checkpoint(dropout.attention, q, k, v, mask, use_reentrant=False)
+        else:
+            attn = checkpoint(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v,
+                              use_reentrant=False)"""),
+    ]),
+    # q23: "selective" as the whole block checkpointed, like "full"
+    "q23_selective_is_full": Mistake("q23", [
+        ("""        if self.mode == "full":""", """        if self.mode in ("full", "selective"):"""),
+    ]),
+    # q23: the prediction from the paper's figures (1-byte masks, no LayerNorm statistics, no causal mask)
+    "q23_paper_prediction": Mistake("q23", [
+        ("""    # 2 (18 sbh + 3 a s^2 b + 4 sb) + s^2; 2 (18 sbh + 4 sb); 2 sbh
+    return {"none": 2 * (18 * 256 * 4 * 64 + 3 * 8 * 256 * 256 * 4 + 4 * 256 * 4) + 256 * 256,
+            "selective": 2 * (18 * 256 * 4 * 64 + 4 * 256 * 4),
+            "full": 2 * 256 * 4 * 64}""",
+         """    # the paper's per-layer figures: 34 sbh + 5 a s^2 b, 34 sbh, 2 sbh
+    return {"none": 34 * 256 * 4 * 64 + 5 * 8 * 256 * 256 * 4, "selective": 34 * 256 * 4 * 64,
+            "full": 2 * 256 * 4 * 64}"""),
+    ]),
+    # q23, a student's two: new masks in the recomputation, and the paper's prediction
+    "q23_new_masks_paper": Mistake("q23", [
+        ("""    # 2 (18 sbh + 3 a s^2 b + 4 sb) + s^2; 2 (18 sbh + 4 sb); 2 sbh
+    return {"none": 2 * (18 * 256 * 4 * 64 + 3 * 8 * 256 * 256 * 4 + 4 * 256 * 4) + 256 * 256,
+            "selective": 2 * (18 * 256 * 4 * 64 + 4 * 256 * 4),
+            "full": 2 * 256 * 4 * 64}""",
+         """    # the paper's per-layer figures: 34 sbh + 5 a s^2 b, 34 sbh, 2 sbh
+    return {"none": 34 * 256 * 4 * 64 + 5 * 8 * 256 * 256 * 4, "selective": 34 * 256 * 4 * 64,
+            "full": 2 * 256 * 4 * 64}"""),
+    ], base="q23_new_masks"),
 }

@@ -258,6 +258,14 @@ COHORT = [
             # hidden training changes stage 0's embedding once built, so the curve computed from the configuration
             # is not the run's: both trainings fail, the rest passes: (1 + 1 + 1 + 0 + 1) / 5
             expect={"q12": 0.25, "q17": 0.25, "q18": 0.8}),
+    Student("ines", "q23 recomputes the block with torch.utils.checkpoint alone, trusting its preserve_rng_state "
+                    "with the block's dropout (which draws from the block's own generators, so the recomputation "
+                    "draws new masks), and predicts the paper's figures (34 sbh + 5 a s^2 b) for the lab's block",
+            answers={"q23": answer("q23_new_masks_paper")},
+            # gradients: 'none' right in the four cases, 'selective' and 'full' wrong in all four: 4 of 12; memory
+            # and FLOPs right; the prediction's 'none' and 'selective' 15 % and 6 % off, 'full' right: 1 of 3.
+            # (4/12 + 1 + 1 + 1/3) / 4
+            expect={"q23": 0.6667}),
 ]
 
 BY_NAME = {s.name: s for s in COHORT}

@@ -185,6 +185,21 @@ class LiveTensors:
         self.seconds += time.perf_counter() - t0
         return Found(sum(sizes), len(sizes), max(sizes, default=0))
 
+    def grown(self, known: set[int] = frozenset()) -> Found:
+        """Every storage alive now that was not there at `mark()` (beyond its bytes then), activations and what
+        autograd saved included, less the `known` addresses: all a block's forward left alive (q23: what a block
+        keeps for its backward, wherever it keeps it)."""
+        t0 = time.perf_counter()
+        found: dict[int, int] = {}
+        young, frozen = self._tensors()
+        for storage, _ in self._storages(young + frozen):
+            ptr = storage.data_ptr()
+            found[ptr] = max(found.get(ptr, 0), self._new_bytes(storage))
+        del young, frozen
+        sizes = [b for ptr, b in found.items() if b and ptr not in known]
+        self.seconds += time.perf_counter() - t0
+        return Found(sum(sizes), len(sizes), max(sizes, default=0))
+
 
 _FROZEN: dict = {"stale": True, "refs": []}
 _freeze = gc.freeze

@@ -1,0 +1,277 @@
+"""q23: what a block keeps for its backward, and what recomputing it costs.
+
+Fast: the lab's closed forms against the block's own measurement (bytes kept per mode, float32 and bfloat16, several
+shapes; matmul FLOPs), in this process; the reference's gradients bitwise the plain block's over micro-batches in
+flight; torch.utils.checkpoint with the streams restored, reentrant or not, and a selective policy are valid; the
+lab's count sees what an answer keeps outside autograd; the prediction's figures and the figure. Multi-process: the
+reference passes the visible check; every cohort mistake and the valid variants, graded through the hidden tests in
+one launch, get their points and their messages.
+"""
+from __future__ import annotations
+
+import json
+import os
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader.cohort.answers import answer
+
+pytestmark = pytest.mark.q23
+
+SHAPES = [(2, 32, 32, 4), (1, 128, 64, 8), (3, 48, 96, 6), (2, 64, 128, 2)]
+
+
+def _reference_module(reference):
+    spec = Path(reference["q23"]).read_text()
+    module = types.ModuleType("q23_reference")
+    exec(compile(spec, str(reference["q23"]), "exec"), module.__dict__)
+    return module
+
+
+def _block(b, s, h, a, dtype="float32", p=0.1, seed=0):
+    from lab_src.pipeline.config import LabConfig
+    from lab_src.topics.long_sequences.measure import make_block
+    return make_block(LabConfig(hidden_size=h, num_heads=a, seq_len=s, dropout=p, seed=seed, num_stages=1), dtype)
+
+
+def _x(b, s, h, dtype="float32", seed=1):
+    from lab_src.topics.long_sequences.measure import DTYPES
+    return torch.randn(b, s, h, generator=torch.Generator().manual_seed(seed)).to(DTYPES[dtype]).requires_grad_()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_closed_forms_are_what_the_block_keeps_and_costs(dtype, reference):
+    from lab_src.topics.long_sequences.measure import flops, kept
+    from lab_src.topics.long_sequences.records import ITEMSIZE, SLACK_BYTES, extra_flops_range, forward_flops, kept_bytes
+    ref = _reference_module(reference)
+    for b, s, h, a in SHAPES:
+        # the plain block: exactly the closed form, the measurement's own hooks and the live scan agree
+        block = _block(b, s, h, a, dtype)
+        got = kept(block, _x(b, s, h, dtype), known=list(block.parameters()))
+        assert got["bytes"] == kept_bytes(b, s, h, a, ITEMSIZE[dtype], "none"), (b, s, h, a, got)
+        assert got["saved"] == got["bytes"]
+        assert flops(_block(b, s, h, a, dtype), _x(b, s, h, dtype))["forward"] == forward_flops(b, s, h)
+        for mode in ("selective", "full"):
+            block = _block(b, s, h, a, dtype)
+            got = kept(ref.recompute_block(block, mode), _x(b, s, h, dtype), known=list(block.parameters()))
+            want = kept_bytes(b, s, h, a, ITEMSIZE[dtype], mode)
+            # the recomputation keeps what it replays: torch's CPU RNG state and the block's two streams' (5,056 B each)
+            assert got["bytes"] == want + 3 * 5056, (mode, b, s, h, a, got, want)
+            assert got["bytes"] <= want + SLACK_BYTES
+            f = flops(ref.recompute_block(_block(b, s, h, a, dtype), mode), _x(b, s, h, dtype))
+            extra = f["forward"] + f["backward"] - 3 * forward_flops(b, s, h)
+            low, high = extra_flops_range(b, s, h, mode)
+            assert low <= extra <= high
+            # full: one forward more, a third; selective: QK^T alone (checkpoint stops before PV), 2 bs^2 h
+            assert extra == (forward_flops(b, s, h) if mode == "full" else 2 * b * s * s * h)
+
+
+def _sequence(module, block, dtype="float32", shape=(2, 64, 32, 4)):
+    from lab_src.topics.long_sequences.measure import DTYPES, sequence
+    b, s, h, _ = shape
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.randn(b, s, h, generator=g).to(DTYPES[dtype]) for _ in range(3)]
+    return sequence(module, block, xs)
+
+
+def _same(u, v) -> bool:
+    return all(torch.equal(a, b) for a, b in zip(u["outputs"] + u["input_grads"], v["outputs"] + v["input_grads"])) \
+        and all(torch.equal(u["grads"][k], v["grads"][k]) for k in v["grads"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_reference_is_bitwise_the_plain_block_with_micro_batches_in_flight(dtype, reference):
+    ref = _reference_module(reference)
+    shape = (2, 64, 32, 4)
+    block = _block(*shape, dtype)
+    plain = _sequence(block, block, dtype)
+    for mode in ("none", "selective", "full"):
+        block = _block(*shape, dtype)
+        assert _same(_sequence(ref.recompute_block(block, mode), block, dtype), plain), mode
+    with pytest.raises(ValueError, match="mode must be"):
+        ref.recompute_block(_block(*shape), "everything")
+
+
+def test_the_judge_names_new_masks_and_streams_left_behind(reference):
+    """The judge's reading of the data, in this process: torch's checkpoint alone (new masks in the recomputation),
+    the streams set back and left there (the next forward redraws old masks), and the reference."""
+    from lab_src.topics.long_sequences.judge import gradient_problems
+    texts = {"reference": Path(reference["q23"]).read_text(), "new masks": answer("q23_new_masks"),
+             "not put back": answer("q23_states_not_put_back")}
+    shape = (2, 64, 32, 4)
+    block = _block(*shape)
+    plain = _sequence(block, block)
+    said = {}
+    for name, text in texts.items():
+        module = types.ModuleType(name)
+        exec(compile(text, name, "exec"), module.__dict__)
+        block = _block(*shape)
+        got = _sequence(module.recompute_block(block, "full"), block)
+        said[name] = " ".join(str(p) for p in gradient_problems("full", got, plain, "float32"))
+    assert said["reference"] == ""
+    assert "the recomputation in the backward drew new dropout masks" in said["new masks"]
+    assert "left block.streams where it ended" in said["not put back"]
+
+
+def test_torch_checkpoint_reentrant_and_a_selective_policy_are_valid(reference):
+    """Written otherwise, judged alike: the reentrant checkpoint, and selective recomputation by torch's own policy
+    (create_selective_checkpoint_contexts: the linear layers' and LayerNorms' outputs saved, the rest recomputed: less
+    memory than the closed form, the core's matmuls alone redone), the streams restored around it."""
+    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+    from lab_src.topics.long_sequences.measure import flops, kept
+    from lab_src.topics.long_sequences.records import ITEMSIZE, SLACK, SLACK_BYTES, extra_flops_range, forward_flops, kept_bytes
+    ref = _reference_module(reference)
+    aten = torch.ops.aten
+    # the linear layers' and the LayerNorms' outputs saved; everything else (the core, GELU, the masks) recomputed
+    saved_ops = {aten.addmm.default, aten.native_layer_norm.default}
+
+    class Policy(torch.nn.Module):
+        def __init__(self, block, mode):
+            super().__init__()
+            self.block = block
+
+        def forward(self, x):
+            gens = ref._generators(self.block)
+
+            def policy(ctx, op, *args, **kwargs):
+                return CheckpointPolicy.MUST_SAVE if op in saved_ops else CheckpointPolicy.PREFER_RECOMPUTE
+
+            return checkpoint(ref._replayed(self.block, gens), x, use_reentrant=False,
+                              context_fn=lambda: create_selective_checkpoint_contexts(policy))
+
+    class Reentrant(torch.nn.Module):
+        def __init__(self, block, mode):
+            super().__init__()
+            self.block = block
+
+        def forward(self, x):
+            return checkpoint(ref._replayed(self.block, ref._generators(self.block)), x, use_reentrant=True)
+
+    shape = (2, 64, 32, 4)
+    block = _block(*shape)
+    plain = _sequence(block, block)
+    for cls, mode in ((Reentrant, "full"), (Policy, "selective")):
+        block = _block(*shape)
+        assert _same(_sequence(cls(block, mode), block), plain), cls
+        b, s, h, a = shape
+        block = _block(*shape)
+        got = kept(cls(block, mode), _x(b, s, h), known=list(block.parameters()))["bytes"]
+        want = kept_bytes(b, s, h, a, ITEMSIZE["float32"], mode)
+        assert got <= want * (1 + SLACK) + SLACK_BYTES, (cls, got, want)
+        f = flops(cls(_block(*shape), mode), _x(b, s, h))
+        low, high = extra_flops_range(b, s, h, mode)
+        assert low <= f["forward"] + f["backward"] - 3 * forward_flops(b, s, h) <= high, cls
+
+
+def test_the_count_sees_what_an_answer_keeps_outside_autograd(reference):
+    """A 'full' recomputation that also keeps the attention's probabilities on the module (a cache, not a saved
+    tensor): the lab's count is what the forward left alive, not what autograd saved."""
+    from lab_src.topics.long_sequences.measure import kept
+    from lab_src.topics.long_sequences.records import ITEMSIZE, SLACK_BYTES, kept_bytes
+    ref = _reference_module(reference)
+
+    class Cached(torch.nn.Module):
+        def __init__(self, block):
+            super().__init__()
+            self.inner, self.cache = ref.recompute_block(block, "full"), []
+
+        def forward(self, x):
+            with torch.no_grad():
+                self.cache.append(self.inner.block(x.detach()))     # a whole forward's output, kept aside
+                self.cache.append(torch.ones(x.shape[0], 4, x.shape[1], x.shape[1]))
+            return self.inner(x)
+
+    b, s, h, a = 2, 64, 32, 4
+    block = _block(b, s, h, a)
+    got = kept(Cached(block), _x(b, s, h), known=list(block.parameters()))
+    assert got["saved"] < kept_bytes(b, s, h, a, 4, "full") + SLACK_BYTES
+    assert got["bytes"] >= kept_bytes(b, s, h, a, ITEMSIZE["float32"], "full") + 4 * (b * s * h + b * a * s * s)
+
+
+def test_the_prediction_and_the_figure(tmp_path, reference):
+    from grader.hidden.common import Context
+    from grader.hidden.q23_recompute_block import prediction_items
+    from lab_src.checks.q23_recompute_block import prediction
+    from lab_src.topics.long_sequences.figure import kept_bars
+    from lab_src.topics.long_sequences.records import paper_bytes, prediction_wanted
+    assert prediction_wanted() == {"none": 15_015_936, "selective": 2_367_488, "full": 131_072}
+    # the paper's figures are 15 % and 6 % under the lab's block's (2-byte masks, the LayerNorms' statistics, s^2)
+    assert paper_bytes(4, 256, 64, 8, "none") == 12_713_984 and paper_bytes(4, 256, 64, 8, "selective") == 2_228_224
+    path = tmp_path / "q23.py"
+    path.write_text(answer("q23_paper_prediction"))
+    got, text = prediction(str(path))
+    text = " ".join(text.split())
+    assert "none 12,713,984 wrong: it is 15,015,936" in text and "full 131,072 right" in text
+    items = prediction_items(Context(student={"q23": str(path)}, reference=reference))
+    assert [i.passed for i in items] == [False, False, True]
+    fig = kept_bars({"none": 15_015_936, "selective": 2_382_656, "full": 146_240}, got, (4, 256, 64, 8), "bfloat16")
+    assert len(fig.axes[0].patches) == 9
+
+
+def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, capsys):
+    from lab_src.checks import check
+    (in_tmp / "map.json").write_text(json.dumps({k: str(v) for k, v in reference.items()}))
+    os.environ["LAB_ANSWERS"] = str(in_tmp / "map.json")
+    try:
+        report = check("q23")
+    finally:
+        del os.environ["LAB_ANSWERS"]
+    out = " ".join(capsys.readouterr().out.split())
+    assert report.ok and "q23: all checks passed" in out, out
+    # the bfloat16 run at the prediction's shape: kept, closed form, the paper's, FLOPs and their ratio per mode
+    assert "none 15,015,936 15,015,936 12,713,984 503,316,480 1.000x" in out
+    assert "selective 2,382,656 2,367,488 2,228,224 536,870,912 1.067x" in out
+    assert "full 146,240 131,072 131,072 671,088,640 1.333x" in out
+    assert "none 15,015,936 right selective 2,367,488 right full 131,072 right" in out
+    from lab_src.checks.q23_recompute_block import kept_figure
+    assert kept_figure(report) is not None
+
+
+# name: (the answer, its fraction of the points, what its feedback must say); parts: gradients, memory, flops (4
+# cases x 3 modes each), prediction (3 figures), a quarter each
+MISTAKES = {
+    "reference": (None, 1.0, "39 of 39 hidden checks passed"),
+    # selective and full wrong in every case: gradients 4/12
+    "q23_new_masks": (answer("q23_new_masks"), 0.8333, "the recomputation in the backward drew new dropout masks"),
+    "q23_states_not_put_back": (answer("q23_states_not_put_back"), 0.8333,
+                                "the recomputation left block.streams where it ended"),
+    # selective keeps the attention mask: its memory wrong in every case, 8/12
+    "q23_selective_keeps_mask": (answer("q23_selective_keeps_mask"), 0.9167,
+                                 "as much as the attention's dropout mask or probabilities"),
+    # selective checkpoints the whole block: it keeps less, but its FLOPs are a whole forward's in every case: 8/12
+    "q23_selective_is_full": (answer("q23_selective_is_full"), 0.9167, "more than the core was recomputed"),
+    "q23_paper_prediction": (answer("q23_paper_prediction"), 0.8333, "the predicted 'none' is 12,713,984 B"),
+    "q23_new_masks_paper": (answer("q23_new_masks_paper"), 0.6667, "drew new dropout masks"),
+}
+# written otherwise, valid: every point
+VALID = {
+    "reentrant": [("""            return checkpoint(_replayed(self.block, gens), x, use_reentrant=False)""",
+                   """            return checkpoint(_replayed(self.block, gens), x, use_reentrant=True)"""),
+                  ("""        attn = checkpoint(_replayed(core, gens), q, k, v, use_reentrant=False)""",
+                   """        attn = checkpoint(_replayed(core, gens), q, k, v, use_reentrant=True)""")],
+}
+
+
+@pytest.mark.slow
+def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_leftovers):
+    from hidden_grading import grade_answers
+    reference = {k: str(v) for k, v in reference.items()}
+    right = Path(reference["q23"]).read_text()
+    texts = {name: text if text is not None else right for name, (text, _, _) in MISTAKES.items()}
+    for name, edits in VALID.items():
+        texts[name] = right
+        for old, new in edits:
+            assert old in texts[name], (name, old)
+            texts[name] = texts[name].replace(old, new)
+    graded = grade_answers("q23", texts, reference, tmp_path)
+    wrong = []
+    for name, (_, fraction, says) in MISTAKES.items():
+        got, lines = graded[name]
+        if got != pytest.approx(fraction, abs=1e-4) or says not in " ".join("\n".join(lines).split()):
+            wrong.append((name, got, lines))
+    wrong += [(name, graded[name][0], graded[name][1]) for name in VALID if graded[name][0] != 1.0]
+    assert not wrong, wrong
