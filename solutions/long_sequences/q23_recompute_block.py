@@ -31,11 +31,18 @@
 #
 # Here you measure both on the lab's own block (pipeline/model.py's `Block`, dropout on), predict its figures from
 # a closed form of your own, then write both recomputations so that their gradients are exactly the plain block's.
+#
+# The figure is the paper's count for one layer of a 7B-sized model (h = 4096, 32 heads, one sequence), computed
+# from its formula, not measured: past a few thousand tokens the plain layer keeps more than its weights many
+# times over, and the s² term is most of it.
 
 # %%
 # %load_ext lab_src
 from lab_src.checks import check
 from lab_src.checks.q23_recompute_block import kept_figure
+from lab_src.topics.long_sequences.figure import paper_curves
+
+paper_curves(h=4096, a=32, b=1)
 
 # %% [markdown]
 # ## Predict first

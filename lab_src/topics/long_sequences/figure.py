@@ -2,6 +2,8 @@
 the student's prediction and the paper's figure, on a log scale (the plain block's bar is mostly its s^2 terms).
 
     kept_bars(measured, predicted, shape, dtype)      measured: {mode: bytes}; predicted: {mode: bytes} or {}
+    paper_curves(h, a, b)                             the notebook's opening figure: the paper's count per mode
+                                                      against the sequence length, beside one layer's weights
 """
 from __future__ import annotations
 
@@ -29,5 +31,30 @@ def kept_bars(measured: dict, predicted: dict, shape: tuple, dtype: str):
     ax.set_xticks(range(len(MODES)), ["none (plain block)", "selective (core recomputed)", "full (input only)"])
     ax.set_ylabel("bytes kept for the backward")
     ax.set_title(f"one block, b={b} s={s} h={h} a={a}, {dtype}, dropout on", fontsize=9)
+    ax.legend(fontsize=8, frameon=False)
+    return fig
+
+
+def paper_curves(h: int = 4096, a: int = 32, b: int = 1):
+    """The paper's bytes per layer for each mode (records.paper_bytes: 16-bit activations, 1-byte masks) against the
+    sequence length s, on log scales, beside the layer's own weights in 16 bits (12 h^2 parameters): computed from
+    the formula for a layer of a 7B-sized model, not measured; the student's own block is measured later."""
+    from lab_src.views.static import TimelineFigure
+    lengths = [2 ** k for k in range(9, 16)]
+    fig = TimelineFigure(figsize=(8, 3.4), layout="constrained")
+    ax = fig.subplots()
+    labels = {"none": "none: 34 sbh + 5 as²b", "selective": "selective: 34 sbh", "full": "full: 2 sbh"}
+    for mode, color in zip(MODES, ("#4c72b0", "#dd8452", "#55a868")):
+        ax.plot(lengths, [paper_bytes(b, s, h, a, mode) for s in lengths], marker="o", ms=3, color=color,
+                label=labels[mode])
+    weights = 2 * 12 * h * h
+    ax.axhline(weights, color="#555", lw=0.8, ls="--", label=f"the layer's weights, 16-bit: {weights / 2**20:.0f} MiB")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(lengths, [f"{s:,}" for s in lengths], fontsize=8)
+    ax.set_xlabel("sequence length s")
+    ax.set_ylabel("bytes kept for the backward, one layer")
+    ax.set_title(f"the paper's count, one layer of h = {h}, {a} heads, b = {b} (computed from the formula, "
+                 f"not measured)", fontsize=9)
     ax.legend(fontsize=8, frameon=False)
     return fig
