@@ -162,8 +162,9 @@ def value_problems(outcome, index: int) -> list[Problem]:
         return [Problem("the output's shards could not be put together (a rank's output has another shape)")]
     nan = [name for name in NAMES if got[name] is not None and not torch.isfinite(got[name]).all()]
     if nan:
+        said = nan[0] if len(nan) == 1 else f"{', '.join(nan[:-1])} and {nan[-1]}"
         return [Problem(
-            f"{' and '.join(nan)} hold{'s' if len(nan) == 1 else ''} NaN or inf: a block in which some query sees no "
+            f"{said} hold{'s' if len(nan) == 1 else ''} NaN or inf: a block in which some query sees no "
             f"key (every score -inf under the causal mask) gave exp(-inf - (-inf)) = NaN, which every merge after it "
             f"spreads. A block with no visible key for a row gives that row output 0 and log-sum-exp -inf, and the "
             f"merge must take a -inf log-sum-exp as weight 0 (or skip blocks no query of the rank can see)",
@@ -196,7 +197,8 @@ def value_problems(outcome, index: int) -> list[Problem]:
                 gist="partials merged without log-sum-exp rescaling")]
         bad = [i for i in range(run["seq"]) if not bool(ok[i])]
         return [Problem(f"the output differs from one process's scaled_dot_product_attention at {len(bad)} of "
-                        f"{run['seq']} positions (the first: {bad[0] if bad else '-'})")]
+                        f"{run['seq']} positions (the first: {bad[0] if bad else '-'})",
+                        gist="outputs differ from one process's")]
     if not (right["dk"] and right["dv"]) and right["dq"]:
         return [Problem(
             "the output and dq are right, dk and dv are not: a key's gradient is a sum over every rank whose queries "
@@ -365,8 +367,9 @@ def work_problems(outcome, index: int) -> list[Problem]:
             problems.append(Problem(said, rank=r, gist="blocks with no visible key computed"))
         elif fwd < least:
             problems.append(Problem(f"its forward ran {fwd:,} matmul FLOPs, fewer than the {pairs:,} scores its "
-                                    f"queries see need ({least:,}): the lab counts matmuls (torch.matmul, @, bmm, "
-                                    f"einsum); scores made otherwise are not counted", rank=r))
+                                    f"queries see need ({least:,}): it skipped blocks in which some of its queries see "
+                                    f"a key (or made scores without a matmul: the lab counts torch.matmul, @, bmm, "
+                                    f"einsum)", rank=r, gist="visible blocks skipped"))
         if bwd > BACKWARD_FACTOR * bound * (1 + WORK_SLACK):
             problems.append(Problem(f"its backward ran {bwd:,} matmul FLOPs, more than {BACKWARD_FACTOR:g} times its "
                                     f"forward's tiles ({bound:,}): the backward computes blocks with no visible key "
