@@ -136,8 +136,7 @@ import torch.nn.functional as F
 
 
 def predicted_traffic_and_balance():
-    """S = 4096, H = 32 heads, D = 128, bfloat16, N = P = 8 ranks, one sequence: the bytes one rank sends in the
-    forward, and the busiest rank's causal work over the mean, per layout."""
+    """S = 4096, 32 heads of 128, bfloat16, N = P = 8: forward bytes per rank; busiest rank's causal work / mean."""
     # return {"ring": ..., "ulysses": ..., "contiguous": ..., "zigzag": ...} with a number for each
     ### BEGIN SOLUTION
     # ring: 2 (N - 1) (S/N) H D e; Ulysses: 4 (S/P) H D e (P - 1)/P; contiguous 2N/(N + 1); zigzag 1
