@@ -192,8 +192,15 @@ EDITS = {
          """    reqs = [dist.isend(t, group=group, group_dst=(rank + 1) % n) for t in sends]
     return reqs + [dist.irecv(t, group=group, group_src=(rank - 1) % n) for t in recvs]"""),
     ],
+    # K and V (and dK and dV) as two messages of a step, not one stacked: the bytes are the same
+    "k_and_v_apart": [
+        ("""    ops = [dist.P2POp(dist.isend, t, group=group, group_peer=(rank + 1) % n) for t in sends]
+    ops += [dist.P2POp(dist.irecv, t, group=group, group_peer=(rank - 1) % n) for t in recvs]""",
+         """    ops = [dist.P2POp(dist.isend, t, group=group, group_peer=(rank + 1) % n) for pair in sends for t in pair]
+    ops += [dist.P2POp(dist.irecv, t, group=group, group_peer=(rank - 1) % n) for pair in recvs for t in pair]"""),
+    ],
 }
-VALID = ("isend_irecv",)
+VALID = ("isend_irecv", "k_and_v_apart")
 
 
 @pytest.mark.slow
