@@ -31,7 +31,6 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--dim", type=int, default=32)
     args = ap.parse_args()
-    import torch
 
     from grader.reference import reference_sources
     from lab_src.harness.case import Case

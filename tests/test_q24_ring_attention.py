@@ -169,15 +169,15 @@ MISTAKES = {
 EDITS = {
     # the next block received only once the rank has computed on the one it holds (the messages of the 12 ring runs)
     "q24_late_receive": [
-        ("""            if step < n - 1:                       # the next block's receive, posted before computing on this one
+        ("""# the next block's receive, posted before computing on this one
                 nxt = torch.empty_like(kv)
-                reqs = exchange([kv], [nxt], group)
-""", ""),
+                reqs = exchange([kv], [nxt], group)""", """# the next block: below, after computing on this one
+                pass"""),
         ("""            if step < n - 1:
                 for r in reqs:
                     r.wait()
                 kv = nxt
-        ctx.save_for_backward""", """            if step < n - 1:                       # the next block, once this one is done
+        ctx.save_for_backward""", """            if step < n - 1:                       # the next block, only now
                 nxt = torch.empty_like(kv)
                 for r in exchange([kv], [nxt], group):
                     r.wait()
