@@ -160,7 +160,8 @@ MISTAKES = {
     # every ring run: dk, dv wrong and the backward's bytes short: (6/18 + 6/18 + 1 + 1) / 4
     "q24_no_grad_home": (answer("q24_no_grad_home"), 0.6667, "no gradient travelled"),
     # the 4 Ulysses runs that must compute: values wrong, three all-to-alls: (14/18 + 14/18 + 1 + 1) / 4
-    "q24_ulysses_no_reverse": (answer("q24_ulysses_no_reverse"), 0.8889, "the reverse all-to-all is missing"),
+    "q24_ulysses_no_reverse": (answer("q24_ulysses_no_reverse"), 0.8889,
+                               "its H/P heads over the whole sequence, reshaped to its shard's shape"),
     "q24_prediction_whole_shards": (answer("q24_prediction_whole_shards"), 0.875, "four whole shards"),
     "q24_late_receive": (None, 0.8333, "posted after the rank had computed"),
     "q24_ines": (answer("q24_ines"), 0.4931, "dK and dV of a block must go round with it and come home"),

@@ -133,6 +133,23 @@ def as_contiguous(outcome, index: int) -> torch.Tensor:
     return back[..., :run["seq"], :]
 
 
+def head_shards_kept(outcome, index: int) -> bool:
+    """Whether every rank's output is its H/P heads over the whole (padded) sequence, reshaped to its shard's shape:
+    Ulysses without the reverse all-to-all."""
+    s = settings_of(outcome.case)
+    run, n = s.runs[index], outcome.case.stages
+    q, k, v, dout = (pad(t, n, "contiguous") for t in
+                     tensors(run, outcome.case.config.seed, index, s.batch, s.dtype, perturbed_of(outcome)))
+    whole = single(q, k, v, dout, run["causal"])[0]
+    heads = run["heads"] // n
+    for r, o in outcome.obs.items():
+        got = (runs_of(o)[index] if len(runs_of(o)) > index else {}).get("out")
+        mine = whole[:, r * heads:(r + 1) * heads].reshape(q.shape[0], q.shape[1], q.shape[2] // n, q.shape[3])
+        if got is None or tuple(got.shape) != tuple(mine.shape) or not close(got, mine, s.dtype):
+            return False
+    return True
+
+
 def raised_problem(rec: dict, run: dict) -> Problem:
     raised = rec["raised"]
     line = f" at {raised['line']}" if raised.get("line") else ""
@@ -184,6 +201,12 @@ def value_problems(outcome, index: int) -> list[Problem]:
                             "the causal mask between a query and a key must compare their global positions (rank r's "
                             "first half at r*c, its second at (2N - 1 - r)*c, c = rows / 2)",
                             gist="zigzag shards masked as contiguous ones")]
+        if run["fn"] == "ulysses" and head_shards_kept(outcome, index):
+            return [Problem("each rank's output holds its H/P heads over the whole sequence, reshaped to its shard's "
+                            "shape: the reverse all-to-all is missing. After the attention per head, the output goes "
+                            "back from head shards to sequence shards (every head of this rank's rows) by a second "
+                            "all-to-all, and its backward is the first one's reverse",
+                            gist="Ulysses without the reverse all-to-all")]
         ok = rows_right(got["out"], want[0], dtype)
         seen = sources_seen(run, n)
         one = [i for i, k in enumerate(seen) if k == 1]
