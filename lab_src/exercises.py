@@ -506,6 +506,43 @@ def recompute_block(block: lab_src.pipeline.model.Block, mode: str) -> nn.Module
     """
 
 
+@_exercise_api("q24")
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, layout: str,
+                   group) -> torch.Tensor:
+    """Attention over a sequence split across the N ranks of `group`, by a ring: this rank's rows of
+    `softmax(q k^T / sqrt(D) [+ causal mask]) v` for its own queries against every key of the sequence.
+
+    q, k, v: (b, H, S/N, D), this rank's rows of every head, as torch's `scaled_dot_product_attention` takes them.
+    The sequence is cut into chunks of equal length: `layout="contiguous"`, N chunks, rank r holds chunk r;
+    `layout="zigzag"`, 2N chunks, rank r holds chunk r followed by chunk 2N - 1 - r (so that under a causal mask
+    every rank has the same work). `causal`: a query at global position i sees the keys at positions <= i.
+    Returns this rank's rows of the output, (b, H, S/N, D), differentiable: its backward gives q, k and v their
+    gradients (write it as a `torch.autograd.Function`). Any other layout raises ValueError.
+
+    The ring: each rank keeps its queries; the K and V blocks go round the ring, each rank sending the block it
+    holds to the next rank ((r + 1) % N of the group) and receiving the next one from the previous rank, with
+    that receive posted before it computes on the block it holds. Partial results of a row are merged by their
+    log-sum-exp. A block in which a row sees no key gives that row output 0 and log-sum-exp -inf, never NaN;
+    blocks in which the rank's queries see no key are not computed. The backward sends K and V round again and
+    the gradients dK and dV round the ring with them, home to the rank that holds the block. Use point-to-point
+    messages of torch.distributed (`dist.isend`/`irecv`, `batch_isend_irecv`) over `group`; no collective.
+
+    When S is no multiple of the chunks, the lab pads the sequence at its end with zero rows to the next multiple
+    and judges the real rows only: under a causal mask no real query sees a padded key, so the answer needs no
+    special case (non-causal runs come on whole chunks only).
+
+    The answer cell also defines `ulysses_attention(q, k, v, causal, group)`: the same result and shapes on
+    contiguous shards, by an all-to-all from sequence shards to head shards (each rank then holds H/P heads of
+    the whole sequence), attention whole per head, and the reverse all-to-all back (`dist.all_to_all_single`;
+    the backward the same all-to-alls reversed). With P ranks it raises ValueError naming P and the heads when
+    P > H or H % P != 0. And `predicted_traffic_and_balance()`, the prediction, graded.
+
+    The lab records every message and collective and times every matmul each rank runs (their FLOPs counted by
+    torch.utils.flop_counter's formulas); bytes per rank, neighbours and work are judged from those, the values
+    against one process's `scaled_dot_product_attention` in float64.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

@@ -124,6 +124,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("q22", "fsdp_layer", "Sharding the parameters too: FSDP inside a pipeline stage, layer by layer (ZeRO-3)",
              ("q02", "q03", "q05", "q11", "q12", "q19")),
     Exercise("q23", "recompute_block", "Long sequences: what a block keeps for its backward, and what recomputing it costs", ()),
+    Exercise("q24", "ring_attention", "Long sequences: attention over a sequence split across ranks (ring attention, zigzag, Ulysses)", ()),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]
@@ -137,7 +138,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "tensor_parallel": ("q17", "q18"),
     "data_parallel": ("q19", "q20"),
     "sharding": ("q21", "q22"),
-    "long_sequences": ("q23",),
+    "long_sequences": ("q23", "q24"),
 }
 
 # Each module's title: the heading of its assignment's README.md (grader/index.py). `grader new --module NEW

@@ -123,9 +123,10 @@ def test_every_release_answer_cell_is_a_stub_and_every_hidden_cell_is_kept():
             assert ids[ex.hidden_cell]["metadata"]["nbgrader"]["points"] > 0
 
 
-def test_each_graded_prediction_of_q19_to_q23_shows_its_form_before_anything_answers_it():
+def test_each_graded_prediction_of_q19_to_q24_shows_its_form_before_anything_answers_it():
     """The prompt and the release's stub spell out the return with every key the grader reads (lab_src's records,
-    which the hidden test and the check read too); no figure before the answer cell draws what q21 or q23 predicts."""
+    which the hidden test and the check read too); no figure before the answer cell draws what q21, q23 or q24
+    predicts."""
     from lab_src.judge.numeric import return_form
     from lab_src.topics.data_parallel import records as dp
     from lab_src.topics.long_sequences import records as ls
@@ -134,7 +135,8 @@ def test_each_graded_prediction_of_q19_to_q23_shows_its_form_before_anything_ans
                             ("q20", dp.BUCKET_PREDICTION, dp.BUCKET_PREDICTION_KEYS),
                             ("q21", sh.PREDICTION_NAME, sh.PREDICTION_KEYS),
                             ("q22", sh.FSDP_PREDICTION, sh.FSDP_PREDICTION_KEYS),
-                            ("q23", ls.PREDICTION_NAME, ls.PREDICTION_KEYS)]:
+                            ("q23", ls.PREDICTION_NAME, ls.PREDICTION_KEYS),
+                            ("q24", ls.PREDICTION_Q24, ls.PREDICTION_Q24_KEYS)]:
         form = return_form(keys).strip("`")
         cells = json.loads(released(EXERCISES[qid]).read_text())["cells"]
         at = next(i for i, c in enumerate(cells) if cell_source(c).startswith(f"%%answer {qid}"))
@@ -151,6 +153,11 @@ def test_each_graded_prediction_of_q19_to_q23_shows_its_form_before_anything_ans
             assert not any("kept_figure(report)" in c or "check(" in c for c in before)
             assert any("kept_figure(report)" in cell_source(c) for c in cells[at:])
             assert not any("bfloat16" in c or "256" in c for c in before)
+        if qid == "q24":        # the opening figure draws the ring's tiles at N = 4 (the prediction asks N = 8); the
+            before = [cell_source(c) for c in cells[:at] if c["cell_type"] == "code"]    # check and the run's after
+            assert any("tiles_figure(4)" in c for c in before)
+            assert not any("blocks_figure(report)" in c or "check(" in c for c in before)
+            assert any("blocks_figure(report)" in cell_source(c) for c in cells[at:])
 
 
 def test_running_a_source_notebook_leaves_nothing_that_would_ship(tmp_path, no_leftovers):

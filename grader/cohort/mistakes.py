@@ -988,4 +988,78 @@ _MOMENTS = {}                                     # AdamW's moments of the whole
     return {"none": 34 * 256 * 4 * 64 + 5 * 8 * 256 * 256 * 4, "selective": 34 * 256 * 4 * 64,
             "full": 2 * 256 * 4 * 64}"""),
     ], base="q23_new_masks"),
+    # q24: the block outputs added as they come, each normalised by its own softmax sum, without rescaling by
+    # their log-sum-exp (the log-sum-exp itself merged right, so the backward reads a right lse)
+    "q24_no_rescale": Mistake("q24", [
+        ("""    out = out * torch.exp(lse - safe)[..., None] + block_out * torch.exp(block_lse - safe)[..., None]""",
+         """    out = out + block_out                       # each block's softmax output, added"""),
+    ]),
+    # q24: every block computed under the causal mask (none skipped) and normalised by torch.softmax: a row that
+    # sees no key of a block is softmax over -inf alone, NaN
+    "q24_nan_masked": Mistake("q24", [
+        ("""    if src == rank:
+        return every, every, True""", """    if True:                                    # the mask does the rest
+        return every, every, True"""),
+        ("""                block_out = torch.exp(s - finite[..., None]) @ kv[1][..., ks, :]""",
+         """                block_out = torch.softmax(s, dim=-1) @ kv[1][..., ks, :]"""),
+    ]),
+    # q24: zigzag shards taken for contiguous ones: positions, and the blocks skipped, as if rank r held chunk r
+    "q24_zigzag_as_contiguous": Mistake("q24", [
+        ("""    if layout == "contiguous":
+        return torch.arange(rank * rows, (rank + 1) * rows)""",
+         """    if True:                                    # rank r holds rows r * rows to (r + 1) * rows
+        return torch.arange(rank * rows, (rank + 1) * rows)"""),
+        ("""    if layout == "contiguous":
+        return (every, every, False) if src < rank else None""",
+         """    if True:
+        return (every, every, False) if src < rank else None"""),
+    ]),
+    # q24: the ring turned the other way round: sends to the previous rank, receives from the next
+    "q24_wrong_neighbour": Mistake("q24", [
+        ("""    ops = [dist.P2POp(dist.isend, t, group=group, group_peer=(rank + 1) % n) for t in sends]
+    ops += [dist.P2POp(dist.irecv, t, group=group, group_peer=(rank - 1) % n) for t in recvs]""",
+         """    ops = [dist.P2POp(dist.isend, t, group=group, group_peer=(rank - 1) % n) for t in sends]
+    ops += [dist.P2POp(dist.irecv, t, group=group, group_peer=(rank + 1) % n) for t in recvs]"""),
+    ]),
+    # q24: the backward passes K and V round again but keeps the gradients of every block it saw in one buffer, its
+    # own: dK and dV never travel home
+    "q24_no_grad_home": Mistake("q24", [
+        ("""            if n > 1:
+                came = torch.empty_like(dkv)
+                for r in exchange([dkv], [came], group):
+                    r.wait()
+                dkv = came
+""", ""),
+    ]),
+    # q24: Ulysses without the reverse all-to-all: the head shards of the whole sequence reshaped to q's shape
+    "q24_ulysses_no_reverse": Mistake("q24", [
+        ("""    q, k, v = (SeqToHeads.apply(t, group) for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return HeadsToSeq.apply(out, group)""",
+         """    shape = q.shape
+    q, k, v = (SeqToHeads.apply(t, group) for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return out.reshape(shape)                   # back to this rank's shape"""),
+    ]),
+    # q24: the prediction with Ulysses' four whole shards (an all-to-all keeps 1/P on the rank) and the contiguous
+    # balance counted per visible score ((2N - 1)/N: the diagonal block's half)
+    "q24_prediction_whole_shards": Mistake("q24", [
+        ("""    return {"ring": 2 * 7 * 512 * 32 * 128 * 2, "ulysses": 4 * 512 * 32 * 128 * 2 * 7 / 8,
+            "contiguous": 16 / 9, "zigzag": 1.0}""",
+         """    return {"ring": 2 * 7 * 512 * 32 * 128 * 2, "ulysses": 4 * 512 * 32 * 128 * 2,
+            "contiguous": 15 / 8, "zigzag": 1.0}"""),
+    ]),
+    # q24, a student's three: the gradients kept where they were computed, Ulysses without the reverse all-to-all,
+    # and Ulysses' bytes counted as four whole shards
+    "q24_ines": Mistake("q24", [
+        ("""    q, k, v = (SeqToHeads.apply(t, group) for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return HeadsToSeq.apply(out, group)""",
+         """    shape = q.shape
+    q, k, v = (SeqToHeads.apply(t, group) for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return out.reshape(shape)                   # back to this rank's shape"""),
+        ("""    return {"ring": 2 * 7 * 512 * 32 * 128 * 2, "ulysses": 4 * 512 * 32 * 128 * 2 * 7 / 8,""",
+         """    return {"ring": 2 * 7 * 512 * 32 * 128 * 2, "ulysses": 4 * 512 * 32 * 128 * 2,"""),
+    ], base="q24_no_grad_home"),
 }

@@ -260,12 +260,17 @@ COHORT = [
             expect={"q12": 0.25, "q17": 0.25, "q18": 0.8}),
     Student("ines", "q23 recomputes the block with torch.utils.checkpoint alone, trusting its preserve_rng_state "
                     "with the block's dropout (which draws from the block's own generators, so the recomputation "
-                    "draws new masks), and predicts the paper's figures (34 sbh + 5 a s^2 b) for the lab's block",
-            answers={"q23": answer("q23_new_masks_paper")},
+                    "draws new masks), and predicts the paper's figures (34 sbh + 5 a s^2 b) for the lab's block; "
+                    "q24's ring keeps the keys' gradients where they were computed (dK and dV never travel home), "
+                    "her Ulysses forgets the reverse all-to-all, and she predicts Ulysses' bytes as four whole shards",
+            answers={"q23": answer("q23_new_masks_paper"), "q24": answer("q24_ines")},
             # gradients: 'none' right in the four cases, 'selective' and 'full' wrong in all four: 4 of 12; memory
             # and FLOPs right; the prediction's 'none' and 'selective' 15 % and 6 % off, 'full' right: 1 of 3.
             # (4/12 + 1 + 1 + 1/3) / 4
-            expect={"q23": 0.6667}),
+            # q24: values and messages right only in the two Ulysses runs that must refuse (2 of 18 each: dk, dv
+            # and the backward's bytes wrong in all 12 ring runs, the 4 other Ulysses runs wrong); work right (12
+            # of 12); the prediction's 'ulysses' wrong (3 of 4): (2/18 + 2/18 + 1 + 3/4) / 4
+            expect={"q23": 0.6667, "q24": 0.4931}),
 ]
 
 BY_NAME = {s.name: s for s in COHORT}

@@ -9,16 +9,32 @@ parallelism on q18's tensor-parallel block and recomputation in q12's 1F1B memor
     judge.py     parent side: gradients against the plain block's (computed here), bytes kept against the mode's
                  closed form, recomputed FLOPs against the mode's
     figure.py    the picture: bytes kept per mode, measured beside predicted and the closed form
+
+q24, attention over a sequence split across ranks (ring attention, contiguous and zigzag; Ulysses beside it):
+    records.py          (its second half) the layouts, the padding, the bytes and work formulas, the prediction
+    attention.py        the runs' tensors, the shards of each layout, one process's answer, the lab's matmul count
+    kind_attention.py   rank side: each run of the case, the answer's ring or Ulysses, forward and backward
+    judge_attention.py  parent side: values against torch's SDPA, messages and bytes, the work each rank computed
+    figure_attention.py the pictures: the tiles each rank computes at each step of the ring, per layout; a run's
+                        blocks over time per rank, with each rank's work
 """
+from lab_src.harness.limits import COLLECTIVE_TIMEOUT_FACTOR
 from lab_src.topics import Kind, Topic
 
 TOPIC = Topic(
     name="long_sequences",
     title="Long sequences: activation memory, recomputation, sequence and context parallelism",
-    exercises=("q23",),
+    exercises=("q23", "q24"),
     kinds={"recompute": Kind("kind", record="records:RecomputeObserved", settings="records:RecomputeSettings",
                              calls=("recompute_block",),
                              what="q23's recompute_block on one rank, each mode in turn on a fresh lab block (dropout "
                                   "on): the bytes its forward leaves alive, its matmul FLOPs, and its outputs and "
-                                  "gradients over micro-batches in flight at once")},
+                                  "gradients over micro-batches in flight at once"),
+           "attention": Kind("kind_attention", record="records:AttentionObserved", settings="records:AttentionSettings",
+                             calls=("ring_attention",), timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
+                             view="figure_attention:attention_view",
+                             what="q24's ring_attention (contiguous and zigzag shards, causal or not) and the answer "
+                                  "cell's ulysses_attention on the case's ranks, run after run: each rank's rows of "
+                                  "the output and gradients, its messages and collectives, and every matmul it ran"),
+           },
 )

@@ -115,3 +115,139 @@ class RecomputeObserved(Observed):
                                 #   backward B, backward A, forward and backward C), "raised": {"type", "message",
                                 #   "line", "part"} when a part raised}
     plain: dict                 # the lab's own block on the rank, measured and run alike: {"kept", "flops", "run"}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# q24: attention over a sequence split across ranks (ring attention, contiguous and zigzag, and Ulysses beside it)
+#
+# Shapes: q, k and v are (b, H, S, D) as torch's scaled_dot_product_attention takes them; a rank holds the rows of its
+# shard. The sequence is cut into C chunks of equal length, C = N (contiguous: rank r holds chunk r) or 2N (zigzag:
+# rank r holds chunks r and 2N - 1 - r, in that order); Ulysses cuts it into P contiguous shards. When S is no multiple
+# of C the lab pads the sequence at its END with zero rows up to the next multiple (`padded`), hands the ranks the
+# padded shards and judges the real rows only (the padded rows' output gradient is zero). A causal query never sees a
+# later key, so no real query sees a padded one and an answer needs no special case: every shard has S_p / N rows.
+# (Non-causal attention is asked on whole shards only: there a padded key would be seen.)
+#
+# Bytes one rank sends (e bytes an element, S_p the padded length), from the messages the lab recorded:
+#   ring forward     2 (N - 1) (S_p/N) b H D e       K and V, each sent on N - 1 times
+#   ring backward    (4N - 2) (S_p/N) b H D e        K and V again (N - 1 each), and dK, dV round all N ranks home
+#   Ulysses forward  4 (S_p/P) b H D e (P - 1)/P     q, k, v to head shards and the output back: four all-to-alls,
+#                                                   each keeping 1/P of its input on the rank
+#   Ulysses backward the same four, reversed
+# Work: matmul FLOPs the rank's forward counted (torch.utils.flop_counter's formulas, 2 per multiply-add), in tiles
+# of one chunk of queries against one chunk of keys, c = S_p/C rows each: QK^T and PV, 4 b H c^2 D FLOPs a tile.
+#   contiguous, causal   rank r computes r full tiles and its diagonal one: r + 1 tiles; the busiest over the mean
+#                        is N / ((N + 1)/2) = 2N/(N + 1) (1.33, 1.60, 1.78 at N = 2, 4, 8)
+#   zigzag, causal       its own block whole (2c x 2c: 4 tiles) and half of every other (2 tiles): 2N + 2 on every
+#                        rank, 1.00
+#   not causal           every tile: N (contiguous) or 4N (zigzag) tiles
+# Counted per visible score instead (the diagonal tile's half), contiguous would be (2N - 1)/N: the lab counts what the
+# rank computed, and a matmul computes its whole tile.
+# ---------------------------------------------------------------------------------------------------------------------
+
+ATTENTION_FUNCTIONS = ("ring", "ulysses")
+LAYOUTS = ("contiguous", "zigzag")
+ULYSSES_FUNCTION = "ulysses_attention"     # the answer cell's second function, beside ring_attention
+
+
+@dataclass(frozen=True)
+class AttentionSettings(Settings):
+    runs: list                          # per run, in order: {"fn": "ring" | "ulysses", "layout", "causal", "seq",
+                                        #   "heads", "dim"} (Ulysses: contiguous shards); a run of Ulysses whose heads
+                                        #   do not divide over the ranks must raise ValueError naming both
+    batch: int = 1
+    dtype: str = "float64"
+    perturb: bool = False               # every input changed by noise from a seed drawn outside the answer
+
+    def degrees(self, case) -> dict[str, int]:
+        return {"cp": case.stages}
+
+
+def chunk_count(n: int, layout: str) -> int:
+    return 2 * n if layout == "zigzag" else n
+
+
+def padded(seq: int, n: int, layout: str) -> int:
+    """The sequence length the ranks hold together: S rounded up to a multiple of the chunks."""
+    c = chunk_count(n, layout)
+    return -(-seq // c) * c
+
+
+def positions(rank: int, n: int, rows: int, layout: str) -> list[int]:
+    """The global positions of the `rows` rows rank `rank` of n holds, in the order it holds them."""
+    if layout == "contiguous":
+        return list(range(rank * rows, (rank + 1) * rows))
+    c = rows // 2
+    return list(range(rank * c, (rank + 1) * c)) + list(range((2 * n - 1 - rank) * c, (2 * n - rank) * c))
+
+
+def expects_error(run: dict, n: int) -> bool:
+    """A Ulysses run whose heads cannot be dealt out whole to the ranks."""
+    return run["fn"] == "ulysses" and (n > run["heads"] or run["heads"] % n != 0)
+
+
+def shard_elements(run: dict, n: int, batch: int = 1) -> int:
+    """Elements of one rank's shard of q (or k, v): (S_p/N) b H D."""
+    layout = run.get("layout", "contiguous") if run["fn"] == "ring" else "contiguous"
+    return padded(run["seq"], n, layout) // n * batch * run["heads"] * run["dim"]
+
+
+def ring_forward_bytes(run: dict, n: int, element: int, batch: int = 1) -> int:
+    return 2 * (n - 1) * shard_elements(run, n, batch) * element
+
+
+def ring_backward_bytes(run: dict, n: int, element: int, batch: int = 1) -> int:
+    return (4 * n - 2) * shard_elements(run, n, batch) * element if n > 1 else 0
+
+
+def ulysses_bytes(run: dict, n: int, element: int, batch: int = 1) -> float:
+    """Bytes one rank sends in Ulysses' forward (and again in its backward): four all-to-alls of its shard."""
+    return 4 * shard_elements(run, n, batch) * element * (n - 1) / n
+
+
+def tiles(rank: int, n: int, layout: str, causal: bool) -> int:
+    """Chunk-by-chunk tiles rank `rank` computes in the forward, skipping those with no visible key."""
+    if not causal:
+        return n if layout == "contiguous" else 4 * n
+    return rank + 1 if layout == "contiguous" else 2 * n + 2
+
+
+def tile_flops(run: dict, n: int, batch: int = 1) -> int:
+    """Matmul FLOPs of one tile's forward: QK^T and PV, 2 c^2 D each per (batch, head), c = S_p/C."""
+    c = padded(run["seq"], n, run["layout"]) // chunk_count(n, run["layout"])
+    return 4 * batch * run["heads"] * c * c * run["dim"]
+
+
+def balance(n: int, layout: str, causal: bool) -> float:
+    """The busiest rank's forward work over the mean, as `tiles` counts it."""
+    work = [tiles(r, n, layout, causal) for r in range(n)]
+    return max(work) * n / sum(work)
+
+
+# how much more a rank's backward may compute than its forward's tiles: a flash-style backward recomputes the scores
+# and makes four products more (5 matmuls a tile against the forward's 2); recomputing the block under autograd, 6
+WORK_SLACK = 0.01
+BACKWARD_FACTOR = 3.0
+
+# the graded prediction: one sequence of S = 4096 tokens, 32 heads of 128, bfloat16, N = P = 8 ranks
+PREDICTION_Q24 = "predicted_traffic_and_balance"
+PREDICTION_Q24_KEYS = ("ring", "ulysses", "contiguous", "zigzag")
+PREDICTION_Q24_SHAPE = {"seq": 4096, "heads": 32, "dim": 128, "ranks": 8, "element": 2}
+
+
+def prediction_q24_wanted() -> dict[str, float]:
+    p = PREDICTION_Q24_SHAPE
+    run = {"fn": "ring", "layout": "contiguous", "seq": p["seq"], "heads": p["heads"], "dim": p["dim"]}
+    return {"ring": ring_forward_bytes(run, p["ranks"], p["element"]),
+            "ulysses": ulysses_bytes(run, p["ranks"], p["element"]),
+            "contiguous": balance(p["ranks"], "contiguous", True), "zigzag": balance(p["ranks"], "zigzag", True)}
+
+
+class AttentionObserved(Observed):
+    perturbed: int              # (rank 0) the seed of the change the lab made to every input
+    runs: list                  # per run of the settings, in order: {"raised": {"type", "message", "line"} if the
+                                #   call raised, "returned": what was wrong with what it returned ("" if nothing),
+                                #   "out", "dq", "dk", "dv": this rank's shard (tensors; a gradient None if none
+                                #   reached the input), "forward" / "backward": {"sends": [[peer, bytes, t0, t1]],
+                                #   "recvs": [[peer, bytes, t0, t1]], "collectives": [[kind, bytes, t0, t1]],
+                                #   "matmuls": [[t0, t1, flops]], "span": [t0, t1]}}

@@ -1,0 +1,97 @@
+"""Hidden tests of q24 (ring_attention, and ulysses_attention beside it): ring attention on 2, 3 and 4 ranks, causal
+with contiguous and zigzag shards and not causal, one sequence no multiple of 2N in each case (padded at its end by
+the lab), several heads and head sizes; Ulysses on the same ranks, and on more ranks than heads (it must refuse,
+naming both), judged by topics/long_sequences/judge_attention.py; and the graded prediction. Every input is changed
+by noise from a seed drawn outside the answer (settings "perturb").
+
+Four parts, each a quarter of the points (an item per case and run):
+    values      the outputs and dq, dk, dv of every rank, in sequence order, against one process's
+                scaled_dot_product_attention (float64); the refusal of a Ulysses run whose heads do not divide
+    messages    ring: to the next rank only, from the previous only, no collective; bytes per rank exactly
+                2 (N - 1) shards forward and (4N - 2) backward; the next block's receive posted before computing.
+                Ulysses: four all-to-alls each way, (P - 1)/P of each shard sent
+    work        ring: each rank's forward matmuls at most the tiles with a visible key, at least its visible scores
+    prediction  ring and Ulysses bytes per rank, and the busiest rank's causal work over the mean per layout, at S =
+                4096, 32 heads of 128, bfloat16, N = P = 8
+"""
+from __future__ import annotations
+
+from lab_src.judge.numeric import matches
+from lab_src.judge.problems import Problem, stamped
+from lab_src.pipeline.config import LabConfig
+from lab_src.topics.long_sequences.judge_attention import PARTS, judge_run, run_label
+from lab_src.topics.long_sequences.records import PREDICTION_Q24, PREDICTION_Q24_KEYS, prediction_q24_wanted
+
+from .common import Item, case_problems, read_prediction
+
+QID = "q24"
+
+
+def ring(layout, causal=True, seq=24, heads=2, dim=8):
+    return {"fn": "ring", "layout": layout, "causal": causal, "seq": seq, "heads": heads, "dim": dim}
+
+
+def ulysses(causal=True, seq=24, heads=4, dim=8):
+    return {"fn": "ulysses", "causal": causal, "seq": seq, "heads": heads, "dim": dim}
+
+
+# label -> (ranks, settings): simplest first; in each case the ring's runs, then Ulysses' (an answer that has only the
+# ring keeps its ring runs)
+CASES = {
+    "N = 2": (2, {"runs": [ring("contiguous"), ring("zigzag"), ring("contiguous", causal=False, dim=4),
+                           ring("zigzag", seq=19, heads=3), ulysses(), ulysses(causal=False, seq=22, heads=2)]}),
+    "N = 3": (3, {"runs": [ring("contiguous", seq=30), ring("zigzag", seq=30, heads=1, dim=16),
+                           ring("zigzag", causal=False), ring("contiguous", seq=22), ulysses(seq=30, heads=6),
+                           ulysses(heads=2)]}),
+    "N = 4": (4, {"runs": [ring("contiguous", seq=32), ring("zigzag", seq=32, heads=3), ring("zigzag", seq=37),
+                           ring("contiguous", causal=False, seq=28), ulysses(seq=32, heads=8), ulysses(heads=6)]}),
+}
+
+
+def cases(ctx):
+    return [ctx.case(QID, "attention", LabConfig(num_stages=n, seed=70 + n), stages=n, label=label,
+                     settings={**settings, "perturb": True}, schedule="", step="")
+            for label, (n, settings) in CASES.items()]
+
+
+def judge(ctx, outcomes):
+    items = []
+    for out in outcomes:
+        label = out.case.label
+        failed = case_problems(QID, out, label)
+        found = None if failed else judge_run(out)
+        for part in PARTS:
+            for run in out.case.settings["runs"]:
+                if part == "work" and run["fn"] != "ring":
+                    continue
+                name = run_label(run)
+                items.append(Item(part, f"{label}, {name}", list(failed) if failed else
+                                  stamped(found[part].get(name, []), QID, label)))
+    return items + prediction_items(ctx)
+
+
+def prediction_items(ctx) -> list[Item]:
+    want = prediction_q24_wanted()
+    items = [Item("prediction", k) for k in want]
+    got = read_prediction(ctx, QID, PREDICTION_Q24, items, PREDICTION_Q24_KEYS)
+    if got is None:
+        return items
+    said = {"ring": "bytes one rank sends in the ring's forward", "ulysses": "bytes one rank sends in Ulysses' forward",
+            "contiguous": "the busiest rank's causal work over the mean, contiguous shards",
+            "zigzag": "the busiest rank's causal work over the mean, zigzag shards"}
+    for item in items:
+        k = item.name
+        if k not in got:
+            item.problems.append(Problem(f"{PREDICTION_Q24}() gives no {k!r} entry", exercise=QID))
+        elif not matches(got[k], want[k]):
+            why = ""
+            if k == "ulysses" and matches(got[k], want[k] * 8 / 7):
+                why = " (four whole shards: each all-to-all keeps 1/P of its input on the rank, (P - 1)/P leaves)"
+            elif k == "ring" and matches(got[k], want[k] / 2):
+                why = " (K or V alone: both go round)"
+            elif k == "contiguous" and matches(got[k], 15 / 8):
+                why = (" (counted per visible score; the rank computes its diagonal tile whole: count tiles, r + 1 "
+                       "on rank r)")
+            item.problems.append(Problem(f"the predicted {k!r} is {got[k]:,.6g}; {said[k]} is {want[k]:,.6g}{why}",
+                                         exercise=QID))
+    return items
