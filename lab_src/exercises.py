@@ -425,7 +425,8 @@ def bucketed_step(stage: lab_src.PipelineStage, data_iter: Iterator[torch.Tensor
 
 @_exercise_api("q21")
 def sharded_adamw_step(params: list[nn.Parameter], dp: lab_src.topics.sharding.kind.DataParallelGroup, state: dict,
-                       lr: float) -> None:
+                       lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                       weight_decay: float = 0.01) -> None:
     """One AdamW step of this rank's `params` with AdamW's state (ZeRO-1) and the reduced gradients (ZeRO-2)
     sharded over the data-parallel group `dp`. Every rank of `dp.group` calls it, under torch.no_grad(), with its
     replica's copy of the same parameters, in the same order, each `.grad` holding that replica's own gradient.
@@ -437,10 +438,13 @@ def sharded_adamw_step(params: list[nn.Parameter], dp: lab_src.topics.sharding.k
     - Reduce-scatter the flat gradient in a ring of point-to-point messages over `dp.group` (the first half of
       q19's ring, its chunks the shards, arranged so that each rank ends with its own shard of the sum), and
       divide by n: this rank's shard of the replicas' average gradient.
-    - AdamW on the rank's shard alone, as `torch.optim.AdamW(lr=lr)` with its defaults (betas (0.9, 0.999),
-      eps 1e-8, weight_decay 0.01): p *= 1 - lr * 0.01, then the bias-corrected update. Keep its state in
-      `state`, a dict of yours that the lab hands back at every call (empty at the first): the two moments of
-      this rank's shard only, and the step count.
+    - AdamW on the rank's shard alone, as `torch.optim.AdamW(lr=lr, betas=betas, eps=eps,
+      weight_decay=weight_decay)` does it (the defaults are torch's; the lab passes others too):
+      p *= 1 - lr * weight_decay, then the bias-corrected update. Keep its state in `state`, a dict of yours that
+      the lab hands back at every call (empty at the first): the two moments of this rank's shard only, and the
+      step count. The parameters are held to one process's AdamW within rtol 1e-5 plus 1% of lr per step taken:
+      `m.lerp_(g, 1 - b1)` (torch's) and `m.mul_(b1).add_(g, alpha=1 - b1)` differ in the last bit, and both
+      pass.
     - All-gather the updated shards in a ring (the second half of q19's ring) and write the whole flat vector
       back into the parameters.
     - Free the gradients: every `p.grad = None`.

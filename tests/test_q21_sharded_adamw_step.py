@@ -120,6 +120,13 @@ MISTAKES = {
                         "7,488 to 14,975"),
     # plain AdamW with the whole moments in a module global, shard-sized copies in `state`, the gradient all-reduced
     # on the ring (a reduce-scatter's and an all-gather's messages): the rank's live tensors show the moments (issue 54)
+    # torch's defaults written in: right but for the case that passes other settings, whose values are named by the
+    # settings the step used: (3/4 + 1 + 1 + 1) / 4
+    "q21_defaults_written_in": (answer("q21_defaults_written_in"), 0.9375,
+                                "AdamW's settings were not taken from the arguments: after steps 0 and 1 this "
+                                "rank's parameters are one process's AdamW with betas=(0.9, 0.999), eps=1e-08, "
+                                "weight_decay=0.01 (torch's defaults), where this case passed betas (0.8, 0.95), "
+                                "eps 1e-06, weight_decay 0.1"),
     "q21_moments_global": (answer("q21_moments_global"), 0.75,
                            "B of tensors beyond its shard's state after the step, as much as AdamW's two moments"),
 }
@@ -135,9 +142,11 @@ EDITED = {
         "this rank (position 0 of the data-parallel group of 2) ended holding chunk 1 summed over all 2 replicas, "
         "but it updated shard 0 with its chunk 0, which holds only its own replica's gradient"),
 }
-# A valid answer written otherwise keeps every point: the shards received straight into their place in the flat
-# vector, isend and irecv in place of batch_isend_irecv
+# A valid answer written otherwise keeps every point: torch's lerp_ for the first moment; the shards received straight
+# into their place in the flat vector, isend and irecv in place of batch_isend_irecv
 VALID = {
+    # torch's own first-moment update: the last bit differs from mul_/add_'s, within the tolerance the contract states
+    "lerp": [("""    state["exp_avg"].mul_(b1).add_(g, alpha=1 - b1)""", """    state["exp_avg"].lerp_(g, 1 - b1)""")],
     "in place": [("""        ops = [dist.P2POp(dist.isend, send, group=dp.group, group_peer=right),
                dist.P2POp(dist.irecv, recv, group=dp.group, group_peer=left)]
         for work in dist.batch_isend_irecv(ops):

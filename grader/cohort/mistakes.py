@@ -768,6 +768,11 @@ MISTAKES = {
         ("    grads = list(torch.tensor_split(torch.cat(", "    grads = list(torch.chunk(torch.cat("),
         ("    shards = list(torch.tensor_split(flat, n))", "    shards = list(torch.chunk(flat, n))"),
     ], top="# q21: the shards cut with torch.chunk (ceil(N / n) elements each, the last one shorter)\n"),
+    "q21_defaults_written_in": Mistake("q21", [
+        ("""    (b1, b2), wd = betas, weight_decay
+""", """    b1, b2, eps, wd = 0.9, 0.999, 1e-8, 0.01      # AdamW's defaults
+"""),
+    ], top="# q21: AdamW's settings written in as torch's defaults, the arguments betas, eps, weight_decay unused\n"),
     "q21_moments_global": Mistake("q21", [
         ("""import torch.distributed as dist
 """, """import torch.distributed as dist
@@ -786,7 +791,7 @@ _MOMENTS = {}                                     # AdamW's moments of the whole
 """), """    if not state:                                 # plain AdamW on every element; `state` gets my shard's part
         _MOMENTS.update(exp_avg=torch.zeros_like(flat), exp_avg_sq=torch.zeros_like(flat))
         state.update(step=0)
-    b1, b2, eps, wd = 0.9, 0.999, 1e-8, 0.01
+    (b1, b2), wd = betas, weight_decay
     state["step"] += 1
     t = state["step"]
     flat.mul_(1 - lr * wd)

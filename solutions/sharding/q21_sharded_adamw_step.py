@@ -62,18 +62,23 @@ zero_figure(n=4, stages=1)
 # %% [markdown]
 # ## Your task
 #
-# Write `sharded_adamw_step(params, dp, state, lr)`: one AdamW step of this rank's parameters. Every rank of
-# the data-parallel group calls it at once, under `torch.no_grad()`, with its replica's copy of the same
-# parameters. Each `.grad` holds that replica's own gradient.
+# Write `sharded_adamw_step(params, dp, state, lr, betas, eps, weight_decay)`: one AdamW step of this rank's
+# parameters, with AdamW's settings as `torch.optim.AdamW` takes them. Every rank of the data-parallel group calls
+# it at once, under `torch.no_grad()`, with its replica's copy of the same parameters. Each `.grad` holds that
+# replica's own gradient.
 #
 # - **The flat vector.** Flatten the parameters, in order, into one vector of N elements. Its n = `dp.size`
 #   shards are `torch.tensor_split`'s (uneven sizes: the first N % n shards are one element longer); rank
 #   `dp.rank` owns shard `dp.rank`.
 # - **Reduce-scatter** the flat gradient in a ring over `dp.group`: the first half of your q19 ring, with the
 #   chunks arranged so that each rank ends with its own shard of the sum. Divide by n.
-# - **AdamW on the shard**, as `torch.optim.AdamW(lr=lr)` does it with its defaults (betas (0.9, 0.999), eps
-#   1e-8, weight_decay 0.01, decoupled: `p *= 1 - lr * 0.01` first). Keep your state in `state`, a dict that
-#   the lab hands back at every call (empty at the first): the moments of your shard only, and the step count.
+# - **AdamW on the shard**, as `torch.optim.AdamW(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)` does
+#   it (decoupled: `p *= 1 - lr * weight_decay` first). The defaults in the signature are torch's; the check and
+#   the grader pass others too, as another course's tests or a training would. Keep your state in `state`, a dict
+#   that the lab hands back at every call (empty at the first): the moments of your shard only, and the step count.
+#   Your parameters are held to one process's AdamW within rtol 1e-5 plus 1% of lr per step: torch updates the
+#   first moment with `m.lerp_(g, 1 - b1)`, which differs from `m.mul_(b1).add_(g, alpha=1 - b1)` in the last bit;
+#   either passes.
 # - **All-gather** the updated shards in a ring (the second half of q19's), and write the flat vector back
 #   into the parameters.
 # - **Free** the gradients: `p.grad = None` for every parameter.
@@ -116,7 +121,7 @@ def predicted_bytes():
     ### END SOLUTION
 
 
-def sharded_adamw_step(params, dp, state, lr):
+def sharded_adamw_step(params, dp, state, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
     ### BEGIN SOLUTION
     n, me = dp.size, dp.rank
     right, left = (me + 1) % n, (me - 1) % n
@@ -141,7 +146,7 @@ def sharded_adamw_step(params, dp, state, lr):
     mine = shards[me]
     if not state:
         state.update(step=0, exp_avg=torch.zeros_like(mine), exp_avg_sq=torch.zeros_like(mine))
-    b1, b2, eps, wd = 0.9, 0.999, 1e-8, 0.01
+    (b1, b2), wd = betas, weight_decay
     state["step"] += 1
     t = state["step"]
     mine.mul_(1 - lr * wd)

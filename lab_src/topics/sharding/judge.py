@@ -16,6 +16,7 @@ Three parts, read from behaviour, never from the answer's form:
 from __future__ import annotations
 
 import functools
+import itertools
 
 import torch
 
@@ -51,14 +52,15 @@ def off_elements(got: torch.Tensor, want: torch.Tensor, steps: int, lr: float) -
     return int((~torch.isclose(got.double(), want.double(), rtol=1e-5, atol=1e-6 + LR_SHARE * lr * steps)).sum())
 
 
-@functools.lru_cache(maxsize=16)
-def _one_process(cfg_items: tuple, steps: int, lr: float) -> list[dict]:
+@functools.lru_cache(maxsize=32)
+def _one_process(cfg_items: tuple, steps: int, lr: float, betas: tuple = BETAS, eps: float = EPS,
+                 weight_decay: float = WEIGHT_DECAY) -> list[dict]:
     from lab_src.pipeline.config import LabConfig
     from lab_src.pipeline.data import make_dataloader
     from lab_src.pipeline.model import build_model
     cfg = LabConfig(**dict(cfg_items))
     model = build_model(cfg, "cpu")
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
     batch = next(iter(make_dataloader(cfg, cfg.global_batch_size)))
     out = [{n: p.detach().clone() for n, p in model.named_parameters()}]       # before the first step
     for _ in range(steps):
@@ -70,7 +72,7 @@ def _one_process(cfg_items: tuple, steps: int, lr: float) -> list[dict]:
 
 
 @functools.lru_cache(maxsize=16)
-def _adam_l2_first_step(cfg_items: tuple, lr: float) -> dict:
+def _adam_l2_first_step(cfg_items: tuple, lr: float, betas: tuple, eps: float, weight_decay: float) -> dict:
     """One process's parameters after one step of Adam with the weight decay added to the gradient (L2:
     torch.optim.Adam's weight_decay), the alternative a wrong first step is compared with."""
     from lab_src.pipeline.config import LabConfig
@@ -78,7 +80,7 @@ def _adam_l2_first_step(cfg_items: tuple, lr: float) -> dict:
     from lab_src.pipeline.model import build_model
     cfg = LabConfig(**dict(cfg_items))
     model = build_model(cfg, "cpu")
-    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
     batch = next(iter(make_dataloader(cfg, cfg.global_batch_size)))
     model(batch).mean().backward()
     opt.step()
@@ -88,7 +90,8 @@ def _adam_l2_first_step(cfg_items: tuple, lr: float) -> dict:
 def adam_l2_first_step(case) -> dict:
     from lab_src.harness.baselines import threads_of_a_rank
     with threads_of_a_rank():
-        return _adam_l2_first_step(tuple(sorted(case.config.to_dict().items())), settings_of(case).lr)
+        s = settings_of(case)
+        return _adam_l2_first_step(tuple(sorted(case.config.to_dict().items())), s.lr, *s.adamw().values())
 
 
 @functools.lru_cache(maxsize=16)
@@ -111,18 +114,20 @@ def first_gradients(case) -> dict:
         return _first_gradients(tuple(sorted(case.config.to_dict().items())))
 
 
-def one_process(case) -> list[dict]:
-    """One process's parameters: [before the first step, after step 0, after step 1, ...]."""
+def one_process(case, **adamw) -> list[dict]:
+    """One process's parameters: [before the first step, after step 0, after step 1, ...], with the case's AdamW
+    settings (`adamw`: some of them replaced, for the alternatives a wrong step is compared with)."""
     from lab_src.harness.baselines import threads_of_a_rank
+    s = settings_of(case)
     with threads_of_a_rank():
-        return _one_process(tuple(sorted(case.config.to_dict().items())), settings_of(case).steps,
-                            settings_of(case).lr)
+        return _one_process(tuple(sorted(case.config.to_dict().items())), s.steps, s.lr,
+                            *{**s.adamw(), **adamw}.values())
 
 
-def first_step_factor(t: int) -> float:
+def first_step_factor(t: int, betas: tuple = BETAS) -> float:
     """What AdamW's first update of an element (|gradient| >> eps) is, in units of lr, when its bias correction
     takes the step count t: (1 - b1) / (1 - b1^t) * sqrt((1 - b2^t) / (1 - b2)); 1 for the right t = 1."""
-    b1, b2 = BETAS
+    b1, b2 = betas
     return (1 - b1) / (1 - b1 ** t) * ((1 - b2 ** t) / (1 - b2)) ** 0.5
 
 
@@ -145,6 +150,7 @@ def first_step_ratio(got: dict, want: dict, before: dict, lr: float) -> float | 
 # What a wrong first step is, where the data name it (`gist`: the same mistake said once, with the places it also
 # showed, however the ranks' parameters and the cases differ: judge/summary.py)
 SHIFT, L2 = "q21: the reduce-scatter left another chunk whole", "q21: L2 decay in the gradient"
+IGNORED = "q21: AdamW's settings not taken from the arguments"
 
 
 def value_problems(outcome) -> list[Problem]:
@@ -162,8 +168,9 @@ def value_problems(outcome) -> list[Problem]:
             differ = (f"{len(wrong)} of {len(got)} parameters differ from one process's AdamW "
                       f"({', '.join(wrong[:2])}{' ...' if len(wrong) > 2 else ''}; largest difference "
                       f"{float((g - w).abs().max()):.3g})")
-            named = (shift_problem(outcome, r, differ) or l2_problem(outcome, r, got, differ)) if k == 0 else None
-            why = hint(k, got, want_steps, before, lr) if named is None else ""
+            named = (shift_problem(outcome, r, differ) or l2_problem(outcome, r, got, differ)
+                     or ignored_problem(outcome, r, got, differ)) if k == 0 else None
+            why = hint(k, got, want_steps, before, settings_of(outcome.case)) if named is None else ""
             first[r] = (k, named or Problem(f"after step {k}, {differ}{why}", rank=r, gist=f"q21 step {k}{why}"))
             break
     return first_wrong_steps(first, lambda k, earliest, cause: (
@@ -197,6 +204,7 @@ def shift_problem(outcome, r: int, differ: str) -> Problem | None:
             len({x.numel() for x in owns}) != 1:
         return None
     owns = [x.reshape(-1).double() for x in owns]
+    betas = settings_of(outcome.case).betas
     total = owns[0].numel()
     own = shard_bounds(total, n, me)
     whole = sum(owns) / n
@@ -206,14 +214,14 @@ def shift_problem(outcome, r: int, differ: str) -> Problem | None:
     head = (f"q19's reduce-scatter as it is: it leaves rank r with chunk r + 1 whole (the hint's warning), and this "
             f"rank (position {me} of the data-parallel group of {n}) ended holding chunk {held} summed over all {n} "
             f"replicas, ")
-    if len(contributors) < n and _moment_of(values, partial, own):
+    if len(contributors) < n and _moment_of(values, partial, own, betas):
         who = ("only its own replica's gradient" if contributors == {me} else
                f"the gradients of {len(contributors)} of the {n} replicas (positions "
                f"{', '.join(map(str, sorted(contributors)))})")
         what = (f"but it updated shard {me} with its chunk {me}, which holds {who}: the ring never added the others' "
                 f"into it. Its AdamW state holds the moments of that partial sum")
     elif shard_bounds(total, n, held)[1] - shard_bounds(total, n, held)[0] == own[1] - own[0] and \
-            _moment_of(values, whole, shard_bounds(total, n, held)):
+            _moment_of(values, whole, shard_bounds(total, n, held), betas):
         what = (f"and it updated shard {me}'s parameters with that chunk's gradient: its AdamW state holds the "
                 f"moments of shard {held}'s elements, applied to shard {me}'s")
     else:
@@ -226,7 +234,7 @@ def shift_problem(outcome, r: int, differ: str) -> Problem | None:
 
 def l2_problem(outcome, r: int, got: dict, differ: str) -> Problem | None:
     """Where rank r's first step is Adam's with the weight decay added to the gradient (L2), not AdamW's decoupled
-    decay: its parameters after the first step against one process's torch.optim.Adam(weight_decay=0.01)."""
+    decay: its parameters after the first step against one process's torch.optim.Adam with the case's settings."""
     lr = settings_of(outcome.case).lr
     want = adam_l2_first_step(outcome.case)
     names = [n for n in got if n in want]
@@ -240,27 +248,68 @@ def l2_problem(outcome, r: int, got: dict, differ: str) -> Problem | None:
     if not off_adamw or off_l2 > 0.01 * off_adamw:
         return None
     apart = f"{off_l2} element{'s' if off_l2 != 1 else ''} apart from them, against {off_adamw:,} from AdamW's"
-    return Problem(f"the weight decay was added to the gradient (Adam's L2 decay, g + {WEIGHT_DECAY} p), not "
+    wd = settings_of(outcome.case).weight_decay
+    return Problem(f"the weight decay was added to the gradient (Adam's L2 decay, g + {wd:g} p), not "
                    f"decoupled as AdamW does it: after step 0 this rank's parameters are one process's "
-                   f"torch.optim.Adam(weight_decay={WEIGHT_DECAY})'s ({apart}). AdamW multiplies p by 1 - lr * "
-                   f"{WEIGHT_DECAY} first and never touches g: folded into g, the decay is divided by sqrt(v) with "
+                   f"torch.optim.Adam(weight_decay={wd:g})'s ({apart}). AdamW multiplies p by 1 - lr * "
+                   f"{wd:g} first and never touches g: folded into g, the decay is divided by sqrt(v) with "
                    f"the gradient, lost where the gradient is large and a step of lr where it is small.\n"
                    f"    So after step 0, {differ}", rank=r, gist=L2)
 
 
-def hint(k: int, got: dict, want_steps: list, before: dict, lr: float) -> str:
+def ignored_problem(outcome, r: int, got: dict, differ: str) -> Problem | None:
+    """Where rank r's first step is one process's AdamW with some of its settings (betas, eps, weight_decay) left at
+    torch's defaults instead of the case's: an answer that wrote the constants in, not taking its arguments. Each
+    subset of the settings the case changed is tried; the closest is named where the step is that one's but for a
+    rounding's few elements, as `l2_problem` judges. The betas do not show in a first step (its bias correction
+    cancels them: m / (1 - b1) = g, v / (1 - b2) = g^2): a second step, where the rank took one, tells them."""
+    s = settings_of(outcome.case)
+    defaults = {"betas": BETAS, "eps": EPS, "weight_decay": WEIGHT_DECAY}
+    changed = [k for k, v in s.adamw().items() if v != defaults[k]]
+    steps = [step.get("params") or {} for step in (outcome.obs[r].get("steps") or [])[:2]]
+    right = one_process(outcome.case)
+    names = [n for n in got if n in right[1] and got[n].shape == right[1][n].shape]
+    if not changed or not names or not steps:
+        return None
+
+    def off(want: list[dict]) -> int:
+        return sum(off_elements(params[n], want[k + 1][n], k + 1, s.lr)
+                   for k, params in enumerate(steps) for n in names if n in params)
+    off_right = off(right)
+    subsets = [c for size in range(1, len(changed) + 1) for c in itertools.combinations(changed, size)]
+    offs = {c: off(one_process(outcome.case, **{k: defaults[k] for k in c})) for c in subsets}
+    # the closest, the fewest settings first among equals (eps alone moves only the elements whose gradient is about
+    # as small as it: the key projection's bias)
+    ignored = min(subsets, key=lambda c: (offs[c], len(c)))
+    if not off_right or offs[ignored] > 0.01 * off_right:
+        return None
+    said = ", ".join(f"{k} {s.adamw()[k]}" for k in ignored)
+    default = ", ".join(f"{k}={defaults[k]}" for k in ignored)
+    after = "step 0" if len(steps) == 1 else "steps 0 and 1"
+    return Problem(f"AdamW's settings were not taken from the arguments: after {after} this rank's parameters are "
+                   f"one process's AdamW with {default} (torch's defaults), where this case passed {said} "
+                   f"({offs[ignored]} element{'s' if offs[ignored] != 1 else ''} apart from them, against "
+                   f"{off_right:,} from the case's). sharded_adamw_step takes lr, betas, eps and weight_decay as "
+                   f"torch.optim.AdamW does: use the ones it is given.\n    So after step 0, {differ}",
+                   rank=r, gist=IGNORED)
+
+
+def hint(k: int, got: dict, want_steps: list, before: dict, settings) -> str:
+    lr, (b1, b2) = settings.lr, settings.betas
     if k == 0:
         ratio = first_step_ratio(got, want_steps[0], before, lr)
-        t = next((t for t in range(2, 101) if ratio is not None and abs(ratio - first_step_factor(t)) < 0.02), None)
+        t = next((t for t in range(2, 101) if ratio is not None and
+                  abs(ratio - first_step_factor(t, settings.betas)) < 0.02), None)
         if t is not None:
             return (f": the first step moved the parameters by {ratio:.2f} of AdamW's first step, what the bias "
-                    f"correction gives with the step count t = {t} (1 - 0.9^{t}, 1 - 0.999^{t}) instead of 1: the "
+                    f"correction gives with the step count t = {t} (1 - {b1:g}^{t}, 1 - {b2:g}^{t}) instead of 1: the "
                     f"count went up {t} times in one call; it counts optimizer steps, one per call of "
                     f"sharded_adamw_step, whatever the number of shards or messages")
         return (": the first step of AdamW moves every element by about lr (its update is m / (sqrt(v) + eps) "
                 "after bias correction), so a wrong element is usually a wrong shard: check that shard i holds "
                 "the elements torch.tensor_split gives it (uneven sizes: the first N % n shards one longer), the "
-                "bias correction, and the weight decay: decoupled, p *= 1 - lr * 0.01, never added to the gradient")
+                f"bias correction, and the weight decay: decoupled, p *= 1 - lr * {settings.weight_decay:g}, never added "
+                f"to the gradient")
     return (f": step 0 was right, so look at what carries over: the step count of the bias correction "
             f"(1 - beta ** t with t = {k + 1} now) and the moments kept in `state`")
 
@@ -302,11 +351,11 @@ def memory_problems(outcome, skip_layout=()) -> list[Problem]:
     return problems
 
 
-def _moment_of(values: list, grad: torch.Tensor, bounds: tuple[int, int]) -> bool:
+def _moment_of(values: list, grad: torch.Tensor, bounds: tuple[int, int], betas: tuple = BETAS) -> bool:
     """Whether one of `values` (the state's tensors) is AdamW's first or second moment, after one step, of the
     elements [start, end) of the flat gradient `grad`."""
     g = grad[bounds[0]:bounds[1]]
-    for want in ((1 - BETAS[0]) * g, (1 - BETAS[1]) * g * g):
+    for want in ((1 - betas[0]) * g, (1 - betas[1]) * g * g):
         scale = float(want.abs().max()) if want.numel() else 0.0
         for v in values:
             if v.numel() == want.numel() and want.numel() and \
@@ -328,22 +377,23 @@ def layout_problem(outcome, r: int, o: dict) -> Problem | None:
     if not all(n in grads for n in names):
         return None
     grad = torch.cat([grads[n].reshape(-1).double() for n in names])
+    betas = settings_of(outcome.case).betas
     ring = o.get("dp_group") or [r]
     n, me, total = len(ring), ring.index(r), grad.numel()
     own = shard_bounds(total, n, me)
-    if n == 1 or _moment_of(values, grad, own):
+    if n == 1 or _moment_of(values, grad, own, betas):
         return None
     contract = (f"the contract's shard {me} is torch.tensor_split's: elements {own[0]:,} to {own[1] - 1:,} of the "
                 f"{total:,} (the first N % n = {total % n} shards one element longer)")
     chunk = chunk_bounds(total, n, me)
-    if chunk != own and _moment_of(values, grad, chunk):
+    if chunk != own and _moment_of(values, grad, chunk, betas):
         return Problem(f"the shards were cut with torch.chunk: this rank's AdamW state holds the moments of elements "
                        f"{chunk[0]:,} to {chunk[1] - 1:,}, torch.chunk's piece {me} (ceil(N / n) = {-(-total // n):,} "
                        f"elements each, the last shorter); {contract}. The parameters still come out right, but the "
                        f"shards differ from the contract's, and from every other ZeRO implementation's that the "
                        f"rank's state would be saved or loaded with", rank=r)
     for j in range(n):
-        if j != me and _moment_of(values, grad, shard_bounds(total, n, j)):
+        if j != me and _moment_of(values, grad, shard_bounds(total, n, j), betas):
             cause = ("q19's ring as it is: its reduce-scatter leaves rank r with chunk r + 1 whole, and this rank "
                      if j == (me + 1) % n else "this rank ")
             fix = (" Arrange the ring's steps so that each rank ends with its own shard (send chunk r - s - 1 at "

@@ -1,7 +1,7 @@
 """Rank side of q21 (sharded_adamw_step): on a data x pipeline grid of all the case's ranks (the layout of q14:
 global rank = dp_rank * pp_size + pp_rank), each replica's stage runs a 1F1B step (q12; in grading the
-reference's), then the answer's `sharded_adamw_step(params, dp, state, lr)` over the stage's data-parallel group,
-`steps` times; the `state` dict is the answer's, handed back at every step.
+reference's), then the answer's `sharded_adamw_step(params, dp, state, lr, betas=, eps=, weight_decay=)` (the
+case's AdamW settings) over the stage's data-parallel group, `steps` times; the `state` dict is the answer's, handed back at every step.
 
 Recorded per rank and step (plain values, never a verdict): the parameters after the step, the bytes of tensors
 the answer's `state` holds (what it keeps of AdamW's state) and, after the first step, those tensors themselves
@@ -147,7 +147,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                                                  .detach().reshape(-1) for p in params]).cpu().clone()
                 start, t0 = len(tracer.events), time.perf_counter()
                 with torch.no_grad():
-                    returned = exercises.sharded_adamw_step(params, dp, state, settings.lr)
+                    returned = exercises.sharded_adamw_step(params, dp, state, settings.lr, **settings.adamw())
                 seconds = time.perf_counter() - t0
                 # after the first and the last step (a scan costs tens of milliseconds)
                 found = live.scan(known()) if k in (0, settings.steps - 1) else None

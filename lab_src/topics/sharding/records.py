@@ -15,6 +15,18 @@ LR = 0.01
 class ZeroSettings(GridSettings):
     steps: int = 3                      # steps in a row (each a replica's 1F1B step, then the answer's AdamW step)
     lr: float = LR
+    betas: tuple = BETAS                # AdamW's settings, passed to the answer as torch.optim.AdamW takes them
+    eps: float = EPS
+    weight_decay: float = WEIGHT_DECAY
+
+    def adamw(self) -> dict:
+        """The keyword arguments the answer gets beside lr (a tuple of betas: the spec carries it as a list)."""
+        return {"betas": tuple(self.betas), "eps": self.eps, "weight_decay": self.weight_decay}
+
+    def said(self) -> str:
+        """The settings as a sentence names them: 'betas (0.9, 0.999), eps 1e-08, weight_decay 0.01'."""
+        b1, b2 = self.betas
+        return f"betas ({b1:g}, {b2:g}), eps {self.eps:g}, weight_decay {self.weight_decay:g}"
 
 
 @dataclass(frozen=True)
