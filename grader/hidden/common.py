@@ -248,6 +248,27 @@ def shortened(text: str, limit: int = 160) -> str:
     return head[:limit].rsplit(" ", 1)[0] + " ..."
 
 
+def judge_prediction(ctx, qid: str, name: str, want: dict, wrong, keys=None, close=None, names=None) -> list[Item]:
+    """The graded prediction of `qid`: an item "prediction" per figure of `want` ({key: the figure}), each failed
+    where the answer's function `name` gives no such entry, or a number not `close` to the figure (default:
+    lab_src/judge/numeric.py `matches`), with `wrong(key, got, want)`'s message (what the figure is, and where the
+    data tell it, which wrong count the number is). `keys`: as `read_prediction`'s; `names`: {key: the item's name}
+    where it is not the key."""
+    from lab_src.judge.numeric import matches
+    close = close or matches
+    names = names or {}
+    items = [Item("prediction", names.get(k, k)) for k in want]
+    got = read_prediction(ctx, qid, name, items, keys)
+    if got is None:
+        return items
+    for item, k in zip(items, want):
+        if item.name not in got:
+            item.problems.append(Problem(f"{name}() gives no {item.name!r} entry", exercise=qid))
+        elif not close(got[item.name], want[k]):
+            item.problems.append(Problem(wrong(k, got[item.name], want[k]), exercise=qid))
+    return items
+
+
 def read_prediction(ctx, qid: str, name: str, items: list[Item], keys=None) -> dict | None:
     """The numbers the answer cell's function `name` returns (lab_src/judge/numeric.py reads them, never runs
     them), or None after putting on every item of `items` why they could not be read (with `keys`, the

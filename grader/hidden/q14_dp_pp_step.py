@@ -12,11 +12,11 @@ from __future__ import annotations
 
 
 from lab_src.topics.dp_pp.judge import failure_problems, judge_grid
-from lab_src.judge.problems import Problem, stamped
+from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.dp_pp.traffic import PREDICTION_CONFIG, PREDICTION_NAME, TRAFFIC_KINDS
 
-from .common import Item, read_prediction, case_problems
+from .common import Item, case_problems, judge_prediction
 
 QID = "q14"
 
@@ -91,17 +91,10 @@ HINTS = {
 
 
 def prediction_items(ctx) -> list[Item]:
-    items = [Item("prediction", k) for k in TRAFFIC_KINDS]
-    got = read_prediction(ctx, QID, PREDICTION_NAME, items)
-    if got is None:
-        return items
     want = expected_bytes(PREDICTION_CONFIG, ctx.reference_fn("q05"))
-    for item in items:
-        k = item.name
-        if k not in got:
-            item.problems.append(Problem(f"{PREDICTION_NAME}() gives no {k!r} entry", exercise=QID))
-        elif abs(got[k] - want[k]) > TOLERANCE * max(want[k], 1):
-            ratio = f" ({got[k] / want[k]:.3g}x)" if want[k] else ""
-            item.problems.append(Problem(f"the predicted {k} bytes are {got[k]:,.0f}; one step sends "
-                                         f"{want[k]:,}{ratio}: {HINTS[k]}", exercise=QID))
-    return items
+
+    def wrong(k, got, want):
+        ratio = f" ({got / want:.3g}x)" if want else ""
+        return f"the predicted {k} bytes are {got:,.0f}; one step sends {want:,}{ratio}: {HINTS[k]}"
+    return judge_prediction(ctx, QID, PREDICTION_NAME, {k: want[k] for k in TRAFFIC_KINDS}, wrong,
+                            close=lambda got, want: abs(got - want) <= TOLERANCE * max(want, 1))

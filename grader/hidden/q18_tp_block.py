@@ -21,14 +21,14 @@ Five parts, each a fifth of the points:
 from __future__ import annotations
 
 
-from lab_src.judge.problems import Problem, stamped
+from lab_src.judge.problems import stamped
 from lab_src.topics.tensor_parallel.judge_block import judge_part
 from lab_src.topics.tensor_parallel.judge_train import judge_training
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.training.digits import DIGITS
 from lab_src.topics.tensor_parallel.traffic import PREDICTION, PREDICTION_NAME, expected_bytes
 
-from .common import Item, read_prediction, case_problems, code_of
+from .common import Item, case_problems, code_of, judge_prediction
 
 QID = "q18"
 BLOCKS = {
@@ -151,16 +151,9 @@ def grid_into(items: list[Item], out, block_right: bool = True) -> None:
 def prediction_items(ctx) -> list[Item]:
     want = {"tensor_parallel": expected_bytes(PREDICTION, 2, 1)["tensor_parallel"],
             "pipeline": expected_bytes(PREDICTION, 1, 2)["pipeline"]}
-    items = [Item("prediction", k) for k in want]
-    got = read_prediction(ctx, QID, PREDICTION_NAME, items)
-    if got is None:
-        return items
-    for item in items:
-        k = item.name
-        if k not in got:
-            item.problems.append(Problem(f"{PREDICTION_NAME}() gives no {k!r} entry", exercise=QID))
-        elif abs(got[k] - want[k]) > TOLERANCE * max(want[k], 1):
-            ratio = f" ({got[k] / want[k]:.3g}x)" if want[k] else ""
-            item.problems.append(Problem(f"the predicted {k} bytes are {got[k]:,.0f}; one step moves {want[k]:,}"
-                                         f"{ratio}: {HINTS[k]}", exercise=QID))
-    return items
+
+    def wrong(k, got, want):
+        ratio = f" ({got / want:.3g}x)" if want else ""
+        return f"the predicted {k} bytes are {got:,.0f}; one step moves {want:,}{ratio}: {HINTS[k]}"
+    return judge_prediction(ctx, QID, PREDICTION_NAME, want, wrong,
+                            close=lambda got, want: abs(got - want) <= TOLERANCE * max(want, 1))

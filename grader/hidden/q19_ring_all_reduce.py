@@ -15,12 +15,12 @@ topics/data_parallel/kind.py), so the sums are those of the values the ranks hel
 from __future__ import annotations
 
 from lab_src.judge.numeric import matches
-from lab_src.judge.problems import Problem, stamped
+from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.data_parallel.judge import judge_run, ring_errors
 from lab_src.topics.data_parallel.records import PREDICTION_KEYS, PREDICTION_NAME, PREDICTION_RANKS, SEED_LAYERS, ring_bytes
 
-from .common import Item, read_prediction
+from .common import Item, judge_prediction
 
 QID = "q19"
 # label -> (ranks, configuration (its seed and dtype), settings). Simplest first: a case that deadlocks or crashes
@@ -52,24 +52,15 @@ def judge(ctx, outcomes):
 
 
 def prediction_items(ctx) -> list[Item]:
-    items = [Item("prediction", k) for k in SEED_LAYERS]
-    got = read_prediction(ctx, QID, PREDICTION_NAME, items, PREDICTION_KEYS)
-    if got is None:
-        return items
-    for item in items:
-        k = item.name
-        want = ring_bytes(SEED_LAYERS[k], PREDICTION_RANKS)
-        if k not in got:
-            item.problems.append(Problem(f"{PREDICTION_NAME}() gives no {k!r} entry", exercise=QID))
-        elif not matches(got[k], want):
-            whole = SEED_LAYERS[k] * 4
-            why = (" (the whole gradient: a ring sends every chunk n - 1 times in each of its two halves, "
-                   "2(n - 1)/n of the gradient from each rank)" if matches(got[k], whole) else
-                   f" ({PREDICTION_RANKS - 1} times the gradient: that is a ring passing the whole tensor)"
-                   if matches(got[k], (PREDICTION_RANKS - 1) * whole) else
-                   " (one half of the ring only: the reduce-scatter and the all-gather each send (n - 1)/n)"
-                   if matches(got[k], want / 2) else "")
-            item.problems.append(Problem(
-                f"the predicted bytes for {k} are {got[k]:,.0f}; each rank of a ring of {PREDICTION_RANKS} sends "
-                f"{want:,.0f} on average for its {SEED_LAYERS[k]:,} float32 elements{why}", exercise=QID))
-    return items
+    def wrong(k, got, want):
+        whole = SEED_LAYERS[k] * 4
+        why = (" (the whole gradient: a ring sends every chunk n - 1 times in each of its two halves, "
+               "2(n - 1)/n of the gradient from each rank)" if matches(got, whole) else
+               f" ({PREDICTION_RANKS - 1} times the gradient: that is a ring passing the whole tensor)"
+               if matches(got, (PREDICTION_RANKS - 1) * whole) else
+               " (one half of the ring only: the reduce-scatter and the all-gather each send (n - 1)/n)"
+               if matches(got, want / 2) else "")
+        return (f"the predicted bytes for {k} are {got:,.0f}; each rank of a ring of {PREDICTION_RANKS} sends "
+                f"{want:,.0f} on average for its {SEED_LAYERS[k]:,} float32 elements{why}")
+    want = {k: ring_bytes(SEED_LAYERS[k], PREDICTION_RANKS) for k in SEED_LAYERS}
+    return judge_prediction(ctx, QID, PREDICTION_NAME, want, wrong, PREDICTION_KEYS)

@@ -15,7 +15,7 @@ Five parts, each a fifth of the points:
 from __future__ import annotations
 
 from lab_src.judge.numeric import matches
-from lab_src.judge.problems import Problem, stamped
+from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.data_parallel.buckets import mlp_params
 from lab_src.topics.data_parallel.judge_buckets import judge_run, mlp_plan_problems
@@ -29,7 +29,7 @@ from lab_src.topics.data_parallel.records import (
     SEED_MLP,
 )
 
-from .common import Item, case_problems, read_prediction
+from .common import Item, case_problems, judge_prediction
 
 QID = "q20"
 FROZEN = ["embed.positions.weight", "blocks.0.attn_norm.bias"]
@@ -88,17 +88,10 @@ def mlp_buckets(cap: int) -> int:
 
 
 def prediction_items(ctx) -> list[Item]:
-    items = [Item("prediction", CAP_NAMES[cap]) for cap in MLP_CAPS]
-    got = read_prediction(ctx, QID, BUCKET_PREDICTION, items, BUCKET_PREDICTION_KEYS)
-    if got is None:
-        return items
-    for item, cap in zip(items, MLP_CAPS):
-        want = mlp_buckets(cap)
-        if item.name not in got:
-            item.problems.append(Problem(f"{BUCKET_PREDICTION}() gives no {item.name!r} entry", exercise=QID))
-        elif not matches(got[item.name], want, BUCKET_TOLERANCE):
-            item.problems.append(Problem(
-                f"the predicted buckets of the seed's MLP under {item.name} are {got[item.name]:g}; the rule makes "
-                f"{want} (walk the parameters from fc4.bias, close a bucket before the parameter that would take "
-                f"it over the cap, a parameter over the cap alone)", exercise=QID))
-    return items
+    def wrong(name, got, want):
+        return (f"the predicted buckets of the seed's MLP under {name} are {got:g}; the rule makes {want} (walk the "
+                f"parameters from fc4.bias, close a bucket before the parameter that would take it over the cap, a "
+                f"parameter over the cap alone)")
+    want = {CAP_NAMES[cap]: mlp_buckets(cap) for cap in MLP_CAPS}
+    return judge_prediction(ctx, QID, BUCKET_PREDICTION, want, wrong, BUCKET_PREDICTION_KEYS,
+                            close=lambda got, want: matches(got, want, BUCKET_TOLERANCE))

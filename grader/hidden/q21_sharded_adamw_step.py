@@ -11,8 +11,7 @@ Four parts, each a quarter of the points:
 """
 from __future__ import annotations
 
-from lab_src.judge.numeric import matches
-from lab_src.judge.problems import Problem, stamped
+from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.sharding.judge import judge_run
 from lab_src.topics.sharding.records import (
@@ -23,7 +22,7 @@ from lab_src.topics.sharding.records import (
     zero_wanted,
 )
 
-from .common import Item, case_problems, read_prediction
+from .common import Item, case_problems, judge_prediction
 
 QID = "q21"
 # label -> configuration; every case runs on 4 ranks (dp_size x num_stages). Simplest first, the uneven shards last
@@ -63,18 +62,9 @@ def judge(ctx, outcomes):
 
 
 def prediction_items(ctx) -> list[Item]:
-    want = zero_wanted()
-    items = [Item("prediction", k) for k in want]
-    got = read_prediction(ctx, QID, PREDICTION_NAME, items, PREDICTION_KEYS)
-    if got is None:
-        return items
     p = PREDICTION_PARAMS * 4
-    for item in items:
-        k = item.name
-        if k not in got:
-            item.problems.append(Problem(f"{PREDICTION_NAME}() gives no {k!r} entry", exercise=QID))
-        elif not matches(got[k], want[k]):
-            item.problems.append(Problem(
-                f"the predicted {k!r} is {got[k]:,.0f} B; it is {want[k]:,.0f} B ({want[k] / p:g} x the "
-                f"parameters' {p:,} B on {PREDICTION_RANKS} ranks)", exercise=QID))
-    return items
+
+    def wrong(k, got, want):
+        return (f"the predicted {k!r} is {got:,.0f} B; it is {want:,.0f} B ({want / p:g} x the parameters' {p:,} B on "
+                f"{PREDICTION_RANKS} ranks)")
+    return judge_prediction(ctx, QID, PREDICTION_NAME, zero_wanted(), wrong, PREDICTION_KEYS)

@@ -13,13 +13,13 @@ Four parts, each a quarter of the points:
 from __future__ import annotations
 
 from lab_src.judge.numeric import matches
-from lab_src.judge.problems import Problem, stamped
+from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.sharding.judge_fsdp import few_gathers_follow, judge_run
 from lab_src.topics.sharding.records import FSDP_PREDICTION, FSDP_PREDICTION_BLOCKS, FSDP_PREDICTION_KEYS, fsdp_wanted
 from lab_src.topics.training.digits import DIGITS
 
-from .common import Item, case_problems, read_prediction
+from .common import Item, case_problems, judge_prediction
 
 QID = "q22"
 # label -> configuration; every case runs on 4 ranks. Simplest first
@@ -60,18 +60,8 @@ def judge(ctx, outcomes):
 
 
 def prediction_items(ctx) -> list[Item]:
-    want = fsdp_wanted()
-    items = [Item("prediction", k) for k in want]
-    got = read_prediction(ctx, QID, FSDP_PREDICTION, items, FSDP_PREDICTION_KEYS)
-    if got is None:
-        return items
-    for item in items:
-        k = item.name
-        if k not in got:
-            item.problems.append(Problem(f"{FSDP_PREDICTION}() gives no {k!r} entry", exercise=QID))
-        elif not matches(got[k], want[k]):
-            why = (f" (that is the {FSDP_PREDICTION_BLOCKS} blocks' together; the prediction counts one block's)"
-                   if k == "gathers" and matches(got[k], FSDP_PREDICTION_BLOCKS * want[k]) else "")
-            item.problems.append(Problem(f"the predicted {k!r} is {got[k]:,.0f}; it is {want[k]:,.0f}{why}",
-                                         exercise=QID))
-    return items
+    def wrong(k, got, want):
+        why = (f" (that is the {FSDP_PREDICTION_BLOCKS} blocks' together; the prediction counts one block's)"
+               if k == "gathers" and matches(got, FSDP_PREDICTION_BLOCKS * want) else "")
+        return f"the predicted {k!r} is {got:,.0f}; it is {want:,.0f}{why}"
+    return judge_prediction(ctx, QID, FSDP_PREDICTION, fsdp_wanted(), wrong, FSDP_PREDICTION_KEYS)

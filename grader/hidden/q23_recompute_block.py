@@ -12,13 +12,12 @@ Four parts, each a quarter of the points (an item per case and mode):
 """
 from __future__ import annotations
 
-from lab_src.judge.numeric import matches
-from lab_src.judge.problems import Problem, stamped
+from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.long_sequences.judge import PARTS, judge_run
 from lab_src.topics.long_sequences.records import MODES, PREDICTION_KEYS, PREDICTION_NAME, prediction_wanted
 
-from .common import Item, case_problems, read_prediction
+from .common import Item, case_problems, judge_prediction
 
 QID = "q23"
 # label -> (configuration, settings): simplest first
@@ -55,16 +54,6 @@ def judge(ctx, outcomes):
 
 
 def prediction_items(ctx) -> list[Item]:
-    want = prediction_wanted()
-    items = [Item("prediction", k) for k in want]
-    got = read_prediction(ctx, QID, PREDICTION_NAME, items, PREDICTION_KEYS)
-    if got is None:
-        return items
-    for item in items:
-        k = item.name
-        if k not in got:
-            item.problems.append(Problem(f"{PREDICTION_NAME}() gives no {k!r} entry", exercise=QID))
-        elif not matches(got[k], want[k]):
-            item.problems.append(Problem(f"the predicted {k!r} is {got[k]:,.0f} B; the block keeps {want[k]:,.0f} B "
-                                         f"under {k!r} at that shape", exercise=QID))
-    return items
+    def wrong(k, got, want):
+        return f"the predicted {k!r} is {got:,.0f} B; the block keeps {want:,.0f} B under {k!r} at that shape"
+    return judge_prediction(ctx, QID, PREDICTION_NAME, prediction_wanted(), wrong, PREDICTION_KEYS)

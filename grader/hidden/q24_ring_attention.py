@@ -17,12 +17,12 @@ Four parts, each a quarter of the points (an item per case and run):
 from __future__ import annotations
 
 from lab_src.judge.numeric import matches
-from lab_src.judge.problems import Problem, stamped
+from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.long_sequences.judge_attention import PARTS, judge_run, run_label
 from lab_src.topics.long_sequences.records import PREDICTION_Q24, PREDICTION_Q24_KEYS, prediction_q24_wanted
 
-from .common import Item, case_problems, read_prediction
+from .common import Item, case_problems, judge_prediction
 
 QID = "q24"
 
@@ -71,27 +71,17 @@ def judge(ctx, outcomes):
 
 
 def prediction_items(ctx) -> list[Item]:
-    want = prediction_q24_wanted()
-    items = [Item("prediction", k) for k in want]
-    got = read_prediction(ctx, QID, PREDICTION_Q24, items, PREDICTION_Q24_KEYS)
-    if got is None:
-        return items
     said = {"ring": "bytes one rank sends in the ring's forward", "ulysses": "bytes one rank sends in Ulysses' forward",
             "contiguous": "the busiest rank's causal work over the mean, contiguous shards",
             "zigzag": "the busiest rank's causal work over the mean, zigzag shards"}
-    for item in items:
-        k = item.name
-        if k not in got:
-            item.problems.append(Problem(f"{PREDICTION_Q24}() gives no {k!r} entry", exercise=QID))
-        elif not matches(got[k], want[k]):
-            why = ""
-            if k == "ulysses" and matches(got[k], want[k] * 8 / 7):
-                why = " (four whole shards: each all-to-all keeps 1/P of its input on the rank, (P - 1)/P leaves)"
-            elif k == "ring" and matches(got[k], want[k] / 2):
-                why = " (K or V alone: both go round)"
-            elif k == "contiguous" and matches(got[k], 15 / 8):
-                why = (" (counted per visible score; the rank computes its diagonal tile whole: count tiles, r + 1 "
-                       "on rank r)")
-            item.problems.append(Problem(f"the predicted {k!r} is {got[k]:,.6g}; {said[k]} is {want[k]:,.6g}{why}",
-                                         exercise=QID))
-    return items
+
+    def wrong(k, got, want):
+        why = ""
+        if k == "ulysses" and matches(got, want * 8 / 7):
+            why = " (four whole shards: each all-to-all keeps 1/P of its input on the rank, (P - 1)/P leaves)"
+        elif k == "ring" and matches(got, want / 2):
+            why = " (K or V alone: both go round)"
+        elif k == "contiguous" and matches(got, 15 / 8):
+            why = " (counted per visible score; the rank computes its diagonal tile whole: count tiles, r + 1 on rank r)"
+        return f"the predicted {k!r} is {got:,.6g}; {said[k]} is {want:,.6g}{why}"
+    return judge_prediction(ctx, QID, PREDICTION_Q24, prediction_q24_wanted(), wrong, PREDICTION_Q24_KEYS)
