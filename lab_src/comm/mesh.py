@@ -28,12 +28,12 @@ import math
 import torch.distributed as dist
 
 from lab_src.harness import fence
-from lab_src.harness.groups import group_timeout
+from lab_src.harness.groups import timeout
 
 
 def new_group(ranks, timeout_s: float):
     """A process group of these global ranks (collective: every rank of the launch's case calls it, in one order)."""
-    return dist.new_group(list(ranks), timeout=group_timeout(timeout_s))
+    return dist.new_group(list(ranks), timeout=timeout(timeout_s))
 
 
 class Mesh:

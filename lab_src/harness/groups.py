@@ -20,8 +20,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from lab_src.harness import limits
-
 
 @dataclass
 class Dist:
@@ -34,18 +32,9 @@ class Dist:
 
 
 def timeout(seconds: float) -> datetime.timedelta:
-    """A process group's timeout of `seconds`: the one place the lab turns seconds into one (the world group, the
-    store's waits; `group_timeout` for the groups of a case: comm/mesh.py, q14's Grid and the pipeline groups here)."""
+    """A process group's timeout of `seconds`: the one place the lab turns seconds into one (comm/mesh.py, q14's Grid
+    and the groups here call it)."""
     return datetime.timedelta(seconds=seconds)
-
-
-def group_timeout(seconds: float) -> datetime.timedelta:
-    """The timeout of a group whose operations a case waits for through pipeline/waiting.py `wait`: there the
-    case's `seconds` count on its ranks' clock (`limit_waits`, the worker installs it), so that a rank starved of
-    CPU on a busy machine does not time out a peer waiting for its message (sam's reference q06 in a loaded test
-    run: a send gave up after 15 s of wall time). gloo's own wait, on the wall clock, is the backstop: BUSY_BACKSTOP
-    times as long, as for the case deadline (harness/limits.py)."""
-    return timeout(limits.BUSY_BACKSTOP * seconds)
 
 
 def choose_backend(local_world_size: int) -> tuple[str, torch.device, int]:
@@ -96,7 +85,7 @@ class PipeGroups:
         after `timeout_s` (the launch's timeout when None)."""
         timeout_s = timeout_s or self.ctx.timeout_s
         if (size, timeout_s) not in self._groups:
-            self._groups[(size, timeout_s)] = dist.new_group(list(range(size)), timeout=group_timeout(timeout_s))
+            self._groups[(size, timeout_s)] = dist.new_group(list(range(size)), timeout=timeout(timeout_s))
         return self._groups[(size, timeout_s)]
 
     def fresh(self) -> None:

@@ -28,11 +28,8 @@ from __future__ import annotations
 # case, gets 4 times it plus 30 s), from the spec's `timeout_s`, which grader/trusted.py passes to run_cases.
 # The last resort: a deadlock is stopped at once by the runner's watch (harness/deadlock.py), so this mostly
 # ends a wait the watch cannot see through, as after another rank's error; longer leaves those waits to the case
-# deadline (benchmarks/README.md, "Limits and the runs behind them"). Inside a case it is on the ranks' clock
-# (pipeline/waiting.py `limit_waits`, own_time.peers_clock), with gloo's own wait, on the wall clock, BUSY_BACKSTOP
-# times as long behind it (harness/groups.py `group_timeout`): on the wall clock a rank starved of CPU in a loaded
-# test run timed out its peer's send in sam's reference q06. Tensor-parallel cases wait longer
-# (COLLECTIVE_TIMEOUT_FACTOR below). A collective that does time out ends its
+# deadline (benchmarks/README.md, "Limits and the runs behind them"). It is on the wall clock (gloo's):
+# tensor-parallel cases wait longer (COLLECTIVE_TIMEOUT_FACTOR below). A collective that does time out ends its
 # case (comm/collectives.py `CollectiveGaveUp`) instead of leaving a group in an undefined state to
 # the case's next part.
 GRADING_RECV_TIMEOUT_S = 15.0

@@ -31,7 +31,6 @@ class WaitTimedOut(RuntimeError):
 
 
 _stop_checks: list = []          # callables returning a reason (str) to stop, or None
-_limits: list = []               # (seconds, clock factory): how long `wait` waits, on what clock (`limit_waits`)
 _helpers = threading.local()     # each thread's helper (a rank's lanes wait at once: pipeline/trace.py Tracer.lane)
 
 
@@ -52,20 +51,6 @@ def also_stop_when(should_stop):
     outer = _stop_checks[-1] if _stop_checks else None
     with stop_when(lambda: should_stop() or (outer() if outer is not None else None)):
         yield
-
-
-@contextlib.contextmanager
-def limit_waits(timeout_s: float, clock=None):
-    """Within the block, a stoppable `wait` gives up (WaitTimedOut) after `timeout_s` on `clock`, made when the wait
-    begins and read once the wall clock is past `timeout_s` (twice a second), as `until` does: the case's timeout
-    on the clock of its ranks (harness/own_time.py `peers_clock`), so that a rank starved of CPU on a busy machine
-    does not time out a peer waiting for its message (a gloo wait is on the wall clock: harness/groups.py gives the
-    groups whose waits come here a longer one, `BUSY_BACKSTOP` times, as a backstop)."""
-    _limits.append((timeout_s, clock))
-    try:
-        yield
-    finally:
-        _limits.pop()
 
 
 class _Helper:
@@ -100,8 +85,7 @@ def barrier(group) -> None:
 
 
 def wait(work, poll_s: float = 0.05) -> None:
-    """`work.wait()`, unless the rank is asked to stop first (then StoppedWaiting), or waits longer than the
-    limit of `limit_waits` (then WaitTimedOut)."""
+    """`work.wait()`, unless the rank is asked to stop first (then StoppedWaiting)."""
     if not _stop_checks or threading.current_thread().name == "lab-wait":
         work.wait()                         # (on the helper itself: a wrapped work waiting for its own work)
         return
@@ -109,21 +93,12 @@ def wait(work, poll_s: float = 0.05) -> None:
     if helper is None:
         helper = _helpers.helper = _Helper()
     done, failure = threading.Event(), []
-    timeout_s, clock = _limits[-1] if _limits else (None, None)
-    started, read_at = time.monotonic(), 0.0
-    own = clock() if clock is not None else None
     helper.jobs.put((work, done, failure))
     while not done.wait(poll_s):
         reason = _stop_checks[-1]()
         if reason:
             _helpers.helper = None          # it stays blocked in this wait; later waits get a new one
             raise StoppedWaiting(reason)
-        now = time.monotonic()
-        if timeout_s is not None and now - started > timeout_s and now - read_at >= 0.5:
-            read_at = now
-            if own is None or own.elapsed_s() > timeout_s:
-                _helpers.helper = None      # as above: gloo's own, longer timeout ends its wait later
-                raise WaitTimedOut(f"timed out after {timeout_s:g} s")
     if failure:
         raise failure[0]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from lab_src.harness.groups import group_timeout
+from lab_src.harness.groups import timeout
 from lab_src.pipeline import trace, waiting
 
 KINDS = {"dp": "allreduce_dp", "tied": "allreduce_tied"}
@@ -57,7 +57,7 @@ class Grid:
         if not members or bad:
             raise ValueError(f"new_group({list(ranks)!r}): the ranks are 0..{self.world_size - 1}")
         self.created.append(members)
-        group = dist.new_group(members, timeout=group_timeout(self.timeout_s))
+        group = dist.new_group(members, timeout=timeout(self.timeout_s))
         if self.rank in members:
             self._mine.append(group)
         return group
