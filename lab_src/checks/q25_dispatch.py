@@ -86,8 +86,9 @@ def check():
 
 def table(out, found, ref) -> str:
     from lab_src.harness.settings import settings_of
-    from lab_src.topics.experts.judge import expected_rows, off_rank
+    from lab_src.topics.experts.judge import expected_rows, off_rank, rule_layers
     s = settings_of(out.case)
+    rules = rule_layers(out, s)
     cfg = out.case.config
     row = cfg.hidden_size * ITEMSIZE[s.dtype]
     rows = [f"    {'rank':>4} {'dp,ep':>5} {'experts':>8} {'counts':>6} {'a2a fwd':>7} {'a2a bwd':>7} "
@@ -95,12 +96,12 @@ def table(out, found, ref) -> str:
     for r, o in sorted(out.obs.items()):
         a2a = o.get("a2a") or {}
         fwd, bwd = a2a.get("forward") or [], a2a.get("backward") or []
-        want = sum(d + c for d, c in expected_rows(out, ref, s, r)) * row
+        want = sum(d + c for d, c in expected_rows(out, rules, s, r)) * row
         got_f = sum(off_rank(a, r) * a["row_bytes"] for a in fwd if not a["integer"])
         got_b = sum(off_rank(a, r) * a["row_bytes"] for a in bwd if not a["integer"])
         dropped = sum(int((~rec["keep"].bool()).sum()) for rec in o.get("moe_layers") or []
                       if hasattr(rec.get("keep"), "bool"))
-        rule = sum(int((~e["routing"].keep).sum()) for e in ref["layers"] if e["rank"] == r)
+        rule = sum(int((~routing.keep).sum()) for (rank, _), (routing, _, _) in rules.items() if rank == r)
         c = o.get("coords") or {}
         rows.append(f"    {r:>4} {c.get('dp', '?')},{c.get('ep', '?'):<3} {str(o.get('owned')):>8} "
                     f"{sum(1 for a in fwd if a['integer']):>6} {sum(1 for a in fwd if not a['integer']):>7} "

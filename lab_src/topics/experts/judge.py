@@ -66,11 +66,7 @@ def difference(got, want) -> float:
     return (got.double() - want.double()).abs().max().item()
 
 
-def _layer(ref: dict, rank: int, layer: int) -> dict:
-    return next(e for e in ref["layers"] if e["rank"] == rank and e["layer"] == layer)
-
-
-def forward_problems(outcome, ref: dict, settings) -> list[Problem]:
+def forward_problems(outcome, ref: dict, settings, rules: dict) -> list[Problem]:
     problems = []
     b = settings.batch
     for r, o in sorted(outcome.obs.items()):
@@ -83,32 +79,55 @@ def forward_problems(outcome, ref: dict, settings) -> list[Problem]:
                                     f"{tuple(want.shape)}", rank=r))
             continue
         problems.append(Problem(f"the logits of this rank's rows differ from one process's MoE by "
-                                f"{difference(got, want):.3g}{combine_diagnosis(outcome, ref, settings, r, o)}", rank=r))
+                                f"{difference(got, want):.3g}{combine_diagnosis(outcome, rules, settings, r, o)}",
+                                rank=r))
     return problems
 
 
-def combine_diagnosis(outcome, ref: dict, settings, r: int, o: dict) -> str:
-    """What the first MoE layer's combine on rank r returned, read against one process's (its inputs are the same)."""
-    layers = o.get("moe_layers") or []
-    got = layers[0].get("combined") if layers else None
-    want = _layer(ref, r, 0)
-    if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want["combined"].shape):
-        return ""
-    if close(got, want["combined"], settings.dtype):
-        return " (the first MoE layer's combine is right: a later layer differs)"
+def rule_layers(outcome, settings) -> dict:
+    """{(rank, layer): (the rule's routing of the inputs the rank's layer got, the combine one process computes from
+    them)}: the rule and the experts at step 0 (the model as built), applied to what each rank recorded, so that a
+    layer is judged on its own inputs, whatever came before it."""
+    from lab_src.topics.experts.moe import one_process_moe, route_rule
+    model = fresh_model(outcome)
+    out = {}
+    for r, o in sorted(outcome.obs.items()):
+        for i, rec in enumerate(o.get("moe_layers") or []):
+            x = rec.get("x")
+            if not isinstance(x, torch.Tensor) or i >= len(model.blocks):
+                continue
+            with torch.no_grad():
+                block = model.blocks[i]
+                routing = route_rule(x, block.router, settings.k, settings.capacity_factor)
+                out[(r, i)] = (routing, one_process_moe(block, x, routing), block)
+    return out
+
+
+def combine_diagnosis(outcome, rules: dict, settings, r: int, o: dict) -> str:
+    """The first MoE layer whose combine differs from one process's on its own inputs, and how."""
     from lab_src.topics.experts.moe import one_process_moe
-    block = fresh_model(outcome).blocks[0]
-    with torch.no_grad():
-        unweighted = one_process_moe(block, want["x"], want["routing"], weighted=False)
-    if close(got, unweighted, settings.dtype):
-        return (": the first layer's combine returns the experts' outputs summed without the router's weights; each "
-                "token's output is the sum over its kept experts of weight * output (the weights are how the router "
-                "learns)")
-    if permuted(got, want["combined"], settings.dtype):
-        return (": the first layer's combine returns the right rows in the wrong places: a token's output belongs in "
-                "the row the token left from (undo dispatch's grouping per expert, then put each row back at its "
-                "token's index)")
-    return f" in the first MoE layer's combine already (by {difference(got, want['combined']):.3g})"
+    for i, rec in enumerate(o.get("moe_layers") or []):
+        if (r, i) not in rules:
+            return ""
+        routing, want, block = rules[(r, i)]
+        got = rec.get("combined")
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
+            return f": layer {i}'s combine returned {getattr(got, 'shape', type(got).__name__)}, not {tuple(want.shape)}"
+        if close(got, want, settings.dtype):
+            continue
+        x = rec["x"]
+        with torch.no_grad():
+            unweighted = one_process_moe(block, x, routing, weighted=False)
+        if close(got, unweighted, settings.dtype):
+            return (f": layer {i}'s combine returns the experts' outputs summed without the router's weights; each "
+                    f"token's output is the sum over its kept experts of weight * output (the weights are also how the "
+                    f"router learns)")
+        if permuted(got, want, settings.dtype) or close(got.sum(0), want.sum(0), settings.dtype):
+            return (f": layer {i}'s combine puts the right outputs in the wrong rows: each expert's output belongs to "
+                    f"the token it came from (dispatch reordered the rows per expert: combine must add each back at "
+                    f"its own token's index)")
+        return f": layer {i}'s combine differs from one process's on the same inputs (by {difference(got, want):.3g})"
+    return " (every MoE layer's combine is right on its inputs: the rest of the model differs)"
 
 
 def permuted(got, want, dtype: str) -> bool:
@@ -207,8 +226,9 @@ def curve_problems(outcome, ref: dict, settings) -> list[Problem]:
     return []
 
 
-def expected_rows(outcome, ref: dict, settings, r: int) -> list[tuple[int, int]]:
-    """Per MoE layer, (rows rank r's dispatch sends off-rank, rows its combine sends off-rank), by the rule."""
+def expected_rows(outcome, rules: dict, settings, r: int) -> list[tuple[int, int]]:
+    """Per MoE layer, (rows rank r's dispatch sends off-rank, rows its combine sends off-rank), by the rule applied to
+    the inputs each rank of r's ep group recorded."""
     ep, E = settings.ep, settings.experts
     L = E // ep
     dp_rank, me = divmod(r, ep)
@@ -216,9 +236,10 @@ def expected_rows(outcome, ref: dict, settings, r: int) -> list[tuple[int, int]]
     out = []
     for layer in range(outcome.case.config.num_layers):
         def sent(src: int, dst_ep: int) -> int:
-            routing = _layer(ref, src, layer)["routing"]
-            owner = routing.experts // L
-            return int(((owner == dst_ep) & routing.keep).sum())
+            if (src, layer) not in rules:
+                return 0
+            routing = rules[(src, layer)][0]
+            return int(((routing.experts // L == dst_ep) & routing.keep).sum())
         dispatch = sum(sent(r, j) for j in range(ep) if j != me)
         combine = sum(sent(members[j], me) for j in range(ep) if j != me)
         out.append((dispatch, combine))
@@ -231,7 +252,7 @@ def off_rank(record: dict, rank: int) -> int:
     return sum(n for j, n in enumerate(record.get("in") or []) if j != me)
 
 
-def traffic_problems(outcome, ref: dict, settings) -> list[Problem]:
+def traffic_problems(outcome, rules: dict, settings) -> list[Problem]:
     problems = []
     cfg = outcome.case.config
     layers = cfg.num_layers
@@ -258,7 +279,7 @@ def traffic_problems(outcome, ref: dict, settings) -> list[Problem]:
             said.append(f"{len(bwd_rows)} all-to-alls of tokens and {len(bwd) - len(bwd_rows)} of counts in the "
                         f"backward of {layers} MoE layers, not two per layer and none of counts (the backward reuses "
                         f"the forward's counts)")
-        want = expected_rows(outcome, ref, settings, r)
+        want = expected_rows(outcome, rules, settings, r)
         want_fwd = sum(d + c for d, c in want) * row_bytes
         got_fwd = sum(off_rank(a, r) * a["row_bytes"] for a in fwd_rows)
         got_bwd = sum(off_rank(a, r) * a["row_bytes"] for a in bwd_rows)
@@ -274,13 +295,27 @@ def traffic_problems(outcome, ref: dict, settings) -> list[Problem]:
     return problems
 
 
-def routing_problems(outcome, ref: dict, settings) -> list[Problem]:
+def token_major_keep(experts, k: int, E: int, cap: int):
+    """The keep mask of capacity taken token by token (each token's choices in turn): the rule's usual misreading."""
+    keep = torch.ones_like(experts, dtype=torch.bool)
+    taken = [0] * E
+    for t in range(experts.shape[0]):
+        for j in range(k):
+            e = int(experts[t, j])
+            keep[t, j] = taken[e] < cap
+            taken[e] += int(taken[e] < cap)
+    return keep
+
+
+def routing_problems(outcome, rules: dict, settings) -> list[Problem]:
     problems = []
     T = settings.batch * outcome.case.config.seq_len
     cap = capacity(T, settings.k, settings.experts, settings.capacity_factor)
     for r, o in sorted(outcome.obs.items()):
         for i, rec in enumerate(o.get("moe_layers") or []):
-            want = _layer(ref, r, i)["routing"]
+            if (r, i) not in rules:
+                break
+            want = rules[(r, i)][0]
             keep, experts = rec.get("keep"), rec.get("experts")
             if not isinstance(keep, torch.Tensor) or tuple(keep.shape) != tuple(want.keep.shape):
                 problems.append(Problem(f"layer {i}: route returned no keep mask of shape {tuple(want.keep.shape)} "
@@ -288,20 +323,24 @@ def routing_problems(outcome, ref: dict, settings) -> list[Problem]:
                 break
             if not isinstance(experts, torch.Tensor) or not torch.equal(experts.long(), want.experts):
                 problems.append(Problem(f"layer {i}: route chose other experts than the top {settings.k} of the "
-                                        f"router's softmax", rank=r))
+                                        f"router's softmax, first choice first", rank=r))
                 break
             if torch.equal(keep.bool(), want.keep):
                 continue
             got_n, want_n = int((~keep.bool()).sum()), int((~want.keep).sum())
-            rule = (f"capacity {cap} per expert of this rank's {T} x {settings.k} assignments, first choices first, "
-                    f"then token order" if cap is not None else "no capacity: nothing is dropped")
-            if got_n == 0:
-                msg = (f"layer {i}: route dropped nothing; the rule drops {want_n} ({rule}): capacity applied after "
-                       f"dispatch, on the receiving rank, sends what should never leave its rank")
+            rule = (f"capacity {cap} per expert of this rank's {T} x {settings.k} assignments, every first choice in "
+                    f"token order, then every second choice" if cap is not None else "no capacity: nothing is dropped")
+            if cap is not None and torch.equal(keep.bool(), token_major_keep(want.experts, settings.k,
+                                                                              settings.experts, cap)):
+                msg = (f"layer {i}: route took the capacity token by token (each token's choices in turn); the rule "
+                       f"takes every token's first choice before any second choice, so a token's first choice is "
+                       f"never dropped for another token's second ({rule})")
+            elif got_n == 0:
+                msg = f"layer {i}: route dropped nothing; the rule drops {want_n} ({rule})"
             elif got_n != want_n:
                 msg = f"layer {i}: route dropped {got_n} assignments; the rule drops {want_n} ({rule})"
             else:
-                msg = (f"layer {i}: route dropped {got_n} assignments, as many as the rule, but other ones ({rule})")
+                msg = f"layer {i}: route dropped {got_n} assignments, as many as the rule, but other ones ({rule})"
             problems.append(Problem(msg, rank=r))
             break
     return problems
@@ -310,12 +349,13 @@ def routing_problems(outcome, ref: dict, settings) -> list[Problem]:
 def judge_run(outcome) -> dict[str, list[Problem]]:
     settings = settings_of(outcome.case)
     ref = reference_run(outcome)
+    rules = rule_layers(outcome, settings)
     found = {part: [] for part in PARTS}
-    found["forward"] = forward_problems(outcome, ref, settings)
+    found["forward"] = forward_problems(outcome, ref, settings, rules)
     found["gradients"] = gradient_problems(outcome, ref, settings, bool(found["forward"]))
     found["training"] = curve_problems(outcome, ref, settings)
-    found["traffic"] = traffic_problems(outcome, ref, settings)
-    found["routing"] = routing_problems(outcome, ref, settings)
+    found["traffic"] = traffic_problems(outcome, rules, settings)
+    found["routing"] = routing_problems(outcome, rules, settings)
     return found
 
 

@@ -87,6 +87,7 @@ def _steps(case, settings, mesh, group, obs) -> None:
         rec = {} if record[0] else None
         if rec is not None:
             layers.append(rec)
+            rec["x"] = _plain(x)
         routing = fns["route"](x, block.router, settings.k, settings.capacity_factor)
         if rec is not None:
             rec.update({name: _plain(getattr(routing, name, None)) for name in ("experts", "weights", "keep")})

@@ -93,7 +93,8 @@ class MoeObserved(Observed):
     coords: dict                # {"dp": d, "ep": e}: the rank's place in the mesh
     owned: list                 # the experts this rank holds
     tokens: int                 # T, the tokens this rank routes per layer
-    moe_layers: list            # step 0, per MoE layer: {"experts", "weights", "keep"} as route returned them
+    moe_layers: list            # step 0, per MoE layer: "x" (its input, (T, h)), {"experts", "weights", "keep"} as
+                                # route returned them
                                 # (tensors, or None), "per_expert" (dispatch's tokens per local expert), "combined"
                                 # (combine's output, (T, h)), "raised" where the layer raised (then the case ends)
     logits: object              # step 0's logits of this rank's rows (tensor)
