@@ -48,6 +48,11 @@ class MoeSettings(Settings):
     lr: float = 0.05                # SGD
     dtype: str = "float64"
 
+    def __post_init__(self):
+        if self.ep < 1 or self.experts % self.ep or not 1 <= self.k <= self.experts:
+            raise ValueError(f"a q25 case needs E a multiple of ep and 1 <= k <= E: ep = {self.ep}, E = "
+                             f"{self.experts}, k = {self.k}")
+
     def degrees(self, case) -> dict[str, int]:
         return {"dp": case.stages // self.ep, "ep": self.ep}
 
