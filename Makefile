@@ -43,6 +43,7 @@ benchmark: setup
 	.venv/bin/python benchmarks/buckets_vs_ddp.py
 	.venv/bin/python benchmarks/zero_vs_torch.py
 	.venv/bin/python benchmarks/recompute_vs_torch.py
+	.venv/bin/python benchmarks/moe_dispatch.py
 	.venv/bin/python benchmarks/fsdp_vs_torch.py
 	.venv/bin/python benchmarks/agent_vs_fork.py
 	.venv/bin/python benchmarks/start_hold.py 40
