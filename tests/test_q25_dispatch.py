@@ -135,6 +135,18 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
     assert "forward_bytes 393,216 right" in out and "undivided_factor 8 right" in out
     from lab_src.checks.q25_dispatch import traffic_figure
     assert traffic_figure(report) is not None
+    # the timeline: every collective of each rank, named per step and phase; its legend names the two kinds drawn
+    from lab_src.topics.experts.figure import moe_view
+    from lab_src.views.saved import draw
+    view = moe_view(report.run.outcomes[0])
+    assert [w for w, _ in view["sections"]][:3] == ["step 0: fwd", "bwd", "sync"]
+    os.environ["NBGRADER_EXECUTION"] = "autograde"        # the static figure, as while autograding
+    try:
+        fig = draw(view, "q25")
+    finally:
+        del os.environ["NBGRADER_EXECUTION"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["all-reduce (torch.distributed)",
+                                                                  "all-to-all (torch.distributed)"]
 
 
 # name: (the answer, its fraction of the points, what its feedback must say); parts: forward, gradients, training,

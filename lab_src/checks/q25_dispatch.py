@@ -7,6 +7,7 @@ prediction beside the grader's figures.
 
     report = check("q25")
     traffic_figure(report)     # the first case's first layer: rows per rank per destination, load per expert, drops
+    report.timeline()          # each rank's all-to-alls and all-reduces, per step: forward, backward, the sync
     example_figure()           # the same picture of the lab's rule on random tokens, in this process
 """
 from __future__ import annotations
@@ -31,11 +32,9 @@ CASES = [("ep = 2, two experts a rank, top-2, capacity 1.0 (drops)", _cfg(41), 2
 
 
 class MoeReport(CheckReport):
-    """A check report that also holds what the first case's first layer sent (for traffic_figure)."""
+    """A check report that also holds what the first case's first layer sent (for traffic_figure); its timeline()
+    draws each rank's all-to-alls and all-reduces per step (topics/experts/figure.py moe_view)."""
     routing: dict = {}
-
-    def timeline(self, case=None):
-        print("q25's picture is traffic_figure(report): the rows each rank sent, the load per expert, the drops.")
 
 
 def traffic_figure(report):
@@ -59,7 +58,7 @@ def example_figure():
 def check():
     from lab_src.topics.experts.judge import flat, judge_run, reference_run
     srcs = sources("q25")
-    cases = [make_case("moe", cfg, srcs, "q25", stages=ranks, label=label, settings=settings, schedule="", step="")
+    cases = [make_case("moe", cfg, srcs, "q25", stages=ranks, label=label, settings=settings)
              for label, cfg, ranks, settings in CASES]
     run = run_cases(cases, run_dir("q25"))
     problems, lines = [], ["q25 dispatch: the lab's MoE model, 2 MoE layers, float64, three SGD steps"]
@@ -78,7 +77,7 @@ def check():
             routing = first_layer(out)
     predicted, said = prediction(srcs.get("q25"))
     lines.append(said)
-    report = finish("q25", run, problems, lines, cls=MoeReport, views=[])
+    report = finish("q25", run, problems, lines, cls=MoeReport)
     report.routing = routing
     report.predicted = predicted
     return report

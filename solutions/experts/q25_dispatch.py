@@ -222,6 +222,14 @@ report = check("q25")
 # %%
 traffic_figure(report)
 
+# %% [markdown]
+# The same run in time: each rank's collectives, per step (the all-to-alls of the forward, those of the backward,
+# then the all-reduces of your `sync_gradients`). A rank waits in an all-to-all until every rank of its group has
+# come: the slowest rank's routing sets the pace of all of them.
+
+# %%
+report.timeline()
+
 # %% nbgrader={"grade": true, "grade_id": "q25_hidden", "locked": true, "points": 10, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q25 (10 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.

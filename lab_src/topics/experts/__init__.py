@@ -19,7 +19,7 @@ TOPIC = Topic(
     title="Mixture of experts: expert parallelism, all-to-all dispatch and combine",
     exercises=("q25",),
     kinds={"moe": Kind("kind", record="records:MoeObserved", settings="records:MoeSettings", calls=("dispatch",),
-                       timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
+                       timeout_factor=COLLECTIVE_TIMEOUT_FACTOR, view="figure:moe_view",
                        what="q25's route, dispatch, combine and sync_gradients in the lab's MoE model on a (dp, ep) "
                             "mesh: step 0's outputs, routing, gradients and all-to-alls recorded, then SGD steps")},
 )

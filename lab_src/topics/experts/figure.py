@@ -4,6 +4,8 @@
     load      the assignments each expert received, stacked by source rank, against the capacity per source rank
     dropped   the assignments each rank dropped (over an expert's capacity)
 
+    moe_view(outcome)                                         the timeline of a case (the kind's view): each rank's
+                                                              all-to-alls and all-reduces, named per step and phase
     routing_figure(sent, load, dropped, capacity, title)     sent: [[rows]] (ep x ep); load: [[rows per source]] per
                                                               expert; dropped: [n per rank]; capacity: int or None
     example_routing(ep=4, experts=8, k=2, capacity_factor=1.0, tokens=64, h=16, seed=0)
@@ -76,3 +78,37 @@ def example_routing(ep: int = 4, experts: int = 8, k: int = 2, capacity_factor: 
         dropped.append(int((~routing.keep).sum()))
     return {"sent": sent, "load": load, "dropped": dropped,
             "capacity": capacity_of(tokens, k, experts, capacity_factor)}
+
+
+COMPUTE_FREE = "no compute drawn: between its bars a rank runs its layers and experts"
+
+
+def moe_view(outcome) -> dict:
+    """The timeline of a q25 case (the kind's declared view): each rank's all-to-alls and all-reduces, named per step
+    above the ranks: the forward's (a counts exchange and two of tokens a layer), the backward's (two a layer), the
+    gradients' sync."""
+    from lab_src.views.saved import case_view
+    view = {**case_view(outcome), "title": f"q25: {outcome.case.label}; every collective of each rank, per step",
+            "compute_free": COMPUTE_FREE}
+    events = view["events"]
+    parts: dict[tuple, list[int]] = {}
+    for r, o in outcome.obs.items():
+        a2a = o.get("a2a") or {}
+        nf, nb = len(a2a.get("forward") or []), len(a2a.get("backward") or [])
+        mine = sorted((i for i, e in enumerate(events) if e.rank == r and e.is_collective),
+                      key=lambda i: (events[i].t_start, events[i].t_end))
+        at, step = 0, 0
+        while at < len(mine) and nf:
+            parts.setdefault((step, "forward"), []).extend(mine[at:at + nf])
+            parts.setdefault((step, "backward"), []).extend(mine[at + nf:at + nf + nb])
+            at += nf + nb
+            sync = at
+            while sync < len(mine) and events[mine[sync]].kind != "all_to_all":
+                sync += 1
+            parts.setdefault((step, "sync"), []).extend(mine[at:sync])
+            at, step = sync, step + 1
+    words = {"forward": "fwd", "backward": "bwd", "sync": "sync"}
+    view["sections"] = [(f"step {k}: fwd" if phase == "forward" else words[phase], idx)
+                        for (k, phase), idx in sorted(parts.items(), key=lambda kv: (kv[0][0], list(words).index(kv[0][1])))
+                        if idx]
+    return view
