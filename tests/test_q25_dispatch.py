@@ -25,7 +25,7 @@ pytestmark = pytest.mark.q25
 def _reference_module(reference):
     module = types.ModuleType("q25_reference")
     path = reference["q25"]
-    exec(compile(Path(path).read_text(), str(path), "exec"), module.__dict__)
+    exec(compile(Path(path).read_text(), str(path), "exec"), module.__dict__)  # noqa: S102 - the reference answer
     return module
 
 
@@ -162,8 +162,8 @@ MISTAKES = {
     "q25_grads_not_divided": (answer("q25_grads_not_divided"), 0.6667,
                               "the experts' gradients are 2x one process's (ep = 2): not divided by the expert"),
     "q25_divided_twice": (answer("q25_divided_twice"), 0.6667,
-                          "the experts' gradients are 1/2 of one process's (ep = 2): divided by the expert-parallel "
-                          "size twice"),
+                          ("the experts' gradients are 1/2 of one process's (ep = 2): divided by the "
+                           "expert-parallel size twice")),
     "q25_wrong_order": (answer("q25_wrong_order"), 0.5, "combine puts the right outputs in the wrong rows"),
     "q25_not_divided_local_rows": (answer("q25_not_divided_local_rows"), 0.5556,
                                    "that counts the rows a rank sends itself too"),

@@ -14,10 +14,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab_src.checks.common import UNFINISHED, CheckReport, errors, finish, make_case, nothing_to_draw, run_cases, run_dir, sources
+from lab_src.checks.common import (
+    UNFINISHED,
+    CheckReport,
+    errors,
+    finish,
+    make_case,
+    nothing_to_draw,
+    run_cases,
+    run_dir,
+    sources,
+)
 from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
-from lab_src.topics.experts.records import ITEMSIZE, PARTS, PREDICTION_KEYS, PREDICTION_NAME, PREDICTION_SHAPE, WHAT, prediction_wanted
+from lab_src.topics.experts.records import (
+    ITEMSIZE,
+    PARTS,
+    PREDICTION_KEYS,
+    PREDICTION_NAME,
+    PREDICTION_SHAPE,
+    WHAT,
+    prediction_wanted,
+)
 
 
 def _cfg(seed: int) -> LabConfig:
@@ -34,7 +52,7 @@ CASES = [("ep = 2, two experts a rank, top-2, capacity 1.0 (drops)", _cfg(41), 2
 class MoeReport(CheckReport):
     """A check report that also holds what the first case's first layer sent (for traffic_figure); its timeline()
     draws each rank's all-to-alls and all-reduces per step (topics/experts/figure.py moe_view)."""
-    routing: dict = {}
+    routing: dict | None = None
 
 
 def traffic_figure(report):
@@ -90,8 +108,8 @@ def table(out, found, ref) -> str:
     rules = rule_layers(out, s)
     cfg = out.case.config
     row = cfg.hidden_size * ITEMSIZE[s.dtype]
-    rows = [f"    {'rank':>4} {'dp,ep':>5} {'experts':>8} {'counts':>6} {'a2a fwd':>7} {'a2a bwd':>7} "
-            f"{'sent fwd (B)':>12} {'rule (B)':>9} {'sent bwd (B)':>12} {'dropped':>7} {'rule':>5}"]
+    rows = [(f"    {'rank':>4} {'dp,ep':>5} {'experts':>8} {'counts':>6} {'a2a fwd':>7} {'a2a bwd':>7} "
+             f"{'sent fwd (B)':>12} {'rule (B)':>9} {'sent bwd (B)':>12} {'dropped':>7} {'rule':>5}")]
     for r, o in sorted(out.obs.items()):
         a2a = o.get("a2a") or {}
         fwd, bwd = a2a.get("forward") or [], a2a.get("backward") or []
@@ -102,7 +120,7 @@ def table(out, found, ref) -> str:
                       if hasattr(rec.get("keep"), "bool"))
         rule = sum(int((~routing.keep).sum()) for (rank, _), (routing, _, _) in rules.items() if rank == r)
         c = o.get("coords") or {}
-        rows.append(f"    {r:>4} {c.get('dp', '?')},{c.get('ep', '?'):<3} {str(o.get('owned')):>8} "
+        rows.append(f"    {r:>4} {c.get('dp', '?')},{c.get('ep', '?'):<3} {o.get('owned')!s:>8} "
                     f"{sum(1 for a in fwd if a['integer']):>6} {sum(1 for a in fwd if not a['integer']):>7} "
                     f"{sum(1 for a in bwd if not a['integer']):>7} {got_f:>12,} {want:>9,} {got_b:>12,} "
                     f"{dropped:>7} {rule:>5}")

@@ -235,7 +235,7 @@ def expected_rows(outcome, rules: dict, settings, r: int) -> list[tuple[int, int
     members = [dp_rank * ep + j for j in range(ep)]
     out = []
     for layer in range(outcome.case.config.num_layers):
-        def sent(src: int, dst_ep: int) -> int:
+        def sent(src: int, dst_ep: int, layer: int = layer) -> int:
             if (src, layer) not in rules:
                 return 0
             routing = rules[(src, layer)][0]
