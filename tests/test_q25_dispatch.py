@@ -169,6 +169,36 @@ MISTAKES = {
                                    "that counts the rows a rank sends itself too"),
 }
 
+# written otherwise, valid: every point (only behaviour is judged)
+VALID = {
+    # the capacity without a loop: each assignment's place in its expert's queue, choice-major, by a cumulative sum
+    "vectorized_route": [("""        taken = [0] * E
+        for j in range(k):                       # every first choice, then every second choice
+            for t in range(x.shape[0]):
+                e = int(experts[t, j])
+                if taken[e] < cap:
+                    taken[e] += 1
+                else:
+                    keep[t, j] = False""",
+                          """        onehot = torch.nn.functional.one_hot(experts.t().reshape(-1), E)
+        place = (onehot.cumsum(0) * onehot).sum(-1) - 1
+        keep = (place < cap).reshape(k, -1).t()""")],
+    # one flat buffer per group, divided before the sum
+    "flat_sync": [("""    world = groups.ep_size * groups.dp_size
+    for p in dense:                  # every rank's own tokens: the mean over all ranks
+        dist.all_reduce(p.grad, group=groups.world)
+        p.grad /= world
+    for p in experts:                # the all-to-all's backward summed the ep ranks' terms: divide, and average over dp
+        dist.all_reduce(p.grad, group=groups.dp)
+        p.grad /= groups.ep_size * groups.dp_size""",
+                   """    world = groups.ep_size * groups.dp_size
+    for params, group in ((dense, groups.world), (experts, groups.dp)):
+        flat = torch.cat([p.grad.reshape(-1) for p in params]) / world
+        dist.all_reduce(flat, group=group)
+        for p, g in zip(params, flat.split([p.numel() for p in params])):
+            p.grad.copy_(g.view_as(p))""")],
+}
+
 
 @pytest.mark.slow
 def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_leftovers):
@@ -176,10 +206,16 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
     reference = {k: str(v) for k, v in reference.items()}
     right = Path(reference["q25"]).read_text()
     texts = {name: text if text is not None else right for name, (text, _, _) in MISTAKES.items()}
+    for name, edits in VALID.items():
+        texts[name] = right
+        for old, new in edits:
+            assert old in texts[name], (name, old)
+            texts[name] = texts[name].replace(old, new)
     graded = grade_answers("q25", texts, reference, tmp_path)
     wrong = []
     for name, (_, fraction, says) in MISTAKES.items():
         got, lines = graded[name]
         if got != pytest.approx(fraction, abs=1e-4) or says not in " ".join("\n".join(lines).split()):
             wrong.append((name, got, lines))
+    wrong += [(name, graded[name][0], graded[name][1]) for name in VALID if graded[name][0] != 1.0]
     assert not wrong, wrong
