@@ -1046,6 +1046,18 @@ _MOMENTS = {}                                     # AdamW's moments of the whole
         ("""    return {"forward_bytes": 2 * 512 * 2 * 3 / 4 * 64 * 4, "backward_bytes": 2 * 512 * 2 * 3 / 4 * 64 * 4,""",
          """    return {"forward_bytes": 2 * 512 * 2 * 64 * 4, "backward_bytes": 2 * 512 * 2 * 64 * 4,"""),
     ]),
+    # q25: the tokens' all-to-alls through torch's functional collectives (all_to_all_single_autograd): right values,
+    # but a call the lab does not record (its C++ op goes around torch.distributed's Python entry points)
+    "q25_functional_collectives": Mistake("q25", [
+        ("""import torch.distributed as dist
+""", """import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+"""),
+        ("""    got = AllToAll.apply(x[rows], send_rows, recv_rows, ep_group)   # by source rank, then local expert""",
+         """    got = funcol.all_to_all_single_autograd(x[rows], recv_rows, send_rows, ep_group)"""),
+        ("""    back = AllToAll.apply(torch.cat(by_source), meta["recv_rows"], meta["send_rows"], ep_group)""",
+         """    back = funcol.all_to_all_single_autograd(torch.cat(by_source), meta["send_rows"], meta["recv_rows"], ep_group)"""),
+    ]),
     # q25, a student's two: the experts' gradients not divided by ep, and the prediction counting local rows
     "q25_not_divided_local_rows": Mistake("q25", [
         ("""    return {"forward_bytes": 2 * 512 * 2 * 3 / 4 * 64 * 4, "backward_bytes": 2 * 512 * 2 * 3 / 4 * 64 * 4,""",

@@ -272,6 +272,13 @@ def traffic_problems(outcome, rules: dict, settings) -> list[Problem]:
             said.append(f"{len(counts)} all-to-alls of counts (integers) in the forward of {layers} MoE layers, not one "
                         f"per layer" + (": without the counts, a rank cannot know how many rows each other rank "
                                         "sends it (padded to a fixed size instead?)" if not counts else ""))
+        if not fwd_rows and not bwd_rows:
+            problems += [Problem(x, rank=r) for x in said] + [Problem(
+                "the lab recorded no all-to-all of tokens on this rank, forward or backward: send them with "
+                "torch.distributed.all_to_all_single (in an autograd.Function whose backward is the reverse "
+                "all-to-all); torch's functional collectives (all_to_all_single_autograd) are not recorded, so "
+                "nothing vouches for what they sent", rank=r)]
+            continue
         if len(fwd_rows) != 2 * layers:
             said.append(f"{len(fwd_rows)} all-to-alls of tokens in the forward of {layers} MoE layers, not two per "
                         f"layer (dispatch and combine)")
