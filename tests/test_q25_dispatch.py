@@ -107,6 +107,10 @@ def test_the_recorder_keeps_an_all_to_all_singles_splits():
     counts = split_record({"input": torch.zeros(2, 2, dtype=torch.long), "output": torch.zeros(2, 2, dtype=torch.long)},
                           (0, 1))
     assert counts["in"] == [1, 1] and counts["integer"] and counts["row_bytes"] == 16
+    # a rank that sends no row still says how wide a row is (what tells tokens from counts)
+    empty = split_record({"input": torch.zeros(0, 3, dtype=torch.float64), "output": torch.zeros(2, 3,
+                          dtype=torch.float64), "input_split_sizes": [0, 0], "output_split_sizes": [2, 0]}, (0, 1))
+    assert empty["row_bytes"] == 24 and empty["in"] == [0, 0]
 
 
 def test_the_figures():

@@ -114,15 +114,16 @@ def table(out, found, ref) -> str:
         a2a = o.get("a2a") or {}
         fwd, bwd = a2a.get("forward") or [], a2a.get("backward") or []
         want = sum(d + c for d, c in expected_rows(out, rules, s, r)) * row
-        got_f = sum(off_rank(a, r) * a["row_bytes"] for a in fwd if not a["integer"])
-        got_b = sum(off_rank(a, r) * a["row_bytes"] for a in bwd if not a["integer"])
+        got_f = sum(off_rank(a, r) * a["row_bytes"] for a in fwd if not a["integer"] and a["row_bytes"] == row)
+        got_b = sum(off_rank(a, r) * a["row_bytes"] for a in bwd if not a["integer"] and a["row_bytes"] == row)
         dropped = sum(int((~rec["keep"].bool()).sum()) for rec in o.get("moe_layers") or []
                       if hasattr(rec.get("keep"), "bool"))
         rule = sum(int((~routing.keep).sum()) for (rank, _), (routing, _, _) in rules.items() if rank == r)
         c = o.get("coords") or {}
         rows.append(f"    {r:>4} {c.get('dp', '?')},{c.get('ep', '?'):<3} {o.get('owned')!s:>8} "
-                    f"{sum(1 for a in fwd if a['integer']):>6} {sum(1 for a in fwd if not a['integer']):>7} "
-                    f"{sum(1 for a in bwd if not a['integer']):>7} {got_f:>12,} {want:>9,} {got_b:>12,} "
+                    f"{sum(1 for a in fwd if a['integer'] or a['row_bytes'] != row):>6} "
+                    f"{sum(1 for a in fwd if not a['integer'] and a['row_bytes'] == row):>7} "
+                    f"{sum(1 for a in bwd if not a['integer'] and a['row_bytes'] == row):>7} {got_f:>12,} {want:>9,} {got_b:>12,} "
                     f"{dropped:>7} {rule:>5}")
     losses = [o.get("losses") or [] for _, o in sorted(out.obs.items())]
     curve = [sum(x[k] for x in losses) / len(losses) for k in range(min(len(x) for x in losses))] if losses else []

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import sys
 import threading
 
@@ -164,8 +165,7 @@ def split_record(bound: dict, members: tuple) -> dict:
             return [int(v) for v in given]
         rows = t.shape[0] if hasattr(t, "shape") and t.dim() else 0
         return [rows // n] * n
-    rows = x.shape[0] if hasattr(x, "shape") and x.dim() else 1
-    row_bytes = x.numel() * x.element_size() // rows if hasattr(x, "numel") and rows else 0
+    row_bytes = math.prod(x.shape[1:]) * x.element_size() if hasattr(x, "shape") and x.dim() else 0
     return {"in": splits(bound.get("input_split_sizes"), x), "out": splits(bound.get("output_split_sizes"), out),
             "row_bytes": int(row_bytes), "integer": bool(hasattr(x, "is_floating_point") and not x.is_floating_point()),
             "members": list(members)}

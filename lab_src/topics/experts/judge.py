@@ -260,8 +260,10 @@ def traffic_problems(outcome, rules: dict, settings) -> list[Problem]:
     for r, o in sorted(outcome.obs.items()):
         a2a = o.get("a2a") or {}
         fwd, bwd = a2a.get("forward") or [], a2a.get("backward") or []
-        counts = [a for a in fwd if a["integer"]]
-        fwd_rows, bwd_rows = [a for a in fwd if not a["integer"]], [a for a in bwd if not a["integer"]]
+        def tokens(a) -> bool:          # rows of h elements of the model's dtype; anything else is counts
+            return not a["integer"] and a["row_bytes"] == row_bytes
+        counts = [a for a in fwd if not tokens(a)]
+        fwd_rows, bwd_rows = [a for a in fwd if tokens(a)], [a for a in bwd if tokens(a)]
         said = []
         if not fwd and not bwd:
             problems.append(Problem("the lab recorded no all-to-all on this rank: exchange the counts and the tokens "
@@ -270,8 +272,9 @@ def traffic_problems(outcome, rules: dict, settings) -> list[Problem]:
             continue
         if len(counts) != layers:
             said.append(f"{len(counts)} all-to-alls of counts (integers) in the forward of {layers} MoE layers, not one "
-                        f"per layer" + (": without the counts, a rank cannot know how many rows each other rank "
-                                        "sends it (padded to a fixed size instead?)" if not counts else ""))
+                        f"per layer" + (": without the counts a rank cannot size what it receives; exchange them in "
+                                        "one all-to-all a layer (not padded to a fixed size, not gathered from every "
+                                        "rank)" if not counts else ""))
         if not fwd_rows and not bwd_rows:
             problems += [Problem(x, rank=r) for x in said] + [Problem(
                 "the lab recorded no all-to-all of tokens on this rank, forward or backward: send them with "
