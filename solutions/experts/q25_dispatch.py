@@ -79,7 +79,9 @@ example_figure()
 #     out = combine(y, meta, ep_group)                             # (T, h), added to the residual
 #
 # and after the backward of the rank's mean loss, `sync_gradients(dense, experts, groups)`, then an SGD step.
-# Use `torch.distributed.all_to_all_single` for both exchanges: the lab records every call with its split sizes.
+# Use `torch.distributed.all_to_all_single` for both exchanges: the lab records every call with its split sizes
+# (torch's functional collectives, `all_to_all_single_autograd` among them, go around the recorder: it would see
+# none of your traffic).
 #
 # <details><summary><b>Hint</b>: the all-to-all under autograd</summary>
 #
