@@ -44,6 +44,7 @@ benchmark: setup
 	.venv/bin/python benchmarks/zero_vs_torch.py
 	.venv/bin/python benchmarks/recompute_vs_torch.py
 	.venv/bin/python benchmarks/ring_attention_vs_sdpa.py
+	.venv/bin/python benchmarks/moe_dispatch.py
 	.venv/bin/python benchmarks/fsdp_vs_torch.py
 	.venv/bin/python benchmarks/agent_vs_fork.py
 	.venv/bin/python benchmarks/start_hold.py 40

@@ -547,6 +547,46 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     """
 
 
+@_exercise_api("q25")
+def dispatch(x: torch.Tensor, routing, ep_group) -> tuple:
+    """Send this rank's routed tokens to the ranks that hold their experts, in two all-to-alls over `ep_group`;
+    return `(tokens, tokens_per_expert, meta)`.
+
+    The layout: E experts over the ep ranks of `ep_group` (E a multiple of ep), L = E / ep per rank, contiguous: ep
+    rank c holds experts c L .. c L + L - 1. `x` is (T, h), this rank's tokens; `routing` is what your `route`
+    returned (below). First exchange the counts, in one all-to-all of integers (every rank learns how many tokens
+    each other rank sends it, per local expert); then the tokens, in one uneven all-to-all
+    (`torch.distributed.all_to_all_single` with split sizes), each kept assignment of a token once (a token with two
+    kept experts on one rank is sent twice). Return `tokens`, the rows received, grouped per local expert (all of
+    expert c L's rows, then c L + 1's, ...; within an expert in any order your combine undoes), `tokens_per_expert`,
+    L ints, and `meta`, whatever your combine needs. The rows' gradients must flow back to `x` (an all-to-all in an
+    autograd.Function whose backward is the reverse all-to-all). Call torch.distributed's collectives yourself: the lab
+    records each, with its split sizes.
+
+    The answer cell also defines:
+    - `route(x, router, k, capacity_factor) -> Routing`: `router` is an nn.Linear(h, E). Each token's k experts are
+      the top k of softmax(router(x)) over all E, its weights those k probabilities (not renormalised: the router
+      learns through them). Capacity C = ceil(capacity_factor * T * k / E) assignments of this rank per expert (none
+      when capacity_factor is 0): taking every token's first choice in token order, then every second choice, ..., an
+      assignment whose expert already took C is dropped (keep False; its token gets nothing from that expert: a token
+      dropped everywhere passes through the residual alone). Return
+      `lab_src.topics.experts.moe.Routing(experts, weights, keep, E)`, each (T, k), first choices first.
+    - `combine(y, meta, ep_group) -> (T, h)`: `y` is your experts' outputs, the rows of `tokens` in the same order.
+      Send them back with the reverse all-to-all (the counts are known: no second exchange) and return, for each of
+      this rank's tokens, the sum over its kept assignments of weight * expert output (zeros where all were dropped).
+    - `sync_gradients(dense, experts, groups)`: after the backward of this rank's mean loss, make every parameter's
+      .grad the gradient of the mean loss over every rank's tokens. `dense` (embedding, attention, routers, head) are
+      replicated on every rank; `experts` are this rank's experts, replicated over `groups.dp` (the ranks with the same
+      ep coordinate). `groups`: `.ep`, `.dp`, `.world` (process groups), `.ep_size`, `.dp_size`, `.ep_rank`,
+      `.dp_rank`. Every rank reads its own tokens.
+    - `predicted_moe_traffic()`, your prediction, graded: {"forward_bytes", "backward_bytes", "undivided_factor"}
+      (the notebook says for which layout).
+    What is judged is behaviour: outputs and gradients equal to one process's MoE, three SGD steps on its curve, one
+    counts exchange and two all-to-alls of tokens per layer forward (two backward) that send exactly the kept rows
+    bound off-rank, and which assignments were dropped.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

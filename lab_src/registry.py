@@ -125,6 +125,9 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              ("q02", "q03", "q05", "q11", "q12", "q19")),
     Exercise("q23", "recompute_block", "Long sequences: what a block keeps for its backward, and what recomputing it costs", ()),
     Exercise("q24", "ring_attention", "Long sequences: attention over a sequence split across ranks (ring attention, zigzag, Ulysses)", ()),
+    # its answer cell also defines route, combine and sync_gradients, which the lab's MoE layer calls around it
+    # (topics/experts/kind.py)
+    Exercise("q25", "dispatch", "Mixture of experts: route, dispatch and combine with all-to-alls, the experts' gradients scaled", ()),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]
@@ -139,6 +142,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "data_parallel": ("q19", "q20"),
     "sharding": ("q21", "q22"),
     "long_sequences": ("q23", "q24"),
+    "experts": ("q25",),
 }
 
 # Each module's title: the heading of its assignment's README.md (grader/index.py). `grader new --module NEW
@@ -151,6 +155,7 @@ MODULE_TITLES: dict[str, str] = {
     "data_parallel": "Data parallel from first principles: a ring all-reduce, then gradient buckets under the pipeline",
     "sharding": "Sharding the training state: the optimizer and the gradients over the data-parallel ranks (ZeRO)",
     "long_sequences": "Long sequences: activation memory, recomputation, sequence and context parallelism",
+    "experts": "Mixture of experts: expert parallelism, all-to-all dispatch and combine, the experts' gradients",
 }
 
 

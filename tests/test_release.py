@@ -123,12 +123,13 @@ def test_every_release_answer_cell_is_a_stub_and_every_hidden_cell_is_kept():
             assert ids[ex.hidden_cell]["metadata"]["nbgrader"]["points"] > 0
 
 
-def test_each_graded_prediction_of_q19_to_q24_shows_its_form_before_anything_answers_it():
+def test_each_graded_prediction_of_q19_to_q25_shows_its_form_before_anything_answers_it():
     """The prompt and the release's stub spell out the return with every key the grader reads (lab_src's records,
     which the hidden test and the check read too); no figure before the answer cell draws what q21, q23 or q24
     predicts."""
     from lab_src.judge.numeric import return_form
     from lab_src.topics.data_parallel import records as dp
+    from lab_src.topics.experts import records as ex
     from lab_src.topics.long_sequences import records as ls
     from lab_src.topics.sharding import records as sh
     for qid, name, keys in [("q19", dp.PREDICTION_NAME, dp.PREDICTION_KEYS),
@@ -136,7 +137,8 @@ def test_each_graded_prediction_of_q19_to_q24_shows_its_form_before_anything_ans
                             ("q21", sh.PREDICTION_NAME, sh.PREDICTION_KEYS),
                             ("q22", sh.FSDP_PREDICTION, sh.FSDP_PREDICTION_KEYS),
                             ("q23", ls.PREDICTION_NAME, ls.PREDICTION_KEYS),
-                            ("q24", ls.PREDICTION_Q24, ls.PREDICTION_Q24_KEYS)]:
+                            ("q24", ls.PREDICTION_Q24, ls.PREDICTION_Q24_KEYS),
+                            ("q25", ex.PREDICTION_NAME, ex.PREDICTION_KEYS)]:
         form = return_form(keys).strip("`")
         cells = json.loads(released(EXERCISES[qid]).read_text())["cells"]
         at = next(i for i, c in enumerate(cells) if cell_source(c).startswith(f"%%answer {qid}"))
@@ -158,6 +160,10 @@ def test_each_graded_prediction_of_q19_to_q24_shows_its_form_before_anything_ans
             assert any("tiles_figure(4)" in c for c in before)
             assert not any("blocks_figure(report)" in c or "check(" in c for c in before)
             assert any("blocks_figure(report)" in cell_source(c) for c in cells[at:])
+        if qid == "q25":        # the opening figure is the rule on random tokens; the check and its figure come after
+            before = [cell_source(c) for c in cells[:at] if c["cell_type"] == "code"]
+            assert any("example_figure()" in c for c in before)
+            assert not any("traffic_figure(report)" in c or "check(" in c for c in before)
 
 
 def test_running_a_source_notebook_leaves_nothing_that_would_ship(tmp_path, no_leftovers):

@@ -1067,4 +1067,80 @@ _MOMENTS = {}                                     # AdamW's moments of the whole
         ("""    return {"ring": 2 * 7 * 512 * 32 * 128 * 2, "ulysses": 4 * 512 * 32 * 128 * 2 * 7 / 8,""",
          """    return {"ring": 2 * 7 * 512 * 32 * 128 * 2, "ulysses": 4 * 512 * 32 * 128 * 2,"""),
     ], base="q24_no_grad_home"),
+    # q25: no counts exchanged: every expert's slot padded to the most it could hold (T k rows), so the receiver
+    # knows the sizes without asking; the values are right, the bytes many times what the routing needs
+    "q25_counts_not_exchanged": Mistake("q25", [
+        ("""    send = torch.bincount(expert, minlength=E).view(ep, L)    # [rank j, its expert l]: rows this rank sends
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send, group=ep_group)    # [rank j, my expert l]: rows rank j sends me
+    send_rows, recv_rows = send.sum(1).tolist(), recv.sum(1).tolist()
+    got = AllToAll.apply(x[rows], send_rows, recv_rows, ep_group)   # by source rank, then local expert
+    pieces = list(torch.split(got, recv.flatten().tolist()))""",
+         """    send = torch.bincount(expert, minlength=E)
+    P = x.shape[0] * routing.experts.shape[1]       # no counts to exchange: each expert's slot holds T k rows
+    start = torch.cumsum(send, 0) - send
+    slots = expert * P + torch.arange(len(expert)) - start[expert]
+    padded = x.new_zeros((E * P, x.shape[1])).index_copy(0, slots, x[rows])
+    send_rows = recv_rows = [L * P] * ep
+    got = AllToAll.apply(padded, send_rows, recv_rows, ep_group)
+    pieces = list(torch.split(got, [P] * (ep * L)))"""),
+        ("""            "sizes": [pieces[i].shape[0] for i in by_expert], "by_expert": by_expert, "T": x.shape[0]}
+    return tokens, recv.sum(0).tolist(), meta""",
+         """            "sizes": [pieces[i].shape[0] for i in by_expert], "by_expert": by_expert, "T": x.shape[0],
+            "slots": slots}
+    return tokens, [ep * P] * L, meta"""),
+        ("""    out = y.new_zeros((meta["T"], y.shape[1]))""",
+         """    back = back[meta["slots"]]
+    out = y.new_zeros((meta["T"], y.shape[1]))"""),
+    ]),
+    # q25: combine adds the experts' outputs without the router's weights
+    "q25_combine_unweighted": Mistake("q25", [
+        ("""    return out.index_add(0, meta["rows"], meta["weights"].unsqueeze(1) * back)""",
+         """    return out.index_add(0, meta["rows"], back)"""),
+    ]),
+    # q25: capacity taken token by token (each token's choices in turn), not every first choice first
+    "q25_capacity_token_major": Mistake("q25", [
+        ("""        for j in range(k):                       # every first choice, then every second choice
+            for t in range(x.shape[0]):""",
+         """        for t in range(x.shape[0]):              # token by token
+            for j in range(k):"""),
+    ]),
+    # q25: the experts' gradients averaged over dp only, as the dense ones are: the ep ranks' terms, summed by the
+    # all-to-all's backward, stay summed (ep times too large)
+    "q25_grads_not_divided": Mistake("q25", [
+        ("""        p.grad /= groups.ep_size * groups.dp_size""", """        p.grad /= groups.dp_size"""),
+    ]),
+    # q25: the experts' gradients divided by ep twice
+    "q25_divided_twice": Mistake("q25", [
+        ("""        p.grad /= groups.ep_size * groups.dp_size""",
+         """        p.grad /= groups.ep_size * groups.ep_size * groups.dp_size"""),
+    ]),
+    # q25: combine adds each output at the token order of before dispatch's sort per expert: the rows come back in
+    # the order they were sent, grouped per expert, not in the tokens' order
+    "q25_wrong_order": Mistake("q25", [
+        ("""    meta = {"rows": rows, "weights": weights,""", """    meta = {"rows": token[kept], "weights": weights,"""),
+    ]),
+    # q25: the prediction counts the rows a rank sends itself (T k rows each way, none stays local)
+    "q25_local_rows_counted": Mistake("q25", [
+        ("""    return {"forward_bytes": 2 * 512 * 2 * 3 / 4 * 64 * 4, "backward_bytes": 2 * 512 * 2 * 3 / 4 * 64 * 4,""",
+         """    return {"forward_bytes": 2 * 512 * 2 * 64 * 4, "backward_bytes": 2 * 512 * 2 * 64 * 4,"""),
+    ]),
+    # q25: the tokens' all-to-alls through torch's functional collectives (all_to_all_single_autograd): right values,
+    # but a call the lab does not record (its C++ op goes around torch.distributed's Python entry points)
+    "q25_functional_collectives": Mistake("q25", [
+        ("""import torch.distributed as dist
+""", """import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+"""),
+        ("""    got = AllToAll.apply(x[rows], send_rows, recv_rows, ep_group)   # by source rank, then local expert""",
+         """    got = funcol.all_to_all_single_autograd(x[rows], recv_rows, send_rows, ep_group)"""),
+        ("""    back = AllToAll.apply(torch.cat(by_source), meta["recv_rows"], meta["send_rows"], ep_group)""",
+         """    back = funcol.all_to_all_single_autograd(torch.cat(by_source), meta["send_rows"], meta["recv_rows"], ep_group)"""),
+    ]),
+    # q25, a student's two: the experts' gradients not divided by ep, and the prediction counting local rows
+    "q25_not_divided_local_rows": Mistake("q25", [
+        ("""    return {"forward_bytes": 2 * 512 * 2 * 3 / 4 * 64 * 4, "backward_bytes": 2 * 512 * 2 * 3 / 4 * 64 * 4,""",
+         """    return {"forward_bytes": 2 * 512 * 2 * 64 * 4, "backward_bytes": 2 * 512 * 2 * 64 * 4,"""),
+    ], base="q25_grads_not_divided"),
+
 }

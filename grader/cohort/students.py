@@ -271,6 +271,15 @@ COHORT = [
             # and the backward's bytes wrong in all 12 ring runs, the 4 other Ulysses runs wrong); work right (12
             # of 12); the prediction's 'ulysses' wrong (3 of 4): (2/18 + 2/18 + 1 + 3/4) / 4
             expect={"q23": 0.6667, "q24": 0.4931}),
+    Student("otto", "q25 averages each expert's gradient over its data-parallel group as the dense layers are "
+                    "averaged, forgetting that the all-to-all's backward already summed the terms of the ep ranks "
+                    "whose tokens the expert saw (the experts' gradients come out ep times too large), and predicts "
+                    "the all-to-alls' bytes counting the rows a rank sends itself",
+            answers={"q25": answer("q25_not_divided_local_rows")},
+            # forward, traffic and routing right in the five cases; gradients and the three-step curve wrong in all
+            # five (the experts' gradients 2x or 4x one process's); the prediction's two byte counts 4/3 too large,
+            # the factor right: (1 + 0 + 0 + 1 + 1 + 1/3) / 6
+            expect={"q25": 0.5556}),
 ]
 
 BY_NAME = {s.name: s for s in COHORT}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import sys
 import threading
 
@@ -48,6 +49,9 @@ CASE_GROUP: list = []
 # while a q17 case runs (kind_layers arms it with a list): per recorded all-reduce, what this rank handed it and
 # what it gave back, so that the judge can tell whether the part's output is made of the sum it recorded
 CARRIED: list | None = None
+# while a q25 case runs (its kind arms it with a list): per recorded all-to-all-single, how it split its rows (the event
+# records the whole input's bytes, of which the rows a rank sends to itself never leave it)
+ALL_TO_ALL: list | None = None
 
 
 @contextlib.contextmanager
@@ -126,6 +130,8 @@ def _wrapper(name: str):
                              f"but {where}")
         keep = CARRIED is not None and name == "all_reduce" and hasattr(bound.get("tensor"), "detach")
         sent = bound["tensor"].detach().cpu().clone() if keep else None
+        if ALL_TO_ALL is not None and name == "all_to_all_single":
+            ALL_TO_ALL.append(split_record(bound, members))
         with trace.span(kind, None, None, shape, nbytes, group=members):
             bound_async = bool(bound.get("async_op"))
             try:
@@ -146,6 +152,23 @@ def _wrapper(name: str):
     wrapper.__name__, wrapper.__qualname__ = original.__name__, original.__qualname__
     wrapper.__doc__, wrapper.__wrapped__ = original.__doc__, original
     return wrapper
+
+
+def split_record(bound: dict, members: tuple) -> dict:
+    """An all-to-all-single's rows per peer, as it was called: {"in": rows sent to each member (in group order), "out":
+    rows received from each, "row_bytes", "integer" (the tensor holds integers: counts, not tokens), "members"}."""
+    x, out = bound.get("input"), bound.get("output")
+    n = max(len(members), 1)
+
+    def splits(given, t):
+        if given is not None:
+            return [int(v) for v in given]
+        rows = t.shape[0] if hasattr(t, "shape") and t.dim() else 0
+        return [rows // n] * n
+    row_bytes = math.prod(x.shape[1:]) * x.element_size() if hasattr(x, "shape") and x.dim() else 0
+    return {"in": splits(bound.get("input_split_sizes"), x), "out": splits(bound.get("output_split_sizes"), out),
+            "row_bytes": int(row_bytes), "integer": bool(hasattr(x, "is_floating_point") and not x.is_floating_point()),
+            "members": list(members)}
 
 
 # the bytes the lab's own collectives (`lab`) sent from this rank since the case began, as gloo's algorithms send

@@ -68,7 +68,9 @@ def legend(collectives: tuple = (), chunks: int = 1, unfinished: bool = False, p
         named.append(LegendItem(LANE_RING_LABEL, "bar", COLORS[LANE_RING]))
     if messages:        # the arrows take their direction's colour: down the ring, and its wrap-around back up
         if not any(k in collectives for k in MESSAGE_PHASES.values()):
-            return items        # no message ended (a run stopped in its first sends): its waits alone
+            # no message ended (a run stopped in its first sends: its waits alone), or a run of collectives alone
+            # without compute (q25's all-to-alls and all-reduces): those it drew
+            return items + named
         arrows = [LegendItem("message to a higher rank: send → receive", "arrow", COLORS["forward"])]
         if MESSAGE_PHASES["backward"] in collectives:
             arrows.append(LegendItem("message to a lower rank (the ring's wrap-around: last rank to first)", "arrow",
