@@ -50,7 +50,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     """Causal attention of (b, heads, s, d) q, k, v; with `mask` (b, heads, s, s), the probabilities are
     multiplied by it (dropout) before they weigh v. Without one: torch's scaled_dot_product_attention."""
     if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)     # torch's kernel: no dropout to apply
     s = q.shape[-2]
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     causal = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
