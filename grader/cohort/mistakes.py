@@ -202,6 +202,18 @@ Q16_LATE_W = Span("        if len(done) > r:", "            stage.backward_weigh
 Q16_LEFT_WS = Span("    for mb in done[max(0, len(done) - r):]:", "        stage.backward_weight(microbatch=mb)\n")
 
 # ---- the mistakes -------------------------------------------------------------------------------------------
+# q23's prediction from the paper's figures (1-byte masks, no LayerNorm statistics, no causal mask): one student's
+# mistake alone, and another's beside new masks
+Q23_PAPER_PREDICTION = [
+        ("""    # 2 (18 sbh + 3 a s^2 b + 4 sb) + s^2; 2 (18 sbh + 4 sb); 2 sbh
+    return {"none": 2 * (18 * 256 * 4 * 64 + 3 * 8 * 256 * 256 * 4 + 4 * 256 * 4) + 256 * 256,
+            "selective": 2 * (18 * 256 * 4 * 64 + 4 * 256 * 4),
+            "full": 2 * 256 * 4 * 64}""",
+         """    # the paper's per-layer figures: 34 sbh + 5 a s^2 b, 34 sbh, 2 sbh
+    return {"none": 34 * 256 * 4 * 64 + 5 * 8 * 256 * 256 * 4, "selective": 34 * 256 * 4 * 64,
+            "full": 2 * 256 * 4 * 64}"""),
+]
+
 MISTAKES = {
     # q03: the activation sent between stages taken for the model's output, (batch, seq, vocab)
     "q03_vocab_shape": Mistake("q03", [
@@ -974,25 +986,9 @@ _MOMENTS = {}                                     # AdamW's moments of the whole
         ("""        if self.mode == "full":""", """        if self.mode in ("full", "selective"):"""),
     ]),
     # q23: the prediction from the paper's figures (1-byte masks, no LayerNorm statistics, no causal mask)
-    "q23_paper_prediction": Mistake("q23", [
-        ("""    # 2 (18 sbh + 3 a s^2 b + 4 sb) + s^2; 2 (18 sbh + 4 sb); 2 sbh
-    return {"none": 2 * (18 * 256 * 4 * 64 + 3 * 8 * 256 * 256 * 4 + 4 * 256 * 4) + 256 * 256,
-            "selective": 2 * (18 * 256 * 4 * 64 + 4 * 256 * 4),
-            "full": 2 * 256 * 4 * 64}""",
-         """    # the paper's per-layer figures: 34 sbh + 5 a s^2 b, 34 sbh, 2 sbh
-    return {"none": 34 * 256 * 4 * 64 + 5 * 8 * 256 * 256 * 4, "selective": 34 * 256 * 4 * 64,
-            "full": 2 * 256 * 4 * 64}"""),
-    ]),
+    "q23_paper_prediction": Mistake("q23", Q23_PAPER_PREDICTION),
     # q23, a student's two: new masks in the recomputation, and the paper's prediction
-    "q23_new_masks_paper": Mistake("q23", [
-        ("""    # 2 (18 sbh + 3 a s^2 b + 4 sb) + s^2; 2 (18 sbh + 4 sb); 2 sbh
-    return {"none": 2 * (18 * 256 * 4 * 64 + 3 * 8 * 256 * 256 * 4 + 4 * 256 * 4) + 256 * 256,
-            "selective": 2 * (18 * 256 * 4 * 64 + 4 * 256 * 4),
-            "full": 2 * 256 * 4 * 64}""",
-         """    # the paper's per-layer figures: 34 sbh + 5 a s^2 b, 34 sbh, 2 sbh
-    return {"none": 34 * 256 * 4 * 64 + 5 * 8 * 256 * 256 * 4, "selective": 34 * 256 * 4 * 64,
-            "full": 2 * 256 * 4 * 64}"""),
-    ], base="q23_new_masks"),
+    "q23_new_masks_paper": Mistake("q23", Q23_PAPER_PREDICTION, base="q23_new_masks"),
     # q24: the block outputs added as they come, each normalised by its own softmax sum, without rescaling by
     # their log-sum-exp (the log-sum-exp itself merged right, so the backward reads a right lse)
     "q24_no_rescale": Mistake("q24", [

@@ -167,39 +167,38 @@ class LiveTensors:
             return storage.nbytes()
         return max(0, storage.nbytes() - then)
 
-    def scan(self, known: set[int] = frozenset()) -> Found:
-        """The storages alive now that are neither `known` (addresses), nor the autograd graph's, nor there at
-        `mark()` (beyond their bytes then)."""
+    def _alive(self) -> tuple[dict[int, int], set[int]]:
+        """{address: bytes beyond those at `mark()`} of every storage alive now, and the addresses of the autograd
+        graph's (every saved tensor counts as an activation: see saving())."""
         t0 = time.perf_counter()
-        plain: dict[int, int] = {}
+        alive: dict[int, int] = {}
         graph: set[int] = set()
         young, frozen = self._tensors()
         for storage, in_graph in self._storages(young + frozen):
             ptr = storage.data_ptr()
-            if in_graph:                    # (every saved tensor counts as an activation: see saving())
+            if in_graph:
                 graph.add(ptr)
-            else:
-                plain[ptr] = max(plain.get(ptr, 0), self._new_bytes(storage))
+            alive[ptr] = max(alive.get(ptr, 0), self._new_bytes(storage))
         del young, frozen
-        sizes = [b for ptr, b in plain.items() if b and ptr not in graph and ptr not in known]
         self.seconds += time.perf_counter() - t0
-        return Found(sum(sizes), len(sizes), max(sizes, default=0))
+        return alive, graph
+
+    def scan(self, known: set[int] = frozenset()) -> Found:
+        """The storages alive now that are neither `known` (addresses), nor the autograd graph's, nor there at
+        `mark()` (beyond their bytes then)."""
+        alive, graph = self._alive()
+        return _found([b for ptr, b in alive.items() if b and ptr not in graph and ptr not in known])
 
     def grown(self, known: set[int] = frozenset()) -> Found:
         """Every storage alive now that was not there at `mark()` (beyond its bytes then), activations and what
         autograd saved included, less the `known` addresses: all a block's forward left alive (q23: what a block
         keeps for its backward, wherever it keeps it)."""
-        t0 = time.perf_counter()
-        found: dict[int, int] = {}
-        young, frozen = self._tensors()
-        for storage, _ in self._storages(young + frozen):
-            ptr = storage.data_ptr()
-            found[ptr] = max(found.get(ptr, 0), self._new_bytes(storage))
-        del young, frozen
-        sizes = [b for ptr, b in found.items() if b and ptr not in known]
-        self.seconds += time.perf_counter() - t0
-        return Found(sum(sizes), len(sizes), max(sizes, default=0))
+        alive, _ = self._alive()
+        return _found([b for ptr, b in alive.items() if b and ptr not in known])
 
+
+def _found(sizes: list[int]) -> Found:
+    return Found(sum(sizes), len(sizes), max(sizes, default=0))
 
 _FROZEN: dict = {"stale": True, "refs": []}
 _freeze = gc.freeze
