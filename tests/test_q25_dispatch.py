@@ -39,7 +39,7 @@ def _router(h=8, E=4, seed=0):
 
 
 def test_the_rule_drops_first_choices_last_and_the_reference_route_is_the_rule(reference):
-    from lab_src.topics.experts.moe import route_rule
+    from grader.hidden.q25_dispatch import route_rule
     from lab_src.topics.experts.records import capacity
     ref = _reference_module(reference)
     assert capacity(16, 2, 4, 1.0) == 8 and capacity(16, 2, 4, 1.25) == 10 and capacity(16, 1, 2, 0.0) is None
@@ -65,9 +65,67 @@ def test_the_rule_drops_first_choices_last_and_the_reference_route_is_the_rule(r
                 assert all(taken[e] <= cap for e in range(4))
 
 
+def test_the_properties_the_visible_check_holds_route_to_accept_the_rule_alone():
+    """The student package has no rule; the visible check holds the answer's routing to routing_properties. The rule's
+    routing shows them all; each way of missing the rule is named."""
+    from grader.hidden.q25_dispatch import route_rule
+    from lab_src.topics.experts.judge import routing_properties, token_major_keep
+    from lab_src.topics.experts.records import capacity
+    for seed in range(6):
+        router, g = _router(seed=seed)
+        x = torch.randn(16, 8, generator=g, dtype=torch.float64)
+        for k, cf in [(1, 0.0), (1, 1.0), (2, 1.0), (2, 0.5), (2, 1.25), (4, 1.0)]:
+            w = route_rule(x, router, k, cf)
+
+            def said(experts=w.experts, weights=w.weights, keep=w.keep):
+                return routing_properties(x, router, k, cf, experts, weights, keep)
+            assert said() == []
+            cap = capacity(16, k, 4, cf)
+            if cap is not None and not torch.equal(token_major_keep(w.experts, k, 4, cap), w.keep):
+                assert "token by token" in said(keep=token_major_keep(w.experts, k, 4, cap))[0]
+            if not bool(w.keep.all()):
+                assert "nothing is dropped" in said(keep=torch.ones_like(w.keep))[0] if cap is None else \
+                    "more than the capacity" in said(keep=torch.ones_like(w.keep))[0]
+                more = w.keep.clone()
+                more[w.keep.nonzero()[-1].tolist()[0], w.keep.nonzero()[-1].tolist()[1]] = False
+                assert "fewer than its capacity" in said(keep=more)[0]
+            if 1 < k < 4:                                         # with k = E the weights add up to 1 already
+                assert "renormalised" in said(weights=w.weights / w.weights.sum(1, keepdim=True))[0]
+            if k > 1:
+                assert "top" in said(experts=w.experts.flip(1), weights=w.weights.flip(1))[0]
+                assert "twice" in said(experts=w.experts[:, :1].expand(-1, k).contiguous())[0]
+            if k < 4:
+                low = router(x).argsort(dim=1)[:, :k]            # the k least likely experts
+                assert "top" in said(experts=low)[0]
+            assert "not (16" in said(keep=w.keep[:-1])[0]
+
+
+def test_the_opening_figures_numbers_are_the_rules():
+    """figure.py EXAMPLE is recorded (the student package holds no rule): the grader's rule gives it again."""
+    from grader.hidden.q25_dispatch import route_rule
+    from lab_src.topics.experts.figure import EXAMPLE
+    from lab_src.topics.experts.records import capacity
+    g = torch.Generator().manual_seed(0)
+    router = torch.nn.Linear(16, 8)
+    with torch.no_grad():
+        router.weight.copy_(torch.randn(8, 16, generator=g))
+        router.bias.zero_()
+    sent, load, dropped = [[0] * 4 for _ in range(4)], [[0] * 4 for _ in range(8)], []
+    for r in range(4):
+        x = torch.randn(64, 16, generator=g) + 0.5 * torch.randn(1, 16, generator=g)
+        with torch.no_grad():
+            routing = route_rule(x, router, 2, 1.0)
+        for e in routing.experts[routing.keep].tolist():
+            sent[r][e // 2] += 1
+            load[e][r] += 1
+        dropped.append(int((~routing.keep).sum()))
+    assert EXAMPLE == {"sent": sent, "load": load, "dropped": dropped, "capacity": capacity(64, 2, 8, 1.0)}
+
+
 def test_one_process_moe_is_a_dense_loop_over_tokens():
     from lab_src.pipeline.config import LabConfig
-    from lab_src.topics.experts.moe import MoeModel, one_process_moe, route_rule
+    from grader.hidden.q25_dispatch import route_rule
+    from lab_src.topics.experts.moe import MoeModel, one_process_moe
     cfg = LabConfig(num_layers=1, hidden_size=8, num_heads=2, seq_len=4, vocab_size=16, num_stages=1, seed=3)
     block = MoeModel(cfg, 4, range(4), "float64").blocks[0]
     x = torch.randn(12, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
@@ -133,9 +191,9 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
     out = " ".join(capsys.readouterr().out.split())
     assert report.ok and "q25: all checks passed" in out, out
     # per rank: 2 counts exchanges, 4 all-to-alls of tokens forward and 4 backward; the bytes sent to other ranks
-    # forward, the rule's, backward; dropped and the rule's
-    assert "0 0,0 [0, 1] 2 4 4 6,528 6,528 6,528 13 13" in out and "1 0,1 [2, 3] 2 4 4 6,528 6,528 6,528 9 9" in out
-    assert "3 1,1 [2, 3] 2 4 4 8,192 8,192 8,192 0 0" in out
+    # forward, what the routing needs, backward; dropped
+    assert "0 0,0 [0, 1] 2 4 4 6,528 6,528 6,528 13" in out and "1 0,1 [2, 3] 2 4 4 6,528 6,528 6,528 9" in out
+    assert "3 1,1 [2, 3] 2 4 4 8,192 8,192 8,192 0" in out
     assert "forward_bytes 393,216 right" in out and "undivided_factor 8 right" in out
     from lab_src.checks.q25_dispatch import traffic_figure
     assert traffic_figure(report) is not None
@@ -151,6 +209,29 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
         del os.environ["NBGRADER_EXECUTION"]
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["all-reduce (torch.distributed)",
                                                                   "all-to-all (torch.distributed)"]
+
+
+def test_the_visible_check_holds_a_wrong_route_to_the_rule_and_judges_the_rest_by_it(in_tmp, no_leftovers, capsys):
+    """The student package has no rule: a route that takes the capacity token by token is named by the properties
+    its routing breaks, and dispatch, combine and the gradients, right for the routing it made, are judged right."""
+    from lab_src.checks import check
+    ref = {k: str(v) for k, v in __import__("grader.reference", fromlist=["x"]).reference_sources().items()}
+    path = in_tmp / "q25_wrong.py"
+    path.write_text(answer("q25_capacity_token_major"))
+    (in_tmp / "map.json").write_text(json.dumps({**ref, "q25": str(path)}))
+    os.environ["LAB_ANSWERS"] = str(in_tmp / "map.json")
+    try:
+        report = check("q25")
+    finally:
+        del os.environ["LAB_ANSWERS"]
+    out = " ".join((capsys.readouterr().out + str(report)).split())
+    assert not report.ok and "layer 0: route took the capacity token by token" in out, out
+    assert "1 problem" in out, out
+    # the case with a capacity: outputs, gradients and the curve as one process routed as the answer routes, the
+    # all-to-alls right for that routing, the routing wrong
+    first = out.split("capacity 1.0 (drops)")[-1].split("ep = 2 x dp = 2")[0]
+    assert first.count("as one process") == 3 and "their bytes: right" in first, first
+    assert "how many and which: wrong (above)" in first, first
 
 
 # name: (the answer, its fraction of the points, what its feedback must say); parts: forward, gradients, training,

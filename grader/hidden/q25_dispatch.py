@@ -14,11 +14,15 @@ Six parts, each a sixth of the points (an item per case):
 """
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
+
 from lab_src.judge.numeric import matches
 from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.experts.judge import judge_run
-from lab_src.topics.experts.records import PARTS, PREDICTION_KEYS, PREDICTION_NAME, prediction_wanted
+from lab_src.topics.experts.moe import Routing
+from lab_src.topics.experts.records import PARTS, PREDICTION_KEYS, PREDICTION_NAME, capacity, prediction_wanted
 
 from .common import Item, case_problems, read_prediction
 
@@ -44,6 +48,21 @@ CASES = {
 }
 
 
+def route_rule(x, router, k: int, capacity_factor: float) -> Routing:
+    """The rule the routing is compared with (the grader's: the student package holds none): the top k of the
+    router's softmax, their probabilities as weights; a capacity per expert of this rank's assignments, taken choice
+    by choice (every first choice in token order, then every second)."""
+    scores = torch.softmax(router(x), dim=-1)
+    top_w, top_e = scores.topk(k, dim=-1)
+    cap = capacity(x.shape[0], k, router.out_features, capacity_factor)
+    keep = torch.ones_like(top_e, dtype=torch.bool)
+    if cap is not None:
+        queue = F.one_hot(top_e.t().reshape(-1), router.out_features)
+        place = (queue.cumsum(0) * queue).sum(-1) - 1       # the assignment's place in its expert's queue
+        keep = (place < cap).reshape(k, -1).t()
+    return Routing(top_e, top_w, keep, router.out_features)
+
+
 def cases(ctx):
     return [ctx.case(QID, "moe", cfg, stages=ranks, label=label, settings=settings, schedule="", step="")
             for label, (cfg, ranks, settings) in CASES.items()]
@@ -54,7 +73,7 @@ def judge(ctx, outcomes):
     for out in outcomes:
         label = out.case.label
         failed = case_problems(QID, out, label)
-        found = None if failed else judge_run(out)
+        found = None if failed else judge_run(out, route_rule)
         items += [Item(part, label, list(failed) if failed else stamped(found[part], QID, label)) for part in PARTS]
     return items + prediction_items(ctx)
 

@@ -1,14 +1,15 @@
 """Visible check of q25 (dispatch, with route, combine and sync_gradients): the lab's MoE model (2 MoE layers,
 float64) on 2 ranks (ep = 2, two experts a rank, top-2, a capacity that drops assignments) and on 4 (ep = 2 x dp = 2,
 one rank of experts starved: it receives no token), three SGD steps each, judged by topics/experts/judge.py: outputs,
-gradients and the curve against one process's MoE, the all-to-alls per layer and their bytes against what the rule's
-routing sends off-rank, the dropped assignments. It prints per rank what was sent beside the rule's figure, and the
-prediction beside the grader's figures.
+gradients and the curve against one process's MoE routed by the answer's own route, the all-to-alls per layer and
+their bytes against what that routing sends off-rank, and what route returned held to the rule's properties (the
+student package holds no rule: the hidden tests bring the grader's). It prints per rank what was sent beside what
+the routing needs, and the prediction beside the grader's figures.
 
     report = check("q25")
     traffic_figure(report)     # the first case's first layer: rows per rank per destination, load per expert, drops
     report.timeline()          # each rank's all-to-alls and all-reduces, per step: forward, backward, the sync
-    example_figure()           # the same picture of the lab's rule on random tokens, in this process
+    example_figure()           # the same picture of the rule on random tokens (recorded: figure.py EXAMPLE)
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from lab_src.checks.common import (
     run_dir,
     sources,
 )
-from lab_src.judge.problems import stamped
+from lab_src.judge.problems import Problem, stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.experts.records import (
     ITEMSIZE,
@@ -67,14 +68,15 @@ def traffic_figure(report):
 
 
 def example_figure():
-    """The lab's rule on random tokens of 4 ranks, 8 experts, top-2, capacity factor 1.0 (in this process)."""
+    """The rule on random tokens of 4 ranks, 8 experts, top-2, capacity factor 1.0 (figure.py EXAMPLE, recorded)."""
     from lab_src.topics.experts.figure import example_routing, routing_figure
-    return routing_figure(**example_routing(), title="the lab's rule: 4 ranks, 8 experts, top-2, capacity factor 1.0, "
+    return routing_figure(**example_routing(), title="the rule: 4 ranks, 8 experts, top-2, capacity factor 1.0, "
                                                      "64 tokens a rank (random tokens, one router)")
 
 
 def check():
     from lab_src.topics.experts.judge import flat, judge_run, reference_run
+    from lab_src.topics.experts.kind import answer_functions
     srcs = sources("q25")
     cases = [make_case("moe", cfg, srcs, "q25", stages=ranks, label=label, settings=settings)
              for label, cfg, ranks, settings in CASES]
@@ -88,9 +90,16 @@ def check():
             problems += errs
             lines.append(UNFINISHED)
             continue
-        found = judge_run(out)
+        try:
+            route = answer_functions()["route"]
+            found = judge_run(out, route, rule=False)
+        except Exception as e:                         # the answer's route, run here as one process's rule
+            problems += stamped([Problem(f"route, run in this process on the case's inputs to route one process's "
+                                         f"MoE, raised {type(e).__name__}: {e}")], "q25", out.case.label)
+            lines.append(UNFINISHED)
+            continue
         problems += stamped(flat(found), "q25", out.case.label)
-        lines.append(table(out, found, reference_run(out)))
+        lines.append(table(out, found, reference_run(out, route), route))
         if i == 0:
             routing = first_layer(out)
     predicted, said = prediction(srcs.get("q25"))
@@ -101,15 +110,15 @@ def check():
     return report
 
 
-def table(out, found, ref) -> str:
+def table(out, found, ref, route) -> str:
     from lab_src.harness.settings import settings_of
     from lab_src.topics.experts.judge import expected_rows, off_rank, rule_layers
     s = settings_of(out.case)
-    rules = rule_layers(out, s)
+    rules = rule_layers(out, s, route)
     cfg = out.case.config
     row = cfg.hidden_size * ITEMSIZE[s.dtype]
     rows = [(f"    {'rank':>4} {'dp,ep':>5} {'experts':>8} {'counts':>6} {'a2a fwd':>7} {'a2a bwd':>7} "
-             f"{'sent fwd (B)':>12} {'rule (B)':>9} {'sent bwd (B)':>12} {'dropped':>7} {'rule':>5}")]
+             f"{'sent fwd (B)':>12} {'needs (B)':>9} {'sent bwd (B)':>12} {'dropped':>7}")]
     for r, o in sorted(out.obs.items()):
         a2a = o.get("a2a") or {}
         fwd, bwd = a2a.get("forward") or [], a2a.get("backward") or []
@@ -118,18 +127,17 @@ def table(out, found, ref) -> str:
         got_b = sum(off_rank(a, r) * a["row_bytes"] for a in bwd if not a["integer"] and a["row_bytes"] == row)
         dropped = sum(int((~rec["keep"].bool()).sum()) for rec in o.get("moe_layers") or []
                       if hasattr(rec.get("keep"), "bool"))
-        rule = sum(int((~routing.keep).sum()) for (rank, _), (routing, _, _) in rules.items() if rank == r)
         c = o.get("coords") or {}
         rows.append(f"    {r:>4} {c.get('dp', '?')},{c.get('ep', '?'):<3} {o.get('owned')!s:>8} "
                     f"{sum(1 for a in fwd if a['integer'] or a['row_bytes'] != row):>6} "
                     f"{sum(1 for a in fwd if not a['integer'] and a['row_bytes'] == row):>7} "
                     f"{sum(1 for a in bwd if not a['integer'] and a['row_bytes'] == row):>7} {got_f:>12,} {want:>9,} {got_b:>12,} "
-                    f"{dropped:>7} {rule:>5}")
+                    f"{dropped:>7}")
     losses = [o.get("losses") or [] for _, o in sorted(out.obs.items())]
     curve = [sum(x[k] for x in losses) / len(losses) for k in range(min(len(x) for x in losses))] if losses else []
     gap = max((abs(a - b) for a, b in zip(curve, ref["losses"])), default=float("nan"))
     rows.append(f"    ({cfg.num_layers} layers: one counts exchange and two all-to-alls of tokens a layer forward, two "
-                f"backward; bytes sent to other ranks, the rule's from one process's routing)")
+                f"backward; bytes sent to other ranks, and what the kept assignments of your route's routing need)")
     rows.append(f"    loss over {len(curve)} steps: {', '.join(f'{v:.6f}' for v in curve)}; one process's largest "
                 f"difference {gap:.2e}")
     for part in PARTS:

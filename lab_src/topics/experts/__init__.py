@@ -3,8 +3,8 @@ all-to-alls, the experts' gradients scaled for the layout.
 
     records.py   what the kind and the judge share, torch-free: settings and layout, capacity, the traffic the
                  routing implies, the graded prediction, the record each rank fills
-    moe.py       the lab's MoE model (the lab's blocks, the MLP replaced by a router and E experts), the routing rule,
-                 one process's MoE (what the judge compares with), each step's batch
+    moe.py       the lab's MoE model (the lab's blocks, the MLP replaced by a router and E experts), one process's MoE
+                 with a routing rule it is given (what the judge compares with), each step's batch
     kind.py      rank side: the model on a (dp, ep) mesh, its MoE layers run by the answer's route, dispatch and
                  combine, its gradients by the answer's sync_gradients, three SGD steps; what it sent, recorded
     judge.py     parent side: outputs, gradients (a wrong scale named by its factor), the curve, the all-to-alls and

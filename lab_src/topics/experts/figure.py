@@ -8,12 +8,10 @@
                                                               all-to-alls and all-reduces, named per step and phase
     routing_figure(sent, load, dropped, capacity, title)     sent: [[rows]] (ep x ep); load: [[rows per source]] per
                                                               expert; dropped: [n per rank]; capacity: int or None
-    example_routing(ep=4, experts=8, k=2, capacity_factor=1.0, tokens=64, h=16, seed=0)
-                                                              the lab's rule in this process, on random tokens
+    example_routing()                                         the rule on random tokens of 4 ranks (EXAMPLE, recorded)
 """
 from __future__ import annotations
 
-from lab_src.topics.experts.records import capacity as capacity_of
 
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
 
@@ -52,32 +50,19 @@ def routing_figure(sent: list, load: list, dropped: list, capacity: int | None, 
     return fig
 
 
-def example_routing(ep: int = 4, experts: int = 8, k: int = 2, capacity_factor: float = 1.0, tokens: int = 64,
-                    h: int = 16, seed: int = 0) -> dict:
-    """The lab's rule on random tokens of `ep` ranks, one router: {"sent", "load", "dropped", "capacity"}."""
-    import torch
+# The rule (q25's route) on random tokens of 4 ranks, one router: 8 experts, top-2, capacity factor 1.0, 64 tokens
+# and h = 16 a rank, seed 0. Recorded, not computed: the student package holds no rule. tests/test_q25_dispatch.py
+# computes it again with the grader's rule and compares.
+EXAMPLE = {"sent": [[18, 32, 24, 26], [26, 24, 32, 21], [27, 19, 32, 14], [26, 32, 14, 32]],
+           "load": [[16, 16, 16, 16], [2, 10, 11, 10], [16, 13, 9, 16], [16, 11, 10, 16], [16, 16, 16, 5],
+                    [8, 16, 16, 9], [10, 10, 10, 16], [16, 11, 4, 16]],
+           "dropped": [28, 25, 36, 24], "capacity": 16}
 
-    from lab_src.topics.experts.moe import route_rule
-    g = torch.Generator().manual_seed(seed)
-    router = torch.nn.Linear(h, experts)
-    with torch.no_grad():
-        router.weight.copy_(torch.randn(experts, h, generator=g))
-        router.bias.zero_()
-    per = experts // ep
-    sent = [[0] * ep for _ in range(ep)]
-    load = [[0] * ep for _ in range(experts)]
-    dropped = []
-    for r in range(ep):
-        x = torch.randn(tokens, h, generator=g) + 0.5 * torch.randn(1, h, generator=g)
-        with torch.no_grad():
-            routing = route_rule(x, router, k, capacity_factor)
-        kept = routing.experts[routing.keep]
-        for e in kept.tolist():
-            sent[r][e // per] += 1
-            load[e][r] += 1
-        dropped.append(int((~routing.keep).sum()))
-    return {"sent": sent, "load": load, "dropped": dropped,
-            "capacity": capacity_of(tokens, k, experts, capacity_factor)}
+
+def example_routing() -> dict:
+    """EXAMPLE, a copy: {"sent", "load", "dropped", "capacity"}."""
+    return {k: ([list(r) for r in v] if k in ("sent", "load") else list(v) if isinstance(v, list) else v)
+            for k, v in EXAMPLE.items()}
 
 
 COMPUTE_FREE = "no compute drawn: between its bars a rank runs its layers and experts"

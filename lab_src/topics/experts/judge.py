@@ -12,12 +12,18 @@
                 of tokens and none of counts; the rows they send off-rank (the lab's record of their split sizes,
                 comm/collectives.py ALL_TO_ALL) are exactly the kept assignments the rule sends off-rank, and back
     routing     the assignments route kept (each layer) are the rule's: how many were dropped, and which
+
+The rule is not in the student package (it is q25's route): judge_run takes it. The hidden tests bring the grader's
+(grader/hidden/q25_dispatch.py route_rule) and compare the routing with it; the visible check brings the answer's own
+route, holds what it returned on the run to the rule's properties (routing_properties: checked, not computed), and
+judges the other parts against one process routed as the answer routes.
 """
 from __future__ import annotations
 
 import functools
 
 import torch
+import torch.nn.functional as F
 
 from lab_src.harness.settings import settings_of
 from lab_src.judge.problems import Problem
@@ -27,17 +33,18 @@ TOLERANCE = {"float64": 1e-9, "float32": 2e-4}
 
 
 @functools.lru_cache(maxsize=16)
-def _reference(cfg_items: tuple, settings_items: tuple, ranks: int) -> dict:
+def _reference(cfg_items: tuple, settings_items: tuple, ranks: int, route) -> dict:
     from lab_src.pipeline.config import LabConfig
     from lab_src.topics.experts.moe import one_process_run
     from lab_src.topics.experts.records import MoeSettings
-    return one_process_run(LabConfig(**dict(cfg_items)), MoeSettings(**dict(settings_items)), ranks)
+    return one_process_run(LabConfig(**dict(cfg_items)), MoeSettings(**dict(settings_items)), ranks, route)
 
 
-def reference_run(outcome) -> dict:
+def reference_run(outcome, route) -> dict:
+    """One process's run of the case (moe.py one_process_run) with `route` as the rule."""
     cfg, settings = outcome.case.config, settings_of(outcome.case)
     return _reference(tuple(sorted(cfg.to_dict().items())), tuple(sorted(settings.to_dict().items())),
-                      outcome.case.stages)
+                      outcome.case.stages, route)
 
 
 @functools.lru_cache(maxsize=16)
@@ -84,11 +91,11 @@ def forward_problems(outcome, ref: dict, settings, rules: dict) -> list[Problem]
     return problems
 
 
-def rule_layers(outcome, settings) -> dict:
+def rule_layers(outcome, settings, route) -> dict:
     """{(rank, layer): (the rule's routing of the inputs the rank's layer got, the combine one process computes from
     them)}: the rule and the experts at step 0 (the model as built), applied to what each rank recorded, so that a
     layer is judged on its own inputs, whatever came before it."""
-    from lab_src.topics.experts.moe import one_process_moe, route_rule
+    from lab_src.topics.experts.moe import one_process_moe
     model = fresh_model(outcome)
     out = {}
     for r, o in sorted(outcome.obs.items()):
@@ -98,7 +105,7 @@ def rule_layers(outcome, settings) -> dict:
                 continue
             with torch.no_grad():
                 block = model.blocks[i]
-                routing = route_rule(x, block.router, settings.k, settings.capacity_factor)
+                routing = route(x, block.router, settings.k, settings.capacity_factor)
                 out[(r, i)] = (routing, one_process_moe(block, x, routing), block)
     return out
 
@@ -307,13 +314,13 @@ def traffic_problems(outcome, rules: dict, settings) -> list[Problem]:
 
 def token_major_keep(experts, k: int, E: int, cap: int):
     """The keep mask of capacity taken token by token (each token's choices in turn): the rule's usual misreading."""
-    keep = torch.ones_like(experts, dtype=torch.bool)
-    taken = [0] * E
+    keep = torch.zeros(tuple(experts.shape), dtype=torch.bool)      # each assignment set below
+    used = [0] * E
     for t in range(experts.shape[0]):
         for j in range(k):
             e = int(experts[t, j])
-            keep[t, j] = taken[e] < cap
-            taken[e] += int(taken[e] < cap)
+            keep[t, j] = used[e] < cap
+            used[e] += int(used[e] < cap)
     return keep
 
 
@@ -356,16 +363,86 @@ def routing_problems(outcome, rules: dict, settings) -> list[Problem]:
     return problems
 
 
-def judge_run(outcome) -> dict[str, list[Problem]]:
+def routing_properties(x, router, k: int, capacity_factor: float, experts, weights, keep) -> list[str]:
+    """What a routing of `x` must show to be the rule's (q25's contract), checked, not computed: each token's k experts
+    distinct and the top k of the router's probabilities, first choice first; the weights those probabilities; with a
+    capacity, an assignment kept exactly where its expert had kept fewer than the capacity before it, in the rule's
+    order (every first choice in token order, then every second). Where no two probabilities tie only the rule's
+    routing shows all of them. Nothing: it does."""
+    T, E = x.shape[0], router.out_features
+    parts = {"experts": experts, "weights": weights, "keep": keep}
+    for name, t in parts.items():
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != (T, k):
+            return [f"route's {name} is {getattr(t, 'shape', type(t).__name__)}, not ({T}, {k}): one row a token, one "
+                    f"column a choice (return Routing(experts, weights, keep, E))"]
+    experts, keep = experts.long(), keep.bool()
+    if bool(((experts < 0) | (experts >= E)).any()):
+        return [f"route chose experts outside 0..{E - 1}"]
+    with torch.no_grad():
+        p = router(x).softmax(dim=-1)
+    chosen = p.gather(1, experts)
+    if k > 1 and bool((experts.sort(dim=1).values.diff(dim=1) == 0).any()):
+        return ["route chose one expert twice for a token: each token's k experts are distinct"]
+    others = p.scatter(1, experts, float("-inf")).max(dim=1).values if k < E else None
+    if (others is not None and bool((others > chosen.min(dim=1).values).any())) or \
+            bool((chosen.diff(dim=1) > 0).any()):
+        return [f"route's experts are not each token's top {k} of the router's softmax, first choice first"]
+    tol = 1e-9 if p.dtype == torch.float64 else 1e-5
+    if not torch.allclose(weights.to(p.dtype), chosen, rtol=tol, atol=tol):
+        if torch.allclose(weights.to(p.dtype), chosen / chosen.sum(dim=1, keepdim=True), rtol=tol, atol=tol):
+            return ["route's weights are renormalised over the k choices; the rule keeps the softmax over all E "
+                    "experts (the weights of a token then add up to less than 1)"]
+        return ["route's weights are not the router's probabilities of the chosen experts (softmax over all E)"]
+    cap = capacity(T, k, E, capacity_factor)
+    if cap is None:
+        return [] if bool(keep.all()) else [f"route dropped {int((~keep).sum())} assignments with no capacity set: "
+                                            f"nothing is dropped"]
+    order_e, order_keep = experts.t().reshape(-1), keep.t().reshape(-1)     # the rule's order: choice by choice
+    kept = F.one_hot(order_e, E) * order_keep.unsqueeze(1)
+    before = (kept.cumsum(0) - kept).gather(1, order_e.unsqueeze(1)).squeeze(1)   # kept earlier by the same expert
+    if bool((order_keep & (before >= cap)).any()):
+        return [f"route kept more than the capacity of {cap} assignments for an expert"]
+    if bool((~order_keep & (before < cap)).any()):
+        if bool(torch.equal(keep, token_major_keep(experts, k, E, cap))):
+            return [f"route took the capacity token by token (each token's choices in turn); the rule takes every "
+                    f"first choice in token order, then every second, so a token's first choice is never dropped "
+                    f"for another token's second (capacity {cap})"]
+        return [f"route dropped an assignment whose expert had kept fewer than its capacity of {cap} before it (in "
+                f"the rule's order: every first choice in token order, then every second)"]
+    return []
+
+
+def property_problems(outcome, settings) -> list[Problem]:
+    """Each rank's recorded routing of each layer, held to routing_properties on the layer's own inputs (the check's
+    routing part where the judge has no rule of its own to compare with)."""
+    model = fresh_model(outcome)
+    problems = []
+    for r, o in sorted(outcome.obs.items()):
+        for i, rec in enumerate(o.get("moe_layers") or []):
+            x = rec.get("x")
+            if not isinstance(x, torch.Tensor) or i >= len(model.blocks):
+                continue
+            said = routing_properties(x, model.blocks[i].router, settings.k, settings.capacity_factor,
+                                      rec.get("experts"), rec.get("weights"), rec.get("keep"))
+            if said:
+                problems.append(Problem(f"layer {i}: {said[0]}", rank=r))
+                break
+    return problems
+
+
+def judge_run(outcome, route, rule: bool = True) -> dict[str, list[Problem]]:
+    """Every part of a case. `route` is the rule one process runs: the grader's own (`rule`: routing compared with
+    it), or, in the visible check, the answer's route (routing held to routing_properties, the rest judged against one
+    process routing as the answer does, so that dispatch and combine are judged whatever route does)."""
     settings = settings_of(outcome.case)
-    ref = reference_run(outcome)
-    rules = rule_layers(outcome, settings)
+    ref = reference_run(outcome, route)
+    rules = rule_layers(outcome, settings, route)
     found = {part: [] for part in PARTS}
     found["forward"] = forward_problems(outcome, ref, settings, rules)
     found["gradients"] = gradient_problems(outcome, ref, settings, bool(found["forward"]))
     found["training"] = curve_problems(outcome, ref, settings)
     found["traffic"] = traffic_problems(outcome, rules, settings)
-    found["routing"] = routing_problems(outcome, rules, settings)
+    found["routing"] = routing_problems(outcome, rules, settings) if rule else property_problems(outcome, settings)
     return found
 
 

@@ -1,11 +1,13 @@
-"""The lab's mixture-of-experts model, its routing rule and one process's MoE (what q25's ranks run the answer in, and
-what the judge compares them with).
+"""The lab's mixture-of-experts model and one process's MoE (what q25's ranks run the answer in, and what the judge
+compares them with). The routing rule is not here: it is q25's `route`, and the student package holds no answer. The
+grader brings its own rule (grader/hidden/q25_dispatch.py); the visible check uses the answer's route once it has
+shown the rule's properties on the run's own inputs (judge.py routing_properties).
 
     model = MoeModel(cfg, experts=4, owned=[2, 3])      the lab's decoder, each block's MLP replaced by a router and E
                                                         experts (only `owned` built); every piece from its own seed
     logits = model(tokens, moe)                         moe(block, index, x (T, h)) -> (T, h): the experts' part of a
                                                         block, added to its residual
-    routing = route_rule(x, router, k, capacity_factor) the rule (records.py): Routing(experts, weights, keep, E)
+    routing = route(x, router, k, capacity_factor)      a rule (q25's contract): Routing(experts, weights, keep, E)
     y = one_process_moe(block, x, routing)              every expert in this process: sum of the kept weights * outputs
     tokens, targets = batch(cfg, settings, step, rank)  the rank's rows of one step's batch
 
@@ -22,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lab_src.pipeline.model import build_piece, piece_seed
-from lab_src.topics.experts.records import STARVED_BIAS, capacity
+from lab_src.topics.experts.records import STARVED_BIAS
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -42,7 +44,7 @@ class Expert(nn.Module):
         self.down = nn.Linear(2 * h, h)
 
     def forward(self, x):
-        return self.down(F.gelu(self.up(x)))
+        return self.down(F.gelu(self.up(x)))            # an MLP as the lab's blocks have, 2h wide
 
 
 def _seeded(seed: int, name: str, make):
@@ -105,22 +107,6 @@ def starved_experts(settings) -> list[int]:
     return list(range(settings.experts - per, settings.experts))
 
 
-def route_rule(x, router, k: int, capacity_factor: float) -> Routing:
-    """The lab's rule (records.py): top-k of the router's softmax; capacity per expert of this rank's assignments,
-    first choices first, then token order."""
-    probs = torch.softmax(router(x), dim=-1)
-    weights, experts = torch.topk(probs, k, dim=-1)
-    E = router.out_features
-    cap = capacity(x.shape[0], k, E, capacity_factor)
-    keep = torch.ones_like(experts, dtype=torch.bool)
-    if cap is not None:
-        flat = experts.t().reshape(-1)                       # choice-major: every first choice, then every second
-        onehot = F.one_hot(flat, E)
-        position = (onehot.cumsum(0) * onehot).sum(-1) - 1  # this assignment's place in its expert's queue
-        keep = (position < cap).reshape(k, -1).t()
-    return Routing(experts, weights, keep, E)
-
-
 def one_process_moe(block, x, routing: Routing, weighted: bool = True):
     """Every expert in this process: out[t] = sum over t's kept assignments of weight * expert(x[t])."""
     out = torch.zeros_like(x)
@@ -147,11 +133,12 @@ def loss_of(logits, targets):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def one_process_run(cfg, settings, ranks: int) -> dict:
+def one_process_run(cfg, settings, ranks: int, route) -> dict:
     """One process, every expert, the whole batch of every rank: per step the mean loss over every rank's tokens (the
     ranks' mean, as their tokens are equal in number), step 0's logits and each layer's routing and MoE output per rank,
     and step 0's gradients of the mean. Each rank's tokens are routed as that rank routes them (capacity per source
-    rank), which is all that distinguishes them from one batch."""
+    rank), which is all that distinguishes them from one batch. `route` is the rule: route(x, router, k,
+    capacity_factor) -> Routing."""
     model = MoeModel(cfg, settings.experts, range(settings.experts), settings.dtype, starved_experts(settings))
     T = settings.batch * cfg.seq_len
     out = {"losses": [], "layers": [], "logits": None, "grads": {}}
@@ -160,7 +147,7 @@ def one_process_run(cfg, settings, ranks: int) -> dict:
         ys = []
         for r in range(ranks):
             xr = x[r * T:(r + 1) * T]
-            routing = route_rule(xr, block.router, settings.k, settings.capacity_factor)
+            routing = route(xr, block.router, settings.k, settings.capacity_factor)
             y = one_process_moe(block, xr, routing)
             if record:
                 out["layers"].append({"rank": r, "layer": index, "routing": routing._replace(

@@ -64,9 +64,9 @@ def unshard(shards: dict, n: int, layout: str, like: torch.Tensor) -> torch.Tens
 def single(q, k, v, dout, causal: bool) -> list[torch.Tensor]:
     """One process's output and gradients: torch's scaled_dot_product_attention, autograd."""
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    out.backward(dout)
-    return [out.detach(), q.grad, k.grad, v.grad]
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    o.backward(dout)
+    return [o.detach(), q.grad, k.grad, v.grad]
 
 
 class Work(TorchDispatchMode):

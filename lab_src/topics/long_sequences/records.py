@@ -175,10 +175,10 @@ def padded(seq: int, n: int, layout: str) -> int:
 
 def positions(rank: int, n: int, rows: int, layout: str) -> list[int]:
     """The global positions of the `rows` rows rank `rank` of n holds, in the order it holds them."""
-    if layout == "contiguous":
-        return list(range(rank * rows, (rank + 1) * rows))
-    c = rows // 2
-    return list(range(rank * c, (rank + 1) * c)) + list(range((2 * n - 1 - rank) * c, (2 * n - rank) * c))
+    if layout == "zigzag":                   # chunks rank and 2n - 1 - rank of 2n
+        c = rows // 2
+        return list(range(rank * c, (rank + 1) * c)) + list(range((2 * n - 1 - rank) * c, (2 * n - rank) * c))
+    return list(range(rank * rows, (rank + 1) * rows))
 
 
 def expects_error(run: dict, n: int) -> bool:
