@@ -231,6 +231,47 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
     assert kept_figure(report) is not None
 
 
+def test_the_study_in_the_pipeline(reference, in_tmp, no_leftovers, capsys):
+    """The reference's 1F1B step on 4 ranks with the reference's recompute_block around every block, in each mode:
+    every rank holds min(p - r, m) micro-batches at its peak; per micro-batch the middle ranks keep exactly their
+    blocks' closed form, and what the first and last keep beyond it is the same in every mode; every mode's
+    gradients are the plain run's, bit for bit."""
+    from lab_src.checks.recompute_study import pipeline_kept_figure, recompute_study
+    (in_tmp / "map.json").write_text(json.dumps({k: str(v) for k, v in reference.items()}))
+    os.environ["LAB_ANSWERS"] = str(in_tmp / "map.json")
+    try:
+        study = recompute_study()
+    finally:
+        del os.environ["LAB_ANSWERS"]
+    out = capsys.readouterr().out
+    assert study is not None and not study.problems, out
+    rows = {(r["mode"], r["rank"]): r for r in study.rows}
+    assert len(rows) == 12, out
+    for (mode, rank), row in rows.items():
+        assert row["in_flight"] == min(4 - rank, 8), (mode, rank, out)
+        assert row["as_plain"] is True, (mode, rank, out)
+        assert row["rest"] == rows[("none", rank)]["rest"], (mode, rank, out)
+        if rank in (1, 2):
+            assert row["rest"] == 0, (mode, rank, out)
+    for rank in range(4):
+        assert rows[("full", rank)]["peak"] < rows[("selective", rank)]["peak"] < rows[("none", rank)]["peak"]
+    assert pipeline_kept_figure(study) is not None
+
+
+def test_the_study_launches_nothing_under_validate_or_after_a_failed_check(monkeypatch, capsys):
+    from lab_src import grading
+    from lab_src.checks import recompute_study as study
+    monkeypatch.setattr(study, "run_cases", lambda *a, **k: pytest.fail("the study launched"))
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    assert study.recompute_study() is None
+    assert "skipped under Validate" in capsys.readouterr().out
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    monkeypatch.setitem(grading._checked, "q23", "CheckFailed: q23: FAILED, 1 problem\n[q23]: still the stub")
+    assert study.recompute_study() is None
+    assert "the check above did not pass: make it pass first" in capsys.readouterr().err
+    assert study.pipeline_kept_figure(None) is None
+
+
 # name: (the answer, its fraction of the points, what its feedback must say); parts: gradients, memory, flops (4
 # cases x 3 modes each), prediction (3 figures), a quarter each
 MISTAKES = {

@@ -101,7 +101,10 @@ COHORT = [
             "release", edits=("patch_in_earlier_cell",)),          # the cell: answers/kernel_patches.py
     Student("quinn", "deletes q05's hidden-test cell and rewrites q06's to pass, answering neither",
             answers={"q05": None, "q06": None}, edits=("delete_and_edit_tests",), expect={"q05": 0.0, "q06": 0.0}),
-    Student("rui", "ships a fake torch.py and lab_src/ in the submission folder", edits=("fake_packages",)),
+    # Rui answers nothing: his fake lab_src's scored_out_of_process lets every hidden-test cell pass, so any import of
+    # it by the grading would show as points (with the reference answers, as he had them before, it could not show)
+    Student("rui", "no answers, but ships a fake torch.py and a fake lab_src/ (whose scored_out_of_process passes "
+                   "every hidden-test cell) in the submission folder", "release", edits=("fake_packages",)),
     Student("sam", "q03's notebook is not valid JSON", edits=("corrupt_q03",), expect={"q03": 0.0}),
     Student("tess", "did not return q04's notebook", edits=("drop_q04",), expect={"q04": 0.0}),
     # ---- students who try to get out of the grading sandbox

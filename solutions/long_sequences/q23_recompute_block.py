@@ -262,6 +262,41 @@ report = check("q23")
 # %%
 kept_figure(report)
 
+# %% [markdown]
+# ## In the pipeline: your 1F1B step with recomputation (not graded)
+#
+# In q12 each rank r of a p-stage 1F1B pipeline holds up to min(p − r, m) micro-batches awaiting their backward, and
+# each of them keeps what every block of its stage saved. The study below runs your q12 step on 4 ranks of the lab's
+# model (8 blocks, 2 a stage; micro-batches of b = 2, s = 128, h = 64, 4 heads, float32, dropout 0.1; m = 8) three
+# times, every block wrapped by your `recompute_block` in one mode each run. For each rank it prints the micro-batches
+# held at the peak, the saved bytes held then (the memory lane's count), and per micro-batch the bytes beside your
+# closed form for two blocks.
+#
+# **Predict first** (not graded; write it down): rank 0 holds 4 micro-batches at its peak. How many times smaller is
+# that peak's block memory with `"full"` than with `"none"`? Which rank gains the most bytes, and why that one?
+
+# %%
+from lab_src.checks.recompute_study import pipeline_kept_figure, recompute_study
+
+study = recompute_study()
+
+# %% [markdown]
+# Per rank and mode: what one micro-batch kept (its peak over the micro-batches it held), the closed form of its two
+# blocks marked. The middle ranks keep their blocks' closed form exactly; rank 0 also keeps the embedding's and the last
+# rank the head's and the loss's, the same bytes in every mode. Recomputation divides what each micro-batch keeps, and
+# 1F1B multiplies it by the micro-batches in flight, so rank 0, which holds the most, gains the most: with the
+# reference answers its peak is 22,196,224 B with `"none"`, 9,482,240 B selective and 536,576 B full (bytes, so your
+# run's are the same wherever it runs), 41 times less. The count leaves
+# out what a recomputing block makes again inside its own backward: one block's activations, alive only there. The
+# timeline below is the `"full"` run (`study.timeline(0)` is `"none"`, `1` `"selective"`), its memory lane under the
+# ranks.
+
+# %%
+pipeline_kept_figure(study)
+
+# %%
+study.timeline(2) if study else None
+
 # %% nbgrader={"grade": true, "grade_id": "q23_hidden", "locked": true, "points": 10, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests of q23 (10 points): the grader runs them in fresh processes, outside
 # this notebook, and writes the score into the gradebook.

@@ -1,11 +1,13 @@
-"""Long sequences: what a block keeps for its backward, and what recomputing it costs (q23); later, sequence
-parallelism on q18's tensor-parallel block and recomputation in q12's 1F1B memory lane (README.md: the plan).
+"""Long sequences: what a block keeps for its backward, and what recomputing it costs (q23), with a study of the
+modes in q12's 1F1B memory lane (kind_step.py, checks/recompute_study.py); later, sequence parallelism on q18's
+tensor-parallel block (README.md: the plan).
 
     records.py   what the kind and the judge share, torch-free: the modes, the block's closed forms (bytes kept, FLOPs),
                  the graded prediction, the record the rank fills
     measure.py   the lab's own measurements around the answer's module: bytes kept after a forward, matmul FLOPs; the
                  case's block and inputs, and the micro-batch sequence run by the rank and by the judge alike
     kind.py      rank side: each mode of the case, the answer's module built on a fresh lab block and measured
+    kind_step.py rank side of the study in the pipeline: each stage's blocks wrapped in a mode, q12's 1F1B step run
     judge.py     parent side: gradients against the plain block's (computed here), bytes kept against the mode's
                  closed form, recomputed FLOPs against the mode's
     figure.py    the picture: bytes kept per mode, measured beside predicted and the closed form
@@ -19,7 +21,7 @@ q24, attention over a sequence split across ranks (ring attention, contiguous an
                         blocks over time per rank, with each rank's work
 """
 from lab_src.harness.limits import COLLECTIVE_TIMEOUT_FACTOR
-from lab_src.topics import Kind, Topic
+from lab_src.topics import LAYOUT, Kind, Topic
 
 TOPIC = Topic(
     name="long_sequences",
@@ -30,6 +32,12 @@ TOPIC = Topic(
                              what="q23's recompute_block on one rank, each mode in turn on a fresh lab block (dropout "
                                   "on): the bytes its forward leaves alive, its matmul FLOPs, and its outputs and "
                                   "gradients over micro-batches in flight at once"),
+           "recompute_step": Kind("kind_step", record="lab_src.harness.observed:StepObserved",
+                                  settings="records:RecomputeStepSettings", step=True,
+                                  calls=LAYOUT + ("needs_dataloader", "recompute_block"),
+                                  what="q23's study: every block of each rank's stage wrapped by the answer's "
+                                       "recompute_block in the case's mode, then the case's pipelined step (q12's "
+                                       "1F1B), its saved bytes on every event (the memory lane)"),
            "attention": Kind("kind_attention", record="records:AttentionObserved", settings="records:AttentionSettings",
                              calls=("ring_attention",), timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                              view="figure_attention:attention_view",

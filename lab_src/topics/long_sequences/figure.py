@@ -4,6 +4,8 @@ the student's prediction and the paper's figure, on a log scale (the plain block
     kept_bars(measured, predicted, shape, dtype)      measured: {mode: bytes}; predicted: {mode: bytes} or {}
     paper_curves(h, a, b)                             the notebook's opening figure: the paper's count per mode
                                                       against the sequence length, beside one layer's weights
+    pipeline_bars(rows)                               the study in the pipeline: per rank and mode, what a
+                                                      micro-batch kept beside the closed form
 """
 from __future__ import annotations
 
@@ -57,4 +59,30 @@ def paper_curves(h: int = 4096, a: int = 32, b: int = 1):
     ax.set_title(f"the paper's count, one layer of h = {h}, {a} heads, b = {b} (computed from the formula, "
                  f"not measured)", fontsize=9)
     ax.legend(fontsize=8, frameon=False)
+    return fig
+
+
+def pipeline_bars(rows: list):
+    """q23's study in the pipeline (checks/recompute_study.py): per rank, the bytes one micro-batch kept in each
+    mode (the run's: its peak over the micro-batches it held), with the closed form of its blocks marked, on a log
+    scale. rows: [{"mode", "rank", "per_microbatch", "formula", ...}]."""
+    from lab_src.views.static import TimelineFigure
+    ranks = sorted({r["rank"] for r in rows})
+    modes = [m for m in MODES if any(r["mode"] == m for r in rows)]
+    fig = TimelineFigure(figsize=(8, 3.4), layout="constrained")
+    ax = fig.subplots()
+    width = 0.8 / max(len(modes), 1)
+    colors = {"none": "#c44e52", "selective": "#dd8452", "full": "#4c72b0"}
+    for i, mode in enumerate(modes):
+        got = {r["rank"]: r for r in rows if r["mode"] == mode}
+        xs = [j + (i - (len(modes) - 1) / 2) * width for j in range(len(ranks))]
+        ax.bar(xs, [got[r]["per_microbatch"] for r in ranks], width, color=colors.get(mode), edgecolor="black",
+               linewidth=0.5, label=f"{mode}: your run")
+        ax.scatter(xs, [got[r]["formula"] for r in ranks], marker="_", s=300, color="black", zorder=3,
+                   label="closed form of its blocks" if i == 0 else None)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(ranks)), [f"rank {r}" for r in ranks])
+    ax.set_ylabel("bytes a micro-batch keeps")
+    ax.set_title("your 1F1B step with your recompute_block: per micro-batch in flight, each rank", fontsize=9)
+    ax.legend(fontsize=7, frameon=False)
     return fig

@@ -117,6 +117,22 @@ class RecomputeObserved(Observed):
     plain: dict                 # the lab's own block on the rank, measured and run alike: {"kept", "flops", "run"}
 
 
+@dataclass(frozen=True)
+class RecomputeStepSettings(Settings):
+    """q23's study in the pipeline (checks/recompute_study.py): every block of each rank's stage wrapped by the
+    answer's recompute_block(block, mode), then the case's pipelined step (q12's 1F1B)."""
+    mode: str = "none"
+
+    def degrees(self, case) -> dict[str, int]:
+        return {"pp": case.stages}
+
+
+def stage_kept_bytes(b: int, s: int, h: int, a: int, itemsize: int, mode: str, layers: int) -> int:
+    """What `layers` consecutive blocks keep for one micro-batch's backward under `mode`: each block's kept_bytes, its
+    input among them (the previous block's output) and its own causal mask (each block's forward makes one)."""
+    return layers * kept_bytes(b, s, h, a, itemsize, mode)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # q24: attention over a sequence split across ranks (ring attention, contiguous and zigzag, and Ulysses beside it)
 #
