@@ -1184,4 +1184,14 @@ import torch.distributed._functional_collectives as funcol
     "q26_gather_predicted_float32": Mistake("q26", [
         ("""    return {"gather": 12_704 * 2,""", """    return {"gather": 12_704 * 4,"""),
     ]),
+    # q26 (cohort student lior): the shard gathered in float32 and cast after, and each rank deciding alone whether
+    # its gradients hold an inf
+    "q26_lior": Mistake("q26", [
+        ("""        full = module.dp.all_gather(shard.detach().to(module.dtype))       # half the bytes of float32""",
+         """        full = module.dp.all_gather(shard.detach()).to(module.dtype)"""),
+        ("""        full = module.dp.all_gather(module.shard.detach().to(module.dtype)).requires_grad_()""",
+         """        full = module.dp.all_gather(module.shard.detach()).to(module.dtype).requires_grad_()"""),
+        ("""        self.dp.all_reduce(found)       # one rank's inf makes every rank skip
+""", ""),
+    ]),
 }

@@ -276,8 +276,11 @@ report = check("q26")
 # ## What your code did
 #
 # The run's fp16 case, its four steps on each rank: a forward and a backward box per step. The thin row under
-# each rank holds the gathers and reduce-scatters your module asked for. The gathers are drawn in the compute
-# dtype's bytes, and the reduce-scatters in float32's, twice as wide per element.
+# each rank holds the gathers and reduce-scatters your module asked for, inside those boxes: two gathers per
+# block and step (one for the forward, one for the backward) and one reduce-scatter. The ring's messages run
+# in that row too, and so does your scaler's one all-reduce per step, after the backward. The step with the
+# lab's inf looks like any other here: what it changed (no update, the scale halved) is in the check's
+# printout above.
 
 # %%
 report.timeline()

@@ -33,6 +33,7 @@ from lab_src.topics.mixed_precision import model as lab_model
 from lab_src.topics.mixed_precision.records import INIT_SCALE, ITEMSIZE, UNIT_ROUNDOFF, scale_trajectory
 
 U32 = UNIT_ROUNDOFF["float32"]
+SUBNORMAL_HALF = {"float16": 2.0 ** -25, "bfloat16": 2.0 ** -134}
 
 
 def _ranks(outcome) -> list[int]:
@@ -87,13 +88,20 @@ def gradient_problems(outcome, ref) -> list[Problem]:
     s, n = settings_of(outcome.case), outcome.case.stages
     ranks = _ranks(outcome)
     for k, want in enumerate(ref["steps"]):
+        if len({st[k].get("scale") for st in (outcome.obs[r].get("steps") or [] for r in ranks) if k < len(st)}) > 1:
+            break               # the ranks scaled their losses alike no longer: the scaling part's problem
         got = _whole(outcome, k, "grad")
         if got is None:
             return [Problem(f"step {k}: a shard's .grad stayed None after the backward: the backward must return "
                             f"the reduce-scattered gradient for the shard", rank=ranks[0])]
+        # a gradient or a shard kept in another dtype than float32 is rounded to it: allowed here, the dtypes
+        # part's problem
+        g_round = _stored_rounding(outcome, "grad_dtype")
+        p_round = _stored_rounding(outcome, "shard_dtype")
+        floor = _stored_floor(outcome)
         for b, (g, w) in enumerate(zip(got, want["summed"])):
             w = w.double()
-            tol = _bound([p[b] for p in want["parts"]], n)
+            tol = _bound([p[b] for p in want["parts"]], n) + g_round * w.abs() + floor
             fin = torch.isfinite(w)
             if not torch.equal(fin, torch.isfinite(g)) or ((g - w).abs()[fin] > tol[fin]).any():
                 return [_grad_problem(outcome, k, b, g, w, tol, fin, n, s)]
@@ -105,7 +113,9 @@ def gradient_problems(outcome, ref) -> list[Problem]:
         before = _whole(outcome, k, "before")
         for b, (a, w) in enumerate(zip(after, want["after"])):
             w = w.double()
-            step_tol = s.lr * _bound([p[b] for p in want["parts"]], n) * _inv_scale(outcome, k) + 2 * U32 * w.abs()
+            # a gradient kept in a low dtype rounds three times on its way into p: stored, unscaled, times lr
+            step_tol = (s.lr * (_bound([p[b] for p in want["parts"]], n) + 3 * g_round * want["summed"][b].double().abs())
+                        * _inv_scale(outcome, k) + (2 * U32 + p_round) * w.abs() + floor)
             if ((a - w).abs() > step_tol).any():
                 moved = (a != before[b]).double().mean().item()
                 return [Problem(f"step {k}: the shards of block {b} after the optimizer's step differ from one "
@@ -113,6 +123,20 @@ def gradient_problems(outcome, ref) -> list[Problem]:
                                 f"allowed {float(step_tol.max()):.3g}; {moved:.0%} of the elements moved): the "
                                 f"gradient the optimizer stepped with is not the shard's, unscaled", rank=ranks[0])]
     return []
+
+
+def _stored_rounding(outcome, key: str) -> float:
+    """The unit roundoff of the dtype some rank kept the shard or its gradient in (`key`), where it is not float32."""
+    dtypes = {st.get(key) for o in outcome.obs.values() for st in o.get("steps") or []}
+    return max([UNIT_ROUNDOFF.get(d, 0.0) for d in dtypes if d and d != "float32"] or [0.0])
+
+
+def _stored_floor(outcome) -> float:
+    """Half the spacing of the subnormal numbers of the dtype the shard or its gradient was kept in, where it is not
+    float32: the absolute rounding of a value too small for the relative one (a LayerNorm bias that starts at 0)."""
+    dtypes = {st.get(key) for o in outcome.obs.values() for st in o.get("steps") or []
+              for key in ("shard_dtype", "grad_dtype")}
+    return max([SUBNORMAL_HALF.get(d, 0.0) for d in dtypes if d and d != "float32"] or [0.0])
 
 
 def _inv_scale(outcome, k: int) -> float:
@@ -210,13 +234,12 @@ def _step_bytes(outcome, k: int, step: dict, layers: dict) -> str | None:
             return (f"step {k}: a reduce-scatter carried {nbytes // elements} B per element, not float32's 4: the "
                     f"gradients are reduced in float32 (FSDP2's reduce_dtype), so that the sum of low-precision "
                     f"gradients does not round at every add")
-    counts = {name: sum(1 for g in gathers if g[0] == name) for name in layers}
-    off = [name for name, c in counts.items() if c != 2]
+    # blocks of one size have shards of one length, which is all a gather's note knows of its layer: counted together
     scatters = len(step.get("scatters") or [])
-    if off or scatters != len(layers):
-        said = f"{off[0]} gathered {counts[off[0]]} times" if off else "every block gathered twice"
-        return (f"step {k}: {said}, {scatters} reduce-scatters for {len(layers)} blocks: each block gathers once for "
-                f"its forward and once for its backward, and reduce-scatters once")
+    if len(gathers) != 2 * len(layers) or scatters != len(layers):
+        return (f"step {k}: {len(gathers)} gathers and {scatters} reduce-scatters for {len(layers)} blocks: each "
+                f"block gathers once for its forward and once for its backward ({2 * len(layers)}), and "
+                f"reduce-scatters once ({len(layers)})")
     return None
 
 
@@ -255,8 +278,13 @@ def _lost_updates(outcome, ref, r: int, dtype) -> str:
             total += int(w_moved.sum())
     return (f"the shard (the master copy) is {dtype}, not float32: in the clean steps {lost:,} of the {total:,} "
             f"updates one process's float32 master made to this rank's shard were lost (p + lr g rounded back to p: "
-            f"an update below half an ulp of the weight vanishes; in bfloat16 1 + 1e-3 == 1). Keep the shard in "
+            f"an update below half an ulp of the weight vanishes: {lost_example(dtype)}). Keep the shard in "
             f"float32 and cast it to the compute dtype before each gather")
+
+
+def lost_example(dtype) -> str:
+    return {"bfloat16": "in bfloat16 1 + 1e-3 == 1", "float16": "in float16 1 + 1e-4 == 1"}.get(
+        dtype, f"in {dtype} small updates vanish")
 
 
 def scaling_problems(outcome, ref) -> list[Problem]:
