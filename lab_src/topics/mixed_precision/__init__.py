@@ -20,6 +20,7 @@ TOPIC = Topic(
     kinds={"mixed_precision": Kind(
         "kind", record="records:MixedObserved", settings="records:MixedSettings",
         calls=("ring_all_reduce", "mixed_precision_layer"), timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
+        view="figure:mixed_view",
         what="q26's mixed_precision_layer wrapping every block on a data-parallel group of the case's ranks, SGD "
              "steps on the float32 shards (fp16 through the answer's LossScaler, an inf injected on one rank): "
              "shards, gradients, dtypes, the scale, the bytes of every gather and reduce-scatter")},

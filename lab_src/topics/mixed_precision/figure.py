@@ -43,3 +43,12 @@ def dtype_figure(compute: str = "bfloat16"):
     fig.suptitle(f"One block's step on one rank: the master stays float32; the gathers and the block run in {compute}; "
                  f"the gradient is cast back and reduced in float32", fontsize=9)
     return fig
+
+
+def mixed_view(outcome) -> dict:
+    """The timeline of a q26 case (the kind's declared view): each rank's forward and backward per step, and under
+    them the gathers, reduce-scatters and the ring's messages the answer's module and scaler asked for; no pipeline
+    schedule to hold it to."""
+    from lab_src.views.saved import case_view
+    return {**case_view(outcome), "title": f"q26: {outcome.case.label}",
+            "compute_free": "no schedule: one forward and one backward a step on every rank"}

@@ -129,7 +129,7 @@ def _steps(case, settings, mesh, tracer, obs) -> None:
         else:
             optimizer.step()
             record["scale"] = None
-        record.update(after=[_copy(s) for s in shards], loss=float(loss),
+        record.update(after=[_copy(s) for s in shards], loss=float(loss.detach()),
                       gathers=[[g[1], g[2], g[3]] for g in dp.gathers],
                       scatters=[[s[2], s[3] if len(s) > 3 else 0] for s in dp.scatters],
                       reduces=[list(r) for r in dp.reduces])

@@ -33,11 +33,9 @@ def layout_of(block) -> list[tuple[str, tuple, int]]:
 
 
 def views(full: torch.Tensor, layout) -> dict:
-    out, offset = {}, 0
-    for name, shape, count in layout:
-        out[name] = full[offset:offset + count].view(shape)
-        offset += count
-    return out
+    """{parameter name: its view of the flat vector `full`}, in the layout's order."""
+    pieces = torch.split(full, [count for _, _, count in layout])
+    return {name: piece.view(shape) for (name, shape, _), piece in zip(layout, pieces)}
 
 
 def batch(cfg, settings, step: int, replica: int) -> tuple[torch.Tensor, torch.Tensor]:
