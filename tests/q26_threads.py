@@ -12,7 +12,7 @@ import torch
 from lab_src.harness.case import Case
 from lab_src.topics.mixed_precision import model as lab_model
 from lab_src.topics.mixed_precision.records import MixedSettings
-from lab_src.topics.sharding.records import shard_bounds
+from lab_src.topics.mixed_precision.records import shard_bounds
 
 
 class _Meeting:

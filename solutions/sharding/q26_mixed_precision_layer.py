@@ -139,8 +139,7 @@ from torch.func import functional_call
 
 
 def predicted_mixed_bytes():
-    """8 blocks of 12,704 parameters on 4 ranks, computed in bfloat16: one block's gather, the float32 master
-    shards of a rank, the same shards in bfloat16 alone."""
+    """8 blocks of 12,704 parameters on 4 ranks, bf16: a gather, a rank's float32 master, the same in bf16."""
     # return {"gather": ..., "master": ..., "bf16_only": ...} with a number for each
     ### BEGIN SOLUTION
     # a gather holds the whole block at 2 bytes a parameter; a rank keeps 8 x 12,704 / 4 parameters

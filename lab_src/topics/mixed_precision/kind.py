@@ -27,7 +27,7 @@ from lab_src.harness.settings import settings_of
 from lab_src.pipeline.trace import Event
 from lab_src.topics.mixed_precision import model as lab_model
 from lab_src.topics.mixed_precision.group import MixedGroup
-from lab_src.topics.sharding.records import shard_bounds
+from lab_src.topics.mixed_precision.records import shard_bounds
 
 
 def loss_scaler_class():
@@ -131,7 +131,7 @@ def _steps(case, settings, mesh, tracer, obs) -> None:
             record["scale"] = None
         record.update(after=[_copy(s) for s in shards], loss=float(loss.detach()),
                       gathers=[[g[1], g[2], g[3]] for g in dp.gathers],
-                      scatters=[[s[2], s[3] if len(s) > 3 else 0] for s in dp.scatters],
+                      scatters=[[s[1], s[2]] for s in dp.scatters],
                       reduces=[list(r) for r in dp.reduces])
         steps.append(record)
     obs["part"] = "done"

@@ -56,6 +56,15 @@ class MixedSettings(Settings):
         return self.dtype == "float16"
 
 
+def shard_bounds(total: int, n: int, i: int) -> tuple[int, int]:
+    """[start, end) of shard i of a flat vector of `total` elements cut in n as torch.tensor_split does (the first
+    total % n shards one element longer): q22's layout (topics/sharding/records.py has the same; a topic imports no
+    other topic's modules beyond two floors, tests/test_topics.py)."""
+    base, extra = divmod(total, n)
+    start = i * base + min(i, extra)
+    return start, start + base + (1 if i < extra else 0)
+
+
 def scale_trajectory(found: list[bool], growth_interval: int, init: float = INIT_SCALE) -> list[float]:
     """GradScaler's scale after each step's update(), given whether each step found an inf or NaN: x0.5 on one (and
     the run of clean steps starts again), x2 after `growth_interval` clean steps in a row."""
