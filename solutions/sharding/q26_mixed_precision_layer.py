@@ -280,6 +280,11 @@ report = check("q26")
 # in that row too, and so does your scaler's one all-reduce per step, after the backward. The step with the
 # lab's inf looks like any other here: what it changed (no update, the scale halved) is in the check's
 # printout above.
+#
+# The memory lane stacks what each rank holds when each of its operations ends. Grey is the float32 master:
+# each rank's halves of the two blocks, 13,120 B. Teal is a gathered float16 copy while its block runs: one
+# whole block at 2 bytes a parameter, 6,560 B, half the grey band. Orange is the float32 gradients of the
+# shards, which grow during the backward.
 
 # %%
 report.timeline()

@@ -17,9 +17,11 @@ answer's claims. (A class of its own, not a subclass of q22's: a topic stands at
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from lab_src.comm import collectives, lanes
 from lab_src.pipeline import waiting
@@ -37,6 +39,8 @@ class MixedGroup:
         self.reduces: list[list] = []                       # [bytes, elements] of each all_reduce of the step
         self.tracer = None                                  # the rank's Tracer, set by the kind
         self.ring = None                                    # ring(tensor, group) summing in place (q19's); None: gloo
+        self._alive: list[StorageWeakRef] = []              # the gathered copies' storages (the memory lane's)
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"MixedGroup(size={self.size}, rank={self.rank}, ranks={self.ranks})"
@@ -81,8 +85,24 @@ class MixedGroup:
         else:
             full = self._gather_gloo(shard.detach(), total)
         self.gathers.append([time.perf_counter(), layer, full.numel() * full.element_size(), full.numel()])
+        with self._lock:
+            self._alive.append(StorageWeakRef(full.untyped_storage()))
         self._record("allgather_fsdp", t_start, full)
         return full
+
+    def gathered_bytes(self) -> int:
+        """The bytes of the gathered copies whose storage something still holds (the timeline's memory lane: q22's
+        watch, without its records of who held them how long)."""
+        total = 0
+        with self._lock:
+            for ref in list(self._alive):
+                storage = torch.UntypedStorage._new_with_weak_ptr(ref.cdata)
+                if storage is None:
+                    self._alive.remove(ref)
+                else:
+                    total += storage.nbytes()
+                del storage
+        return total
 
     def gather_raw(self, shard: torch.Tensor) -> torch.Tensor:
         """The gather itself, not noted (a benchmark's reading of the shards after the steps)."""

@@ -71,6 +71,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
                 _steps(case, settings, mesh, tracer, obs)
                 observe.finish_messages(None, group, tracer)
             finally:
+                tracer.state_memory = None
                 mesh.destroy()
     finally:
         observe.record_instrumentation(obs, tracer)
@@ -109,6 +110,10 @@ def _steps(case, settings, mesh, tracer, obs) -> None:
     optimizer = torch.optim.SGD(shards, lr=settings.lr)
     scaler = _scaler_call(loss_scaler_class(), dp, growth_interval=settings.growth_interval) if settings.scaled \
         else None
+    # every event carries the training state the rank holds (the timeline's memory lane): its float32 shards (the
+    # master), the gathered copies alive (in the compute dtype), the shards' gradients; SGD keeps no state
+    tracer.state_memory = lambda: (sum(s.numel() * s.element_size() for s in shards), dp.gathered_bytes(),
+                                   sum(s.grad.numel() * s.grad.element_size() for s in shards if s.grad is not None), 0)
     steps = obs["steps"] = []
     for k in range(settings.steps):
         observe.barrier(mesh.group("dp"))
