@@ -587,6 +587,40 @@ def dispatch(x: torch.Tensor, routing, ep_group) -> tuple:
     """
 
 
+@_exercise_api("q26")
+def mixed_precision_layer(layer: lab_src.pipeline.model.Block, dp: lab_src.topics.mixed_precision.group.MixedGroup,
+                          compute_dtype: torch.dtype) -> nn.Module:
+    """Return an `nn.Module` that stands for `layer` (one transformer block: forward(x) returns the block's output)
+    and holds only this rank's shard of the block's parameters as `self.shard`: an nn.Parameter in **float32** (the
+    master copy), the elements `torch.tensor_split` gives shard `dp.rank` of `dp.size` of the block's parameters
+    flattened in `layer.named_parameters()` order (q22's). Free the block's own parameters.
+
+    - Forward: cast the shard to `compute_dtype` (torch.bfloat16 or torch.float16) *before* the gather:
+      `dp.all_gather(shard_cast)` returns the whole flat vector in that dtype (the gather carries half of
+      float32's bytes). Run the block in `compute_dtype` on views of it (`torch.func.functional_call`), on the
+      input cast to `compute_dtype`; return the output in **float32**. Keep no gathered copy once it returns.
+    - Backward: gather the cast again, compute the gradients of the input and of the flat weights in
+      `compute_dtype` (recompute from the saved input), give the input's gradient back in the input's dtype
+      (float32), cast the flat gradient to **float32 before** `dp.reduce_scatter` (the replicas' gradients summed
+      in float32: FSDP2's `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=float32)`), divide by `dp.size`:
+      the shard's gradient, float32.
+    `dp` is q22's group on your q19 ring, plus `dp.all_reduce(t)`: t summed over the group, in place. The lab's
+    `torch.optim.SGD` steps the float32 shards.
+
+    The answer cell also defines `LossScaler(dp, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
+    growth_interval=2000)`, used in float16 as torch.amp.GradScaler is: `scaler.scale(loss)` (the loss times the
+    scale), `scaler.step(optimizer)` (every gradient of `optimizer.param_groups` multiplied by 1 / scale; if any
+    rank's holds an inf or NaN, no rank steps: agree on it over `dp`), `scaler.update()` (x backoff_factor after a
+    skipped step, and the count of clean steps starts again; x growth_factor after growth_interval clean steps in a
+    row), `scaler.get_scale()` (the scale now, a float). And `predicted_mixed_bytes()`, the prediction, graded.
+
+    What is judged is behaviour: every step's gradients and update against one process computing the same casts,
+    the parameters after every step against one process's float32-master training, the bytes of each gather and
+    reduce-scatter as the ring carried them, the dtypes of the shard and its gradient, and in float16 the scale
+    after each step and a step with an inf (the lab puts one into one rank's shard gradient) skipped on every rank.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

@@ -1139,4 +1139,59 @@ import torch.distributed._functional_collectives as funcol
          """    return {"forward_bytes": 2 * 512 * 2 * 64 * 4, "backward_bytes": 2 * 512 * 2 * 64 * 4,"""),
     ], base="q25_grads_not_divided"),
 
+    # q26: the shard gathered in float32 and cast after the gather: the values are right, the gathers carry float32's
+    # bytes (twice the compute dtype's)
+    "q26_gather_float32": Mistake("q26", [
+        ("""        full = module.dp.all_gather(shard.detach().to(module.dtype))       # half the bytes of float32""",
+         """        full = module.dp.all_gather(shard.detach()).to(module.dtype)"""),
+        ("""        full = module.dp.all_gather(module.shard.detach().to(module.dtype)).requires_grad_()""",
+         """        full = module.dp.all_gather(module.shard.detach()).to(module.dtype).requires_grad_()"""),
+    ]),
+    # q26: the flat gradient reduce-scattered in the compute dtype and cast to float32 after: the sum rounds at
+    # every add of the ring
+    "q26_reduce_low_precision": Mistake("q26", [
+        ("""        grad_shard = module.dp.reduce_scatter(grads[-1].float()) / module.dp.size     # summed in float32""",
+         """        grad_shard = module.dp.reduce_scatter(grads[-1]).float() / module.dp.size"""),
+    ]),
+    # q26: the master copy kept in the compute dtype (the shard cast once, at the start): small updates are lost
+    "q26_master_low_precision": Mistake("q26", [
+        ("""        self.shard = nn.Parameter(torch.tensor_split(flat, dp.size)[dp.rank].clone())   # the float32 master""",
+         """        self.shard = nn.Parameter(torch.tensor_split(flat, dp.size)[dp.rank].clone().to(compute_dtype))"""),
+    ]),
+    # q26: each rank decides alone whether its gradients hold an inf: only the rank with the inf skips
+    "q26_inf_not_agreed": Mistake("q26", [
+        ("""        self.dp.all_reduce(found)       # one rank's inf makes every rank skip
+""", ""),
+    ]),
+    # q26: a step with an inf is skipped, but the scale is not halved
+    "q26_scale_not_halved": Mistake("q26", [
+        ("""            self.current *= self.backoff_factor
+""", ""),
+    ]),
+    # q26: the scale is never grown after a run of clean steps
+    "q26_never_grows": Mistake("q26", [
+        ("""            if self.clean == self.growth_interval:
+                self.current *= self.growth_factor
+                self.clean = 0
+""", ""),
+    ]),
+    # q26: the step taken even when a gradient holds an inf (the scale halved all the same)
+    "q26_not_skipped": Mistake("q26", [
+        ("""        if not self.found_inf:
+            optimizer.step()""", """        optimizer.step()"""),
+    ]),
+    # q26: the prediction's gather in float32's bytes
+    "q26_gather_predicted_float32": Mistake("q26", [
+        ("""    return {"gather": 12_704 * 2,""", """    return {"gather": 12_704 * 4,"""),
+    ]),
+    # q26 (cohort student lior): the shard gathered in float32 and cast after, and each rank deciding alone whether
+    # its gradients hold an inf
+    "q26_lior": Mistake("q26", [
+        ("""        full = module.dp.all_gather(shard.detach().to(module.dtype))       # half the bytes of float32""",
+         """        full = module.dp.all_gather(shard.detach()).to(module.dtype)"""),
+        ("""        full = module.dp.all_gather(module.shard.detach().to(module.dtype)).requires_grad_()""",
+         """        full = module.dp.all_gather(module.shard.detach()).to(module.dtype).requires_grad_()"""),
+        ("""        self.dp.all_reduce(found)       # one rank's inf makes every rank skip
+""", ""),
+    ]),
 }

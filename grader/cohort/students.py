@@ -283,6 +283,15 @@ COHORT = [
             # five (the experts' gradients 2x or 4x one process's); the prediction's two byte counts 4/3 too large,
             # the factor right: (1 + 0 + 0 + 1 + 1 + 1/3) / 6
             expect={"q25": 0.5556}),
+    Student("lior", "q26 gathers each block's float32 shard and casts the gathered weights to the compute dtype "
+                    "after the gather (the values are right, the gathers carry twice the bytes), and lets each rank's "
+                    "loss scaler decide alone whether its gradients hold an inf: the rank that holds the lab's inf "
+                    "skips the step, the others take it, and the replicas' weights part",
+            answers={"q26": answer("q26_lior")},
+            # gradients and dtypes right in the four cases; bytes wrong in all four (4 bytes an element gathered);
+            # training and scaling wrong in the two fp16 cases (the lab's inf skipped on one rank only), right in the
+            # bf16 ones (no scaler there); the prediction right: (1 + 2/4 + 0 + 1 + 0/2 + 1) / 6
+            expect={"q26": 0.5833}),
 ]
 
 BY_NAME = {s.name: s for s in COHORT}
