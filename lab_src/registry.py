@@ -128,6 +128,9 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     # its answer cell also defines route, combine and sync_gradients, which the lab's MoE layer calls around it
     # (topics/experts/kind.py)
     Exercise("q25", "dispatch", "Mixture of experts: route, dispatch and combine with all-to-alls, the experts' gradients scaled", ()),
+    # its answer cell also defines save_sharded, which the lab calls on the ranks that save (topics/checkpoint/kind.py)
+    Exercise("q27", "load_sharded", "A checkpoint of the sharded training state that loads on another number of ranks",
+             ("q21",)),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]
@@ -140,7 +143,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "pipeline_training": ("q13", "q14"),
     "tensor_parallel": ("q17", "q18"),
     "data_parallel": ("q19", "q20"),
-    "sharding": ("q21", "q22"),
+    "sharding": ("q21", "q22", "q27"),
     "long_sequences": ("q23", "q24"),
     "experts": ("q25",),
 }
