@@ -26,14 +26,15 @@
 # slices of two.
 #
 # The figure shows a state of N = 1,000,000 elements saved on 4 ranks and loaded on 3. Above are the old shards,
-# one file each. Below are the new shards, and the slices each takes from each old file, coloured by file.
+# one file each. Below are the new shards. Which old files does each new shard need, and how much of each? The same
+# picture comes back after your check with the answer drawn in.
 
 # %%
 # %load_ext lab_src
 from lab_src.checks import check
 from lab_src.topics.checkpoint.figure import reshard_figure
 
-reshard_figure(total=1_000_000, old=4, new=3)
+reshard_figure(total=1_000_000, old=4, new=3, slices=False)
 
 # %% [markdown]
 # ## Predict first

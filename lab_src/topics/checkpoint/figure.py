@@ -15,10 +15,11 @@ COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da
 
 
 def reshard_figure(total: int = 1_000_000, old: int = 4, new: int = 3, reads: dict | None = None, element: int = 4,
-                   title: str = ""):
+                   title: str = "", slices: bool = True):
     """The old shards of `old` ranks against the new shards of `new` ranks over a flat vector of `total` elements;
-    with `reads` ({new rank: bytes its process read}), each new rank's bytes read beside its slices' and whole
-    files'."""
+    `slices`: each new shard's slices coloured by the old file they come from, and the files counted (the opening
+    figure leaves them out: they answer its prediction); with `reads` ({new rank: bytes its process read}), each new
+    rank's bytes read beside its slices' and whole files'."""
     from matplotlib.patches import Rectangle
 
     from lab_src.views.static import TimelineFigure
@@ -36,10 +37,12 @@ def reshard_figure(total: int = 1_000_000, old: int = 4, new: int = 3, reads: di
         y = new - 1 - j
         a, b = shard_bounds(total, new, j)
         ax.add_patch(Rectangle((a, y + 0.1), b - a, 0.8, fc="white", ec="black", lw=0.8))
-        for i, lo, hi in overlaps(total, old, new, j):
+        ax.text((a + b) / 2, y + 0.5, f"{b - a:,}", ha="center", va="center", fontsize=7,
+                color="white" if slices else "black", zorder=3)
+        for i, lo, hi in overlaps(total, old, new, j) if slices else ():
             ax.add_patch(Rectangle((lo, y + 0.3), hi - lo, 0.4, fc=COLORS[i % len(COLORS)], ec="none", alpha=0.85))
         files = len(overlaps(total, old, new, j))
-        said = f"new rank {j}: {files} file{'s' if files > 1 else ''}"
+        said = f"new rank {j}: {files} file{'s' if files > 1 else ''}" if slices else f"new rank {j}"
         if reads is not None and j in reads:
             need = slice_bytes(total, new, j, element)
             whole = whole_files_bytes(total, old, new, j, element)
@@ -56,5 +59,6 @@ def reshard_figure(total: int = 1_000_000, old: int = 4, new: int = 3, reads: di
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     fig.suptitle(title or f"A state saved on {old} ranks, loaded on {new}: the old shards (files) above, the new "
-                          f"shards below, coloured by the file each slice comes from", fontsize=9)
+                          f"shards below" + (", coloured by the file each slice comes from" if slices else
+                                             " (elements per shard written in each)"), fontsize=9)
     return fig
