@@ -1186,22 +1186,15 @@ import torch.distributed._functional_collectives as funcol
     ]),
     # q27: the step count is not saved; the load starts it again at 0
     "q27_step_not_saved": Mistake("q27", [
-        ("""            "tensors": list(TENSORS), "step": int(state["step"]), "file": f"shard{dp.rank}.bin"}""",
-         """            "tensors": list(TENSORS), "file": f"shard{dp.rank}.bin"}"""),
+        ("""            "tensors": list(shards), "step": int(state["step"]), "file": f"shard{dp.rank}.bin"}""",
+         """            "tensors": list(shards), "file": f"shard{dp.rank}.bin"}"""),
         ("""    return {"step": metas[0]["step"], **out}""", """    return {"step": 0, **out}"""),
     ]),
     # q27: the moments are saved, not the parameters' shard (the optimizer's state is what the checkpoint is for)
     "q27_no_params": Mistake("q27", [
-        ("""        for name in TENSORS:
-            f.write(shards[name].detach().contiguous().view(torch.uint8).numpy())""",
-         """        for name in ("exp_avg", "exp_avg_sq"):
-            f.write(shards[name].detach().contiguous().view(torch.uint8).numpy())"""),
-        ("""            "tensors": list(TENSORS), "step": int(state["step"]), "file": f"shard{dp.rank}.bin"}""",
-         """            "tensors": ["exp_avg", "exp_avg_sq"], "step": int(state["step"]), "file": f"shard{dp.rank}.bin"}"""),
-        ("""    out = {name: torch.empty(end - start, dtype=dtype) for name in TENSORS}
-    size = out["params"].element_size()""",
-         """    out = {name: torch.empty(end - start, dtype=dtype) for name in ("exp_avg", "exp_avg_sq")}
-    size = out["exp_avg"].element_size()"""),
+        ("""    shards = {"params": flat[offset:offset + sizes[dp.rank]], "exp_avg": state["exp_avg"],
+              "exp_avg_sq": state["exp_avg_sq"]}""",
+         """    shards = {"exp_avg": state["exp_avg"], "exp_avg_sq": state["exp_avg_sq"]}      # AdamW's state"""),
     ]),
     # q27, a student's two: torch.chunk's pieces in the load, and the prediction's whole files counting every file
     "q27_chunk_every_file": Mistake("q27", [

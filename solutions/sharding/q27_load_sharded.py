@@ -116,8 +116,6 @@ from pathlib import Path
 
 import torch
 
-TENSORS = ("params", "exp_avg", "exp_avg_sq")
-
 
 def predicted_reads():
     """N = 1,000,000 float32 elements saved on 4 ranks, loaded on 3: new rank 1's bytes, files, whole files."""
@@ -136,11 +134,11 @@ def save_sharded(params, state, dp, folder):
     shards = {"params": flat[offset:offset + sizes[dp.rank]], "exp_avg": state["exp_avg"],
               "exp_avg_sq": state["exp_avg_sq"]}
     folder = Path(folder)
-    with open(folder / f"shard{dp.rank}.bin", "wb") as f:
-        for name in TENSORS:
-            f.write(shards[name].detach().contiguous().view(torch.uint8).numpy())
+    with open(folder / f"shard{dp.rank}.bin", "wb") as f:      # the tensors one after another, as listed
+        for t in shards.values():
+            f.write(t.detach().contiguous().view(torch.uint8).numpy())
     meta = {"total": flat.numel(), "offset": offset, "length": sizes[dp.rank], "dtype": str(flat.dtype),
-            "tensors": list(TENSORS), "step": int(state["step"]), "file": f"shard{dp.rank}.bin"}
+            "tensors": list(shards), "step": int(state["step"]), "file": f"shard{dp.rank}.bin"}
     (folder / f"shard{dp.rank}.json").write_text(json.dumps(meta))
     ### END SOLUTION
 
@@ -153,8 +151,8 @@ def load_sharded(folder, dp):
     base, extra = divmod(total, dp.size)
     start = dp.rank * base + min(dp.rank, extra)
     end = start + base + (1 if dp.rank < extra else 0)
-    out = {name: torch.empty(end - start, dtype=dtype) for name in TENSORS}
-    size = out["params"].element_size()
+    out = {name: torch.empty(end - start, dtype=dtype) for name in metas[0]["tensors"]}
+    size = dtype.itemsize
     for meta in metas:
         lo, hi = max(start, meta["offset"]), min(end, meta["offset"] + meta["length"])
         if lo >= hi:
