@@ -259,3 +259,23 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
             wrong.append((name, got, lines))
     wrong += [(name, graded[name][0], graded[name][1]) for name in VALID if graded[name][0] != 1.0]
     assert not wrong, wrong
+
+
+@pytest.mark.slow
+def test_reads_and_writes_are_counted_in_the_grading_sandbox(tmp_path, no_leftovers):
+    """In the sandbox a rank runs under a uid it changed to, which left /proc/self/io unreadable (the first grading
+    of the cohort counted 0 B read by every rank: kind.io_counters now makes the process dumpable again): whole files
+    read and the whole parameters written by every rank are named there too."""
+    from grader.cohort.build import build_student
+    from grader.cohort.students import Student
+    from grader.trusted import grade_submission
+    from lab_src.harness import sandbox
+    if not sandbox.available():
+        pytest.skip(sandbox.describe_unavailable())
+    for name, (_, fraction, says) in MISTAKES.items():
+        if name not in ("q27_whole_files", "q27_whole_params_every_rank"):
+            continue
+        folder = build_student(Student(name, name, answers={"q27": answer(name)}), tmp_path / "sub" / name)
+        got = grade_submission(Path(folder), tmp_path / "work" / name, only=["q27"])["exercises"]["q27"]
+        assert got["fraction"] == pytest.approx(fraction, abs=1e-4), got
+        assert says in " ".join(" ".join(got["messages"]).split()), got

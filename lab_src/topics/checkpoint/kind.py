@@ -52,16 +52,31 @@ class DataParallelGroup:
 
 
 def io_counters() -> dict[str, int]:
-    """This process's I/O counters (/proc/self/io): rchar, wchar (bytes read() and write() passed), syscr, syscw."""
-    out = {}
+    """This process's I/O counters (/proc/self/io): rchar, wchar (bytes read() and write() passed), syscr, syscw;
+    {} where they cannot be read.
+
+    In the grading sandbox a rank runs under a uid it changed to (setpriv), which leaves the process not dumpable:
+    its /proc/self files then belong to root and /proc/self/io cannot be read (the first grading of the cohort read
+    nothing there). A process may make itself dumpable again (prctl PR_SET_DUMPABLE), which gives /proc/self back to
+    its own uid; the sandbox's processes are all the same student's, so this opens nothing they could not reach."""
+    for attempt in range(2):
+        try:
+            with open("/proc/self/io") as f:
+                return {key.strip(): int(value) for key, _, value in (line.partition(":") for line in f)}
+        except PermissionError:
+            if attempt == 0 and not _make_dumpable():
+                break
+        except OSError:
+            break
+    return {}
+
+
+def _make_dumpable() -> bool:
     try:
-        with open("/proc/self/io") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                out[key.strip()] = int(value)
-    except OSError:
-        pass
-    return out
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl(4, 1, 0, 0, 0) == 0     # PR_SET_DUMPABLE, 1
+    except (OSError, AttributeError):
+        return False
 
 
 def save_function():
@@ -186,7 +201,9 @@ def _run(case, ctx, settings, mesh, group, obs) -> None:
         before, t0 = io_counters(), time.perf_counter()
         save(params, state, dp, folder)
         obs["save_seconds"] = time.perf_counter() - t0
-        obs["written"] = io_counters().get("wchar", 0) - before.get("wchar", 0)
+        after = io_counters()
+        if "wchar" in before and "wchar" in after:
+            obs["written"] = after["wchar"] - before["wchar"]
         obs["part"] = "the uninterrupted step after the save"
         loss = one_step(model, params, rows, dp, state, settings.lr)
         obs["uninterrupted"] = {"loss": loss, "params": flat_of(params).clone()}
@@ -221,8 +238,9 @@ def _run(case, ctx, settings, mesh, group, obs) -> None:
         loaded = exercises.load_sharded(folder, dp)
         obs["load_seconds"] = time.perf_counter() - t0
         after = io_counters()
-        obs["reads"] = after.get("rchar", 0) - before.get("rchar", 0)
-        obs["read_calls"] = after.get("syscr", 0) - before.get("syscr", 0)
+        if "rchar" in before and "rchar" in after:      # else not counted (judge.py says so)
+            obs["reads"] = after["rchar"] - before["rchar"]
+            obs["read_calls"] = after["syscr"] - before["syscr"]
         if isinstance(loaded, dict):
             obs["loaded"] = {**{str(k): _clone(v) for k, v in loaded.items()},
                              "types": {str(k): type(v).__name__ for k, v in loaded.items()}}
