@@ -259,8 +259,9 @@ def continue_problems(outcome, m: int, j: int) -> list[Problem]:
     if c.get("skipped") or c.get("raised"):
         why = c.get("skipped") or c.get("raised")
         verb = "cannot take" if c.get("skipped") else "raised on"
+        # a rank whose own state was fine but another's was not: that rank's problem, said after it
         return [Problem(f"q21's step {verb} the state load_sharded returned: {why}", rank=j,
-                        gist="q27: q21's step cannot go on")]
+                        gist="q27: q21's step cannot go on", consequence=c.get("skipped", "").startswith("another"))]
     out = []
     if c.get("params_from") != "load":
         what = ("its freshly built parameters: load_sharded returned no 'params'" if c.get("params_from") == "fresh"
