@@ -621,6 +621,40 @@ def mixed_precision_layer(layer: lab_src.pipeline.model.Block, dp: lab_src.topic
     """
 
 
+@_exercise_api("q27")
+def load_sharded(folder, dp) -> dict:
+    """Load a checkpoint of q21's sharded training state, written by `save_sharded` on n ranks, on the m = `dp.size`
+    ranks of `dp` (m may differ from n); return this rank's state.
+
+    The state: the model's parameters flattened in order into N elements, cut as `torch.tensor_split(flat, k)` cuts
+    them over k ranks (the first N % k shards one element longer; rank r owns shard r), and q21's `state` of each
+    rank: `{"step": int, "exp_avg": tensor, "exp_avg_sq": tensor}`, the moments of its own shard.
+    `folder` is a `pathlib.Path` every rank sees (one file system); `dp` is q21's: `.group`, `.size`, `.rank`,
+    `.ranks`.
+
+    Return `{"step", "params", "exp_avg", "exp_avg_sq"}` for shard `dp.rank` of N over m: the step count (an int)
+    and three 1-D tensors of the saved dtype, each exactly the saved elements of that shard (a load moves bytes: it
+    computes nothing). The lab all-gathers the returned 'params' into the model's parameters (q21 keeps them whole
+    on every rank) and hands the rest to q21's `sharded_adamw_step`, which goes on from there. Read only what this
+    rank needs: its slice of each tensor, from the files of the old shards it overlaps, with reads the process's
+    I/O counters see (`file.seek` and `readinto`, `os.pread`, `np.fromfile(..., offset=, count=)`; a memory map is
+    not counted), plus the metadata. No collective is needed.
+
+    The answer cell also defines:
+    - `save_sharded(params, state, dp, folder)`: called by every rank of the n ranks of `dp` at once, after q21's
+      steps, with the model's parameters (whole) and q21's `state` of this rank. Write this rank's shard of the flat
+      parameters, its two moments and the metadata that places them in the whole (N, the shard's offset and length,
+      the dtype, which tensor is where, the step count) into `folder`, in files of its own: nothing written twice
+      across ranks (the state once, plus at most 4 KiB of metadata a rank), in raw bytes that a load can read a
+      slice of (`tensor.view(torch.uint8).numpy()` gives a tensor's bytes).
+    - `predicted_reads()`, the prediction, graded: {"bytes_rank1", "files_rank1", "whole_files_rank1"} (the
+      notebook says for which checkpoint).
+    What is judged is behaviour: the bytes on disk (measured by the grader), each loading rank's bytes read, the
+    returned state against the saved one bitwise, and the next step against the same step taken from the state
+    handed over in memory.
+    """
+
+
 _missing = [e.id for e in CODED if e.id not in API]
 if _missing:
     raise RuntimeError(f"lab_src/exercises.py has no contract for {_missing}: declare one with @_exercise_api")

@@ -129,6 +129,9 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     # (topics/experts/kind.py)
     Exercise("q25", "dispatch", "Mixture of experts: route, dispatch and combine with all-to-alls, the experts' gradients scaled", ()),
     Exercise("q26", "mixed_precision_layer", "Mixed precision in the sharded step: float32 master shards, bf16 gathers, fp16 loss scaling", ("q19",)),
+    # its answer cell also defines save_sharded, which the lab calls on the ranks that save (topics/checkpoint/kind.py)
+    Exercise("q27", "load_sharded", "A checkpoint of the sharded training state that loads on another number of ranks",
+             ("q21",)),
 ]}
 
 CODED = [e for e in EXERCISES.values() if e.function]
@@ -141,7 +144,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "pipeline_training": ("q13", "q14"),
     "tensor_parallel": ("q17", "q18"),
     "data_parallel": ("q19", "q20"),
-    "sharding": ("q21", "q22", "q26"),
+    "sharding": ("q21", "q22", "q26", "q27"),
     "long_sequences": ("q23", "q24"),
     "experts": ("q25",),
 }

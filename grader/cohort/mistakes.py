@@ -1138,6 +1138,69 @@ import torch.distributed._functional_collectives as funcol
         ("""    return {"forward_bytes": 2 * 512 * 2 * 3 / 4 * 64 * 4, "backward_bytes": 2 * 512 * 2 * 3 / 4 * 64 * 4,""",
          """    return {"forward_bytes": 2 * 512 * 2 * 64 * 4, "backward_bytes": 2 * 512 * 2 * 64 * 4,"""),
     ], base="q25_grads_not_divided"),
+    # q27: every rank saves the parameters whole (every rank holds them whole under q21) in its own file, beside its
+    # moments: the disk holds them n times; the load reads its slice of the parameters from the first file
+    "q27_whole_params_every_rank": Mistake("q27", [
+        ("""    folder = Path(folder)
+    with open(folder / f"shard{dp.rank}.bin", "wb") as f:""",
+         """    shards["params"] = flat              # every rank holds the parameters whole: save them whole
+    folder = Path(folder)
+    with open(folder / f"shard{dp.rank}.bin", "wb") as f:"""),
+        ("""            for k, name in enumerate(meta["tensors"]):
+                f.seek((k * meta["length"] + lo - meta["offset"]) * size)""",
+         """            for k, name in enumerate(meta["tensors"]):
+                if name == "params":             # every file holds them whole
+                    f.seek(lo * size)
+                else:
+                    f.seek((meta["total"] + (k - 1) * meta["length"] + lo - meta["offset"]) * size)"""),
+    ]),
+    # q27: the load cuts its new shard as torch.chunk does (ceil(N / m) each), not torch.tensor_split
+    "q27_torch_chunk": Mistake("q27", [
+        ("""    base, extra = divmod(total, dp.size)
+    start = dp.rank * base + min(dp.rank, extra)
+    end = start + base + (1 if dp.rank < extra else 0)""",
+         """    piece = -(-total // dp.size)                # as torch.chunk cuts
+    start, end = min(total, dp.rank * piece), min(total, (dp.rank + 1) * piece)"""),
+    ]),
+    # q27: the load reads every file it needs whole, then slices it in memory
+    "q27_whole_files": Mistake("q27", [
+        ("""        with open(folder / meta["file"], "rb") as f:
+            for k, name in enumerate(meta["tensors"]):
+                f.seek((k * meta["length"] + lo - meta["offset"]) * size)
+                f.readinto(out[name][lo - start:hi - start].view(torch.uint8).numpy())""",
+         """        data = torch.frombuffer(bytearray((folder / meta["file"]).read_bytes()), dtype=dtype)   # the whole file
+        for k, name in enumerate(meta["tensors"]):
+            first = k * meta["length"] + lo - meta["offset"]
+            out[name][lo - start:hi - start] = data[first:first + hi - lo]"""),
+    ]),
+    # q27: no offsets or lengths in the metadata: the load takes the old shards to be even (N // n each, the last
+    # the rest), which tensor_split's are not where N % n != 0
+    "q27_offsets_guessed": Mistake("q27", [
+        ("""    meta = {"total": flat.numel(), "offset": offset, "length": sizes[dp.rank], "dtype": str(flat.dtype),""",
+         """    meta = {"total": flat.numel(), "dtype": str(flat.dtype),"""),
+        ("""    metas = sorted((json.loads(p.read_text()) for p in folder.glob("shard*.json")), key=lambda m: m["offset"])""",
+         """    metas = sorted((json.loads(p.read_text()) for p in folder.glob("shard*.json")), key=lambda m: m["file"])
+    for i, meta in enumerate(metas):             # each old shard N // n long, the last the rest
+        meta["offset"] = i * (meta["total"] // len(metas))
+        meta["length"] = meta["total"] // len(metas) if i < len(metas) - 1 else meta["total"] - meta["offset"]"""),
+    ]),
+    # q27: the step count is not saved; the load starts it again at 0
+    "q27_step_not_saved": Mistake("q27", [
+        ("""            "tensors": list(shards), "step": int(state["step"]), "file": f"shard{dp.rank}.bin"}""",
+         """            "tensors": list(shards), "file": f"shard{dp.rank}.bin"}"""),
+        ("""    return {"step": metas[0]["step"], **out}""", """    return {"step": 0, **out}"""),
+    ]),
+    # q27: the moments are saved, not the parameters' shard (the optimizer's state is what the checkpoint is for)
+    "q27_no_params": Mistake("q27", [
+        ("""    shards = {"params": flat[offset:offset + sizes[dp.rank]], "exp_avg": state["exp_avg"],
+              "exp_avg_sq": state["exp_avg_sq"]}""",
+         """    shards = {"exp_avg": state["exp_avg"], "exp_avg_sq": state["exp_avg_sq"]}      # AdamW's state"""),
+    ]),
+    # q27, a student's two: torch.chunk's pieces in the load, and the prediction's whole files counting every file
+    "q27_chunk_every_file": Mistake("q27", [
+        ("""    return {"bytes_rank1": 3_999_996, "files_rank1": 2, "whole_files_rank1": 6_000_000}""",
+         """    return {"bytes_rank1": 3_999_996, "files_rank1": 2, "whole_files_rank1": 12_000_000}"""),
+    ], base="q27_torch_chunk"),
 
     # q26: the shard gathered in float32 and cast after the gather: the values are right, the gathers carry float32's
     # bytes (twice the compute dtype's)

@@ -17,7 +17,7 @@ SURNAMES = {
     "kai": "Kealoha", "lena": "Schmidt", "mo": "Haddad", "nils": "Berg", "oona": "Virtanen", "pia": "Rossi",
     "quinn": "Byrne", "rui": "Costa", "sam": "Adeyemi", "tess": "Walsh", "mallory": "Black", "rhea": "Kapoor",
     "nico": "Alvarez", "xena": "Papadakis", "wren": "Mbeki", "yuki": "Sato", "uma": "Iyer", "vito": "Greco",
-    "vera": "Horvat", "ines": "Moreau", "otto": "Lindgren",
+    "vera": "Horvat", "ines": "Moreau", "otto": "Lindgren", "lotte": "Brandt",
 }
 
 

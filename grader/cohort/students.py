@@ -292,6 +292,14 @@ COHORT = [
             # training and scaling wrong in the two fp16 cases (the lab's inf skipped on one rank only), right in the
             # bf16 ones (no scaler there); the prediction right: (1 + 2/4 + 0 + 1 + 0/2 + 1) / 6
             expect={"q26": 0.5833}),
+    Student("lotte", "q27 cuts the new shard of each loading rank as torch.chunk does (ceil(N / m) elements each), "
+                     "which is torch.tensor_split's shard only where N % m is 0 or m - 1, and predicts the bytes of "
+                     "the old files rank 1 opens counting every file of the checkpoint",
+            answers={"q27": answer("q27_chunk_every_file")},
+            # written and read right in the six cases; the loaded state and the next step right only for 4 -> 2
+            # (torch.chunk's two pieces are tensor_split's shards there), wrong in the other five (1 of 6 each); the
+            # prediction's whole files wrong (2 of 3): (1 + 1 + 1/6 + 1/6 + 2/3) / 5
+            expect={"q27": 0.6}),
 ]
 
 BY_NAME = {s.name: s for s in COHORT}
