@@ -66,6 +66,24 @@ def skipped_under_validate(what: str = "This study", how: str = "run the cell yo
     return False
 
 
+def study_held_back(qid: str, what: str, how: str, runs: str) -> bool:
+    """True, after saying why, where a study must launch nothing: while autograding, under Validate (an ungraded
+    study), or after `qid`'s check failed in this kernel (it runs the answer the check judged). `what`: the study
+    ("The bubble study"); `how`: how to run it yourself; `runs`: what it runs ("The study runs your step")."""
+    from lab_src.grading import check_not_passed
+    if autograding():
+        print(f"{what} is skipped while autograding.")
+        return True
+    if skipped_under_validate(what, how):
+        return True
+    not_passed = check_not_passed(qid)
+    if not_passed:
+        print(f"{runs}, and the check above did not pass: make it pass first.\n  {not_passed.splitlines()[0]}",
+              file=sys.stderr)
+        return True
+    return False
+
+
 def small(m: int) -> LabConfig:
     """The check's small model on 4 stages, micro-batches of 2 samples, m of them."""
     return VISIBLE.replace(num_microbatches=m, global_batch_size=2 * m)

@@ -10,8 +10,7 @@ import sys
 
 from lab_src.checks.common import (UNFINISHED, VISIBLE, CheckReport, autograding, exercise, failed_in_notebook, finish,
                                    indent, make_case, run_cases, run_dir, sources, study_sources)
-from lab_src.checks.experiments import skipped_under_validate
-from lab_src.grading import check_not_passed
+from lab_src.checks.experiments import study_held_back
 from lab_src.harness.memory_release import released
 from lab_src.topics.interleaved.judge import check_interleaved_run, interleaved_errors
 from lab_src.judge.problems import stamped
@@ -108,15 +107,8 @@ def bubble_study(chunks=(1, 2, 4), stages: int | None = None, cfg: LabConfig = S
     """Run your step with each number of chunks per rank in `chunks` on `cfg` (compute dominates) and print,
     for each, the measured bubble beside (p-1)/(v·m+p-1), the messages, and the activations held.
     `stages`: ranks (default 4, whatever the cores: the emulated column does not depend on them)."""
-    if autograding():
-        print("The bubble study is skipped while autograding.")
-        return None
-    if skipped_under_validate("The bubble study", "open the notebook and run `study = bubble_study()` yourself"):
-        return None
-    not_passed = check_not_passed(QID)
-    if not_passed:
-        print(f"The bubble study runs your step, and the check above did not pass: make it pass first.\n"
-              f"  {not_passed.splitlines()[0]}", file=sys.stderr)
+    if study_held_back(QID, "The bubble study", "open the notebook and run `study = bubble_study()` yourself",
+                       "The bubble study runs your step"):
         return None
     stages = stages or 4
     cfg = cfg.replace(num_stages=stages, num_microbatches=2 * stages, global_batch_size=4 * stages)

@@ -1,7 +1,7 @@
 """q23's study in the pipeline (issue 56, part 4): your q12 1F1B step on 4 ranks, every block of each stage wrapped
 by your recompute_block, once per mode (none, selective, full), in one launch. Per rank: the micro-batches it held
 at once, the saved bytes it held at its peak (harness/memory.py's count, the memory lane's), and per micro-batch the
-bytes against q23's closed form for its blocks (records.py stage_kept_bytes); the rest of a micro-batch's bytes (the
+bytes against q23's closed form for its blocks (records.py kept_bytes, once a block); the rest of a micro-batch's bytes (the
 embedding's on the first stage, the head's and the loss's on the last) is the same in every mode. And whether each
 mode's gradients are the plain run's, bit for bit (dropout on, micro-batches in flight at once). Not graded:
 Validate and the grader skip it.
@@ -16,15 +16,14 @@ import sys
 
 import torch
 
-from lab_src.checks.common import CheckReport, autograding, make_case, run_cases, run_dir, study_sources
-from lab_src.checks.experiments import skipped_under_validate
-from lab_src.grading import check_not_passed
+from lab_src.checks.common import CheckReport, make_case, run_cases, run_dir, study_sources
+from lab_src.checks.experiments import study_held_back
 from lab_src.harness.memory_release import released
 from lab_src.judge.failures import case_problems
 from lab_src.judge.problems import stamped
 from lab_src.judge.summary import summary
 from lab_src.pipeline.config import LabConfig
-from lab_src.topics.long_sequences.records import MODES, stage_kept_bytes
+from lab_src.topics.long_sequences.records import MODES, kept_bytes
 from lab_src.views.memory import holding, peak_by_rank
 from lab_src.views.saved import case_view
 
@@ -60,15 +59,8 @@ def _equal_to(grads: dict, plain: dict) -> bool:
 def recompute_study(stages: int = 4, microbatches: int = 8, cfg: LabConfig = STUDY) -> RecomputeStudy | None:
     """Run your q12 step on `stages` ranks with your q23 recompute_block wrapping every block, in each mode, and
     print what each rank held against q23's closed form."""
-    if autograding():
-        print("The recomputation study is skipped while autograding.")
-        return None
-    if skipped_under_validate("The recomputation study", "open the notebook and run `study = recompute_study()`"):
-        return None
-    not_passed = check_not_passed(QID)
-    if not_passed:
-        print(f"The study runs your recompute_block, and the check above did not pass: make it pass first.\n"
-              f"  {not_passed.splitlines()[0]}", file=sys.stderr)
+    if study_held_back(QID, "The recomputation study", "open the notebook and run `study = recompute_study()`",
+                       "The study runs your recompute_block"):
         return None
     srcs = study_sources(ONE_F_ONE_B, QID)
     if srcs is None:
@@ -99,7 +91,7 @@ def recompute_study(stages: int = 4, microbatches: int = 8, cfg: LabConfig = STU
         for r in range(stages):
             layers = len((out.obs.get(r) or {}).get("layers") or [])
             per = held[r] / count[r] if count[r] else 0
-            form = stage_kept_bytes(b, s, h, a, ITEMSIZE, mode, layers)
+            form = layers * kept_bytes(b, s, h, a, ITEMSIZE, mode)     # each block its own input and mask
             rows.append({"mode": mode, "rank": r, "in_flight": count[r], "peak": held[r], "per_microbatch": per,
                          "formula": form, "rest": per - form, "layers": layers, "as_plain": same})
         peaks[mode] = held
@@ -113,8 +105,8 @@ def recompute_study(stages: int = 4, microbatches: int = 8, cfg: LabConfig = STU
     if rows:
         lines += [
             "  in flight: the most micro-batches the rank held awaiting their backward (1F1B: min(p - r, m));",
-            "  per mb: the peak over them; closed form: its blocks' stage_kept_bytes (q23's closed form for each "
-            "block, its input among them);",
+            "  per mb: the peak over them; closed form: q23's for each of its blocks (each block's input and causal "
+            "mask among them);",
             "  rest: what the stage's other pieces keep (the embedding's on rank 0, the head's and the loss's on the "
             "last), the same in every mode.",
             "  Not counted: the activations a recomputing block makes again inside its own backward (alive only "

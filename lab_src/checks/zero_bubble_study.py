@@ -9,9 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
-from lab_src.checks.common import CheckReport, autograding, make_case, run_cases, run_dir, study_sources
-from lab_src.checks.experiments import skipped_under_validate
-from lab_src.grading import check_not_passed
+from lab_src.checks.common import CheckReport, make_case, run_cases, run_dir, study_sources
+from lab_src.checks.experiments import study_held_back
 from lab_src.harness.memory_release import released
 from lab_src.judge.problems import stamped
 from lab_src.judge.failures import case_problems
@@ -52,15 +51,8 @@ def _pct(x: float | None) -> str:
 def zero_bubble_study(ms=(4, 8, 16), stages: int | None = None, cfg: LabConfig = STUDY) -> ZeroBubbleStudy | None:
     """Run your q12 and q16 steps for each m in `ms` on `cfg` and print the bubbles and the memory.
     `stages`: ranks (default 4, whatever the cores: the emulated columns do not depend on them)."""
-    if autograding():
-        print("The zero-bubble study is skipped while autograding.")
-        return None
-    if skipped_under_validate("The zero-bubble study", "open the notebook and run `study = zero_bubble_study()`"):
-        return None
-    not_passed = check_not_passed(QID)
-    if not_passed:
-        print(f"The study runs your step, and the check above did not pass: make it pass first.\n"
-              f"  {not_passed.splitlines()[0]}", file=sys.stderr)
+    if study_held_back(QID, "The zero-bubble study", "open the notebook and run `study = zero_bubble_study()`",
+                       "The study runs your step"):
         return None
     p = stages or 4
     srcs = study_sources(ONE_F_ONE_B, QID)

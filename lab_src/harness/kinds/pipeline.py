@@ -22,9 +22,30 @@ from lab_src.pipeline import data, perturb, split
 from lab_src.pipeline.baseline import load_baseline
 
 
+def run_step(case: Case, ctx, group, tracer, obs, stage):
+    """The case's step on `stage` (built, and changed as the kind needs): its data where q06's answer says, the
+    saved bytes counted on every event, then outputs, loss, gradients and the peak recorded. Returns what the step
+    returned. Topics whose kinds change the stage first (q23's study, topics/long_sequences/kind_step.py) call it."""
+    cfg = case.config
+    needs = exercises.needs_dataloader(ctx.rank, cfg.num_stages)
+    obs["needs_dataloader"] = observe.plain(needs)
+    loader = data.make_dataloader(cfg, obs["micro_batch_size"]) if needs else None
+    if case.step == split.exercise_id():
+        split.warm_up()     # outside the traced step: torch's first autograd.grad imports sympy
+    observe.barrier(group)
+    step = exercises.API[case.step]
+    with counting(stage, tracer) as saved:
+        returned = step(stage, iter(loader) if loader is not None else None, cfg.num_microbatches)
+    obs["memory"] = Memory(peak_saved_bytes=saved.peak, peak_rss_bytes=peak_rss_bytes()).to_dict()
+    observe.finish_messages(stage, group, tracer)
+    obs["outputs"], obs["loss"] = observe.unpack_step(returned, obs)
+    obs["grads"] = observe.gradients(stage)
+    return returned
+
+
 def run(case: Case, ctx, group, tracer, obs) -> None:
     cfg = case.config
-    rank, probes = ctx.rank, case.probes
+    probes = case.probes
     try:
         stage = observe.build_stage(cfg, ctx, group, obs)
         if settings_of(case).perturb and stage.embed is not None:
@@ -33,19 +54,7 @@ def run(case: Case, ctx, group, tracer, obs) -> None:
             perturb.perturb_embedding(stage.embed, obs["perturbed"])
         if "noop_ends" in probes:
             obs["probes"] = {"noop_ends": probe.noop_ends(stage)}
-        needs = exercises.needs_dataloader(rank, cfg.num_stages)
-        obs["needs_dataloader"] = observe.plain(needs)
-        loader = data.make_dataloader(cfg, obs["micro_batch_size"]) if needs else None
-        if case.step == split.exercise_id():
-            split.warm_up()     # outside the traced step: torch's first autograd.grad imports sympy
-        observe.barrier(group)
-        step = exercises.API[case.step]
-        with counting(stage, tracer) as saved:
-            returned = step(stage, iter(loader) if loader is not None else None, cfg.num_microbatches)
-        obs["memory"] = Memory(peak_saved_bytes=saved.peak, peak_rss_bytes=peak_rss_bytes()).to_dict()
-        observe.finish_messages(stage, group, tracer)
-        obs["outputs"], obs["loss"] = observe.unpack_step(returned, obs)
-        obs["grads"] = observe.gradients(stage)
+        returned = run_step(case, ctx, group, tracer, obs, stage)
         if case.baseline and ("check_outputs" in probes or "check_gradients" in probes):
             baseline = load_baseline(case.baseline)
             obs.setdefault("probes", {})

@@ -127,12 +127,6 @@ class RecomputeStepSettings(Settings):
         return {"pp": case.stages}
 
 
-def stage_kept_bytes(b: int, s: int, h: int, a: int, itemsize: int, mode: str, layers: int) -> int:
-    """What `layers` consecutive blocks keep for one micro-batch's backward under `mode`: each block's kept_bytes, its
-    input among them (the previous block's output) and its own causal mask (each block's forward makes one)."""
-    return layers * kept_bytes(b, s, h, a, itemsize, mode)
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # q24: attention over a sequence split across ranks (ring attention, contiguous and zigzag, and Ulysses beside it)
 #
