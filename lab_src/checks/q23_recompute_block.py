@@ -2,10 +2,15 @@
 prediction's shape in bfloat16, then on a float32 block, one rank each, judged by topics/long_sequences/judge.py:
 the gradients over micro-batches in flight against the plain block's, the bytes kept against each mode's closed form,
 the recomputed matmul FLOPs. It prints per mode what the lab measured beside the closed form and the paper's, and the
-prediction beside the figures it is judged against.
+prediction beside the figures it is judged against. Then the answer cell's `sp_block` (sequence parallelism on the
+tensor-parallel block) on t = 2 and t = 4 ranks in float64, dropout off and on, and in bfloat16 at the prediction's
+shape on t = 4 ranks, judged by topics/long_sequences/judge_sp.py: values against one process's block, the replicated
+parameters' gradients summed over the ranks, each rank's saved bytes against the closed form, its all-gathers and
+reduce-scatters; and the second prediction.
 
     report = check("q23")
     kept_figure(report)        # the bytes each mode kept, measured beside the prediction and the paper's
+    sp_figure(report)          # the bytes each sequence-parallel rank kept, beside the closed forms
 """
 from __future__ import annotations
 
@@ -17,6 +22,9 @@ from lab_src.pipeline.config import LabConfig
 from lab_src.topics.long_sequences.records import (
     ITEMSIZE,
     MODES,
+    SP_PREDICTION_KEYS,
+    SP_PREDICTION_NAME,
+    SP_PREDICTION_T,
     PREDICTION_DTYPE,
     PREDICTION_KEYS,
     PREDICTION_NAME,
@@ -25,6 +33,10 @@ from lab_src.topics.long_sequences.records import (
     kept_bytes,
     paper_bytes,
     prediction_wanted,
+    sp_kept_bytes,
+    sp_prediction_wanted,
+    sp_traffic,
+    tp_kept_bytes,
 )
 
 P = PREDICTION_SHAPE
@@ -35,14 +47,30 @@ CASES = [(f"{PREDICTION_DTYPE}, b = {P['b']}, s = {P['s']}, h = {P['h']}, {P['a'
           LabConfig(hidden_size=64, num_heads=4, seq_len=128, dropout=0.1, seed=32, num_stages=1),
           {"batch": 2, "dtype": "float32"})]
 
+# sequence parallelism (sp_block): label -> (configuration, ranks, settings)
+SP_CASES = {
+    "sp_block, t = 2, float64": (LabConfig(num_stages=2, global_batch_size=4, num_microbatches=2, dtype="float64",
+                                           seed=33), 2, {}),
+    "sp_block, t = 4, float64": (LabConfig(num_stages=4, global_batch_size=4, num_microbatches=2, dtype="float64",
+                                           seed=34), 4, {}),
+    f"sp_block, t = {SP_PREDICTION_T}, {PREDICTION_DTYPE}, the prediction's shape": (
+        LabConfig(hidden_size=P["h"], num_heads=P["a"], seq_len=P["s"], global_batch_size=P["b"], num_microbatches=1,
+                  num_stages=SP_PREDICTION_T, seed=35), SP_PREDICTION_T,
+        {"parts": ["dropout"], "dtype": PREDICTION_DTYPE, "values": False}),
+}
+SP_FIGURE_CASE = f"sp_block, t = {SP_PREDICTION_T}, {PREDICTION_DTYPE}, the prediction's shape"
+
 
 class RecomputeReport(CheckReport):
     """A check report that also holds the bytes each mode kept in the first case's run, and the prediction."""
     kept: dict = {}
     predicted: dict = {}
+    sp_kept: dict = {}            # rank -> bytes saved in the bfloat16 sequence-parallel run
+    sp_predicted: dict = {}
 
     def timeline(self, case=None):
-        print("q23 runs on one rank and sends nothing: kept_figure(report) draws what it kept.")
+        print("q23's recomputation runs on one rank and sends nothing: kept_figure(report) draws what it kept, "
+              "sp_figure(report) what each sequence-parallel rank kept.")
 
 
 def kept_figure(report):
@@ -56,20 +84,43 @@ def kept_figure(report):
     return kept_bars(kept, getattr(report, "predicted", {}), tuple(P[k] for k in "bsha"), PREDICTION_DTYPE)
 
 
+def sp_figure(report):
+    """The bytes each rank of the check's bfloat16 sequence-parallel run saved, beside the closed forms (one process,
+    tensor parallel, sequence parallel) and the second prediction; of any report (draws nothing and says why when
+    there is nothing to draw)."""
+    from lab_src.topics.long_sequences.figure import sp_bars
+    kept = getattr(report, "sp_kept", None)
+    if not kept:
+        print(nothing_to_draw(report))
+        return None
+    return sp_bars(kept, getattr(report, "sp_predicted", {}), (P["b"], P["s"], P["h"], P["a"], SP_PREDICTION_T),
+                   PREDICTION_DTYPE)
+
+
 def check():
     from lab_src.topics.long_sequences.judge import flat, judge_run
     srcs = sources("q23")
+    from lab_src.topics.long_sequences.judge_sp import judge_sp
     cases = [make_case("recompute", cfg, srcs, "q23", stages=1, label=label, settings=settings, schedule="", step="")
              for label, cfg, settings in CASES]
+    cases += [make_case("sp_block", cfg, srcs, "q23", stages=t, label=label, settings=settings)
+              for label, (cfg, t, settings) in SP_CASES.items()]
     run = run_cases(cases, run_dir("q23"))
     problems, lines = [], ["q23 recompute_block: each mode on the lab's block, dropout 0.1, training mode"]
-    kept = {}
+    kept, sp_kept = {}, {}
     for i, out in enumerate(run.outcomes):
         lines.append(f"\n  {out.case.label}")
         errs = errors(out, "q23", out.case.label)
         if errs:
             problems += errs
             lines.append(UNFINISHED)
+            continue
+        if out.case.kind == "sp_block":
+            problems += stamped([p for ps in judge_sp(out).values() for p in ps], "q23", out.case.label)
+            lines.append(sp_table(out))
+            if out.case.label == SP_FIGURE_CASE:
+                sp_kept = {r: (((o.get("parts") or {}).get("dropout") or {}).get("saved") or {}).get("bytes")
+                           for r, o in sorted(out.obs.items())}
             continue
         found = judge_run(out)
         problems += stamped(flat(found), "q23", out.case.label)
@@ -79,10 +130,47 @@ def check():
             kept = {m: ((o.get("modes") or {}).get(m) or {}).get("kept", {}).get("bytes") for m in MODES}
     predicted, said = prediction(srcs.get("q23"))
     lines.append(said)
+    sp_predicted, said = prediction(srcs.get("q23"), sp=True)
+    lines.append(said)
     report = finish("q23", run, problems, lines, cls=RecomputeReport, views=[])
     report.kept = {m: v for m, v in kept.items() if v}
     report.predicted = predicted
+    report.sp_kept = {r: v for r, v in sp_kept.items() if v}
+    report.sp_predicted = sp_predicted
     return report
+
+
+def sp_table(out) -> str:
+    """Per part and rank: the bytes saved beside the closed forms, and the collectives of each direction."""
+    rows = [f"    {'part':>8} {'rank':>4} {'saved (B)':>11} {'SP form':>11} {'TP form':>11}  forward / backward "
+            f"collectives (count x bytes)"]
+    for part in (out.case.settings or {}).get("parts") or ("block", "dropout"):
+        for r, o in sorted(out.obs.items()):
+            rec = (o.get("parts") or {}).get(part) or {}
+            if rec.get("raised") or not rec.get("shape"):
+                rows.append(f"    {part:>8} {r:>4}  raised" if rec.get("raised") else f"    {part:>8} {r:>4}  -")
+                continue
+            b, s, h, a, e, t = rec["shape"]
+            saved = (rec.get("saved") or {}).get("bytes")
+            forms = (f"{sp_kept_bytes(b, s, h, a, e, t):>11,} {tp_kept_bytes(b, s, h, a, e, t):>11,}"
+                     if part == "dropout" else f"{'-':>11} {'-':>11}")
+            rows.append(f"    {part:>8} {r:>4} {(f'{saved:,}' if saved is not None else '-'):>11} {forms}  "
+                        f"{_counted(rec.get('forward'))} / {_counted(rec.get('backward'))}")
+    b, s, h, a, e, t = next((((o.get("parts") or {}).get(p) or {}).get("shape") or [0] * 6
+                             for o in out.obs.values() for p in ("dropout", "block")), [0] * 6)
+    if t:
+        want = sp_traffic(b, s, h, e, t)
+        rows.append(f"    the formula, per rank: forward {_counted([[k, n] for k, v in want['forward'].items() for n in v])}"
+                    f" / backward {_counted([[k, n] for k, v in want['backward'].items() for n in v])} and the "
+                    f"replicated gradients' all-reduces")
+    return "\n".join(rows)
+
+
+def _counted(calls) -> str:
+    from collections import Counter
+    names = {"all_gather": "AG", "reduce_scatter": "RS", "all_reduce": "AR"}
+    got = Counter((names.get(c[0], c[0]), c[1]) for c in calls or [])
+    return ", ".join(f"{k} {n} x {b:,}" for (k, b), n in sorted(got.items())) or "none"
 
 
 def table(out, found) -> str:
@@ -114,17 +202,20 @@ def table(out, found) -> str:
     return "\n".join(rows)
 
 
-def prediction(path: str | None) -> tuple[dict, str]:
-    """The graded prediction (each number right or wrong as the grader judges it), and what the check prints."""
+def prediction(path: str | None, sp: bool = False) -> tuple[dict, str]:
+    """The graded prediction (each number right or wrong as the grader judges it), and what the check prints; `sp`:
+    the second one, per rank under tensor and sequence parallelism."""
     from lab_src.judge.numeric import TOLERANCE, NotANumber, read_numbers, verdict_lines
-    head = (f"\n  your prediction, {PREDICTION_NAME}(), graded (right within {TOLERANCE:.1%}):\n"
+    name, keys, wanted = ((SP_PREDICTION_NAME, SP_PREDICTION_KEYS, sp_prediction_wanted()) if sp else
+                          (PREDICTION_NAME, PREDICTION_KEYS, prediction_wanted()))
+    head = (f"\n  your prediction, {name}(), graded (right within {TOLERANCE:.1%}):\n"
             f"    bytes kept for the backward, b = {P['b']}, s = {P['s']}, h = {P['h']}, {P['a']} heads, "
-            f"{PREDICTION_DTYPE}, dropout on")
+            f"{PREDICTION_DTYPE}, dropout on" + (f", per rank of t = {SP_PREDICTION_T}" if sp else ""))
     try:
-        got = read_numbers(Path(path).read_text(errors="replace"), PREDICTION_NAME, PREDICTION_KEYS) if path else {}
+        got = read_numbers(Path(path).read_text(errors="replace"), name, keys) if path else {}
     except NotANumber as e:
         return {}, head + f"\n    could not be read: {e}"
-    return got, "\n".join([head] + verdict_lines(got, prediction_wanted(), "it is"))
+    return got, "\n".join([head] + verdict_lines(got, wanted, "it is"))
 
 
-__all__ = ["check", "kept_figure"]
+__all__ = ["check", "kept_figure", "sp_figure"]

@@ -1,7 +1,8 @@
 """The answer's own `torch.distributed` collectives, recorded like the lab's (every topic's: q17's tensor-parallel
 layers first, q19's ring when it calls one, any later all-to-all over an expert dimension).
 
-An answer may call `dist.all_reduce` (and `all_gather`, `all_gather_into_tensor`, `reduce_scatter_tensor`,
+An answer may call `dist.all_reduce` (and `all_gather`, `all_gather_into_tensor` or `all_gather_single`,
+`reduce_scatter_tensor` or `reduce_scatter_single` (torch 2.13's names; the older ones call them),
 `all_to_all`, `all_to_all_single`, `broadcast`, `reduce`, `barrier`) itself. A
 barrier carries no data, but it is a round all the same: every rank waits for the slowest. Inside the
 processes of a check or of the grader, `install()` replaces those entry points of `torch.distributed` and
@@ -36,6 +37,7 @@ from lab_src.pipeline import trace, waiting
 
 # torch.distributed function -> the event kind it is recorded as
 KINDS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "all_gather_into_tensor": "all_gather",
+         "all_gather_single": "all_gather", "reduce_scatter_single": "reduce_scatter",
          "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter": "reduce_scatter",
          "all_to_all": "all_to_all", "all_to_all_single": "all_to_all",
          "broadcast": "broadcast", "reduce": "reduce", "barrier": "dist_barrier"}
@@ -93,9 +95,9 @@ def _members(group) -> tuple:
 def _nbytes(name: str, bound: dict) -> tuple[tuple | None, int]:
     """The shape and bytes of what this rank hands to the collective: its input tensor (for an all-gather,
     its own piece; for a reduce-scatter, the whole buffer it scatters)."""
-    if name in ("all_gather", "all_gather_into_tensor"):
+    if name in ("all_gather", "all_gather_into_tensor", "all_gather_single"):
         piece = bound.get("tensor", bound.get("input_tensor"))
-    elif name in ("reduce_scatter", "reduce_scatter_tensor"):
+    elif name in ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single"):
         piece = bound.get("input", bound.get("input_list"))
     elif name in ("all_to_all", "all_to_all_single"):
         piece = bound.get("input", bound.get("input_tensor_list"))

@@ -12,6 +12,14 @@ tensor-parallel block (README.md: the plan).
                  closed form, recomputed FLOPs against the mode's
     figure.py    the picture: bytes kept per mode, measured beside predicted and the closed form
 
+q23's third answer, sequence parallelism on the tensor-parallel block (the answer cell's `sp_block(block, tp)`):
+    records.py   (its middle part) the closed forms per rank (tensor and sequence parallel), the collectives, the
+                 prediction, the record
+    kind_sp.py   rank side: the answer's block on its sequence shard, dropout off and on; saved bytes, collectives
+    judge_sp.py  parent side: values against one process's block, the replicated parameters' gradients summed,
+                 the saved bytes against the closed form, the all-gathers and reduce-scatters
+    figure.py    (sp_bars) the bytes each rank kept, beside the plain, tensor- and sequence-parallel closed forms
+
 q24, attention over a sequence split across ranks (ring attention, contiguous and zigzag; Ulysses beside it):
     records.py          (its second half) the layouts, the padding, the bytes and work formulas, the prediction
     attention.py        the runs' tensors, the shards of each layout, one process's answer, the lab's matmul count
@@ -38,6 +46,11 @@ TOPIC = Topic(
                                   what="q23's study: every block of each rank's stage wrapped by the answer's "
                                        "recompute_block in the case's mode, then the case's pipelined step (q12's "
                                        "1F1B), its saved bytes on every event (the memory lane)"),
+           "sp_block": Kind("kind_sp", record="records:SPObserved", settings="records:SPSettings",
+                            calls=("recompute_block",), timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
+                            what="q23's sp_block (the answer cell's second function) on the case's t ranks, dropout "
+                                 "off and on: each rank's sequence shard of the output and of the gradients, what "
+                                 "its forward saved for the backward, its all-gathers and reduce-scatters"),
            "attention": Kind("kind_attention", record="records:AttentionObserved", settings="records:AttentionSettings",
                              calls=("ring_attention",), timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                              view="figure_attention:attention_view",

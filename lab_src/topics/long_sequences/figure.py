@@ -86,3 +86,37 @@ def pipeline_bars(rows: list):
     ax.set_title("your 1F1B step with your recompute_block: per micro-batch in flight, each rank", fontsize=9)
     ax.legend(fontsize=7, frameon=False)
     return fig
+
+
+def sp_bars(measured: dict, predicted: dict, shape: tuple, dtype: str):
+    """q23's sequence-parallel run: the bytes each rank saved for its backward (measured: {rank: bytes}), beside the
+    lab's closed forms per rank for one process, t-way tensor parallelism and sequence parallelism, and the
+    student's prediction ({"tensor_parallel", "sequence_parallel"} or {}), on a log scale."""
+    from lab_src.topics.long_sequences.records import ITEMSIZE, kept_bytes, sp_kept_bytes, tp_kept_bytes
+    from lab_src.views.static import TimelineFigure
+    b, s, h, a, t = shape
+    e = ITEMSIZE[dtype]
+    forms = {"one process (plain block)": kept_bytes(b, s, h, a, e, "none"),
+             f"tensor parallel, t = {t}": tp_kept_bytes(b, s, h, a, e, t),
+             f"sequence parallel, t = {t}": sp_kept_bytes(b, s, h, a, e, t)}
+    fig = TimelineFigure(figsize=(8, 3.4), layout="constrained")
+    ax = fig.subplots()
+    ranks = sorted(measured)
+    xs = list(range(len(ranks)))
+    bars = ax.bar(xs, [measured[r] for r in ranks], 0.6, color="#4c72b0", edgecolor="black", linewidth=0.5,
+                  label="your sp_block, measured")
+    for bar, r in zip(bars, ranks):
+        ax.annotate(f"{measured[r] / 2**20:.2f} MiB", (bar.get_x() + bar.get_width() / 2, measured[r]),
+                    ha="center", va="bottom", fontsize=7)
+    for (label, y), color, style in zip(forms.items(), ("#c44e52", "#dd8452", "#55a868"), ("--", "-.", ":")):
+        ax.axhline(y, color=color, ls=style, lw=1.2, label=f"{label}: {y / 2**20:.2f} MiB")
+    for key, marker in (("tensor_parallel", "v"), ("sequence_parallel", "^")):
+        if predicted.get(key):
+            ax.scatter([xs[-1] + 0.5], [predicted[key]], marker=marker, color="black", zorder=3,
+                       label=f"your prediction, {key.replace('_', ' ')}")
+    ax.set_yscale("log")
+    ax.set_xticks(xs, [f"rank {r}" for r in ranks])
+    ax.set_ylabel("bytes saved for the backward, per rank")
+    ax.set_title(f"one block on t = {t} ranks, b={b} s={s} h={h} a={a}, {dtype}, dropout on", fontsize=9)
+    ax.legend(fontsize=7, frameon=False, loc="lower left")
+    return fig

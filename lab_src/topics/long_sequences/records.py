@@ -261,3 +261,99 @@ class AttentionObserved(Observed):
                                 #   reached the input), "forward" / "backward": {"sends": [[peer, bytes, t0, t1]],
                                 #   "recvs": [[peer, bytes, t0, t1]], "collectives": [[kind, bytes, t0, t1]],
                                 #   "matmuls": [[t0, t1, flops]], "span": [t0, t1]}}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# q23's third answer: sequence parallelism on the tensor-parallel block (Korthikanti et al. 2022, Megatron-style)
+#
+# `sp_block(block, tp)` (the answer cell's second function, beside recompute_block): rank r of t holds the positions
+# [r s/t, (r + 1) s/t) of every sequence; its LayerNorms and residual dropouts run on them, an all-gather along the
+# sequence comes before each column-parallel layer (qkv, up) and a reduce-scatter along it after each row-parallel one
+# (proj, down). What a rank keeps for the backward (the lab's count, autograd's saved tensors, each storage once, the
+# parameters left out), dropout on:
+#
+#   plain block (one process)   e (18 sbh + 3 a s^2 b + 4 sb) + s^2                    (q23's "none" above)
+#   t-way tensor parallel       e (6 sbh + 12 sbh/t + 3 a s^2 b/t + 4 sb) + s^2        (q18: the LayerNorms' inputs
+#                               and outputs, the residual masks, whole on every rank; derived from the plain block's
+#                               terms, not measured by the lab: q18's block is another exercise's answer)
+#   sequence parallel           e (18 sbh + 3 a s^2 b + 4 sb) / t + s^2                 (every term split, the causal
+#                               mask aside: measured on every rank, tests/test_q23_recompute_block.py)
+#
+# The paper's forms (1-byte masks, no LayerNorm statistics, no causal mask): sbh (10 + 24/t + 5 as/(ht)) and
+# sbh/t (34 + 5 as/h). A column-parallel layer that keeps its gathered input (what autograd does for F.linear on the
+# all-gather's output) keeps e sbh (1 - 1/t) more, twice a block (qkv and up).
+#
+# Collectives per rank and block, from the lab's record (an all-gather is recorded with the piece the rank hands it,
+# a reduce-scatter with the whole buffer it scatters): forward 2 all-gathers of e sbh/t and 2 reduce-scatters of
+# e sbh; backward 2 reduce-scatters of e sbh (the column layers' input gradients) and 4 all-gathers of e sbh/t (the
+# row layers' output gradients, and the column layers' inputs gathered again: 2 if they kept the gathered input),
+# and all-reduces of the replicated parameters' gradients (the LayerNorms' weights and biases, proj's and down's
+# biases: 6 h elements), where tensor parallelism all-reduces e sbh twice each way.
+# ---------------------------------------------------------------------------------------------------------------------
+
+SP_FUNCTION = "sp_block"
+SP_PARTS = ("block", "dropout")         # dropout off, then on (records of tensor_parallel: BLOCK_DROPOUT)
+SP_DROPOUT = 0.2
+# the parameters a sequence-parallel rank holds whole and uses on its shard: their gradients summed over the group
+SP_REPLICATED = ("attn_norm.weight", "attn_norm.bias", "mlp_norm.weight", "mlp_norm.bias", "proj.bias", "down.bias")
+SP_HELD = ("attn_norm", "qkv", "proj", "mlp_norm", "up", "down")
+
+
+@dataclass(frozen=True)
+class SPSettings(Settings):
+    parts: tuple = SP_PARTS
+    dtype: str = ""                     # "" the configuration's (float64 in grading); "bfloat16" for the memory case
+    batch: int = 0                      # 0: the configuration's micro-batch
+    values: bool = True                 # judge the numbers (not in a bfloat16 case: only its bytes and traffic)
+
+    def degrees(self, case) -> dict[str, int]:
+        return {"tp": case.stages}
+
+
+def tp_kept_bytes(b: int, s: int, h: int, a: int, itemsize: int, t: int) -> int:
+    """What one rank of the t-way tensor-parallel block keeps (derived: the module docstring)."""
+    return itemsize * (6 * s * b * h + 12 * s * b * h // t + 3 * a * s * s * b // t + 4 * s * b) + s * s
+
+
+def sp_kept_bytes(b: int, s: int, h: int, a: int, itemsize: int, t: int) -> int:
+    """What one rank of the t-way sequence-parallel block keeps (measured: the module docstring)."""
+    return itemsize * (18 * s * b * h + 3 * a * s * s * b + 4 * s * b) // t + s * s
+
+
+def sp_paper_bytes(b: int, s: int, h: int, a: int, t: int) -> int:
+    return (34 * s * b * h + 5 * a * s * s * b) // t
+
+
+def sp_gathered_extra(b: int, s: int, h: int, itemsize: int, t: int) -> int:
+    """What keeping the gathered input in both column-parallel layers adds."""
+    return 2 * itemsize * s * b * h * (t - 1) // t
+
+
+def sp_traffic(b: int, s: int, h: int, itemsize: int, t: int) -> dict:
+    """Per rank and block: {direction: {kind: [bytes of each call]}} (the module docstring); the backward's all-gathers
+    are 4, or 2 where the column layers kept their gathered input (the memory part names that)."""
+    piece, whole = itemsize * b * s * h // t, itemsize * b * s * h
+    return {"forward": {"all_gather": [piece] * 2, "reduce_scatter": [whole] * 2},
+            "backward": {"all_gather": [piece] * 4, "reduce_scatter": [whole] * 2}}
+
+
+SP_NORM_BYTES = 6                       # x h x itemsize: the replicated gradients' all-reduces, at most
+
+# the graded prediction: what one rank keeps at q23's prediction shape on t = 4 ranks, bfloat16, dropout on
+SP_PREDICTION_NAME = "predicted_sp_saved_bytes"
+SP_PREDICTION_KEYS = ("tensor_parallel", "sequence_parallel")
+SP_PREDICTION_T = 4
+
+
+def sp_prediction_wanted() -> dict[str, float]:
+    p, e, t = PREDICTION_SHAPE, ITEMSIZE[PREDICTION_DTYPE], SP_PREDICTION_T
+    return {"tensor_parallel": tp_kept_bytes(p["b"], p["s"], p["h"], p["a"], e, t),
+            "sequence_parallel": sp_kept_bytes(p["b"], p["s"], p["h"], p["a"], e, t)}
+
+
+class SPObserved(Observed):
+    parts: dict                 # part ("block", "dropout") -> {"raised": {"type", "message", "line"} if it raised,
+                                #   "returned": what was wrong with what sp_block returned ("" if nothing), "shape":
+                                #   [b, s, h, a, itemsize, t], "out", "in_grad": this rank's shard, "grads": {name:
+                                #   tensor or None} (SP_HELD's weight and bias), "shapes": {name: [..]}, "saved":
+                                #   {"bytes", "storages", "largest"}, "forward" / "backward": [[kind, bytes, group]]}
