@@ -3,9 +3,10 @@
 Fast: the lab's closed forms against the block's own measurement (bytes kept per mode, float32 and bfloat16, several
 shapes; matmul FLOPs), in this process; the reference's gradients bitwise the plain block's over micro-batches in
 flight; torch.utils.checkpoint with the streams restored, reentrant or not, and a selective policy are valid; the
-lab's count sees what an answer keeps outside autograd; the prediction's figures and the figure. Multi-process: the
-reference passes the visible check; every cohort mistake and the valid variants, graded through the hidden tests in
-one launch, get their points and their messages.
+lab's count sees what an answer keeps outside autograd; the prediction's figures and the figure; the sequence-parallel
+closed forms, prediction and figure. Multi-process: the reference passes the visible check (its sp_block on t = 2 and
+4 ranks too, every rank's saved bytes exactly the closed form); every cohort mistake (the sequence-parallel ones too)
+and the valid variants, graded through the hidden tests in one launch, get their points and their messages.
 """
 from __future__ import annotations
 
@@ -212,6 +213,38 @@ def test_the_prediction_and_the_figure(tmp_path, reference):
     assert len(fig.axes[0].patches) == 9
 
 
+def test_the_sequence_parallel_forms_prediction_and_figure(tmp_path, reference):
+    """The per-rank closed forms at the prediction's shape (t = 4, bfloat16), the paper's beside them; the second
+    prediction read from the reference and graded; the figure of any report."""
+    from grader.hidden.common import Context
+    from grader.hidden.q23_recompute_block import sp_prediction_items
+    from lab_src.checks.q23_recompute_block import prediction, sp_figure
+    from lab_src.topics.long_sequences.figure import sp_bars
+    from lab_src.topics.long_sequences.records import (
+        kept_bytes,
+        sp_gathered_extra,
+        sp_kept_bytes,
+        sp_paper_bytes,
+        sp_prediction_wanted,
+        tp_kept_bytes,
+    )
+    assert sp_prediction_wanted() == {"tensor_parallel": 4_399_104, "sequence_parallel": 3_803_136}
+    # at t = 1 both are the plain block's; the paper's sequence-parallel form is its 34 sbh + 5 as^2 b over t
+    assert tp_kept_bytes(4, 256, 64, 8, 2, 1) == sp_kept_bytes(4, 256, 64, 8, 2, 1) == kept_bytes(4, 256, 64, 8, 2, "none")
+    assert sp_paper_bytes(4, 256, 64, 8, 4) == 12_713_984 // 4
+    assert sp_gathered_extra(2, 16, 32, 8, 2) == 8_192
+    got, text = prediction(reference["q23"], sp=True)
+    assert got == {"tensor_parallel": 4_399_104, "sequence_parallel": 3_803_136}, text
+    assert all(i.passed for i in sp_prediction_items(Context(student={"q23": reference["q23"]}, reference=reference)))
+    path = tmp_path / "q23.py"
+    path.write_text(Path(reference["q23"]).read_text().replace('"sequence_parallel": 2 * (18', '"sequence_parallel": 1 * (18'))
+    items = sp_prediction_items(Context(student={"q23": str(path)}, reference=reference))
+    assert [i.passed for i in items] == [True, False]
+    assert "one of t = 4 ranks keeps 3,803,136 B" in items[1].problems[0].message
+    assert len(sp_bars({r: 3_803_136 for r in range(4)}, got, (4, 256, 64, 8, 4), "bfloat16").axes[0].patches) == 4
+    assert sp_figure(None) is None
+
+
 def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, capsys):
     from lab_src.checks import check
     (in_tmp / "map.json").write_text(json.dumps({k: str(v) for k, v in reference.items()}))
@@ -227,8 +260,17 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
     assert "selective 2,382,656 2,367,488 2,228,224 536,870,912 1.067x" in out
     assert "full 146,240 131,072 131,072 671,088,640 1.333x" in out
     assert "none 15,015,936 right selective 2,367,488 right full 131,072 right" in out
-    from lab_src.checks.q23_recompute_block import kept_figure
+    from lab_src.checks.q23_recompute_block import kept_figure, sp_figure
     assert kept_figure(report) is not None
+    # sp_block: every rank saved exactly the sequence-parallel closed form (float64 at t = 2 and 4, bfloat16 at the
+    # prediction's shape on 4 ranks), with the formula's all-gathers and reduce-scatters
+    assert "dropout 0 99,072 99,072 124,160 AG 2 x 4,096, RS 2 x 8,192 / AG 4 x 4,096, AR 6 x 256, RS 2 x 8,192" in out
+    assert "dropout 3 49,664 49,664 87,296 AG 2 x 2,048, RS 2 x 8,192 / AG 4 x 2,048, AR 6 x 256, RS 2 x 8,192" in out
+    assert ("dropout 3 3,803,136 3,803,136 4,399,104 AG 2 x 32,768, RS 2 x 131,072 / AG 4 x 32,768, AR 6 x 128, "
+            "RS 2 x 131,072") in out
+    assert "tensor_parallel 4,399,104 right sequence_parallel 3,803,136 right" in out
+    assert report.sp_kept == {r: 3_803_136 for r in range(4)}
+    assert sp_figure(report) is not None
 
 
 def test_the_study_in_the_pipeline(reference, in_tmp, no_leftovers, capsys):
@@ -272,21 +314,35 @@ def test_the_study_launches_nothing_under_validate_or_after_a_failed_check(monke
     assert study.pipeline_kept_figure(None) is None
 
 
-# name: (the answer, its fraction of the points, what its feedback must say); parts: gradients, memory, flops (4
-# cases x 3 modes each), prediction (3 figures), a quarter each
+# name: (the answer, its fraction of the points, what its feedback must say); eight parts, an eighth each: gradients,
+# memory, flops (4 cases x 3 modes each), prediction (3 figures and the 2 of sequence parallelism), sp_values and
+# sp_replicated (3 cases... 2 of them with values, dropout off and on: 4 items each), sp_memory (3: dropout on),
+# sp_traffic (3 cases)
 MISTAKES = {
-    "reference": (None, 1.0, "39 of 39 hidden checks passed"),
+    "reference": (None, 1.0, "55 of 55 hidden checks passed"),
     # selective and full wrong in every case: gradients 4/12
-    "q23_new_masks": (answer("q23_new_masks"), 0.8333, "the recomputation in the backward drew new dropout masks"),
-    "q23_states_not_put_back": (answer("q23_states_not_put_back"), 0.8333,
+    "q23_new_masks": (answer("q23_new_masks"), 0.9167, "the recomputation in the backward drew new dropout masks"),
+    "q23_states_not_put_back": (answer("q23_states_not_put_back"), 0.9167,
                                 "the recomputation left block.streams where it ended"),
     # selective keeps the attention mask: its memory wrong in every case, 8/12
-    "q23_selective_keeps_mask": (answer("q23_selective_keeps_mask"), 0.9167,
+    "q23_selective_keeps_mask": (answer("q23_selective_keeps_mask"), 0.9583,
                                  "as much as the attention's dropout mask or probabilities"),
     # selective checkpoints the whole block: it keeps less, but its FLOPs are a whole forward's in every case: 8/12
-    "q23_selective_is_full": (answer("q23_selective_is_full"), 0.9167, "more than the core was recomputed"),
-    "q23_paper_prediction": (answer("q23_paper_prediction"), 0.8333, "the predicted 'none' is 12,713,984 B"),
-    "q23_new_masks_paper": (answer("q23_new_masks_paper"), 0.6667, "drew new dropout masks"),
+    "q23_selective_is_full": (answer("q23_selective_is_full"), 0.9583, "more than the core was recomputed"),
+    # 3 of 5 figures right
+    "q23_paper_prediction": (answer("q23_paper_prediction"), 0.95, "the predicted 'none' is 12,713,984 B"),
+    "q23_new_masks_paper": (answer("q23_new_masks_paper"), 0.8667, "drew new dropout masks"),
+    # sp_block: the replicated gradients not summed: sp_replicated 0 of 4
+    "q23_sp_norms_not_summed": (answer("q23_sp_norms_not_summed"), 0.875,
+                                "is the part of its own s/t positions only"),
+    # sp_block: the column layers keep the gathered input: sp_memory 0 of 3 (its traffic, 2 all-gathers fewer in the
+    # backward, is the memory's consequence and not counted again)
+    "q23_sp_saves_gathered": (answer("q23_sp_saves_gathered"), 0.875,
+                              "as much as the gathered inputs of the two column-parallel layers"),
+    # sp_block: every shard draws its own residual masks: the values with dropout wrong, 2 of 4
+    "q23_sp_same_masks": (answer("q23_sp_same_masks"), 0.9375, "right without dropout, wrong with it"),
+    # ines: (4/12 + 1 + 1 + 3/5 + 1 + 0 + 0 + 1) / 8
+    "q23_ines": (answer("q23_ines"), 0.6167, "is the part of its own s/t positions only"),
 }
 # written otherwise, valid: every point
 VALID = {

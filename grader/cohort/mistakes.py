@@ -214,6 +214,29 @@ Q23_PAPER_PREDICTION = [
             "full": 2 * 256 * 4 * 64}"""),
 ]
 
+# q23's sp_block mistakes (the first two are ines's, beside her recomputation's)
+Q23_SP_NORMS_NOT_SUMMED = [
+    ("""    def _norm(self, norm, x):
+        return F.layer_norm(x, norm.normalized_shape, SummedGrad.apply(norm.weight, self.tp),
+                            SummedGrad.apply(norm.bias, self.tp), norm.eps)""",
+     """    def _norm(self, norm, x):
+        return norm(x)          # every rank holds the whole LayerNorm: nothing to communicate"""),
+    ("""        return ScatterToSequence.apply(F.linear(x, self.weight), self.tp) + SummedGrad.apply(self.bias, self.tp)""",
+     """        return ScatterToSequence.apply(F.linear(x, self.weight), self.tp) + self.bias"""),
+]
+Q23_SP_SAVES_GATHERED = [
+    ("""        ctx.tp = tp
+        ctx.save_for_backward(x, weight)
+        return F.linear(_all_gather(x, tp), weight, bias)""",
+     """        ctx.tp = tp
+        whole = _all_gather(x, tp)
+        ctx.save_for_backward(whole, weight)                # what the backward needs: the gathered input
+        return F.linear(whole, weight, bias)"""),
+    ("""        x, weight = ctx.saved_tensors
+        whole = _all_gather(x, ctx.tp)                       # gathered again, not kept""",
+     """        whole, weight = ctx.saved_tensors"""),
+]
+
 MISTAKES = {
     # q03: the activation sent between stages taken for the model's output, (batch, seq, vocab)
     "q03_vocab_shape": Mistake("q03", [
@@ -989,6 +1012,22 @@ _MOMENTS = {}                                     # AdamW's moments of the whole
     "q23_paper_prediction": Mistake("q23", Q23_PAPER_PREDICTION),
     # q23, a student's two: new masks in the recomputation, and the paper's prediction
     "q23_new_masks_paper": Mistake("q23", Q23_PAPER_PREDICTION, base="q23_new_masks"),
+    # q23's sp_block: the replicated parameters (LayerNorms, the row layers' biases) used on the sequence shard as
+    # they are, their gradients left as each rank's shard made them (not summed over the tensor-parallel group)
+    "q23_sp_norms_not_summed": Mistake("q23", Q23_SP_NORMS_NOT_SUMMED),
+    # q23's sp_block: the column-parallel layer saves the gathered input (the whole sequence) rather than its shard,
+    # and uses it in the backward without gathering it again
+    "q23_sp_saves_gathered": Mistake("q23", Q23_SP_SAVES_GATHERED),
+    # q23's sp_block: each shard draws its own (b, s/t, h) residual masks from the shared stream: every rank the same
+    # numbers, none of them one process's slice
+    "q23_sp_same_masks": Mistake("q23", [
+        ("""        mask = dropout.keep(self.shared, (b, n * self.tp.size, h), self.p, y)
+        return y * mask[:, self.tp.rank * n:(self.tp.rank + 1) * n].clone()     # a copy: a view keeps it all""",
+         """        return y * dropout.keep(self.shared, (b, n, h), self.p, y)           # the shared stream: the same everywhere"""),
+    ]),
+    # ines's q23: new masks in the recomputation, the paper's prediction, and in sp_block the replicated gradients not
+    # summed and the column layers keeping the gathered input
+    "q23_ines": Mistake("q23", Q23_SP_NORMS_NOT_SUMMED + Q23_SP_SAVES_GATHERED, base="q23_new_masks_paper"),
     # q24: the block outputs added as they come, each normalised by its own softmax sum, without rescaling by
     # their log-sum-exp (the log-sum-exp itself merged right, so the backward reads a right lse)
     "q24_no_rescale": Mistake("q24", [

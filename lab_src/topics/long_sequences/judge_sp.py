@@ -8,7 +8,8 @@ with its masks drawn as pipeline/dropout.py defines them for t shards; rank r sh
                  it: the residual masks are not the shard's slice of one process's)
     replicated   the gradients of what every rank holds whole and uses on its own positions (the LayerNorms, proj's
                  and down's biases: records.SP_REPLICATED) equal one process's on every rank: summed over the group.
-                 A rank whose gradient is its shard's part only is named, rank and parameter
+                 A rank whose gradient is its shard's part only is named, rank and parameter. Where the values are
+                 wrong (their cause named there), only that the ranks' gradients agree
     memory       (dropout on) the bytes the forward saved on each rank are the closed form records.sp_kept_bytes, within
                  SLACK; the column-parallel layers' gathered input kept is named by its bytes
     traffic      per rank the all-gathers and reduce-scatters of records.sp_traffic, each of its bytes; no all-reduce
@@ -102,19 +103,28 @@ def values(part: str, r: int, t: int, got: dict, want: dict, others_right: bool 
     return [Problem(said, rank=r)]
 
 
-def replicated(part: str, t: int, grads: list[dict], want: dict) -> list[Problem]:
-    """grads[r]: rank r's gradients; want: one process's (whole)."""
+def replicated(part: str, t: int, grads: list[dict], want: dict, values_right: bool = True) -> list[Problem]:
+    """grads[r]: rank r's gradients; want: one process's (whole). Where the part's values are wrong (a cause the values
+    part names), only whether the ranks' gradients agree: summed over the group, they are the same on every rank."""
     problems = []
     for n in SP_REPLICATED:
         w = want.get(n)
         have = [(g or {}).get(n) for g in grads]
+        if not values_right:
+            w = have[0] if isinstance(have[0], torch.Tensor) else w
         bad = [r for r, gv in enumerate(have) if not close(gv, w)]
         if not bad:
             continue
         tensors = [gv for gv in have if isinstance(gv, torch.Tensor) and tuple(gv.shape) == tuple(w.shape)]
         partial = len(tensors) == t and close(sum(gv.double() for gv in tensors), w)
         r = bad[0]
-        if partial:
+        if not values_right:
+            problems.append(Problem(
+                f"{WHO}: {WHAT[part]}, t = {t}: rank {r}'s {n} gradient differs from rank 0's: a parameter every "
+                f"rank holds whole but uses on its own sequence shard gets its gradient from that shard alone; sum "
+                f"it over tp.group (an all-reduce in the backward)", rank=r,
+                gist=f"{n}'s gradient not summed over the ranks"))
+        elif partial:
             problems.append(Problem(
                 f"{WHO}: {WHAT[part]}, t = {t}: rank {r}'s {n} gradient is the part of its own s/t positions "
                 f"only, and the ranks' gradients differ (added up over the ranks they are one process's). A "
@@ -196,19 +206,24 @@ def _shape(v) -> str:
     return str(tuple(v.shape)) if isinstance(v, torch.Tensor) else type(v).__name__
 
 
-def judge_sp(outcome) -> dict[str, list[Problem]]:
-    """{part judged: problems} over the case's parts and ranks."""
+def judge_sp(outcome, parts=None) -> dict[str, list[Problem]]:
+    """{part judged: problems} over the case's parts (or `parts` of them: "block", "dropout") and ranks."""
     settings = settings_of(outcome.case)
+    parts = [p for p in settings.parts if parts is None or p in parts]
     cfg, t = outcome.case.config, outcome.case.stages
     found = {p: [] for p in SP_JUDGED}
     if not settings.values:
         found.pop("values")
         found.pop("replicated")
-    if "dropout" not in settings.parts:
+    if "dropout" not in parts:
         found.pop("memory")
     obs = [outcome.obs.get(r) or {} for r in range(t)]
     right_without = None
-    for part in settings.parts:
+    if "dropout" in parts and "block" not in parts and "block" in settings.parts and "values" in found:
+        block = [(o.get("parts") or {}).get("block") or {} for o in obs]
+        right_without = all("out" in rec and not values("block", r, t, rec, expected("block", cfg, t, r), None)
+                            for r, rec in enumerate(block))
+    for part in parts:
         recs = [(o.get("parts") or {}).get(part) or {} for o in obs]
         failed = []
         for r, rec in enumerate(recs):
@@ -232,7 +247,8 @@ def judge_sp(outcome) -> dict[str, list[Problem]]:
             found["values"] += wrong[:2]
             if part == "block":
                 right_without = not wrong
-            found["replicated"] += replicated(part, t, [rec.get("grads") for rec in recs], _full(part, cfg, t)["grads"])
+            found["replicated"] += replicated(part, t, [rec.get("grads") for rec in recs], _full(part, cfg, t)["grads"],
+                                              values_right=not wrong)
         for r, rec in enumerate(recs):
             shape = rec.get("shape")
             if "memory" in found and part == "dropout":
