@@ -507,6 +507,26 @@ def recompute_block(block: lab_src.pipeline.model.Block, mode: str) -> nn.Module
     wherever it is kept, and the input), the matmul FLOPs of its forward and backward, and its outputs and
     gradients with micro-batches in flight at once (forward A, forward B, backward B, backward A, forward C).
     The answer cell also defines `predicted_saved_bytes()`, your prediction, graded.
+
+    **Sequence parallelism.** The answer cell also defines `sp_block(block, tp)`: rank `tp.rank`'s part of the block
+    on t = `tp.size` ranks (`tp.group` their process group, as q17's), an `nn.Module` whose forward takes x, this
+    rank's sequence shard (b, s/t, h: positions [r s/t, (r + 1) s/t) of every sequence), and returns its positions
+    of the block's output, with the block's gradients (of x, and of the parts below, each its shard of the block's).
+    Its parts, read by name: `attn_norm`, `mlp_norm` (whole), `qkv` (column parallel by heads: weight (3h/t, h),
+    the q, k and v rows of rank r's heads), `proj` (row parallel: weight (h, h/t), bias whole), `up` (column
+    parallel: (4h/t, h)), `down` (row parallel: (h, 4h/t), bias whole). The LayerNorms and the residual dropouts
+    run on the shard; an all-gather along the sequence before qkv and up, a reduce-scatter along it after proj and
+    down (`dist.all_gather_single`, `dist.reduce_scatter_single` over `tp.group`), and the reverse in the backward.
+    A column-parallel layer keeps only its shard for the backward (and gathers it again there); the gradients of
+    the parameters every rank holds whole (the LayerNorms, proj's and down's biases) are summed over `tp.group` by
+    the end of the backward. With dropout on, in training mode, the masks are one process's: the attention mask of
+    rank r's heads over the whole sequence from `dropout.stream(block.seed, block.name, shard=r)`, and each residual
+    mask the rank's positions of the (b, s, h) mask drawn from `dropout.stream(block.seed, block.name)`. The lab
+    judges each rank's numbers against one process's block, the replicated gradients on every rank, the bytes its
+    forward saved for the backward (e (18 sbh + 3 a s^2 b + 4 sb)/t + s^2, e the element's bytes) and its
+    collectives (two all-gathers and two reduce-scatters forward; two reduce-scatters and four all-gathers backward,
+    and the replicated gradients' all-reduces). `predicted_sp_saved_bytes()`, graded too, predicts what one of
+    t = 4 ranks keeps with tensor parallelism and with sequence parallelism.
     """
 
 

@@ -39,7 +39,7 @@
 # %%
 # %load_ext lab_src
 from lab_src.checks import check
-from lab_src.checks.q23_recompute_block import kept_figure
+from lab_src.checks.q23_recompute_block import kept_figure, sp_figure
 from lab_src.topics.long_sequences.figure import paper_curves
 
 paper_curves(h=4096, a=32, b=1)
@@ -142,9 +142,56 @@ print(f"b={b} s={s} h={h} a={a}, float32: the block keeps {saved_bytes(block, x)
 # attention mask inside it.
 # </details>
 
+# %% [markdown]
+# ## Your task, part 2: sequence parallelism on the tensor-parallel block
+#
+# Recomputation trades memory for work. Korthikanti et al. (2022) found a second trade that costs no work at all. In
+# q18's tensor-parallel block the attention and the MLP are split across t ranks, but the LayerNorms and the residual
+# dropouts are not: every rank computes them on the whole sequence, and keeps their inputs, outputs and masks whole.
+# That is 6 sbh of the 18 sbh above on every rank (`records.py` of the topic has the lab's figure: e (6 sbh +
+# 12 sbh/t + 3 a s² b/t + 4 sb) + s² per rank). **Sequence parallelism** splits those along the sequence: rank r
+# holds the positions [r s/t, (r + 1) s/t) of every sequence there. Before each column-parallel layer (qkv, up) the
+# ranks **all-gather** their positions (the layer needs the whole sequence); after each row-parallel layer (proj,
+# down) they **reduce-scatter** the partial sums, each keeping the sum on its own positions. An all-reduce is a
+# reduce-scatter followed by an all-gather, so the traffic is what tensor parallelism moves, with every activation
+# outside the split region at 1/t.
+#
+# Write `sp_block(block, tp)` in the same answer cell: an `nn.Module` whose forward takes this rank's shard
+# x (b, s/t, h), the rank's positions of every sequence, and returns its positions of the block's output, with
+# these parts (the lab reads them by name): `attn_norm`, `mlp_norm` (whole, on every rank), `qkv` (column parallel
+# by heads, as q18's: weight (3h/t, h)), `proj` (row parallel, weight (h, h/t), bias whole), `up` (column parallel,
+# weight (4h/t, h)), `down` (row parallel, weight (h, 4h/t), bias whole). `tp` is q17's (`tp.rank`, `tp.size`,
+# `tp.group`); use `dist.all_gather_single` and `dist.reduce_scatter_single` over `tp.group` (both work on the
+# first dimension: put the sequence first). Three catches:
+#
+# - **Memory.** A column-parallel layer must keep its *shard* for the backward and gather it again there. Autograd's
+#   `F.linear` on the all-gather's output would keep the whole gathered input. Write the layer as an autograd
+#   Function that saves its shard. In the backward, the all-gather becomes a reduce-scatter of the input's gradient,
+#   and the reduce-scatter becomes an all-gather.
+# - **Replicated parameters on a shard.** The LayerNorms and the row-parallel layers' biases are whole on every rank
+#   but see only its s/t positions. Their gradients must be summed over `tp.group` in the backward, or the replicas
+#   drift apart.
+# - **Dropout.** The masks must be one process's. Each rank draws its heads' attention mask over the whole sequence
+#   from its own stream (as in q18). On a residual, each rank draws the whole (b, s, h) mask from the shared stream
+#   and keeps its positions (a copy of the slice: a slice is a view, and a view keeps the whole mask alive).
+#
+# And `predicted_sp_saved_bytes()`: **the bytes one rank keeps at the prediction's shape (b = 4, s = 256, h = 64,
+# 8 heads, bfloat16, dropout on) on t = 4 ranks, with tensor parallelism alone and with sequence parallelism.** It is
+# graded like the first prediction. The paper's forms are sbh (10 + 24/t + 5 as/(ht)) and sbh/t (34 + 5 as/h), with
+# 1-byte masks. Count as you did for the plain block.
+#
+# What the grader runs, on t = 2 and t = 4 ranks in float64, dropout off and on: each rank's output and gradients
+# against one process's block (1e-10); the replicated gradients equal one process's on every rank; the bytes each
+# rank saved for the backward against the closed form; the all-gathers and reduce-scatters, each one's bytes.
+# The whole contract: `help(lab_src.exercises.recompute_block)`.
+#
+
 # %% nbgrader={"grade": false, "grade_id": "q23_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # %%answer q23
+import copy
+
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -237,6 +284,161 @@ class Recomputed(nn.Module):
     ### END SOLUTION
 
 
+
+def sp_block(block, tp):
+    """This rank's part of the block with sequence parallelism: LayerNorms and residual dropout on its
+    sequence shard, attention by heads and the MLP tensor parallel, between an all-gather and a reduce-scatter."""
+    ### BEGIN SOLUTION
+    return SequenceParallelBlock(block, tp)
+
+
+def _all_gather(x, tp):
+    """(b, s/t, h) on each rank -> (b, s, h): the shards put together along the sequence, in rank order."""
+    piece = x.transpose(0, 1).contiguous()
+    out = piece.new_empty((tp.size * piece.shape[0],) + tuple(piece.shape[1:]))
+    dist.all_gather_single(out, piece, group=tp.group)
+    return out.transpose(0, 1)
+
+
+def _reduce_scatter(x, tp):
+    """(b, s, h) partial sums on each rank -> (b, s/t, h): this rank's shard of their sum."""
+    whole = x.transpose(0, 1).contiguous()
+    out = whole.new_empty((whole.shape[0] // tp.size,) + tuple(whole.shape[1:]))
+    dist.reduce_scatter_single(out, whole, group=tp.group)
+    return out.transpose(0, 1)
+
+
+class GatherLinear(torch.autograd.Function):
+    """Column parallel on a sequence shard: all-gather x, then x W^T + b. Keeps only the shard for the
+    backward and gathers it again there; the input's gradient is reduce-scattered back to the shards."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, tp):
+        ctx.tp = tp
+        ctx.save_for_backward(x, weight)
+        return F.linear(_all_gather(x, tp), weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        whole = _all_gather(x, ctx.tp)                       # gathered again, not kept
+        grad_x = _reduce_scatter(grad @ weight, ctx.tp)
+        g, w = grad.reshape(-1, grad.shape[-1]), whole.reshape(-1, whole.shape[-1])
+        return grad_x, g.t() @ w, g.sum(0), None
+
+
+class ScatterToSequence(torch.autograd.Function):
+    """Forward: the partial sums reduce-scattered to this rank's sequence shard; backward: all-gathered."""
+
+    @staticmethod
+    def forward(ctx, x, tp):
+        ctx.tp = tp
+        return _reduce_scatter(x, tp)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_gather(grad.contiguous(), ctx.tp), None
+
+
+class SummedGrad(torch.autograd.Function):
+    """A replicated parameter used on a sequence shard: itself forward; its gradient summed over the group."""
+
+    @staticmethod
+    def forward(ctx, p, tp):
+        ctx.tp = tp
+        return p.view_as(p)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.tp.group)
+        return grad, None
+
+
+class ColumnSequenceParallel(nn.Module):
+    def __init__(self, linear, tp):
+        super().__init__()
+        self.tp = tp
+        self.weight = nn.Parameter(linear.weight.detach().chunk(tp.size, 0)[tp.rank].clone())
+        self.bias = nn.Parameter(linear.bias.detach().chunk(tp.size, 0)[tp.rank].clone())
+
+    def forward(self, x):
+        return GatherLinear.apply(x, self.weight, self.bias, self.tp)
+
+
+class RowSequenceParallel(nn.Module):
+    def __init__(self, linear, tp):
+        super().__init__()
+        self.tp = tp
+        self.weight = nn.Parameter(linear.weight.detach().chunk(tp.size, 1)[tp.rank].clone())
+        self.bias = nn.Parameter(linear.bias.detach().clone())
+
+    def forward(self, x):
+        return ScatterToSequence.apply(F.linear(x, self.weight), self.tp) + SummedGrad.apply(self.bias, self.tp)
+
+
+def _by_heads(qkv, t):
+    """qkv with its rows reordered so that the r-th of t chunks holds shard r's q, k and v rows."""
+    h = qkv.in_features
+    out = nn.Linear(h, 3 * h, dtype=qkv.weight.dtype, device=qkv.weight.device)
+    with torch.no_grad():
+        for mine, theirs in ((out.weight, qkv.weight), (out.bias, qkv.bias)):
+            parts = theirs.detach().split(h, 0)
+            mine.copy_(torch.cat([torch.cat([p.chunk(t, 0)[r] for p in parts]) for r in range(t)]))
+    return out
+
+
+class SequenceParallelBlock(nn.Module):
+    def __init__(self, block, tp):
+        super().__init__()
+        self.tp, self.heads, self.p = tp, block.num_heads // tp.size, block.dropout
+        self.attn_norm = copy.deepcopy(block.attn_norm)
+        self.mlp_norm = copy.deepcopy(block.mlp_norm)
+        self.qkv = ColumnSequenceParallel(_by_heads(block.qkv, tp.size), tp)
+        self.proj = RowSequenceParallel(block.proj, tp)
+        self.up = ColumnSequenceParallel(block.up, tp)
+        self.down = RowSequenceParallel(block.down, tp)
+        self.shared = dropout.stream(block.seed, block.name)                 # the same on every rank
+        self.own = dropout.stream(block.seed, block.name, shard=tp.rank)     # this rank's heads only
+
+    def _norm(self, norm, x):
+        return F.layer_norm(x, norm.normalized_shape, SummedGrad.apply(norm.weight, self.tp),
+                            SummedGrad.apply(norm.bias, self.tp), norm.eps)
+
+    def _dropped(self, y, drop):
+        """y (this rank's shard) times its slice of the (b, s, h) mask one process draws."""
+        if not drop:
+            return y
+        b, n, h = y.shape
+        mask = dropout.keep(self.shared, (b, n * self.tp.size, h), self.p, y)
+        return y * mask[:, self.tp.rank * n:(self.tp.rank + 1) * n].clone()     # a copy: a view keeps it all
+
+    def forward(self, x):
+        b, n, h = x.shape                      # n = s / t positions of this rank
+        s, t = n * self.tp.size, self.tp.size
+        drop = self.p > 0 and self.training
+        q, k, v = self.qkv(self._norm(self.attn_norm, x)).split(h // t, dim=-1)
+        q, k, v = (z.view(b, s, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+        mask = dropout.keep(self.own, (b, self.heads, s, s), self.p, x) if drop else None
+        attn = dropout.attention(q, k, v, mask)
+        x = x + self._dropped(self.proj(attn.transpose(1, 2).reshape(b, s, h // t)), drop)
+        m = self.down(F.gelu(self.up(self._norm(self.mlp_norm, x))))
+        return x + self._dropped(m, drop)
+    ### END SOLUTION
+
+
+def predicted_sp_saved_bytes():
+    """b = 4, s = 256, h = 64, a = 8 heads, bfloat16, dropout on, t = 4 ranks: bytes ONE rank keeps for its backward
+    with tensor parallelism (q18's block) and with sequence parallelism (sp_block)."""
+    # return {"tensor_parallel": ..., "sequence_parallel": ...} with a number for each
+    ### BEGIN SOLUTION
+    # TP: 2 (6 sbh + 12 sbh/t + 3 a s^2 b/t + 4 sb) + s^2; SP: 2 (18 sbh + 3 a s^2 b + 4 sb)/t + s^2
+    return {"tensor_parallel": 2 * (6 * 256 * 4 * 64 + 12 * 256 * 4 * 64 / 4 + 3 * 8 * 256 * 256 * 4 / 4
+                                    + 4 * 256 * 4) + 256 * 256,
+            "sequence_parallel": 2 * (18 * 256 * 4 * 64 + 3 * 8 * 256 * 256 * 4 + 4 * 256 * 4) / 4 + 256 * 256}
+    ### END SOLUTION
+
+
 # %% [markdown]
 # ## Check
 #
@@ -261,6 +463,19 @@ report = check("q23")
 
 # %%
 kept_figure(report)
+
+# %% [markdown]
+# ## Sequence parallelism: what each rank kept
+#
+# The check also ran your `sp_block` on t = 2 and t = 4 ranks. The figure shows its bfloat16 run at the prediction's
+# shape on t = 4 ranks: the bytes each rank saved for its backward, beside the lab's closed forms for one process,
+# for t-way tensor parallelism and for sequence parallelism, and your prediction. Tensor parallelism keeps 6 sbh
+# whole on every rank; sequence parallelism keeps 1/t of everything but the causal mask. The collectives are the
+# same bytes in both: two all-gathers and two reduce-scatters each way in place of two all-reduces.
+#
+
+# %%
+sp_figure(report)
 
 # %% [markdown]
 # ## In the pipeline: your 1F1B step with recomputation (not graded)
