@@ -270,6 +270,7 @@ def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, cap
             "RS 2 x 131,072") in out
     assert "tensor_parallel 4,399,104 right sequence_parallel 3,803,136 right" in out
     assert report.sp_kept == {r: 3_803_136 for r in range(4)}
+    assert "the digits model trained with sp_block, t = 2, dropout 0.1, 20 steps" in out
     assert sp_figure(report) is not None
 
 
@@ -314,35 +315,37 @@ def test_the_study_launches_nothing_under_validate_or_after_a_failed_check(monke
     assert study.pipeline_kept_figure(None) is None
 
 
-# name: (the answer, its fraction of the points, what its feedback must say); eight parts, an eighth each: gradients,
+# name: (the answer, its fraction of the points, what its feedback must say); nine parts, a ninth each: gradients,
 # memory, flops (4 cases x 3 modes each), prediction (3 figures and the 2 of sequence parallelism), sp_values and
-# sp_replicated (3 cases... 2 of them with values, dropout off and on: 4 items each), sp_memory (3: dropout on),
-# sp_traffic (3 cases)
+# sp_replicated (the 2 float64 cases, dropout off and on: 4 items each), sp_memory (3: dropout on), sp_traffic (3
+# cases), sp_training (1)
 MISTAKES = {
-    "reference": (None, 1.0, "55 of 55 hidden checks passed"),
+    "reference": (None, 1.0, "56 of 56 hidden checks passed"),
     # selective and full wrong in every case: gradients 4/12
-    "q23_new_masks": (answer("q23_new_masks"), 0.9167, "the recomputation in the backward drew new dropout masks"),
-    "q23_states_not_put_back": (answer("q23_states_not_put_back"), 0.9167,
+    "q23_new_masks": (answer("q23_new_masks"), 0.9259, "the recomputation in the backward drew new dropout masks"),
+    "q23_states_not_put_back": (answer("q23_states_not_put_back"), 0.9259,
                                 "the recomputation left block.streams where it ended"),
     # selective keeps the attention mask: its memory wrong in every case, 8/12
-    "q23_selective_keeps_mask": (answer("q23_selective_keeps_mask"), 0.9583,
+    "q23_selective_keeps_mask": (answer("q23_selective_keeps_mask"), 0.963,
                                  "as much as the attention's dropout mask or probabilities"),
     # selective checkpoints the whole block: it keeps less, but its FLOPs are a whole forward's in every case: 8/12
-    "q23_selective_is_full": (answer("q23_selective_is_full"), 0.9583, "more than the core was recomputed"),
+    "q23_selective_is_full": (answer("q23_selective_is_full"), 0.963, "more than the core was recomputed"),
     # 3 of 5 figures right
-    "q23_paper_prediction": (answer("q23_paper_prediction"), 0.95, "the predicted 'none' is 12,713,984 B"),
-    "q23_new_masks_paper": (answer("q23_new_masks_paper"), 0.8667, "drew new dropout masks"),
-    # sp_block: the replicated gradients not summed: sp_replicated 0 of 4
-    "q23_sp_norms_not_summed": (answer("q23_sp_norms_not_summed"), 0.875,
+    "q23_paper_prediction": (answer("q23_paper_prediction"), 0.9556, "the predicted 'none' is 12,713,984 B"),
+    "q23_new_masks_paper": (answer("q23_new_masks_paper"), 0.8815, "drew new dropout masks"),
+    # sp_block: the replicated gradients not summed: sp_replicated 0 of 4, and the training leaves one process's curve
+    # (the replicas drift apart; named as such, and counted, as q18's trainings count theirs)
+    "q23_sp_norms_not_summed": (answer("q23_sp_norms_not_summed"), 0.7778,
                                 "is the part of its own s/t positions only"),
     # sp_block: the column layers keep the gathered input: sp_memory 0 of 3 (its traffic, 2 all-gathers fewer in the
     # backward, is the memory's consequence and not counted again)
-    "q23_sp_saves_gathered": (answer("q23_sp_saves_gathered"), 0.875,
+    "q23_sp_saves_gathered": (answer("q23_sp_saves_gathered"), 0.8889,
                               "as much as the gathered inputs of the two column-parallel layers"),
-    # sp_block: every shard draws its own residual masks: the values with dropout wrong, 2 of 4
-    "q23_sp_same_masks": (answer("q23_sp_same_masks"), 0.9375, "right without dropout, wrong with it"),
-    # ines: (4/12 + 1 + 1 + 3/5 + 1 + 0 + 0 + 1) / 8
-    "q23_ines": (answer("q23_ines"), 0.6167, "is the part of its own s/t positions only"),
+    # sp_block: every shard draws its own residual masks: the values with dropout wrong, 2 of 4, and the training
+    # (dropout 0.1) leaves one process's curve, named as their consequence
+    "q23_sp_same_masks": (answer("q23_sp_same_masks"), 0.8333, "right without dropout, wrong with it"),
+    # ines: (4/12 + 1 + 1 + 3/5 + 1 + 0 + 0 + 1 + 0) / 9
+    "q23_ines": (answer("q23_ines"), 0.5481, "is the part of its own s/t positions only"),
 }
 # written otherwise, valid: every point
 VALID = {

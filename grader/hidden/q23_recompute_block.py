@@ -7,7 +7,7 @@ Then the answer cell's `sp_block` (sequence parallelism on the tensor-parallel b
 float64, dropout off and on, and on t = 2 in bfloat16 at a longer sequence (its bytes and collectives only), judged
 by topics/long_sequences/judge_sp.py.
 
-Eight parts, each an eighth of the points:
+Nine parts, each a ninth of the points:
     gradients       the outputs and gradients over micro-batches in flight (forward A, forward B, backward B, backward
                     A, forward C) are the plain block's, computed by the judge (an item per case and mode)
     memory          the bytes the forward left alive (the lab's count) are the mode's closed form
@@ -20,13 +20,17 @@ Eight parts, each an eighth of the points:
                     every rank: summed over the tensor-parallel group
     sp_memory       the bytes each rank saved for its backward (dropout on) are the sequence-parallel closed form
     sp_traffic      each rank's all-gathers and reduce-scatters, each one's bytes, per the formula (an item per case)
+    sp_training     the digits model trained with sp_block on t = 2 ranks (dropout 0.1, the embedding changed by a
+                    seed only the run knows) follows one process's curve within q13's tolerance, the replicated
+                    parameters identical on the ranks after training
 """
 from __future__ import annotations
 
 from lab_src.judge.problems import stamped
 from lab_src.pipeline.config import LabConfig
 from lab_src.topics.long_sequences.judge import PARTS, judge_run
-from lab_src.topics.long_sequences.judge_sp import judge_sp
+from lab_src.topics.long_sequences.judge_sp import judge_sp, sp_training
+from lab_src.topics.training.digits import DIGITS
 from lab_src.topics.long_sequences.records import (
     MODES,
     PREDICTION_KEYS,
@@ -69,13 +73,19 @@ SP_CASES = {
                   seed=73), 2, {"parts": ["dropout"], "dtype": "bfloat16", "values": False}),
 }
 SP_WHAT = {"block": "dropout off", "dropout": "dropout on"}
+# the digits model trained with sp_block: label -> (configuration, t)
+SP_TRAINING = {"sp_block training, t = 2, dropout 0.1": (DIGITS.replace(num_stages=1, dropout=0.1, dropout_shards=2), 2)}
+SP_STEPS, SP_LR = 20, 1e-2
 
 
 def cases(ctx):
     return [ctx.case(QID, "recompute", cfg, stages=1, label=label, settings=settings, schedule="", step="")
             for label, (cfg, settings) in CASES.items()] + \
         [ctx.case(QID, "sp_block", cfg, stages=t, label=label, settings=settings)
-         for label, (cfg, t, settings) in SP_CASES.items()]
+         for label, (cfg, t, settings) in SP_CASES.items()] + \
+        [ctx.case(QID, "sp_train", cfg, stages=t, label=label,
+                  settings={"steps": SP_STEPS, "lr": SP_LR, "perturb": True})
+         for label, (cfg, t) in SP_TRAINING.items()]
 
 
 def judge(ctx, outcomes):
@@ -85,6 +95,10 @@ def judge(ctx, outcomes):
         failed = case_problems(QID, out, label)
         if out.case.kind == "sp_block":
             items += sp_items(out, label, list(failed))
+            continue
+        if out.case.kind == "sp_train":
+            right = all(i.passed for i in items if i.part == "sp_values")
+            items.append(Item("sp_training", label, list(failed) or stamped(sp_training(out, right), QID, label)))
             continue
         found = None if failed else judge_run(out)
         items += [Item(part, f"{label}, {mode}", list(failed) if failed else stamped(found[part][mode], QID, label))

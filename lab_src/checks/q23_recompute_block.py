@@ -59,6 +59,7 @@ SP_CASES = {
         {"parts": ["dropout"], "dtype": PREDICTION_DTYPE, "values": False}),
 }
 SP_FIGURE_CASE = f"sp_block, t = {SP_PREDICTION_T}, {PREDICTION_DTYPE}, the prediction's shape"
+SP_TRAIN_CASE = "the digits model trained with sp_block, t = 2, dropout 0.1, 20 steps"
 
 
 class RecomputeReport(CheckReport):
@@ -105,6 +106,9 @@ def check():
              for label, cfg, settings in CASES]
     cases += [make_case("sp_block", cfg, srcs, "q23", stages=t, label=label, settings=settings)
               for label, (cfg, t, settings) in SP_CASES.items()]
+    from lab_src.topics.training.digits import DIGITS
+    cases.append(make_case("sp_train", DIGITS.replace(num_stages=1, dropout=0.1, dropout_shards=2), srcs, "q23",
+                           stages=2, label=SP_TRAIN_CASE, settings={"steps": 20, "lr": 1e-2}))
     run = run_cases(cases, run_dir("q23"))
     problems, lines = [], ["q23 recompute_block: each mode on the lab's block, dropout 0.1, training mode"]
     kept, sp_kept = {}, {}
@@ -114,6 +118,11 @@ def check():
         if errs:
             problems += errs
             lines.append(UNFINISHED)
+            continue
+        if out.case.kind == "sp_train":
+            from lab_src.topics.long_sequences.judge_sp import sp_training, training_line
+            problems += stamped(sp_training(out), "q23", out.case.label)
+            lines.append(training_line(out))
             continue
         if out.case.kind == "sp_block":
             problems += stamped([p for ps in judge_sp(out).values() for p in ps], "q23", out.case.label)

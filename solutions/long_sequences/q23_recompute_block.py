@@ -286,8 +286,7 @@ class Recomputed(nn.Module):
 
 
 def sp_block(block, tp):
-    """This rank's part of the block with sequence parallelism: LayerNorms and residual dropout on its
-    sequence shard, attention by heads and the MLP tensor parallel, between an all-gather and a reduce-scatter."""
+    """This rank's part of the block on its sequence shard x (b, s/t, h): sequence parallel around q18's split."""
     ### BEGIN SOLUTION
     return SequenceParallelBlock(block, tp)
 
@@ -428,8 +427,7 @@ class SequenceParallelBlock(nn.Module):
 
 
 def predicted_sp_saved_bytes():
-    """b = 4, s = 256, h = 64, a = 8 heads, bfloat16, dropout on, t = 4 ranks: bytes ONE rank keeps for its backward
-    with tensor parallelism (q18's block) and with sequence parallelism (sp_block)."""
+    """Bytes ONE of t = 4 ranks keeps for its backward, q18's block and sp_block: b, s, h, a as above, bfloat16."""
     # return {"tensor_parallel": ..., "sequence_parallel": ...} with a number for each
     ### BEGIN SOLUTION
     # TP: 2 (6 sbh + 12 sbh/t + 3 a s^2 b/t + 4 sb) + s^2; SP: 2 (18 sbh + 3 a s^2 b + 4 sb)/t + s^2

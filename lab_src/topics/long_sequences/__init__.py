@@ -16,8 +16,10 @@ q23's third answer, sequence parallelism on the tensor-parallel block (the answe
     records.py   (its middle part) the closed forms per rank (tensor and sequence parallel), the collectives, the
                  prediction, the record
     kind_sp.py   rank side: the answer's block on its sequence shard, dropout off and on; saved bytes, collectives
+    kind_sp_train.py  rank side: the digits model trained with the answer's blocks on t ranks
     judge_sp.py  parent side: values against one process's block, the replicated parameters' gradients summed,
-                 the saved bytes against the closed form, the all-gathers and reduce-scatters
+                 the saved bytes against the closed form, the all-gathers and reduce-scatters; the training's
+                 curve against one process's
     figure.py    (sp_bars) the bytes each rank kept, beside the plain, tensor- and sequence-parallel closed forms
 
 q24, attention over a sequence split across ranks (ring attention, contiguous and zigzag; Ulysses beside it):
@@ -51,6 +53,10 @@ TOPIC = Topic(
                             what="q23's sp_block (the answer cell's second function) on the case's t ranks, dropout "
                                  "off and on: each rank's sequence shard of the output and of the gradients, what "
                                  "its forward saved for the backward, its all-gathers and reduce-scatters"),
+           "sp_train": Kind("kind_sp_train", record="records:SPTrainObserved", settings="records:SPTrainSettings",
+                            calls=("recompute_block",), timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
+                            what="the digits model trained with q23's sp_block on the case's t ranks (embedding and "
+                                 "head replicated, the blocks on each rank's positions): each rank's loss curve"),
            "attention": Kind("kind_attention", record="records:AttentionObserved", settings="records:AttentionSettings",
                              calls=("ring_attention",), timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                              view="figure_attention:attention_view",

@@ -36,8 +36,8 @@ from lab_src.topics.long_sequences.records import (
     sp_traffic,
     tp_kept_bytes,
 )
-from lab_src.topics.tensor_parallel import runtime as tpmod
-from lab_src.topics.tensor_parallel.records import block_config
+from lab_src.topics.long_sequences import shards as tpmod
+from lab_src.topics.long_sequences.shards import block_config
 
 SP_JUDGED = ("values", "replicated", "memory", "traffic")
 WHO = "sp_block"
@@ -256,3 +256,73 @@ def judge_sp(outcome, parts=None) -> dict[str, list[Problem]]:
             found["traffic"] += traffic(r, rec, shape)
     # one problem per rank is enough to say: the first two ranks' of each part
     return {p: v[:3] for p, v in found.items()}
+
+
+# ---- the training (kind "sp_train", kind_sp_train.py) -----------------------------------------------------------
+@functools.lru_cache(maxsize=8)
+def single_process(cfg, steps: int, lr: float, perturbed: int | None = None) -> list[float]:
+    """One process's curve of the digits model (topics/training/single_process.py), AdamW with q18's eps; with
+    `perturbed`, the embedding changed as the run's rank 0 reported."""
+    from lab_src.topics.long_sequences.shards import ADAM_EPS
+    from lab_src.topics.training.digits import Digits
+    from lab_src.topics.training.single_process import train_single_process
+    return train_single_process(cfg, Digits(cfg, 1), steps, lr, perturbed=perturbed, eps=ADAM_EPS)["losses"]
+
+
+def sp_training(outcome, values_right: bool = True) -> list[Problem]:
+    """Each rank's curve against one process's, within q13's tolerance; the replicated parameters equal on every rank
+    after training. `values_right`: whether the block cases found the block's numbers right (where not, a curve
+    that leaves one process's is their consequence)."""
+    from lab_src.topics.training.records import CURVE_RTOL, relative_differences
+    cfg, t, s = outcome.case.config, outcome.case.stages, settings_of(outcome.case)
+    seed = None
+    if s.perturb:
+        seed = (outcome.obs.get(0) or {}).get("perturbed")
+        if not isinstance(seed, int):
+            return [Problem("rank 0's record of the training lacks the seed of the change the lab made to the "
+                            "embedding: the record was rewritten", rank=0)]
+    want = single_process(cfg, s.steps, s.lr, seed)
+    rtol = CURVE_RTOL[cfg.dtype]
+    problems = []
+    for r in range(t):
+        got = (outcome.obs.get(r) or {}).get("losses") or []
+        if len(got) != len(want):
+            problems.append(Problem(f"{WHO}: the training on rank {r} reported {len(got)} losses for {len(want)} "
+                                    f"steps", rank=r))
+            continue
+        diffs = relative_differences(got, want)
+        if max(diffs) <= rtol:
+            continue
+        bad = next(i for i, d in enumerate(diffs) if d > rtol)
+        problems.append(Problem(
+            f"{WHO}: the digits model trained on t = {t} ranks leaves one process's curve at step {bad} on rank {r}: "
+            f"{got[bad]:.6g} against {want[bad]:.6g} (relative difference {diffs[bad]:.1e}, tolerance {rtol:.0e})"
+            + ("; the block's numbers are wrong already (above): the curve follows from them" if not values_right
+               else ""), rank=r, consequence=not values_right))
+        break
+    norms = [(outcome.obs.get(r) or {}).get("norms") or {} for r in range(t)]
+    for r in range(1, t):
+        differ = [n for n, v in norms[r].items() if n in norms[0] and not torch.equal(v, norms[0][n])]
+        if differ:
+            problems.append(Problem(
+                f"{WHO}: after training, {', '.join(differ[:3])}{' ...' if len(differ) > 3 else ''} differ between "
+                f"ranks 0 and {r}: a parameter every rank holds whole stays identical only if every rank applies the "
+                f"same gradient, the sum over the group of what each rank's positions gave", rank=r))
+            break
+    return problems
+
+
+def training_line(outcome) -> str:
+    """What the check prints of a training: the first and last loss, and each rank's largest distance from one
+    process's curve."""
+    from lab_src.topics.training.records import relative_differences
+    s = settings_of(outcome.case)
+    want = single_process(outcome.case.config, s.steps, s.lr, (outcome.obs.get(0) or {}).get("perturbed"))
+    rows = [f"    one process: loss {want[0]:.4f} -> {want[-1]:.4f} in {len(want)} steps"]
+    for r, o in sorted(outcome.obs.items()):
+        got = o.get("losses") or []
+        far = max(relative_differences(got, want)) if len(got) == len(want) else None
+        rows.append(f"    rank {r}: {got[-1] if got else float('nan'):.4f} at the last step, "
+                    + (f"largest relative distance from one process {far:.1e}" if far is not None
+                       else f"{len(got)} losses"))
+    return "\n".join(rows)

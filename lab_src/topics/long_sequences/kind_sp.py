@@ -3,7 +3,7 @@ another (records.py `SPSettings`: "block" dropout off, "dropout" on), each on a 
 
 Every rank builds the unsharded block of the case's configuration (pipeline/model.py, its attention masks drawn per
 shard of t), asks the answer for its module, draws the whole input x and output gradient from the seed (as q18's block
-cases do: topics/tensor_parallel/runtime.py `block_inputs`) and hands the module its sequence shard, the positions
+cases do: shards.py `block_inputs`) and hands the module its sequence shard, the positions
 [r s/t, (r + 1) s/t) of every sequence; then the backward from its shard of the gradient. It records, never judging:
 
     out, in_grad    its shard of the output and of the input's gradient
@@ -33,8 +33,8 @@ from lab_src.pipeline import waiting
 from lab_src.pipeline.model import build_piece
 from lab_src.topics.long_sequences.measure import DTYPES
 from lab_src.topics.long_sequences.records import SP_DROPOUT, SP_FUNCTION, SP_HELD
-from lab_src.topics.tensor_parallel import runtime as tpmod
-from lab_src.topics.tensor_parallel.records import block_config
+from lab_src.topics.long_sequences import shards as tpmod
+from lab_src.topics.long_sequences.shards import block_config
 
 
 def sp_function():

@@ -292,7 +292,7 @@ class AttentionObserved(Observed):
 # ---------------------------------------------------------------------------------------------------------------------
 
 SP_FUNCTION = "sp_block"
-SP_PARTS = ("block", "dropout")         # dropout off, then on (records of tensor_parallel: BLOCK_DROPOUT)
+SP_PARTS = ("block", "dropout")         # dropout off, then on (SP_DROPOUT)
 SP_DROPOUT = 0.2
 # the parameters a sequence-parallel rank holds whole and uses on its shard: their gradients summed over the group
 SP_REPLICATED = ("attn_norm.weight", "attn_norm.bias", "mlp_norm.weight", "mlp_norm.bias", "proj.bias", "down.bias")
@@ -357,3 +357,20 @@ class SPObserved(Observed):
                                 #   [b, s, h, a, itemsize, t], "out", "in_grad": this rank's shard, "grads": {name:
                                 #   tensor or None} (SP_HELD's weight and bias), "shapes": {name: [..]}, "saved":
                                 #   {"bytes", "storages", "largest"}, "forward" / "backward": [[kind, bytes, group]]}
+
+
+@dataclass(frozen=True)
+class SPTrainSettings(Settings):
+    """The digits model trained with the answer's sp_block on t ranks (kind_sp_train.py)."""
+    steps: int = 20
+    lr: float = 1e-2
+    perturb: bool = False               # the embedding changed once built, by an amount drawn outside the ranks
+
+    def degrees(self, case) -> dict[str, int]:
+        return {"tp": case.stages}
+
+
+class SPTrainObserved(Observed):
+    losses: list                # the loss after each step (every rank computes it)
+    norms: dict                 # the replicated parameters (LayerNorms, row layers' biases) after training
+    perturbed: int              # (rank 0) the seed of the lab's change to the embedding (pipeline/perturb.py)
