@@ -182,7 +182,9 @@ print(f"b={b} s={s} h={h} a={a}, float32: the block keeps {saved_bytes(block, x)
 #
 # What the grader runs, on t = 2 and t = 4 ranks in float64, dropout off and on: each rank's output and gradients
 # against one process's block (1e-10); the replicated gradients equal one process's on every rank; the bytes each
-# rank saved for the backward against the closed form; the all-gathers and reduce-scatters, each one's bytes.
+# rank saved for the backward against the closed form; the all-gathers and reduce-scatters, each one's bytes. It also
+# trains the digits model (q13's) with your blocks on t = 2 ranks, dropout 0.1, against one process's curve (1e-5
+# relative, as in q18).
 # The whole contract: `help(lab_src.exercises.recompute_block)`.
 #
 
@@ -465,7 +467,8 @@ kept_figure(report)
 # %% [markdown]
 # ## Sequence parallelism: what each rank kept
 #
-# The check also ran your `sp_block` on t = 2 and t = 4 ranks. The figure shows its bfloat16 run at the prediction's
+# The check also ran your `sp_block` on t = 2 and t = 4 ranks, and trained the digits model with it (its curve's
+# distance from one process's is in the check's output). The figure shows its bfloat16 run at the prediction's
 # shape on t = 4 ranks: the bytes each rank saved for its backward, beside the lab's closed forms for one process,
 # for t-way tensor parallelism and for sequence parallelism, and your prediction. Tensor parallelism keeps 6 sbh
 # whole on every rank; sequence parallelism keeps 1/t of everything but the causal mask. The collectives are the
