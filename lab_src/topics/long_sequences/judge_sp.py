@@ -13,7 +13,9 @@ with its masks drawn as pipeline/dropout.py defines them for t shards; rank r sh
     memory       (dropout on) the bytes the forward saved on each rank are the closed form records.sp_kept_bytes, within
                  SLACK; the column-parallel layers' gathered input kept is named by its bytes
     traffic      per rank the all-gathers and reduce-scatters of records.sp_traffic, each of its bytes; no all-reduce
-                 beyond the replicated gradients' (an all-reduce of the activation is tensor parallelism's, not this)
+                 beyond the replicated gradients' (an all-reduce of the activation is tensor parallelism's, not this);
+                 2 all-gathers in the backward, not 4, only where the rank's forward kept the gathered inputs (the
+                 memory part names that, and it is not counted twice)
 
 `judge_sp(outcome)` returns {part: [Problem]} (a part not judged in the case: absent).
 """
@@ -168,7 +170,17 @@ def memory(r: int, saved: dict, shape) -> list[Problem]:
     return [Problem(said, rank=r)]
 
 
-def traffic(r: int, got: dict, shape) -> list[Problem]:
+def kept_gathered(saved: dict, shape) -> bool:
+    """Whether a rank's forward (dropout on) saved the column layers' gathered inputs, by their bytes."""
+    b, s, h, a, e, t = shape
+    extra = saved.get("bytes", 0) - sp_kept_bytes(b, s, h, a, e, t)
+    return extra >= sp_gathered_extra(b, s, h, e, t) * (1 - SLACK)
+
+
+def traffic(r: int, got: dict, shape, gathered_kept: bool = False) -> list[Problem]:
+    """`gathered_kept`: the rank's forward kept the gathered inputs (the memory part names it), so its backward
+    gathers them again no more: 2 all-gathers there, not 4. Without those bytes kept, 2 is a mistake of its own (the
+    backward's input gathered from something the lab does not count?)."""
     b, s, h, a, e, t = shape
     want = sp_traffic(b, s, h, e, t)
     problems = []
@@ -176,7 +188,8 @@ def traffic(r: int, got: dict, shape) -> list[Problem]:
         calls = got.get(direction) or []
         by = {k: sorted(x[1] for x in calls if x[0] == k) for k in ("all_gather", "reduce_scatter", "all_reduce")}
         ag, rs = want[direction]["all_gather"], want[direction]["reduce_scatter"]
-        ok_ag = by["all_gather"] == sorted(ag) or (direction == "backward" and by["all_gather"] == sorted(ag[:2]))
+        ok_ag = by["all_gather"] == sorted(ag) or (direction == "backward" and gathered_kept
+                                                   and by["all_gather"] == sorted(ag[:2]))
         big = [n for n in by["all_reduce"] if n > SP_NORM_BYTES * h * e]
         if direction == "forward" and by["all_reduce"]:
             big = big or by["all_reduce"]
@@ -186,8 +199,8 @@ def traffic(r: int, got: dict, shape) -> list[Problem]:
         said = (f"{WHO}: rank {r} of t = {t}, {direction}: {_calls(by, others)}; a sequence-parallel block makes "
                 f"{len(ag)} all-gathers of {ag[0]:,} B (its shard) and {len(rs)} reduce-scatters of {rs[0]:,} B "
                 f"(the whole partial sums) per rank"
-                + (" (2 all-gathers where the column layers kept their gathered input)" if direction == "backward"
-                   else ""))
+                + (" (the column layers gather their input again in the backward: their shard is what they keep)"
+                   if direction == "backward" else ""))
         if big:
             said += (f". An all-reduce of {max(big):,} B is tensor parallelism's: with the sequence split, the "
                      f"all-reduce after a row-parallel layer becomes a reduce-scatter to the positions, and the "
@@ -253,7 +266,9 @@ def judge_sp(outcome, parts=None) -> dict[str, list[Problem]]:
             shape = rec.get("shape")
             if "memory" in found and part == "dropout":
                 found["memory"] += memory(r, rec.get("saved") or {}, shape)
-            found["traffic"] += traffic(r, rec, shape)
+            dropped = ((obs[r].get("parts") or {}).get("dropout") or {})
+            kept = bool(dropped.get("shape")) and kept_gathered(dropped.get("saved") or {}, dropped["shape"])
+            found["traffic"] += traffic(r, rec, shape, gathered_kept=kept)
     # one problem per rank is enough to say: the first two ranks' of each part
     return {p: v[:3] for p, v in found.items()}
 

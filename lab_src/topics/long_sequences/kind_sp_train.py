@@ -41,10 +41,9 @@ class _Gathered(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, tp):
         ctx.tp, ctx.n = tp, x.shape[1]
-        piece = x.transpose(0, 1).contiguous()
-        out = piece.new_empty((tp.size * piece.shape[0],) + tuple(piece.shape[1:]))
-        coll.lab("all_gather_single")(out, piece, group=tp.group)
-        return out.transpose(0, 1).contiguous()
+        pieces = [torch.empty_like(x) for _ in range(tp.size)]
+        coll.lab("all_gather")(pieces, x.contiguous(), group=tp.group)
+        return torch.cat(pieces, dim=1)
 
     @staticmethod
     def backward(ctx, grad):
