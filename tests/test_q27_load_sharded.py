@@ -279,3 +279,22 @@ def test_reads_and_writes_are_counted_in_the_grading_sandbox(tmp_path, no_leftov
         got = grade_submission(Path(folder), tmp_path / "work" / name, only=["q27"])["exercises"]["q27"]
         assert got["fraction"] == pytest.approx(fraction, abs=1e-4), got
         assert says in " ".join(" ".join(got["messages"]).split()), got
+
+
+def test_a_load_that_raises_on_some_ranks_stops_the_case_and_says_so(reference, tmp_path, no_leftovers):
+    """The last rank raises in the load while the others go on to the next step's collectives: nothing hangs, the
+    error is named first with its rank and line, the waiting ranks under it as its consequence, and the parts the
+    save alone decides (what was written) keep their points."""
+    from hidden_grading import grade_answers
+    reference = {k: str(v) for k, v in reference.items()}
+    right = Path(reference["q27"]).read_text()
+    old = "    folder = Path(folder)\n    metas = sorted("
+    assert right.count(old) == 1
+    text = right.replace(old, "    folder = Path(folder)\n    if dp.rank == dp.size - 1:\n"
+                              "        raise KeyError('offset')\n    metas = sorted(")
+    got, lines = grade_answers("q27", {"raises_on_the_last_rank": text}, reference, tmp_path)["raises_on_the_last_rank"]
+    said = "\n".join(lines)
+    assert got == pytest.approx(0.2, abs=1e-4), said
+    assert "KeyError: 'offset'" in said and "in load_sharded" in said, said
+    assert said.index("KeyError") < said.index("What that caused"), said
+    assert "stopped with the error above" in said and "site-packages" not in said, said
