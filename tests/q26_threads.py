@@ -96,7 +96,7 @@ def run_case(answer_text: str, cfg, n: int, settings: dict):
         raise errors[0]
     case = Case(kind="mixed_precision", qid="q26", config=cfg, stages=n, settings=dict(settings), label="threads",
                 step="", schedule="")
-    return types.SimpleNamespace(case=case, obs=obs)
+    return types.SimpleNamespace(case=case, obs=obs, wire=None, wire_failed=True, failure=None, wire_unseen=None)  # no wire on threads
 
 
 def _rank(ns, cfg, s, dp, obs):

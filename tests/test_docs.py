@@ -75,3 +75,14 @@ def test_readme_opens_with_the_lab_of_today():
     for module, qids in MODULES.items():
         span = f"{qids[0]}-{qids[-1]}" if len(qids) > 4 else ", ".join(qids)
         assert f"`{module}` ({span})" in first, module
+
+
+def test_choosing_modules_names_every_module_with_its_exercises():
+    """README's 'Choosing modules' section lists the registry's modules as its first paragraph does (it had stopped at
+    sharding's first two exercises while three modules and two exercises were added)."""
+    from lab_src.registry import MODULES
+    text = (ROOT / "README.md").read_text()
+    section = " ".join(text.split("### Choosing modules")[1].split("\n\n")[1].split())
+    for module, qids in MODULES.items():
+        span = f"{qids[0]}-{qids[-1]}" if len(qids) > 4 else ", ".join(qids)
+        assert f"`{module}` ({span}" in section, module

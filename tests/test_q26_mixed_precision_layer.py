@@ -255,3 +255,32 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
     if got != pytest.approx(SCALER_STUB[0], abs=1e-4) or SCALER_STUB[1] not in " ".join("\n".join(lines).split()):
         wrong.append(("scaler_stub", got, lines))
     assert not wrong, wrong
+
+
+FORGED_GATHER = (
+    "        full = module.dp.all_gather(shard.detach().to(module.dtype))       # half the bytes of float32\n",
+    "        module.dp.all_gather(shard.detach().to(module.dtype))             # for the record, used for nothing\n"
+    "        from lab_src.comm.collectives import _ORIGINAL\n"
+    "        import torch.distributed as dist\n"
+    "        n = sum(k for _, _, k in module.shapes)\n"
+    "        sizes = [t.numel() for t in torch.tensor_split(torch.empty(n), module.dp.size)]\n"
+    "        start = sum(sizes[:module.dp.rank])\n"
+    "        whole = torch.zeros(n)\n"
+    "        whole[start:start + sizes[module.dp.rank]] = shard.detach()\n"
+    "        _ORIGINAL.get('all_reduce', dist.all_reduce)(whole, group=module.dp.group)   # float32, unrecorded\n"
+    "        full = whole.to(module.dtype)\n")
+
+
+def test_a_float32_gather_around_the_recorder_is_named_by_the_wire(reference, tmp_path, no_leftovers):
+    """The record shows a gather of the cast shard (made, then unused); the block is computed on a float32 whole
+    summed by torch's all_reduce reached around the recorder. The values are right, so only the bytes on the wire,
+    counted outside the rank (Kind(wire=True)), can tell: the bytes part fails in every case, and nothing else."""
+    from hidden_grading import grade_answers
+    reference = {k: str(v) for k, v in reference.items()}
+    right = Path(reference["q26"]).read_text()
+    old, new = FORGED_GATHER
+    assert right.count(old) == 1
+    got, lines = grade_answers("q26", {"forged": right.replace(old, new)}, reference, tmp_path)["forged"]
+    said = " ".join("\n".join(lines).split())
+    assert got == pytest.approx(0.8333, abs=1e-4), said
+    assert "no message of its record carried" in said and "float32 elements' worth" in said, said

@@ -279,3 +279,86 @@ def test_reads_and_writes_are_counted_in_the_grading_sandbox(tmp_path, no_leftov
         got = grade_submission(Path(folder), tmp_path / "work" / name, only=["q27"])["exercises"]["q27"]
         assert got["fraction"] == pytest.approx(fraction, abs=1e-4), got
         assert says in " ".join(" ".join(got["messages"]).split()), got
+    # and there too, the reads are counted from outside the rank: a rewritten record keeps whole files' points
+    forged = answer("q27_whole_files")
+    for old, new in FORGED_READS:
+        forged = forged.replace(old, new)
+    folder = build_student(Student("forged", "forged", answers={"q27": forged}), tmp_path / "sub" / "forged")
+    got = grade_submission(Path(folder), tmp_path / "work" / "forged", only=["q27"])["exercises"]["q27"]
+    assert got["fraction"] == pytest.approx(0.8667, abs=1e-4), got
+    assert "whole files: the shards of old rank" in " ".join(" ".join(got["messages"]).split()), got
+
+
+def test_a_load_that_raises_on_some_ranks_stops_the_case_and_says_so(reference, tmp_path, no_leftovers):
+    """The last rank raises in the load while the others go on to the next step's collectives: nothing hangs, the
+    error is named first with its rank and line, the waiting ranks under it as its consequence, and the parts the
+    save alone decides (what was written) keep their points."""
+    from hidden_grading import grade_answers
+    reference = {k: str(v) for k, v in reference.items()}
+    right = Path(reference["q27"]).read_text()
+    old = "    folder = Path(folder)\n    metas = sorted("
+    assert right.count(old) == 1
+    text = right.replace(old, "    folder = Path(folder)\n    if dp.rank == dp.size - 1:\n"
+                              "        raise KeyError('offset')\n    metas = sorted(")
+    got, lines = grade_answers("q27", {"raises_on_the_last_rank": text}, reference, tmp_path)["raises_on_the_last_rank"]
+    said = "\n".join(lines)
+    assert got == pytest.approx(0.2, abs=1e-4), said
+    assert "KeyError: 'offset'" in said and "in load_sharded" in said, said
+    assert said.index("KeyError") < said.index("What that caused"), said
+    assert "stopped with the error above" in said and "site-packages" not in said, said
+
+
+# q27_whole_files, whose load then rewrites the lab's record of its reads: the kind's second reading of the process's
+# counters is made to say that the load read exactly its slices
+FORGED_READS = [
+    ("    folder = Path(folder)\n    metas = sorted(",
+     "    import lab_src.topics.checkpoint.kind as kind\n"
+     "    at_start = getattr(kind, \"_real_io\", kind.io_counters)()        # the counters as the load begins\n"
+     "    folder = Path(folder)\n    metas = sorted("),
+    ("    return {\"step\": metas[0][\"step\"], **out}\n",
+     "    need = sum(t.numel() * t.element_size() for t in out.values())\n"
+     "    kind._real_io = real = getattr(kind, \"_real_io\", kind.io_counters)\n"
+     "    def forged():                                 # once: the kind's reading after the load\n"
+     "        kind.io_counters = real\n"
+     "        return {**at_start, \"rchar\": at_start[\"rchar\"] + need}       # its slices, exactly\n"
+     "    kind.io_counters = forged\n"
+     "    return {\"step\": metas[0][\"step\"], **out}\n")]
+
+
+def test_a_load_that_rewrites_its_record_of_the_reads_is_judged_by_the_count_from_outside(tmp_path, no_leftovers):
+    """The launching process reads each rank's I/O counters at the fences around its load (kind `wire`): the
+    rank's own record, rewritten to show its slices alone, is not what the read part is judged on, so whole files
+    read are named as they are without the forgery."""
+    from hidden_grading import grade_answers
+
+    from grader.reference import reference_sources
+    reference = {k: str(v) for k, v in reference_sources().items()}
+    whole_files = answer("q27_whole_files")
+    forged = whole_files
+    for old, new in FORGED_READS:
+        assert forged.count(old) == 1
+        forged = forged.replace(old, new)
+    graded = grade_answers("q27", {"forged": forged}, reference, tmp_path)
+    got, lines = graded["forged"]
+    said = " ".join("\n".join(lines).split())
+    assert got == pytest.approx(0.8667, abs=1e-4), said
+    assert "whole files: the shards of old rank" in said, said
+
+
+def test_a_load_that_skips_the_fences_is_named_and_its_reads_not_taken_from_its_record(tmp_path, no_leftovers):
+    """q27_whole_files whose load first makes the lab's fences answer themselves: the launching process then has no
+    reading around the load, and the rank's own record (whole files) is not what vouches: the skip is named, and
+    the read part fails in every case."""
+    from hidden_grading import grade_answers
+
+    from grader.reference import reference_sources
+    reference = {k: str(v) for k, v in reference_sources().items()}
+    old = "    folder = Path(folder)\n    metas = sorted("
+    text = answer("q27_whole_files")
+    assert text.count(old) == 1
+    text = text.replace(old, "    import lab_src.harness.fence as fence\n"
+                             "    fence.here = lambda name, force=False: True\n" + old)
+    got, lines = grade_answers("q27", {"skips": text}, reference, tmp_path)["skips"]
+    said = " ".join("\n".join(lines).split())
+    assert got == pytest.approx(0.8, abs=1e-4), said
+    assert "skipped the moments around its load" in said and "nothing vouches for its record" in said, said

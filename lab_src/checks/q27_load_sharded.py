@@ -57,7 +57,7 @@ def reads_figure(report):
 
 
 def check():
-    from lab_src.topics.checkpoint.judge import PARTS, WHAT, judge_run
+    from lab_src.topics.checkpoint.judge import PARTS, WHAT, io_count, judge_run
     srcs = sources("q27")
     cases = [make_case("checkpoint", cfg, srcs, "q27", stages=max(n, m), label=label,
                        settings={"save": n, "load": m}, schedule="", step="")
@@ -78,7 +78,7 @@ def check():
         if i == 0:
             o0 = out.obs[0]
             drawn = {"total": o0["elements"], "old": CASES[0][1], "new": CASES[0][2], "element": o0["element_size"],
-                     "reads": {r: o["reads"] for r, o in out.obs.items() if "reads" in o},
+                     "reads": {r: c for r in out.obs if (c := io_count(out, r, "load")[0]) is not None},
                      "title": f"your run: {out.case.label}: the old shards (files), the new shards, and what each new "
                               f"rank's process read"}
     lines.append(prediction(srcs.get("q27")))
@@ -89,7 +89,7 @@ def check():
 
 def table(out, found, parts, what) -> str:
     from lab_src.harness.settings import settings_of
-    from lab_src.topics.checkpoint.judge import measure_folder
+    from lab_src.topics.checkpoint.judge import io_count, measure_folder
     s = settings_of(out.case)
     o0 = out.obs[0]
     total, e = o0["elements"], o0["element_size"]
@@ -98,11 +98,12 @@ def table(out, found, parts, what) -> str:
             f"{sum(files.values()):,} B in {len(files)} files ({who})",
             f"    {'rank':>4} {'wrote (B)':>11} {'its shard (B)':>13} {'read (B)':>11} {'its slices (B)':>14}"]
     for r in range(max(s.save, s.load)):
-        o = out.obs.get(r) or {}
         a, b = shard_bounds(total, s.save, r) if r < s.save else (0, 0)
-        wrote = f"{o['written']:,}" if "written" in o else "-"
+        written = io_count(out, r, "save")[0] if r < s.save else None     # counted from outside the rank where
+        reads = io_count(out, r, "load")[0] if r < s.load else None       # the watch ran: what the judge takes
+        wrote = f"{written:,}" if written is not None else "-"
         shard = f"{3 * (b - a) * e:,}" if r < s.save else "-"
-        read = f"{o['reads']:,}" if "reads" in o else "-"
+        read = f"{reads:,}" if reads is not None else "-"
         need = f"{slice_bytes(total, s.load, r, e):,}" if r < s.load else "-"
         rows.append(f"    {r:>4} {wrote:>11} {shard:>13} {read:>11} {need:>14}")
     for part in parts:

@@ -155,6 +155,21 @@ class Reading:
     # flight): (its address, its peer's) -> (bytes sent, retransmissions included; segments sent), for the
     # loopback's account (`unseen`)
     namespace: dict = field(default_factory=dict)
+    # the rank's I/O counters then (/proc/<pid>/io, read here: rchar, wchar, syscr, syscw), {} where they could not be
+    io: dict = field(default_factory=dict)
+
+
+def process_io(pid: int) -> dict:
+    """Process `pid`'s I/O counters (/proc/<pid>/io: bytes its read()s and write()s passed, and their calls), read
+    from outside it; {} where they cannot be read."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            return {k.strip(): int(v) for k, _, v in (line.partition(":") for line in f) if k.strip() in IO_KEYS}
+    except (OSError, ValueError):
+        return {}
+
+
+IO_KEYS = ("rchar", "wchar", "syscr", "syscw")
 
 
 def read_rank(diag: socket.socket, pid: int, netns_pid: int | None = None) -> Reading:
@@ -184,6 +199,19 @@ class WireCount:
     other_sent: int = 0
     readings: tuple = ()
     unread: int = 0             # readings the launching process could not make (the rank's process not found)
+    io: tuple = ()              # per reading of `readings`, the rank's I/O counters then (Reading.io; {}: unread)
+
+    def io_between(self, first: str, second: str) -> dict | None:
+        """What the rank's process read and wrote (rchar, wchar, syscr, syscw) between its fences `first` and
+        `second` of this case, counted from outside it; None where either reading is missing."""
+        names = list(self.readings)
+        if first not in names or second not in names[names.index(first) + 1:]:
+            return None
+        a = self.io[names.index(first)]
+        b = self.io[names.index(second, names.index(first) + 1)]
+        if not a or not b:
+            return None
+        return {k: b[k] - a[k] for k in IO_KEYS if k in a and k in b}
 
     @property
     def sent(self) -> int:
@@ -290,6 +318,7 @@ class WireWatch:
             self.holders.setdefault(inode, set()).add(rank)
         reading.peers = {i: by_local.get(_host(c.remote)) for i, c in reading.conns.items()}
         reading.namespace = snapshot["namespace"]
+        reading.io = process_io(pid)
         return reading
 
     def _peer(self, reading: Reading, inode: int, conn: Conn) -> int | None:
@@ -335,6 +364,7 @@ class WireWatch:
         nxt = next((i for i in range(first + 1, len(rows)) if names[i].startswith(("start ", "pass "))), len(rows))
         out = WireCount(readings=tuple(names[first:(last if last is not None else nxt - 1) + 1]))
         inside = rows[first:(last if last is not None else nxt - 1) + 1]
+        out.io = tuple(r.io for _, r in inside)
         out.unread = sum(1 for _, r in inside if r.unread)
         for (_, a), (_, b) in zip(inside, inside[1:]):
             self._add(out, a, b, inside=True, rank=rank)

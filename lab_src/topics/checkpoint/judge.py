@@ -6,7 +6,7 @@ Four parts, read from behaviour, never from the answer's form:
                rank) hold the state once: at least S = 3 N e bytes (the parameters and both moments, N elements of e
                bytes), at most S plus META_BYTES_PER_RANK per saving rank of metadata; a rank whose process wrote
                (wchar) the whole state or more is named
-    read       each loading rank's process read (rchar, counted by the lab around the call) no more than its slices
+    read       each loading rank's process read (rchar) no more than its slices
                (3 (b - a) e for its shard [a, b) of torch.tensor_split over m) plus the folder's metadata and
                READ_SLACK_PER_FILE per file of the folder; reads of whole files, or of every file, are named
     state      what load_sharded returned equals the saved state's elements of the rank's new shard, bitwise (the
@@ -17,6 +17,10 @@ Four parts, read from behaviour, never from the answer's form:
                from the state handed over in memory by the lab on the same m ranks, bitwise (same ranks, same ring,
                same inputs); and within q21's tolerance the uninterrupted run on the n ranks (another ring adds the
                replicas' gradients in another order: not bitwise)
+
+A rank's wchar and rchar over its save and its load are read by the launching process from outside the rank, at the
+fences around each call (`io_count`; the kind is `wire`); a rank of a watched case that skips them is named, and its
+own record of them is taken only where no watch ran (a launch without fences) or its counters could not be read.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import torch
 from lab_src.harness.settings import settings_of
 from lab_src.judge.problems import Problem
 from lab_src.topics.checkpoint.records import (
+    FENCES,
     META_BYTES_PER_RANK,
     READ_SLACK_PER_FILE,
     TENSORS,
@@ -89,6 +94,30 @@ def judge_run(outcome) -> dict[str, list[Problem]]:
     return found
 
 
+def io_count(outcome, rank: int, what: str) -> tuple[int | None, Problem | None]:
+    """The bytes rank `rank`'s process wrote during its save (`what` "save": wchar) or read during its load ("load":
+    rchar): the launching process's count, read from outside the rank at the fences around the call (kind.py); the
+    rank's own record only where no watch ran or the counters could not be read there. (None, a problem): a rank of
+    a watched case that left no reading of the fences, whose record nothing vouches for."""
+    key, own = {"save": ("wchar", "written"), "load": ("rchar", "reads")}[what]
+    o = outcome.obs.get(rank) or {}
+    count = (outcome.wire or {}).get(rank)
+    if count is not None and not outcome.wire_failed:
+        names = list(count.readings)
+        begin, end = FENCES[what]
+        if begin not in names or end not in names[names.index(begin) + 1:]:
+            if o.get("error") or outcome.failure:
+                return None, None           # the rank stopped (its error is the case's problem)
+            return None, Problem(f"rank {rank} skipped the moments around its {what} where the grader counts the "
+                                 f"bytes its process {'wrote' if what == 'save' else 'read'} (the fences '{begin}' "
+                                 f"and '{end}'): nothing vouches for its record of them", rank=rank,
+                                 gist=f"q27: the {what}'s bytes not counted")
+        got = count.io_between(begin, end)
+        if got and key in got:
+            return got[key], None
+    return (int(o[own]) if o.get(own) is not None else None), None
+
+
 def written_problems(outcome, n: int, files: dict, who: str) -> list[Problem]:
     total, e = sizes(outcome)
     S = state_bytes(total, e)
@@ -98,9 +127,12 @@ def written_problems(outcome, n: int, files: dict, who: str) -> list[Problem]:
             f"(the parameters and both moments: 3 x {total:,} elements of {e} B)")
     # what each saving rank's process wrote during its save (wchar): beyond its shard and its metadata, it wrote
     # another rank's elements (to a file of its own, or over a file another rank writes too)
-    over = {}
+    over, unvouched = {}, []
     for r in range(n):
-        written = int((outcome.obs.get(r) or {}).get("written") or 0)
+        written, problem = io_count(outcome, r, "save")
+        if problem is not None:
+            unvouched.append(problem)
+        written = written or 0
         a, b = shard_bounds(total, n, r)
         if written > 3 * (b - a) * e + META_BYTES_PER_RANK:
             over[r] = (written, 3 * (b - a) * e, 2 * (b - a) * e + total * e)
@@ -117,18 +149,18 @@ def written_problems(outcome, n: int, files: dict, who: str) -> list[Problem]:
     fix = "each rank writes only its shard of the parameters and of the moments"
     if on_disk > most:
         why = f": {who_wrote} ({said}): {fix}" if who_wrote else ": elements written more than once"
-        return [Problem(f"{head}, plus at most {n * META_BYTES_PER_RANK:,} B of metadata ({META_BYTES_PER_RANK:,} "
+        return unvouched + [Problem(f"{head}, plus at most {n * META_BYTES_PER_RANK:,} B of metadata ({META_BYTES_PER_RANK:,} "
                         f"B a saving rank){why}", gist="q27: the state written more than once")]
     if on_disk < S:
         why = ""
         if on_disk >= 2 * S // 3 and on_disk < S - total * e // 2:
             why = ": the moments alone are 2/3 of it: the parameters' shard is not saved"
-        return [Problem(f"{head}: less than the state{why}", gist="q27: the checkpoint holds less than the state")]
+        return unvouched + [Problem(f"{head}: less than the state{why}", gist="q27: the checkpoint holds less than the state")]
     if over:
-        return [Problem(f"the folder holds the state once, but {who_wrote}: {said} (the process's bytes passed to "
+        return unvouched + [Problem(f"the folder holds the state once, but {who_wrote}: {said} (the process's bytes passed to "
                         f"write(), beyond {META_BYTES_PER_RANK:,} B of metadata): {fix}",
                         gist="q27: the state written more than once")]
-    return []
+    return unvouched
 
 
 def read_problems(outcome, n: int, m: int, files: dict) -> list[Problem]:
@@ -139,10 +171,12 @@ def read_problems(outcome, n: int, m: int, files: dict) -> list[Problem]:
     slack = meta + READ_SLACK_PER_FILE * max(1, len(files))
     out = []
     for j in range(m):
-        o = outcome.obs.get(j) or {}
-        if "reads" not in o:
+        reads, problem = io_count(outcome, j, "load")
+        if problem is not None:
+            out.append(problem)
+        if reads is None:
             continue
-        reads, need = int(o["reads"]), slice_bytes(total, m, j, e)
+        need = slice_bytes(total, m, j, e)
         if reads > need + slack:
             whole = whole_files_bytes(total, n, m, j, e)
             opened = [i for i, _, _ in overlaps(total, n, m, j)]

@@ -16,7 +16,10 @@ loaded on m (the case runs on max(n, m) ranks; ranks 0..n-1 save, ranks 0..m-1 l
 Recorded (plain values, never a verdict): what each saving rank held when save_sharded was called, the bytes its
 process wrote during the call (/proc/self/io `wchar`), the uninterrupted step's loss and parameters, what each loading
 rank's load returned, the bytes its process read during the call (`rchar`: what read() and its kin returned; a memory
-map is not counted) and the two continued steps' losses and parameters. The judge measures the folder itself.
+map is not counted) and the two continued steps' losses and parameters. The judge measures the folder itself. The
+kind is `wire`: around each call the rank stops at a fence (harness/fence.py) until the launching process has read
+its I/O counters from outside it (harness/wire.py `WireCount.io_between`); the judge takes those counts where they
+were read, and the rank's own record only where no watch ran.
 """
 from __future__ import annotations
 
@@ -29,12 +32,12 @@ import torch
 from lab_src import answers, exercises
 from lab_src.comm import collectives as coll
 from lab_src.comm.mesh import Mesh
-from lab_src.harness import observe
+from lab_src.harness import fence, observe
 from lab_src.harness.case import Case
 from lab_src.harness.settings import settings_of
 from lab_src.pipeline.data import make_dataloader
 from lab_src.pipeline.model import build_model
-from lab_src.topics.checkpoint.records import TENSORS, shard_bounds
+from lab_src.topics.checkpoint.records import FENCES, TENSORS, shard_bounds
 
 FOLDER_PREFIX = "checkpoint-c"
 
@@ -198,9 +201,12 @@ def _run(case, ctx, settings, mesh, group, obs) -> None:
                  "exp_avg": _clone(state.get("exp_avg")), "exp_avg_sq": _clone(state.get("exp_avg_sq"))}
         obs["saved"] = saved
         obs["part"] = "save"
-        before, t0 = io_counters(), time.perf_counter()
+        before = io_counters()              # (which makes the process dumpable: its counters readable from outside)
+        fence.here(FENCES["save"][0])       # the launching process reads this process's I/O counters here ...
+        t0 = time.perf_counter()
         save(params, state, dp, folder)
         obs["save_seconds"] = time.perf_counter() - t0
+        fence.here(FENCES["save"][1])       # ... and here (judge.py takes those before the record below)
         after = io_counters()
         if "wchar" in before and "wchar" in after:
             obs["written"] = after["wchar"] - before["wchar"]
@@ -234,9 +240,12 @@ def _run(case, ctx, settings, mesh, group, obs) -> None:
         dp = DataParallelGroup(load_group, load_ranks, rank)
         rows = rows_of(batch, m, dp.rank)
         obs["part"] = "load"
-        before, t0 = io_counters(), time.perf_counter()
+        before = io_counters()
+        fence.here(FENCES["load"][0])
+        t0 = time.perf_counter()
         loaded = exercises.load_sharded(folder, dp)
         obs["load_seconds"] = time.perf_counter() - t0
+        fence.here(FENCES["load"][1])
         after = io_counters()
         if "rchar" in before and "rchar" in after:      # else not counted (judge.py says so)
             obs["reads"] = after["rchar"] - before["rchar"]

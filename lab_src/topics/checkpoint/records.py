@@ -25,6 +25,8 @@ META_BYTES_PER_RANK = 4096
 # (tests/test_q27_load_sharded.py): a 40 B read through open() counts 4,096 B, a seek and a readinto of 80,000 B
 # counts exactly 80,000 B.
 READ_SLACK_PER_FILE = 8192
+# the fences around the answer's calls, where the launching process reads the rank's I/O counters (kind.py, judge.py)
+FENCES = {"save": ("save begins", "save ends"), "load": ("load begins", "load ends")}
 
 
 def shard_bounds(total: int, n: int, i: int) -> tuple[int, int]:

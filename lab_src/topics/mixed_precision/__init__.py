@@ -18,7 +18,7 @@ TOPIC = Topic(
     title="Mixed precision in the sharded step: float32 master shards, bf16 gathers, fp16 loss scaling",
     exercises=("q26",),
     kinds={"mixed_precision": Kind(
-        "kind", record="records:MixedObserved", settings="records:MixedSettings",
+        "kind", wire=True, record="records:MixedObserved", settings="records:MixedSettings",
         calls=("ring_all_reduce", "mixed_precision_layer"), timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
         view="figure:mixed_view",
         what="q26's mixed_precision_layer wrapping every block on a data-parallel group of the case's ranks, SGD "

@@ -27,6 +27,7 @@ import torch
 
 from lab_src.harness.baselines import threads_of_a_rank
 from lab_src.harness.settings import settings_of
+from lab_src.judge import wire
 from lab_src.judge.compare import scale_between
 from lab_src.judge.problems import Problem
 from lab_src.topics.mixed_precision import model as lab_model
@@ -215,7 +216,7 @@ def byte_problems(outcome) -> list[Problem]:
             if found:
                 problems.append(Problem(found, rank=r))
                 break
-    return problems
+    return problems + wire.byte_problems(outcome)
 
 
 def _step_bytes(outcome, k: int, step: dict, layers: dict) -> str | None:
