@@ -159,9 +159,9 @@ class Reading:
     io: dict = field(default_factory=dict)
 
 
-def process_io(pid: int) -> dict:
-    """Process `pid`'s I/O counters (/proc/<pid>/io: bytes its read()s and write()s passed, and their calls), read
-    from outside it; {} where they cannot be read."""
+def process_io(pid: int | str) -> dict:
+    """Process `pid`'s I/O counters (/proc/<pid>/io: bytes its read()s and write()s passed, and their calls; "self":
+    this process's own); {} where they cannot be read."""
     try:
         with open(f"/proc/{pid}/io") as f:
             return {k.strip(): int(v) for k, _, v in (line.partition(":") for line in f) if k.strip() in IO_KEYS}
@@ -205,12 +205,11 @@ class WireCount:
         """What the rank's process read and wrote (rchar, wchar, syscr, syscw) between its fences `first` and
         `second` of this case, counted from outside it; None where either reading is missing."""
         names = list(self.readings)
-        if first not in names or second not in names[names.index(first) + 1:]:
+        i = names.index(first) if first in names else None
+        j = names.index(second, i + 1) if i is not None and second in names[i + 1:] else None
+        if j is None or not self.io[i] or not self.io[j]:
             return None
-        a = self.io[names.index(first)]
-        b = self.io[names.index(second, names.index(first) + 1)]
-        if not a or not b:
-            return None
+        a, b = self.io[i], self.io[j]
         return {k: b[k] - a[k] for k in IO_KEYS if k in a and k in b}
 
     @property

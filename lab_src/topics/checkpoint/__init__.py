@@ -15,7 +15,8 @@ TOPIC = Topic(
     name="checkpoint",
     title="A checkpoint of the sharded training state that loads on another number of ranks",
     exercises=("q27",),
-    kinds={"checkpoint": Kind("kind", wire=True, record="records:CheckpointObserved", settings="records:CheckpointSettings",
+    kinds={"checkpoint": Kind("kind", wire=True, record="records:CheckpointObserved",
+                              settings="records:CheckpointSettings",
                               calls=("sharded_adamw_step", "load_sharded"), timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                               what="q27's save_sharded on n ranks after q21's steps, then its load_sharded on m ranks "
                                    "and the next step: the folder, the bytes each rank wrote and read, the state "

@@ -149,17 +149,19 @@ def written_problems(outcome, n: int, files: dict, who: str) -> list[Problem]:
     fix = "each rank writes only its shard of the parameters and of the moments"
     if on_disk > most:
         why = f": {who_wrote} ({said}): {fix}" if who_wrote else ": elements written more than once"
-        return unvouched + [Problem(f"{head}, plus at most {n * META_BYTES_PER_RANK:,} B of metadata ({META_BYTES_PER_RANK:,} "
-                        f"B a saving rank){why}", gist="q27: the state written more than once")]
+        return unvouched + [Problem(f"{head}, plus at most {n * META_BYTES_PER_RANK:,} B of metadata "
+                                    f"({META_BYTES_PER_RANK:,} B a saving rank){why}",
+                                    gist="q27: the state written more than once")]
     if on_disk < S:
         why = ""
         if on_disk >= 2 * S // 3 and on_disk < S - total * e // 2:
             why = ": the moments alone are 2/3 of it: the parameters' shard is not saved"
-        return unvouched + [Problem(f"{head}: less than the state{why}", gist="q27: the checkpoint holds less than the state")]
+        return unvouched + [Problem(f"{head}: less than the state{why}",
+                                    gist="q27: the checkpoint holds less than the state")]
     if over:
-        return unvouched + [Problem(f"the folder holds the state once, but {who_wrote}: {said} (the process's bytes passed to "
-                        f"write(), beyond {META_BYTES_PER_RANK:,} B of metadata): {fix}",
-                        gist="q27: the state written more than once")]
+        return unvouched + [Problem(f"the folder holds the state once, but {who_wrote}: {said} (the process's bytes "
+                                    f"passed to write(), beyond {META_BYTES_PER_RANK:,} B of metadata): {fix}",
+                                    gist="q27: the state written more than once")]
     return unvouched
 
 

@@ -23,6 +23,7 @@ were read, and the rank's own record only where no watch ran.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ from lab_src import answers, exercises
 from lab_src.comm import collectives as coll
 from lab_src.comm.mesh import Mesh
 from lab_src.harness import fence, observe
+from lab_src.harness.wire import process_io
 from lab_src.harness.case import Case
 from lab_src.harness.settings import settings_of
 from lab_src.pipeline.data import make_dataloader
@@ -62,16 +64,10 @@ def io_counters() -> dict[str, int]:
     its /proc/self files then belong to root and /proc/self/io cannot be read (the first grading of the cohort read
     nothing there). A process may make itself dumpable again (prctl PR_SET_DUMPABLE), which gives /proc/self back to
     its own uid; the sandbox's processes are all the same student's, so this opens nothing they could not reach."""
-    for attempt in range(2):
-        try:
-            with open("/proc/self/io") as f:
-                return {key.strip(): int(value) for key, _, value in (line.partition(":") for line in f)}
-        except PermissionError:
-            if attempt == 0 and not _make_dumpable():
-                break
-        except OSError:
-            break
-    return {}
+    counters = process_io("self")
+    if not counters and os.access("/proc/self/io", os.F_OK) and _make_dumpable():
+        counters = process_io("self")
+    return counters
 
 
 def _make_dumpable() -> bool:
