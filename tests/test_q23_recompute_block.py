@@ -245,6 +245,51 @@ def test_the_sequence_parallel_forms_prediction_and_figure(tmp_path, reference):
     assert sp_figure(None) is None
 
 
+def _load(path, name):
+    module = types.ModuleType(name)
+    exec(compile(Path(path).read_text(), str(path), "exec"), module.__dict__)
+    return module
+
+
+def test_the_tensor_and_sequence_parallel_forms_are_what_the_reference_blocks_save(reference):
+    """Both per-rank closed forms measured, three shapes x t = 1, 2, 4 x float64 and bfloat16, dropout on: q18's
+    reference block (q17's layers) against tp_kept_bytes, q23's sp_block against sp_kept_bytes, each rank's saved
+    tensors counted as the kind counts them. One process stands for rank 0 of t on torch's fake process group: its
+    collectives move nothing, and what a rank saves depends on the shapes alone (the kind measures the
+    sequence-parallel form on real ranks too, with their values)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from lab_src.pipeline.config import LabConfig
+    from lab_src.pipeline.model import build_piece
+    from lab_src.topics.long_sequences import shards
+    from lab_src.topics.long_sequences.kind_sp import Saved
+    from lab_src.topics.long_sequences.records import sp_kept_bytes, tp_kept_bytes
+    q17, q18, q23 = (_load(reference[q], q) for q in ("q17", "q18", "q23"))
+    wrong = []
+    for t in (1, 2, 4):
+        dist.init_process_group("fake", rank=0, world_size=t, store=FakeStore())
+        try:
+            tp = shards.TensorParallel(0, t, dist.group.WORLD, torch.device("cpu"))
+            for b, s, h, a in [(2, 32, 32, 4), (1, 64, 64, 8), (3, 48, 96, 4)]:
+                cfg = shards.block_config(LabConfig(hidden_size=h, num_heads=a, seq_len=s, seed=0, num_stages=1,
+                                                    global_batch_size=b, num_microbatches=1), t, 0.1)
+                for dtype, e in ((torch.float64, 8), (torch.bfloat16, 2)):
+                    for form, make, rows, want in (
+                            ("tp", lambda blk: q18.tp_block(blk, tp, q17), s, tp_kept_bytes(b, s, h, a, e, t)),
+                            ("sp", lambda blk: q23.sp_block(blk, tp), s // t, sp_kept_bytes(b, s, h, a, e, t))):
+                        block = build_piece(cfg, shards.BLOCK, torch.device("cpu")).to(dtype).train()
+                        module = make(block)
+                        x = torch.randn(b, rows, h, dtype=dtype, requires_grad=True)
+                        with Saved(list(module.parameters()) + list(block.parameters())) as saved:
+                            module(x)
+                        if saved.record()["bytes"] != want:
+                            wrong.append((form, t, (b, s, h, a), e, saved.record()["bytes"], want))
+        finally:
+            dist.destroy_process_group()
+    assert not wrong, wrong
+
+
 def test_reference_passes_the_visible_check(reference, in_tmp, no_leftovers, capsys):
     from lab_src.checks import check
     (in_tmp / "map.json").write_text(json.dumps({k: str(v) for k, v in reference.items()}))
@@ -341,11 +386,28 @@ MISTAKES = {
     # backward, is the memory's consequence and not counted again)
     "q23_sp_saves_gathered": (answer("q23_sp_saves_gathered"), 0.8889,
                               "as much as the gathered inputs of the two column-parallel layers"),
+    # sp_block: the same, the gathered input kept on ctx rather than saved for the backward: autograd's count misses
+    # it, the lab's scan of what the forward left alive does not
+    "q23_sp_gathered_on_ctx": (None, 0.8889, "the rest is kept elsewhere (on ctx, in a closure)"),
     # sp_block: every shard draws its own residual masks: the values with dropout wrong, 2 of 4, and the training
     # (dropout 0.1) leaves one process's curve, named as their consequence
     "q23_sp_same_masks": (answer("q23_sp_same_masks"), 0.8333, "right without dropout, wrong with it"),
     # ines: (4/12 + 1 + 1 + 3/5 + 1 + 0 + 0 + 1 + 0) / 9
     "q23_ines": (answer("q23_ines"), 0.5481, "is the part of its own s/t positions only"),
+}
+# mistakes written here as edits of the reference (the cohort's are grader/cohort/mistakes.py's)
+EDITED = {
+    "q23_sp_gathered_on_ctx": [("""        ctx.tp = tp
+        ctx.save_for_backward(x, weight)
+        return F.linear(_all_gather(x, tp), weight, bias)""",
+                                """        ctx.tp = tp
+        ctx.whole = _all_gather(x, tp)                      # kept for the backward
+        ctx.save_for_backward(weight)
+        return F.linear(ctx.whole, weight, bias)"""),
+                               ("""        x, weight = ctx.saved_tensors
+        whole = _all_gather(x, ctx.tp)                       # gathered again, not kept""",
+                                """        weight, = ctx.saved_tensors
+        whole = ctx.whole""")],
 }
 # written otherwise, valid: every point
 VALID = {
@@ -362,7 +424,7 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
     reference = {k: str(v) for k, v in reference.items()}
     right = Path(reference["q23"]).read_text()
     texts = {name: text if text is not None else right for name, (text, _, _) in MISTAKES.items()}
-    for name, edits in VALID.items():
+    for name, edits in (EDITED | VALID).items():
         texts[name] = right
         for old, new in edits:
             assert old in texts[name], (name, old)

@@ -144,12 +144,16 @@ def replicated(part: str, t: int, grads: list[dict], want: dict, values_right: b
 def memory(r: int, saved: dict, shape) -> list[Problem]:
     b, s, h, a, e, t = shape
     want = sp_kept_bytes(b, s, h, a, e, t)
-    got = saved.get("bytes", 0)
+    got = held(saved)
     if got <= want * (1 + SLACK):
         return []
-    said = (f"{WHO}: rank {r} of t = {t} saved {got:,} B for the backward (autograd's saved tensors, each storage "
-            f"once, the parameters left out); a sequence-parallel rank keeps {want:,} B here, every activation on "
-            f"its s/t positions (tensor parallelism alone keeps {tp_kept_bytes(b, s, h, a, e, t):,} B)")
+    where = ("autograd's saved tensors, each storage once, the parameters left out" if got == saved.get("bytes", 0)
+             else f"every storage its forward left alive, each once, the parameters and the output left out; "
+                  f"autograd saved {saved.get('bytes', 0):,} B of it, the rest is kept elsewhere (on ctx, in a "
+                  f"closure): the lab counts it wherever it is")
+    said = (f"{WHO}: rank {r} of t = {t} kept {got:,} B for the backward ({where}); a sequence-parallel rank keeps "
+            f"{want:,} B here, every activation on its s/t positions (tensor parallelism alone keeps "
+            f"{tp_kept_bytes(b, s, h, a, e, t):,} B)")
     extra, gathered = got - want, sp_gathered_extra(b, s, h, e, t)
     piece, whole = e * b * s * h // t, e * b * s * h
     kept = saved.get("kept") or []
@@ -170,10 +174,16 @@ def memory(r: int, saved: dict, shape) -> list[Problem]:
     return [Problem(said, rank=r)]
 
 
+def held(saved: dict) -> int:
+    """What the rank's forward kept: autograd's saved tensors, or all it left alive (the kind's live scan: what an
+    answer keeps on ctx outside save_for_backward, or in a closure) where that is more."""
+    return max(saved.get("bytes", 0), saved.get("alive", 0))
+
+
 def kept_gathered(saved: dict, shape) -> bool:
-    """Whether a rank's forward (dropout on) saved the column layers' gathered inputs, by their bytes."""
+    """Whether a rank's forward (dropout on) kept the column layers' gathered inputs, by their bytes."""
     b, s, h, a, e, t = shape
-    extra = saved.get("bytes", 0) - sp_kept_bytes(b, s, h, a, e, t)
+    extra = held(saved) - sp_kept_bytes(b, s, h, a, e, t)
     return extra >= sp_gathered_extra(b, s, h, e, t) * (1 - SLACK)
 
 

@@ -11,7 +11,8 @@ cases do: shards.py `block_inputs`) and hands the module its sequence shard, the
     saved           what the forward saved for the backward: autograd's saved tensors (saved-tensor hooks of the
                     lab's, around the call), each storage once, the module's parameters left out; the largest
                     storages with the shapes and bytes of the tensors saved of them (a view saved of a larger
-                    storage keeps all of it)
+                    storage keeps all of it); "alive": every storage the forward left alive (harness/live.py: on
+                    ctx outside save_for_backward, in a closure) and the input, less the parameters and the output
     forward,        the collectives each made (kind, bytes, group), from the core's recorder (comm/collectives.py)
     backward
 
@@ -28,6 +29,7 @@ from lab_src.comm import collectives as coll
 from lab_src.comm.mesh import Mesh
 from lab_src.harness import observe
 from lab_src.harness.case import Case
+from lab_src.harness.live import LiveTensors, addresses
 from lab_src.harness.settings import settings_of
 from lab_src.pipeline import waiting
 from lab_src.pipeline.model import build_piece
@@ -121,9 +123,16 @@ def run_part(part: str, cfg, settings, tp, tracer, rec: dict) -> None:
     x = data["x"].to(device=tp.device, dtype=dtype).chunk(t, dim=1)[r].clone().requires_grad_()
     grad = data["grad"].to(device=tp.device, dtype=dtype).chunk(t, dim=1)[r].contiguous()
     start = len(tracer.events)
-    with Saved(list(module.parameters()) + list(block.parameters())) as saved:
+    params = list(module.parameters()) + list(block.parameters())
+    live = LiveTensors()
+    live.mark()
+    with live.saving(), Saved(params) as saved:
         out = module(x)
     rec["saved"] = saved.record()
+    # every storage the forward left alive, wherever the answer keeps it (on ctx outside save_for_backward, in a
+    # closure), less the parameters and the output; the input counts, as autograd saves it (the LayerNorm's)
+    found = live.grown(addresses(params) | addresses([x]) | addresses([out] if isinstance(out, torch.Tensor) else []))
+    rec["saved"]["alive"] = found.bytes + x.untyped_storage().nbytes()
     rec["forward"] = collectives(tracer, start)
     rec["out"] = detached(out)
     start = len(tracer.events)

@@ -274,8 +274,9 @@ class AttentionObserved(Observed):
 #
 #   plain block (one process)   e (18 sbh + 3 a s^2 b + 4 sb) + s^2                    (q23's "none" above)
 #   t-way tensor parallel       e (6 sbh + 12 sbh/t + 3 a s^2 b/t + 4 sb) + s^2        (q18: the LayerNorms' inputs
-#                               and outputs, the residual masks, whole on every rank; derived from the plain block's
-#                               terms, not measured by the lab: q18's block is another exercise's answer)
+#                               and outputs, the residual masks, whole on every rank; measured on q18's reference
+#                               block, tests/test_q23_recompute_block.py: the kind does not run another exercise's
+#                               answer)
 #   sequence parallel           e (18 sbh + 3 a s^2 b + 4 sb) / t + s^2                 (every term split, the causal
 #                               mask aside: measured on every rank, tests/test_q23_recompute_block.py)
 #
@@ -311,7 +312,7 @@ class SPSettings(Settings):
 
 
 def tp_kept_bytes(b: int, s: int, h: int, a: int, itemsize: int, t: int) -> int:
-    """What one rank of the t-way tensor-parallel block keeps (derived: the module docstring)."""
+    """What one rank of the t-way tensor-parallel block keeps (the module docstring)."""
     return itemsize * (6 * s * b * h + 12 * s * b * h // t + 3 * a * s * s * b // t + 4 * s * b) + s * s
 
 
