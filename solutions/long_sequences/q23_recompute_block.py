@@ -182,7 +182,8 @@ print(f"b={b} s={s} h={h} a={a}, float32: the block keeps {saved_bytes(block, x)
 #
 # What the grader runs, on t = 2 and t = 4 ranks in float64, dropout off and on: each rank's output and gradients
 # against one process's block (1e-10); the replicated gradients equal one process's on every rank; the bytes each
-# rank saved for the backward against the closed form; the all-gathers and reduce-scatters, each one's bytes. It also
+# rank kept for the backward against the closed form (what autograd saved, or everything the forward left alive,
+# on `ctx` or in a closure too, where that is more); the all-gathers and reduce-scatters, each one's bytes. It also
 # trains the digits model (q13's) with your blocks on t = 2 ranks, dropout 0.1, against one process's curve (1e-5
 # relative, as in q18).
 # The whole contract: `help(lab_src.exercises.recompute_block)`.
