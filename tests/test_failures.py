@@ -286,6 +286,33 @@ def test_ranks_starved_of_cpu_do_not_time_out_the_others_at_the_case_barrier(ans
     assert waited > 3, f"the machine was not busy enough to test anything ({waited:.1f} s)"
 
 
+# rank 1 does that work, then the reference AFAB step: rank 0, its forwards sent, waits in its first receive of a
+# gradient for as long as it takes, and ranks 2 and 3 in their first receive of an activation
+SLOW_RANK_1 = WORK_ON_CPU_0 + """
+_reference_afab_step = afab_step
+
+
+def afab_step(stage, data_iter, num_microbatches):
+    if stage.pp_rank == 1:
+        _work_on_cpu_0()
+    return _reference_afab_step(stage, data_iter, num_microbatches)
+"""
+
+
+def test_a_receive_behind_ranks_starved_of_cpu_does_not_time_out(answers_with, reference, tmp_path, no_leftovers):
+    """A receive's wait reads the case's clock (pipeline/waiting.py `time_out_after`: the wall clock less what the
+    case's ranks waited for a CPU), as the barriers and the deadline do, not gloo's wall clock alone: the other
+    ranks wait in a receive while rank 1 does 1 s of work on a CPU held by busy loops, about 3 s of wall time, past
+    the 2 s timeout (and within gloo's backstop, 3 timeouts), and do not give up (the CI run where sam's q06, a
+    valid answer graded beside the test suite, lost a case: rank 0's receive timed out after 15 s of wall time
+    while rank 1 was sending it). Before, every rank of it failed."""
+    answers = answers_with(q08=Path(reference["q08"]).read_text() + SLOW_RANK_1)
+    run, waited = run_on_a_busy_machine([case(answers)], tmp_path, timeout_s=2, case_deadline_s=30)
+    assert run.outcomes[0].failure is None and not run.outcomes[0].errors(), \
+        run.outcomes[0].failure or run.outcomes[0].errors()
+    assert waited > 3, f"the machine was not busy enough to test anything ({waited:.1f} s)"
+
+
 def test_the_own_clock_leaves_out_waiting_for_a_cpu_and_counts_sleeping():
     from lab_src.harness.own_time import OwnClock, TreeClock, waited_for_cpu_s
     if waited_for_cpu_s() is None:

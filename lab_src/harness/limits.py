@@ -28,8 +28,12 @@ from __future__ import annotations
 # case, gets 4 times it plus 30 s), from the spec's `timeout_s`, which grader/trusted.py passes to run_cases.
 # The last resort: a deadlock is stopped at once by the runner's watch (harness/deadlock.py), so this mostly
 # ends a wait the watch cannot see through, as after another rank's error; longer leaves those waits to the case
-# deadline (benchmarks/README.md, "Limits and the runs behind them"). It is on the wall clock (gloo's):
-# tensor-parallel cases wait longer (COLLECTIVE_TIMEOUT_FACTOR below). A collective that does time out ends its
+# deadline (benchmarks/README.md, "Limits and the runs behind them"). A message's wait inside a case (the lab's
+# waits, pipeline/waiting.py `time_out_after`) reads it on the case's clock, as the barriers below: the wall clock
+# less the longest time one of the case's ranks waited for a CPU, gloo given BUSY_BACKSTOP times it on the wall
+# clock (a valid q06 lost a case on a loaded machine: rank 0's receive gave up after 15 s of wall time while rank
+# 1 was sending it). A collective's own wait is gloo's, on the wall clock: tensor-parallel cases wait longer
+# (COLLECTIVE_TIMEOUT_FACTOR below). A collective that does time out ends its
 # case (comm/collectives.py `CollectiveGaveUp`) instead of leaving a group in an undefined state to
 # the case's next part.
 GRADING_RECV_TIMEOUT_S = 15.0

@@ -217,7 +217,7 @@ def main(spec_path: str) -> int:
     from lab_src.answers import use_answers
     from lab_src.comm import collectives
     from lab_src.exercises import running_for
-    from lab_src.harness import case_barrier, fence, kinds, observed, runfolder, sandbox
+    from lab_src.harness import case_barrier, fence, kinds, observed, own_time, runfolder, sandbox
     from lab_src.harness import groups as process_groups
     from lab_src.harness.case import Case
     from lab_src.pipeline import data, model, trace, waiting
@@ -280,7 +280,8 @@ def main(spec_path: str) -> int:
             else:
                 try:
                     with use_answers(case.answers), running_for(qid), trace.tracing(tracer), \
-                            waiting.stop_when(asked_to_stop):
+                            waiting.stop_when(asked_to_stop), \
+                            waiting.time_out_after(case_ctx.timeout_s, own_time.peers_clock(), limits.BUSY_BACKSTOP):
                         try:
                             runners[case.kind](case, case_ctx, group, tracer, obs)
                         except BaseException as e:

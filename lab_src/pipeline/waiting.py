@@ -13,10 +13,22 @@ was asked to stop (`stop_when` installs the question; the worker asks about a fi
 Outside a check nothing is installed, and `wait` is a plain `work.wait()`. A wait that was stopped
 leaves its helper thread blocked until the group's own timeout; the next wait gets a new helper, and
 the worker replaces the process group of a case that failed.
+
+How long a wait may last (`time_out_after`, installed by the worker for each case): gloo gives up a
+receive after the group's timeout on the wall clock, and on a loaded machine a receive whose message is on
+its way, behind peers starved of CPU, ran past it (a 4-stage all-forward-all-backward step, graded beside
+the test suite: rank 0 waited 21 s for its first gradient while ranks 1 to 3 computed the backward chain;
+its receive timed out, and a valid answer lost the case). Inside a case, a wait for one of torch's works
+gives gloo a backstop times the timeout on the wall clock (`Work.wait(timeout)`: a receive's or a send's
+own; a collective's wait still ends at the group's), and gives up itself after the timeout read on the
+case's clock: the wall clock less the longest time one of the case's ranks waited for a CPU since the case
+began (harness/own_time.py `peers_clock`), as the case's barriers and deadline are read. Lenient by what
+the ranks waited for a CPU before the wait began; never past the backstop's timeouts of wall time.
 """
 from __future__ import annotations
 
 import contextlib
+import datetime
 import queue
 import threading
 import time
@@ -31,6 +43,7 @@ class WaitTimedOut(RuntimeError):
 
 
 _stop_checks: list = []          # callables returning a reason (str) to stop, or None
+_limits: list = []               # (timeout_s, clock, backstop): how long a wait may last, installed for a case
 _helpers = threading.local()     # each thread's helper (a rank's lanes wait at once: pipeline/trace.py Tracer.lane)
 
 
@@ -42,6 +55,19 @@ def stop_when(should_stop):
         yield
     finally:
         _stop_checks.pop()
+
+
+@contextlib.contextmanager
+def time_out_after(timeout_s: float, clock, backstop: float):
+    """Within the block, `wait` raises WaitTimedOut once it has lasted `timeout_s` of wall time less
+    `clock.waited_s()` (made when the block begins: the longest time one of the case's ranks has waited for a
+    CPU since, harness/own_time.py `peers_clock`), and gloo waits `backstop` times as long on the wall clock for a
+    message (harness/limits.py BUSY_BACKSTOP)."""
+    _limits.append((timeout_s, clock, backstop))
+    try:
+        yield
+    finally:
+        _limits.pop()
 
 
 @contextlib.contextmanager
@@ -60,15 +86,24 @@ class _Helper:
 
     def _serve(self) -> None:
         while True:
-            work, done, failure = self.jobs.get()
+            work, done, failure, backstop_s = self.jobs.get()
             try:
-                work.wait()
+                if backstop_s is not None:
+                    work.wait(datetime.timedelta(seconds=backstop_s))
+                else:
+                    work.wait()
             except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
                 failure.append(e)
             done.set()
             # let go of the work at once: it holds the message's tensors, which the rank's memory scan
             # (harness/live.py) would otherwise find alive until the next wait
             del work, done, failure
+
+
+def _is_torch_work(work) -> bool:
+    """torch's own Work (whose wait takes a timeout), not a wrapper of the lab's or an answer's."""
+    import torch.distributed as dist
+    return isinstance(work, dist.Work)
 
 
 def stoppable() -> bool:
@@ -93,12 +128,23 @@ def wait(work, poll_s: float = 0.05) -> None:
     if helper is None:
         helper = _helpers.helper = _Helper()
     done, failure = threading.Event(), []
-    helper.jobs.put((work, done, failure))
+    # torch's own works only: gloo's wall-clock timeout is what the case's clock replaces (a lane's job, or a
+    # wrapper of the lab's, keeps the waits it had)
+    timeout_s, clock, backstop = _limits[-1] if _limits and _is_torch_work(work) else (None, None, None)
+    helper.jobs.put((work, done, failure, None if timeout_s is None else backstop * timeout_s))
+    began = read_at = time.monotonic()
     while not done.wait(poll_s):
         reason = _stop_checks[-1]()
         if reason:
             _helpers.helper = None          # it stays blocked in this wait; later waits get a new one
             raise StoppedWaiting(reason)
+        now = time.monotonic()
+        if timeout_s is not None and now - began > timeout_s and now - read_at >= 0.5:
+            read_at = now                   # the clock read twice a second at most, past the wall clock's time
+            if now - began - clock.waited_s() > timeout_s:
+                _helpers.helper = None
+                raise WaitTimedOut(f"timed out after {timeout_s:g} s, the time the other ranks waited for a "
+                                   f"CPU not counted ({now - began:.0f} s of wall time)")
     if failure:
         raise failure[0]
 
