@@ -308,6 +308,26 @@ def test_a_load_that_raises_on_some_ranks_stops_the_case_and_says_so(reference, 
     assert "stopped with the error above" in said and "site-packages" not in said, said
 
 
+def test_a_save_left_as_released_ends_each_case_at_once(reference, tmp_path, no_leftovers):
+    """save_sharded as the release hands it out. In a case that saves on fewer ranks than it loads on, the ranks that
+    save nothing went on from the barrier after the save to the lab's handover, an all-gather of every rank that the
+    raising ranks never joined and the deadlock watch does not see: they waited there for the case's deadline (45 s a
+    case, and the stub's feedback depended on which of two clocks ran out first: the cohort's golden record of
+    `untouched` differed in CI). The barrier now tells them who left the case: each case names the stub, none is
+    stopped."""
+    from hidden_grading import grade_answers
+    reference = {k: str(v) for k, v in reference.items()}
+    right = Path(reference["q27"]).read_text()
+    start, end = right.index("def save_sharded("), right.index("def load_sharded(")
+    text = right[:start] + "def save_sharded(params, state, dp, folder):\n    raise NotImplementedError()\n\n\n" \
+        + right[end:]
+    got, lines = grade_answers("q27", {"save_as_released": text}, reference, tmp_path)["save_as_released"]
+    said = " ".join("\n".join(lines).split())
+    assert "q27 save_sharded() is still the stub from the release" in said, said
+    assert "(saved on 2, loaded on 4)" in said and "(saved on 3, loaded on 4)" in said, said
+    assert "deadline" not in said and "stopped" not in said and "not run" not in said, said
+
+
 # q27_whole_files, whose load then rewrites the lab's record of its reads: the kind's second reading of the process's
 # counters is made to say that the load read exactly its slices
 FORGED_READS = [

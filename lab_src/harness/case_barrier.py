@@ -76,13 +76,16 @@ def shared(name: str, make) -> str:
     return case.store.get(key).decode()
 
 
-def reach() -> None:
-    """A body barrier: return once every other rank of the case has reached its same one, or ended."""
+def reach() -> list[int]:
+    """A body barrier: return once every other rank of the case has reached its same one, or ended; the ranks that
+    had ended without reaching it (a rank whose answer raised, or one whose part was over). Every rank of the case
+    that passes the barrier is told the same ranks: a rank counts as there by its barrier's key wherever it wrote
+    one, and that key is written before any end of its."""
     case = _current
     name = f"b{case.body}"
     case.body += 1
     case.store.set(case.key(case.rank, name), "1")
-    _wait(case, name, f"the case's barrier after building (barrier {case.body})")
+    return _wait(case, name, f"the case's barrier after building (barrier {case.body})")
 
 
 def leave() -> None:
@@ -99,13 +102,20 @@ def end() -> None:
     _wait(_current, "end", "the case's closing barrier")
 
 
-def _wait(case: _Case, name: str, what: str) -> None:
+def _wait(case: _Case, name: str, what: str) -> list[int]:
+    """Wait until every other rank of the case has written `name` or ended; the ranks counted by their end alone."""
     peers = [r for r in case.ranks if r != case.rank]
     waiting_for = {r: [case.key(r, name)] + ([case.key(r, "end")] if name != "end" else []) for r in peers}
+    ended: list[int] = []
 
     def ready() -> bool:
         for r in list(waiting_for):
-            if any(case.store.check([k]) for k in waiting_for[r]):
+            there, gone = waiting_for[r][0], waiting_for[r][1:]
+            if case.store.check([there]):
+                del waiting_for[r]
+            elif gone and case.store.check(gone):
+                if not case.store.check([there]):       # (written between the two reads: there after all)
+                    ended.append(r)
                 del waiting_for[r]
         return not waiting_for
     try:
@@ -114,3 +124,4 @@ def _wait(case: _Case, name: str, what: str) -> None:
         missing = sorted(waiting_for)
         raise waiting.WaitTimedOut(f"{e}: rank{'s' if len(missing) > 1 else ''} "
                                    f"{', '.join(map(str, missing))} never reached it") from None
+    return sorted(ended)

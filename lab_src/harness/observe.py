@@ -129,18 +129,19 @@ def read_label(value):
             "shape": list(value.shape)}
 
 
-def barrier(group) -> None:
+def barrier(group) -> list[int]:
     """A barrier of the case's ranks that the check can stop (pipeline/waiting.py), through the store
     (harness/case_barrier.py: a rank that left the case early counts as there); the group's own barrier
-    outside a case. It is journalled as a wait at the barrier (trace.at_barrier), which ends when the rank
+    outside a case. Returns the ranks that had left the case instead of reaching the barrier (none outside a
+    case): a kind whose next step is a collective of the lab's own, which the watch does not see, asks them. It is journalled as a wait at the barrier (trace.at_barrier), which ends when the rank
     is through: a peer stuck in a collective the rank skipped is then a deadlock the watch sees. Not as the
     rank having done its part (W): after a barrier a rank may compute for seconds (q13's single-process
     model) before its next message, and the watch would take its peers' waits for a deadlock."""
     if case_barrier.active():
         with trace.at_barrier(case_barrier.ranks()):
-            case_barrier.reach()
-    else:
-        waiting.barrier(group)
+            return case_barrier.reach()
+    waiting.barrier(group)
+    return []
 
 
 def finish_messages(stage, group, tracer) -> None:

@@ -6,7 +6,8 @@ loaded on m (the case runs on max(n, m) ranks; ranks 0..n-1 save, ranks 0..m-1 l
        `sharded_adamw_step` (the reference's in grading); then the answer's `save_sharded(params, state, dp, folder)`;
        then one step more in memory: the uninterrupted run
     2. every rank: the lab hands the saved shards over in memory (an all-gather of its own), so that each loading
-       rank holds the state it should load
+       rank holds the state it should load; where a saving rank's answer raised (it left the case), the others end
+       their part here instead, since it would never join that all-gather
     3. ranks 0..m-1 (a data-parallel group of m): a model built afresh (its parameters are the initial ones), the
        answer's `load_sharded(folder, dp)`; then two steps from there, each the replica's loss on its rows, its
        backward and q21's step: from the state handed over in memory (the parameters written in, the moments of the
@@ -209,7 +210,12 @@ def _run(case, ctx, settings, mesh, group, obs) -> None:
         obs["part"] = "the uninterrupted step after the save"
         loss = one_step(model, params, rows, dp, state, settings.lr)
         obs["uninterrupted"] = {"loss": loss, "params": flat_of(params).clone()}
-    observe.barrier(group)
+    left = observe.barrier(group)
+    if left:
+        # a saving rank's answer raised (its error is the case's verdict): the handover below is a collective of
+        # every rank, which the ranks that left would never join, and which the deadlock watch does not see
+        obs["part"] = f"skipped: rank{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} left the case"
+        return
     if rank == 0:
         obs["listing"] = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*"))
                           if p.is_file()}
