@@ -36,7 +36,7 @@ from lab_src.registry import MODULES
 
 from . import verdicts
 from .course import COURSE_ID, Course, tool_env
-from .execute import RETRY_MARK
+from .execute import RETRY_MARK, START_MARK
 from .kernel_sandbox import SHARED, UNSAFE
 from .staging import stage_submission
 
@@ -97,9 +97,15 @@ def run_trusted(course: Course, student: str, unsafe_no_sandbox: bool = False,
     return result
 
 
+# On nbgrader's command line as well as in the course's config: the kernels that run a student's cells are the
+# grading sandbox's even where an nbgrader read no config (grader/course.py `write_if_changed`)
+SANDBOXED_KERNELS = "--Execute.kernel_manager_class=grader.kernel_sandbox.SandboxedKernelManager"
+
+
 def nbgrader_failure(course: Course, student: str, proc: subprocess.CompletedProcess) -> str | None:
     """Why nbgrader's half of grading `student` did not succeed, or None when it did: nbgrader's exit
-    status, and what nbgrader's own formgrader reads (the autograded folder, the submission in the gradebook)."""
+    status, whether it ran with the course's config (its kernels started by grader/execute.py, which logs each
+    start), and what nbgrader's own formgrader reads (the autograded folder, the submission in the gradebook)."""
     from nbgrader.api import Gradebook, MissingEntry
     if proc.returncode != 0:
         text = proc.stdout + "\n" + proc.stderr
@@ -111,6 +117,9 @@ def nbgrader_failure(course: Course, student: str, proc: subprocess.CompletedPro
         errors = [ln for ln in text.splitlines() if "| ERROR]" in ln or "Error" in ln]
         return f"nbgrader autograde failed (exit {proc.returncode}): " + (errors[-1].strip()[:500] if errors else
                                                                           "see its log")
+    if START_MARK not in proc.stdout + proc.stderr:
+        return ("nbgrader autograde ran without the course's configuration (no kernel was started by "
+                "grader/execute.py): its notebooks were executed with nbgrader's defaults. Grade the student again")
     if not course.autograded(student).is_dir():
         return "nbgrader autograde wrote no autograded folder"
     with Gradebook(f"sqlite:///{course.db_path}", COURSE_ID) as gb:
@@ -132,7 +141,7 @@ def grade_student(course: Course, student: str, unsafe_no_sandbox: bool = False)
         t_hidden = time.monotonic()
         unreadable = stage_submission(course, student)
         timelines = course.grading_dir(student) / "work" / "timeline"
-        nb = course.nbgrader("autograde", course.assignment, "--student", student, "--force",
+        nb = course.nbgrader("autograde", course.assignment, "--student", student, "--force", SANDBOXED_KERNELS,
                              f"--CourseDirectory.submitted_directory={course.grading_root.name}", check=False,
                              timeout=limits.nbgrader_timeout_s(len({e.notebook for e in course.exercises})),
                              env={GRADER_TIMELINES: str(timelines), SHARED: str(course.autograded(student).parent),
@@ -199,7 +208,7 @@ def grade_student_course(course: Course, student: str, parts: list[Course],
                 shutil.rmtree(stale)
         unreadable = {p.assignment: stage_submission(p, student, home / p.assignment) for p in parts}
         # nbgrader takes the assignment as a glob: "*" autogrades every one staged in grader/<student>/
-        nb = course.nbgrader("autograde", "*", "--student", student, "--force",
+        nb = course.nbgrader("autograde", "*", "--student", student, "--force", SANDBOXED_KERNELS,
                              "--CourseDirectory.submitted_directory=grader", check=False,
                              timeout=limits.nbgrader_timeout_s(len({e.notebook for p in parts for e in p.exercises})),
                              env={GRADER_TIMELINES: str(home / "work" / "timeline"),

@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from lab_src.harness import limits
@@ -94,6 +95,19 @@ c.Exchange.root = {exchange!r}
 '''
 
 
+def write_if_changed(path: Path, text: str) -> None:
+    """Write `text` to `path` only where it differs, and whole at once: into a file of this thread's own, then
+    renamed over it. Several gradings at once (threads of one process: grader/autograde.py `grade_all`) write the
+    course's config before each nbgrader command, and an nbgrader starting then read the config truncated to
+    nothing by a plain rewrite: it graded with nbgrader's defaults, its kernels outside the grading sandbox and a
+    cell's limit of 30 s (jun's q03 in a CI run: a cell cut off at 30 s, no kernel start of grader/execute.py's)."""
+    if path.exists() and path.read_text() == text:
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 class Course:
     def __init__(self, root: Path | str = "course", cell_timeout: int = limits.CELL_TIMEOUT_S, release: Path = RELEASE,
                  source: Path = SOURCE, startup_timeout: int = limits.KERNEL_STARTUP_TIMEOUT_S,
@@ -167,14 +181,14 @@ class Course:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / "nbgrader_config.py"
         source = self._patched_source() if self.plan.points else self.source
-        path.write_text(CONFIG.format(course_id=COURSE_ID, root=str(self.root), source=str(source),
+        write_if_changed(path, CONFIG.format(course_id=COURSE_ID, root=str(self.root), source=str(source),
                                       release=str(self.release), db_url=f"sqlite:///{self.db_path}",
                                       ignore=IGNORE, cell_timeout=self.cell_timeout, iopub_timeout=limits.IOPUB_TIMEOUT_S,
                                       notebooks=self.notebook_pattern(),
                                       startup_timeout=self.startup_timeout, startup_retries=self.startup_retries,
                                       output_max_lines=limits.OUTPUT_MAX_LINES,
                                       output_max_traceback=limits.OUTPUT_MAX_TRACEBACK)
-                        + (EXCHANGE.format(exchange=str(self.exchange)) if self.exchange else ""))
+                         + (EXCHANGE.format(exchange=str(self.exchange)) if self.exchange else ""))
         if self.exchange and not self.exchange.is_dir():
             self.exchange.mkdir(parents=True)
             self.exchange.chmod(0o777)   # what nbgrader asks of an exchange: every user writes there
@@ -202,11 +216,7 @@ class Course:
                         if meta.get("grade_id") in points:
                             meta["points"] = points[meta["grade_id"]]
                     text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
-                dest = out / a / src.name
-                if not dest.exists() or dest.read_text() != text:
-                    tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
-                    tmp.write_text(text)
-                    os.replace(tmp, dest)
+                write_if_changed(out / a / src.name, text)
         return out
 
     def hidden_points(self) -> dict[str, float]:
