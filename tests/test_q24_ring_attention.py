@@ -223,3 +223,38 @@ def test_each_mistake_gets_its_points_and_its_message(reference, tmp_path, no_le
             wrong.append((name, got, lines))
     wrong += [(name, graded[name][0], graded[name][1]) for name in VALID if graded[name][0] != 1.0]
     assert not wrong, wrong
+
+
+# the ring's messages for the record, and beside them K and V gathered whole by torch's all_gather through the
+# recorder's saved original (attention could then be computed whole; the record still shows a ring's messages)
+GATHERED_AROUND = [
+    ("""        kv = torch.stack([k, v]).contiguous()
+        for step in range(n):""",
+     """        kv = torch.stack([k, v]).contiguous()
+        from lab_src.comm.collectives import _ORIGINAL
+        whole = [torch.empty_like(kv) for _ in range(n)]
+        _ORIGINAL.get("all_gather", dist.all_gather)(whole, kv, group=group)      # unrecorded
+        for step in range(n):"""),
+]
+
+
+def test_k_and_v_sent_around_the_recorder_are_counted_on_the_wire(reference, tmp_path, no_leftovers):
+    """The kind is `wire`: the bytes leaving each rank over a case are counted by the kernel and read from outside the
+    rank (judge/wire.py). Values, work and the recorded messages are a ring's, and the prediction is right; the
+    gathered bytes no recorded message carried fail the messages of every run of the case where they are more than
+    the count's slack of 16 KiB a rank, N = 4 with its long run (the count is the case's, not a run's):
+    (1 + 12/18 + 1 + 1) / 4. The reference, whose Ulysses runs' all-to-alls are counted as gloo sends them, keeps
+    every point in the same launch."""
+    from hidden_grading import grade_answers
+    reference = {k: str(v) for k, v in reference.items()}
+    right = Path(reference["q24"]).read_text()
+    text = right
+    for old, new in GATHERED_AROUND:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    graded = grade_answers("q24", {"right": right, "gathered_around": text}, reference, tmp_path)
+    assert graded["right"][0] == 1.0, graded["right"]
+    got, lines = graded["gathered_around"]
+    said = " ".join("\n".join(lines).split())
+    assert got == pytest.approx(0.9167, abs=1e-4), said
+    assert "that no message of its record carried" in said and "the kernel counted" in said and "(N = 4)" in said, said

@@ -141,6 +141,37 @@ def test_the_judge_names_bytes_no_message_carried_and_messages_never_sent():
     assert byte_problems(outcome(100, 1_000_000)) == []
 
 
+def test_recorded_collectives_vouch_for_their_bytes_and_their_framing():
+    """A rank's recorded collectives count as gloo's ring algorithms send them, all-to-alls too ((n - 1)/n of the
+    input: q24's Ulysses), and each of their messages is allowed its framing as a point-to-point message is (q25's
+    many small collectives, an all-reduce per parameter, went over the allowance of the messages alone)."""
+    from types import SimpleNamespace
+
+    from lab_src.comm.collectives import wire_bytes, wire_messages
+    from lab_src.judge.wire import byte_problems, recorded_collectives
+    from lab_src.pipeline.trace import Event
+
+    assert wire_bytes("all_to_all_single", [1_200_000, 1_200_000], 4) == 900_000
+    assert wire_bytes("all_to_all", [1_200_000], 4) == 900_000
+    assert [wire_messages(name, 4) for name in ("all_reduce", "all_gather", "all_to_all_single", "barrier")] == \
+        [6, 3, 3, 3]
+    assert wire_messages("all_reduce", 1) == 0
+    group = (0, 1, 2, 3)
+    rows = [Event(0, "all_to_all", None, None, (300_000,), 1_200_000, 1.0, 1.1, group=group).to_row()] + \
+        [Event(0, "all_reduce", None, None, (16,), 64, 2.0, 2.1, group=group).to_row() for _ in range(100)]
+    assert recorded_collectives({"events": rows}) == (900_000 + 100 * 96, 3 + 600)
+
+    def outcome(sent: int):
+        count = wire.WireCount(sent_to={1: sent}, readings=("start 0", "end 0"))
+        return SimpleNamespace(case=SimpleNamespace(stages=4), obs={0: {"events": rows}}, failure=None,
+                               wire_failed=None, wire={0: count}, wire_unseen=None, wire_loopback=None)
+
+    framed = 900_000 + 100 * 96 + 603 * 300            # every message framed (gloo: 200 to 320 bytes here)
+    assert byte_problems(outcome(framed)) == []
+    extra = byte_problems(outcome(framed + 600_000))    # K and V of another all-to-all, sent around the recorder
+    assert len(extra) == 1 and "collectives that send 909,600 bytes" in extra[0].message, extra
+
+
 def test_a_sandboxed_grading_reads_every_ranks_bytes_and_names_an_unrecorded_sum(reference, tmp_path, no_leftovers):
     from grader.cohort.answers import answer
     from lab_src.harness import sandbox

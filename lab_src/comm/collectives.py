@@ -180,22 +180,35 @@ LAB_SENT = [0]
 _LAB_LOCK = threading.Lock()
 
 
+def _base(name: str) -> str:
+    return name.replace("_into_tensor", "").replace("_single", "").replace("_tensor", "")
+
+
 def wire_bytes(name: str, nbytes: list[int], size: int) -> int:
     """What one rank sends for collective `name` of tensors of `nbytes` bytes (as passed: output first where there is
     one) over a group of `size`, by ring algorithms: an all-reduce 2(n - 1)/n of the tensor, an all-gather (n - 1)
-    inputs, a reduce-scatter (n - 1)/n of the input, a broadcast at most the tensor; 0 for anything else."""
+    inputs, a reduce-scatter (n - 1)/n of the input, an all-to-all (n - 1)/n of its input (even splits: the piece a
+    rank keeps never leaves it), a broadcast at most the tensor; 0 for anything else."""
     if size <= 1 or not nbytes:
         return 0
-    base = name.replace("_into_tensor", "").replace("_single", "").replace("_tensor", "")
+    base = _base(name)
     if base == "all_reduce":
         return 2 * (size - 1) * nbytes[0] // size
     if base == "all_gather":
         return (size - 1) * nbytes[-1]
-    if base == "reduce_scatter":
+    if base in ("reduce_scatter", "all_to_all"):
         return (size - 1) * nbytes[-1] // size
     if base in ("broadcast", "reduce"):
         return nbytes[0]
     return 0
+
+
+def wire_messages(name: str, size: int) -> int:
+    """How many messages one rank sends for collective `name` over a group of `size` (each framed by gloo): a ring
+    all-reduce 2(n - 1), any other n - 1 at most (a barrier's: small ones, counted the same)."""
+    if size <= 1:
+        return 0
+    return 2 * (size - 1) if _base(name) == "all_reduce" else size - 1
 
 
 def lab(name: str):

@@ -21,7 +21,8 @@ from __future__ import annotations
 from lab_src.judge.problems import Problem
 from lab_src.pipeline.trace import Event
 
-# gloo frames each message and each receive posted (measured: about 200 to 320 bytes a message on loopback here);
+# gloo frames each message and each receive posted (measured: about 200 to 320 bytes a message on loopback here), a
+# collective's messages as a point-to-point one's (comm/collectives.py `wire_messages`);
 # the lab's own traffic in a case is the case-end flag all-reduce and the mesh's handshakes, under 8 KiB here
 FRAME_BYTES = 400
 SLACK_BYTES = 16 << 10
@@ -36,13 +37,20 @@ def recorded_sends(obs) -> list[Event]:
 
 def recorded_collective_bytes(obs) -> int:
     """What the answer's recorded collectives (comm/collectives.py's kinds) sent, as gloo's ring algorithms send."""
-    from lab_src.comm.collectives import KINDS, wire_bytes
+    return recorded_collectives(obs)[0]
+
+
+def recorded_collectives(obs) -> tuple[int, int]:
+    """(bytes, messages) the answer's recorded collectives (comm/collectives.py's kinds) sent from this rank, as
+    gloo's ring algorithms send them: each message is framed, as a point-to-point message is."""
+    from lab_src.comm.collectives import KINDS, wire_bytes, wire_messages
     names = {kind: name for name, kind in KINDS.items()}
-    total = 0
+    total = messages = 0
     for e in (Event.from_row(row) for row in obs.get("events") or []):
-        if e.kind in names and e.group and e.bytes:
-            total += wire_bytes(names[e.kind], [e.bytes], len(e.group))
-    return total
+        if e.kind in names and e.group:
+            total += wire_bytes(names[e.kind], [e.bytes], len(e.group)) if e.bytes else 0
+            messages += wire_messages(names[e.kind], len(e.group))
+    return total, messages
 
 
 def _counted(outcome):
@@ -69,13 +77,16 @@ def byte_problems(outcome) -> list[Problem]:
             continue
         sends = recorded_sends(obs)
         messages = sum(e.bytes for e in sends)
-        recorded = messages + recorded_collective_bytes(obs) + (obs.get("lab_sent") or 0)
-        allowed = SLACK_BYTES + FRAME_BYTES * len(sends) + SHARE * recorded
+        collective_bytes, collective_messages = recorded_collectives(obs)
+        recorded = messages + collective_bytes + (obs.get("lab_sent") or 0)
+        allowed = SLACK_BYTES + FRAME_BYTES * (len(sends) + collective_messages) + SHARE * recorded
         extra = count.sent + count.after - recorded       # up to the rank's next case: the lab's flag, a few hundred B
         if extra > allowed:
             problems.append(Problem(
                 f"{extra:,} bytes left rank {rank} for other ranks that no message of its record carried: it recorded "
-                f"{len(sends)} messages of {messages:,} bytes (and the lab's own traffic, {recorded - messages:,} "
+                f"{len(sends)} messages of {messages:,} bytes"
+                + (f" and collectives that send {collective_bytes:,} bytes" if collective_bytes else "")
+                + f" (and the lab's own traffic, {recorded - messages - collective_bytes:,} "
                 f"bytes), and the kernel counted {count.sent:,} bytes on its "
                 f"connections to them. A call the lab does not record (torch's own all_reduce reached around the "
                 f"recorder, a process group's own methods, a group of the answer's) still sends its bytes: these are "

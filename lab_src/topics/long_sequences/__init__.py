@@ -57,7 +57,8 @@ TOPIC = Topic(
                             calls=("recompute_block",), timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                             what="the digits model trained with q23's sp_block on the case's t ranks (embedding and "
                                  "head replicated, the blocks on each rank's positions): each rank's loss curve"),
-           "attention": Kind("kind_attention", record="records:AttentionObserved", settings="records:AttentionSettings",
+           "attention": Kind("kind_attention", wire=True, record="records:AttentionObserved",
+                             settings="records:AttentionSettings",
                              calls=("ring_attention",), timeout_factor=COLLECTIVE_TIMEOUT_FACTOR,
                              view="figure_attention:attention_view",
                              what="q24's ring_attention (contiguous and zigzag shards, causal or not) and the answer "

@@ -15,7 +15,10 @@ recorded (kind_attention.py), judged per run from behaviour, never from the answ
                backward (records.py); each next block's receive posted before the rank computed on the block it
                holds (the message record's posting times against the matmuls the lab timed). Ulysses: no
                point-to-point message, four all-to-alls in the forward and four in the backward, each rank sending
-               (P - 1)/P of its shard in each.
+               (P - 1)/P of its shard in each. The record is held against the bytes the kernel counted leaving each
+               rank over the case, read from outside it (the kind is `wire`: judge/wire.py): bytes that no recorded
+               message or collective carried (K and V sent around the recorder, beside dummy messages of the
+               formula's sizes) fail every run's messages of the case.
     work       ring: the matmul FLOPs each rank's forward ran (the lab's count, attention.py `Work`) at most the tiles
                with a visible key (records.py `tiles`: r + 1 contiguous, 2N + 2 zigzag) and at least its visible
                scores; its backward at most 3 times that. The busiest rank over the mean follows: 2N/(N + 1)
@@ -28,6 +31,7 @@ import functools
 import torch
 
 from lab_src.harness.settings import settings_of
+from lab_src.judge import wire
 from lab_src.judge.problems import Problem
 from lab_src.topics.long_sequences.attention import layout_of, pad, single, tensors, unshard
 from lab_src.topics.long_sequences.records import (
@@ -420,10 +424,11 @@ def judge_run(outcome) -> dict[str, dict[str, list[Problem]]]:
     """{part: {run label: [Problem]}} over the case's runs."""
     s = settings_of(outcome.case)
     found = {p: {} for p in PARTS}
+    on_wire = wire.byte_problems(outcome)       # the case's: the kernel counts its runs' bytes together
     for index, run in enumerate(s.runs):
         label = run_label(run)
         found["values"][label] = value_problems(outcome, index)
-        found["messages"][label] = message_problems(outcome, index)
+        found["messages"][label] = message_problems(outcome, index) + on_wire
         if run["fn"] == "ring":
             found["work"][label] = work_problems(outcome, index)
     return found
