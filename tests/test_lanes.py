@@ -4,6 +4,7 @@ as they always were (old journals and saved views still load). The first step of
 from __future__ import annotations
 
 import threading
+import time
 
 from lab_src.pipeline.trace import Event, Pending, Tracer
 
@@ -299,3 +300,35 @@ def test_a_stopped_ranks_journal_after_an_inline_ring_says_it_was_in_its_forward
     got = recover(path, 0, 0, stopped_at=0.0)
     assert got["error"]["pending"][:2] == ["0", "forward"]
     assert [e[1] for e in got["events"]] == ["send_forward"]
+
+
+def test_a_wait_lets_go_of_its_work_before_the_waiting_thread_goes_on(monkeypatch):
+    """The helper thread that waits on a work drops it before it wakes the waiting thread: the work holds the
+    message's tensors, and a memory scan right after the wait (q23's sequence-parallel block scans after its last
+    reduce-scatter) found them alive, or not, as the two threads ran (CI: the reference kept 12,288 B more than the
+    closed form, a reduce-scatter's input and output, once). Here the helper is held up right after it wakes the
+    waiting thread, as a loaded machine may hold it."""
+    import weakref
+
+    from lab_src.pipeline import waiting
+
+    class Work:
+        def wait(self, timeout=None):
+            pass
+
+    class HeldUpAfterSet(threading.Event):      # set by the helper alone: the wait's own event
+        def set(self):
+            super().set()
+            time.sleep(0.02)
+
+    left = []
+    with waiting.stop_when(lambda: None):
+        waiting.wait(Work())                    # the helper thread starts (a thread's start sets events of its own)
+        monkeypatch.setattr(waiting.threading, "Event", HeldUpAfterSet)
+        for _ in range(10):
+            work = Work()
+            ref = weakref.ref(work)
+            waiting.wait(work, poll_s=0.001)
+            del work
+            left.append(ref() is not None)
+    assert not any(left), f"{sum(left)} of 10 works still held by the helper after their wait"

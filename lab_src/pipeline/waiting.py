@@ -94,10 +94,12 @@ class _Helper:
                     work.wait()
             except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
                 failure.append(e)
+            # let go of the work before the waiting thread goes on: it holds the message's tensors, which the
+            # rank's memory scan (harness/live.py) right after the wait would otherwise find alive, or not,
+            # as the two threads happened to run (q23's sequence-parallel block scans after its last collective)
+            work = None
             done.set()
-            # let go of the work at once: it holds the message's tensors, which the rank's memory scan
-            # (harness/live.py) would otherwise find alive until the next wait
-            del work, done, failure
+            del done, failure
 
 
 def _is_torch_work(work) -> bool:
