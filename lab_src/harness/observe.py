@@ -133,10 +133,11 @@ def barrier(group) -> list[int]:
     """A barrier of the case's ranks that the check can stop (pipeline/waiting.py), through the store
     (harness/case_barrier.py: a rank that left the case early counts as there); the group's own barrier
     outside a case. Returns the ranks that had left the case instead of reaching the barrier (none outside a
-    case): a kind whose next step is a collective of the lab's own, which the watch does not see, asks them. It is journalled as a wait at the barrier (trace.at_barrier), which ends when the rank
-    is through: a peer stuck in a collective the rank skipped is then a deadlock the watch sees. Not as the
-    rank having done its part (W): after a barrier a rank may compute for seconds (q13's single-process
-    model) before its next message, and the watch would take its peers' waits for a deadlock."""
+    case): a kind whose next step is a collective of the lab's own, which the watch does not see, asks them.
+    It is journalled as a wait at the barrier (trace.at_barrier), which ends when the rank is through: a peer
+    stuck in a collective the rank skipped is then a deadlock the watch sees. Not as the rank having done its
+    part (W): after a barrier a rank may compute for seconds (q13's single-process model) before its next
+    message, and the watch would take its peers' waits for a deadlock."""
     if case_barrier.active():
         with trace.at_barrier(case_barrier.ranks()):
             return case_barrier.reach()

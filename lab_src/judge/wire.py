@@ -35,11 +35,6 @@ def recorded_sends(obs) -> list[Event]:
     return [e for e in (Event.from_row(row) for row in obs.get("events") or []) if e.is_send]
 
 
-def recorded_collective_bytes(obs) -> int:
-    """What the answer's recorded collectives (comm/collectives.py's kinds) sent, as gloo's ring algorithms send."""
-    return recorded_collectives(obs)[0]
-
-
 def recorded_collectives(obs) -> tuple[int, int]:
     """(bytes, messages) the answer's recorded collectives (comm/collectives.py's kinds) sent from this rank, as
     gloo's ring algorithms send them: each message is framed, as a point-to-point message is."""
